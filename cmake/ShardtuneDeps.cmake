@@ -1,0 +1,53 @@
+# Finds every dependency of shardtune. All come from Debian packages, except a CUDA LibTorch,
+# which may come from a PyTorch wheel through Torch_DIR, and CUDA/NCCL under /usr/local/cuda.
+
+find_package(MPI REQUIRED COMPONENTS C CXX)
+find_package(fmt REQUIRED)
+find_package(spdlog REQUIRED)
+find_package(tomlplusplus REQUIRED)
+find_package(nlohmann_json REQUIRED)
+find_package(CLI11 REQUIRED)
+find_package(GTest REQUIRED)
+
+set(HDF5_PREFER_PARALLEL TRUE)
+find_package(HDF5 REQUIRED COMPONENTS C)
+if(NOT HDF5_IS_PARALLEL)
+  message(FATAL_ERROR "shardtune needs a parallel (MPI) HDF5: install libhdf5-openmpi-dev")
+endif()
+
+# LibTorch: Debian's 1.13.1 (CPU) or a 2.x from a PyTorch wheel (Torch_DIR=<wheel>/share/cmake/Torch).
+find_package(Torch REQUIRED)
+if(TARGET c10_cuda OR TORCH_CUDA_LIBRARIES)
+  set(SHARDTUNE_TORCH_HAS_CUDA TRUE)
+else()
+  set(SHARDTUNE_TORCH_HAS_CUDA FALSE)
+endif()
+# TorchConfig puts its flags in TORCH_CXX_FLAGS (e.g. the C++11 ABI switch); apply them as a list.
+separate_arguments(SHARDTUNE_TORCH_CXX_FLAGS UNIX_COMMAND "${TORCH_CXX_FLAGS}")
+add_library(shardtune_torch INTERFACE)
+target_link_libraries(shardtune_torch INTERFACE ${TORCH_LIBRARIES})
+target_compile_options(shardtune_torch INTERFACE ${SHARDTUNE_TORCH_CXX_FLAGS})
+
+# CUDA and NCCL: compiled whenever found, even with a CPU LibTorch. The NCCL layer works on raw
+# device pointers and cudaStream_t; the bridge to LibTorch CUDA tensors needs a CUDA LibTorch.
+set(SHARDTUNE_HAVE_NCCL FALSE)
+if(SHARDTUNE_WITH_NCCL)
+  if(NOT CUDAToolkit_ROOT AND EXISTS /usr/local/cuda)
+    set(CUDAToolkit_ROOT /usr/local/cuda)
+  endif()
+  find_package(CUDAToolkit QUIET)
+  if(CUDAToolkit_FOUND)
+    find_path(NCCL_INCLUDE_DIR nccl.h
+      HINTS ${NCCL_ROOT} $ENV{NCCL_ROOT} ${CUDAToolkit_INCLUDE_DIRS}
+      PATH_SUFFIXES include)
+    find_library(NCCL_LIBRARY nccl
+      HINTS ${NCCL_ROOT} $ENV{NCCL_ROOT} ${CUDAToolkit_LIBRARY_DIR}
+      PATH_SUFFIXES lib lib64)
+    if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
+      set(SHARDTUNE_HAVE_NCCL TRUE)
+      add_library(shardtune_nccl INTERFACE)
+      target_include_directories(shardtune_nccl SYSTEM INTERFACE ${NCCL_INCLUDE_DIR})
+      target_link_libraries(shardtune_nccl INTERFACE ${NCCL_LIBRARY} CUDA::cudart)
+    endif()
+  endif()
+endif()

@@ -1,0 +1,150 @@
+// The job: one struct per section of the TOML job file. Each component receives only its own
+// section. Every field's meaning, default and allowed values are declared once, in
+// job_schema.cpp, which also generates docs/job-file.md (`shardtune schema`).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace shardtune::job {
+
+enum class Launcher { kSrun, kMpirun };
+enum class ModelInit { kPretrained, kRandom };
+enum class ModelPreset { kNone, kTiny };
+enum class PeftMethod { kNone, kLora };
+enum class DataFormat { kSynthetic, kAlpaca, kSamsum, kGrammar, kJsonl };
+enum class BadRecordPolicy { kError, kSkip };
+enum class BatchingStrategy { kPacking, kPadding };
+enum class LrScheduler { kStep, kCosine };
+enum class ShardingStrategy { kFullShard, kShardGradOp, kNoShard, kHybridShard };
+enum class ReduceDtype { kFp32, kBf16 };
+enum class CheckpointType { kFull, kSharded };
+
+struct JobSection {
+  std::string name;
+  std::string output_dir;
+};
+
+struct SlurmSection {
+  int64_t nodes = 1;
+  int64_t gpus_per_node = 0;
+  int64_t ntasks_per_node = 0;
+  int64_t cpus_per_task = 1;
+  std::string partition;
+  std::string account;
+  std::string qos;
+  std::string time;
+  std::string constraint;
+  bool exclusive = false;
+  std::string mail_user;
+  std::string mail_type;
+  std::vector<std::string> extra_sbatch_options;
+  int64_t signal_lead_s = 300;
+  int64_t max_requeues = 3;
+
+  // Ranks on each node once defaults are resolved (one per GPU, or 1 on a CPU-only job).
+  int64_t ranks_per_node() const { return ntasks_per_node > 0 ? ntasks_per_node : (gpus_per_node > 0 ? gpus_per_node : 1); }
+  int64_t world_size() const { return nodes * ranks_per_node(); }
+};
+
+struct LaunchSection {
+  Launcher launcher = Launcher::kSrun;
+  std::string srun_mpi = "pmix";
+  std::vector<std::string> extra_srun_options;
+  std::vector<std::string> extra_mpirun_options;
+  double collective_timeout_s = 300.0;
+};
+
+struct ModelSection {
+  std::string path;
+  ModelPreset preset = ModelPreset::kNone;
+  ModelInit init = ModelInit::kPretrained;
+};
+
+struct PeftSection {
+  PeftMethod method = PeftMethod::kNone;
+  int64_t lora_r = 8;
+  double lora_alpha = 32.0;
+  double lora_dropout = 0.05;
+  std::vector<std::string> target_modules = {"q_proj", "v_proj"};
+};
+
+struct DataSection {
+  DataFormat format = DataFormat::kSynthetic;
+  std::string train_file;
+  std::string val_file;
+  double val_fraction = 0.05;
+  std::string tokenizer;
+  std::string prompt_field = "prompt";
+  std::string response_field = "response";
+  std::string prompt_template;
+  BadRecordPolicy on_bad_record = BadRecordPolicy::kError;
+};
+
+struct TrainSection {
+  int64_t batch_size_training = 4;
+  int64_t val_batch_size = 1;
+  int64_t context_length = 4096;
+  BatchingStrategy batching_strategy = BatchingStrategy::kPacking;
+  int64_t gradient_accumulation_steps = 1;
+  bool gradient_clipping = false;
+  double gradient_clipping_threshold = 1.0;
+  int64_t num_epochs = 3;
+  int64_t max_train_step = 0;
+  int64_t max_eval_step = 0;
+  int64_t num_workers_dataloader = 1;
+  double lr = 1e-4;
+  double weight_decay = 0.0;
+  double gamma = 0.85;
+  LrScheduler lr_scheduler = LrScheduler::kStep;
+  int64_t warmup_steps = 0;
+  int64_t seed = 42;
+  bool run_validation = true;
+  bool mixed_precision = true;
+  bool use_fp16 = false;
+  bool pure_bf16 = false;
+  bool freeze_layers = false;
+  int64_t num_freeze_layers = 1;
+};
+
+struct FsdpSection {
+  ShardingStrategy sharding_strategy = ShardingStrategy::kFullShard;
+  int64_t hsdp_shard_size = 0;
+  bool activation_checkpointing = true;
+  bool low_cpu_fsdp = false;
+  CheckpointType checkpoint_type = CheckpointType::kSharded;
+  bool save_optimizer = false;
+  ReduceDtype reduce_dtype = ReduceDtype::kFp32;
+};
+
+struct CheckpointSection {
+  std::string dir;
+  int64_t every_steps = 0;
+  int64_t keep_last = 2;
+  std::string resume = "auto";
+};
+
+struct MetricsSection {
+  int64_t log_every_steps = 10;
+  bool jsonl = true;
+};
+
+struct Job {
+  JobSection job;
+  SlurmSection slurm;
+  LaunchSection launch;
+  ModelSection model;
+  PeftSection peft;
+  DataSection data;
+  TrainSection train;
+  FsdpSection fsdp;
+  CheckpointSection checkpoint;
+  MetricsSection metrics;
+};
+
+// Shard-group size of the job once defaults are resolved: the world for FULL_SHARD and
+// SHARD_GRAD_OP, 1 for NO_SHARD, hsdp_shard_size (default: ranks per node) for HYBRID_SHARD.
+int64_t shard_group_size(const Job& job);
+
+}  // namespace shardtune::job

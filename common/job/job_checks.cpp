@@ -1,0 +1,131 @@
+// Cross-field rules of the job file. Each error names every value involved.
+#include "common/job/job_checks.h"
+
+#include <fmt/format.h>
+
+#include "common/job/schema.h"
+#include "common/job/slurm_time.h"
+
+namespace shardtune::job {
+namespace {
+
+class Checker {
+ public:
+  Checker(const FieldSources& sources, const std::string& file, Diagnostics& diags)
+      : sources_(sources), file_(file), diags_(diags) {}
+
+  // Reports at the position of the first of `keys` that the job file sets.
+  void error(std::initializer_list<const char*> keys, const std::string& message) {
+    diags_.error(where(keys), *keys.begin(), message);
+  }
+  void warning(std::initializer_list<const char*> keys, const std::string& message) {
+    diags_.warning(where(keys), *keys.begin(), message);
+  }
+
+ private:
+  SourcePos where(std::initializer_list<const char*> keys) const {
+    for (const char* k : keys)
+      if (auto it = sources_.find(k); it != sources_.end()) return it->second;
+    return SourcePos{file_, 0, 0};
+  }
+
+  const FieldSources& sources_;
+  const std::string& file_;
+  Diagnostics& diags_;
+};
+
+void check_model(const Job& job, Checker& c) {
+  const bool has_path = !job.model.path.empty();
+  const bool has_preset = job.model.preset != ModelPreset::kNone;
+  if (has_path == has_preset) {
+    c.error({"model.path", "model.preset"},
+            has_path ? "give either path or preset, not both"
+                     : "required: path (a Hugging Face model folder) or preset (e.g. \"tiny\")");
+  }
+  if (has_preset && job.model.init == ModelInit::kPretrained) {
+    c.error({"model.init", "model.preset"},
+            fmt::format("preset \"{}\" has no weights to load: set init = \"random\"", enum_name(job.model.preset)));
+  }
+}
+
+void check_slurm(const Job& job, Checker& c) {
+  const SlurmSection& s = job.slurm;
+  if (s.gpus_per_node > 0 && s.ntasks_per_node > 0 && s.ntasks_per_node != s.gpus_per_node) {
+    c.error({"slurm.ntasks_per_node", "slurm.gpus_per_node"},
+            fmt::format("shardtune runs one rank per GPU: ntasks_per_node = {} but gpus_per_node = {}",
+                        s.ntasks_per_node, s.gpus_per_node));
+  }
+  if (!s.time.empty()) {
+    if (auto limit = parse_slurm_time(s.time); limit && s.signal_lead_s >= *limit) {
+      c.error({"slurm.signal_lead_s", "slurm.time"},
+              fmt::format("signal_lead_s = {} is not shorter than the time limit \"{}\" ({} s)", s.signal_lead_s,
+                          s.time, *limit));
+    }
+  }
+}
+
+void check_fsdp(const Job& job, Checker& c) {
+  const int64_t world = job.slurm.world_size();
+  if (job.fsdp.sharding_strategy == ShardingStrategy::kHybridShard) {
+    const int64_t shard = shard_group_size(job);
+    if (world % shard != 0) {
+      c.error({"fsdp.hsdp_shard_size", "fsdp.sharding_strategy"},
+              fmt::format("HYBRID_SHARD needs a shard group size that divides the world size: shard group {} "
+                          "vs world {} (nodes {} x ranks per node {})",
+                          shard, world, job.slurm.nodes, job.slurm.ranks_per_node()));
+    } else if (shard == world) {
+      c.warning({"fsdp.hsdp_shard_size", "fsdp.sharding_strategy"},
+                fmt::format("HYBRID_SHARD with one shard group of all {} ranks is FULL_SHARD", world));
+    }
+  } else if (job.fsdp.hsdp_shard_size > 0) {
+    c.warning({"fsdp.hsdp_shard_size"},
+              fmt::format("hsdp_shard_size = {} is ignored: sharding_strategy is {}", job.fsdp.hsdp_shard_size,
+                          enum_name(job.fsdp.sharding_strategy)));
+  }
+}
+
+void check_train(const Job& job, Checker& c) {
+  const TrainSection& t = job.train;
+  if (t.use_fp16 && t.pure_bf16) {
+    c.error({"train.pure_bf16", "train.use_fp16"}, "use_fp16 and pure_bf16 cannot both be true: choose one precision");
+  }
+  if (t.use_fp16 && !t.mixed_precision) {
+    c.error({"train.use_fp16", "train.mixed_precision"}, "use_fp16 = true needs mixed_precision = true");
+  }
+  if (t.lr_scheduler == LrScheduler::kCosine && t.max_train_step > 0 && t.warmup_steps >= t.max_train_step) {
+    c.warning({"train.warmup_steps"}, fmt::format("warmup_steps = {} is not below max_train_step = {}",
+                                                  t.warmup_steps, t.max_train_step));
+  }
+  if (t.freeze_layers && job.peft.method != PeftMethod::kNone) {
+    c.warning({"train.freeze_layers"}, "freeze_layers with LoRA: the base model is frozen anyway");
+  }
+}
+
+void check_data(const Job& job, Checker& c) {
+  if (job.data.format != DataFormat::kSynthetic && job.data.train_file.empty()) {
+    c.error({"data.train_file", "data.format"},
+            fmt::format("format \"{}\" needs train_file", enum_name(job.data.format)));
+  }
+}
+
+}  // namespace
+
+void resolve_defaults(Job& job) {
+  if (job.job.output_dir.empty() && !job.job.name.empty()) job.job.output_dir = "runs/" + job.job.name;
+  if (job.checkpoint.dir.empty() && !job.job.output_dir.empty()) job.checkpoint.dir = job.job.output_dir + "/checkpoints";
+  if (job.slurm.ntasks_per_node == 0) job.slurm.ntasks_per_node = job.slurm.ranks_per_node();
+  if (job.fsdp.sharding_strategy == ShardingStrategy::kHybridShard && job.fsdp.hsdp_shard_size == 0)
+    job.fsdp.hsdp_shard_size = job.slurm.ranks_per_node();
+}
+
+void check_job(const Job& job, const FieldSources& sources, const std::string& file, Diagnostics& diags) {
+  Checker c(sources, file, diags);
+  if (job.job.name.empty()) c.error({"job.name"}, "required: a name for the job, e.g. name = \"llama3-8b-sft\"");
+  check_model(job, c);
+  check_slurm(job, c);
+  check_fsdp(job, c);
+  check_train(job, c);
+  check_data(job, c);
+}
+
+}  // namespace shardtune::job

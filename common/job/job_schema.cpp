@@ -1,0 +1,361 @@
+// The job file's schema: one line per field with its documentation and constraint. This is the
+// single place where a field is declared; docs/job-file.md is generated from it.
+#include "common/job/schema.h"
+
+#include "common/job/field_builder.h"
+#include "common/job/slurm_time.h"
+
+namespace shardtune::job {
+namespace detail {
+
+template <>
+struct EnumNames<Launcher> {
+  static constexpr std::array<std::pair<Launcher, std::string_view>, 2> kNames{
+      {{Launcher::kSrun, "srun"}, {Launcher::kMpirun, "mpirun"}}};
+};
+template <>
+struct EnumNames<ModelInit> {
+  static constexpr std::array<std::pair<ModelInit, std::string_view>, 2> kNames{
+      {{ModelInit::kPretrained, "pretrained"}, {ModelInit::kRandom, "random"}}};
+};
+template <>
+struct EnumNames<ModelPreset> {
+  static constexpr std::array<std::pair<ModelPreset, std::string_view>, 2> kNames{
+      {{ModelPreset::kNone, "none"}, {ModelPreset::kTiny, "tiny"}}};
+};
+template <>
+struct EnumNames<PeftMethod> {
+  static constexpr std::array<std::pair<PeftMethod, std::string_view>, 2> kNames{
+      {{PeftMethod::kNone, "none"}, {PeftMethod::kLora, "lora"}}};
+};
+template <>
+struct EnumNames<DataFormat> {
+  static constexpr std::array<std::pair<DataFormat, std::string_view>, 5> kNames{
+      {{DataFormat::kSynthetic, "synthetic"},
+       {DataFormat::kAlpaca, "alpaca"},
+       {DataFormat::kSamsum, "samsum"},
+       {DataFormat::kGrammar, "grammar"},
+       {DataFormat::kJsonl, "jsonl"}}};
+};
+template <>
+struct EnumNames<BadRecordPolicy> {
+  static constexpr std::array<std::pair<BadRecordPolicy, std::string_view>, 2> kNames{
+      {{BadRecordPolicy::kError, "error"}, {BadRecordPolicy::kSkip, "skip"}}};
+};
+template <>
+struct EnumNames<BatchingStrategy> {
+  static constexpr std::array<std::pair<BatchingStrategy, std::string_view>, 2> kNames{
+      {{BatchingStrategy::kPacking, "packing"}, {BatchingStrategy::kPadding, "padding"}}};
+};
+template <>
+struct EnumNames<LrScheduler> {
+  static constexpr std::array<std::pair<LrScheduler, std::string_view>, 2> kNames{
+      {{LrScheduler::kStep, "step"}, {LrScheduler::kCosine, "cosine"}}};
+};
+template <>
+struct EnumNames<ShardingStrategy> {
+  static constexpr std::array<std::pair<ShardingStrategy, std::string_view>, 4> kNames{
+      {{ShardingStrategy::kFullShard, "FULL_SHARD"},
+       {ShardingStrategy::kShardGradOp, "SHARD_GRAD_OP"},
+       {ShardingStrategy::kNoShard, "NO_SHARD"},
+       {ShardingStrategy::kHybridShard, "HYBRID_SHARD"}}};
+};
+template <>
+struct EnumNames<ReduceDtype> {
+  static constexpr std::array<std::pair<ReduceDtype, std::string_view>, 2> kNames{
+      {{ReduceDtype::kFp32, "fp32"}, {ReduceDtype::kBf16, "bf16"}}};
+};
+template <>
+struct EnumNames<CheckpointType> {
+  static constexpr std::array<std::pair<CheckpointType, std::string_view>, 2> kNames{
+      {{CheckpointType::kFull, "full"}, {CheckpointType::kSharded, "sharded"}}};
+};
+
+}  // namespace detail
+
+template <class E>
+std::string_view enum_name(E value) {
+  return detail::FieldType<E>::name_of(value);
+}
+template std::string_view enum_name(Launcher);
+template std::string_view enum_name(ModelInit);
+template std::string_view enum_name(ModelPreset);
+template std::string_view enum_name(PeftMethod);
+template std::string_view enum_name(DataFormat);
+template std::string_view enum_name(BadRecordPolicy);
+template std::string_view enum_name(BatchingStrategy);
+template std::string_view enum_name(LrScheduler);
+template std::string_view enum_name(ShardingStrategy);
+template std::string_view enum_name(ReduceDtype);
+template std::string_view enum_name(CheckpointType);
+
+namespace {
+
+using detail::SectionBuilder;
+
+// Letters, digits, '.', '_' and '-': safe in file names, Slurm job names and log lines.
+bool is_simple_name(const std::string& s) {
+  if (s.empty() || s.size() > 128) return false;
+  for (char c : s)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-')) return false;
+  return true;
+}
+
+// No control characters (newline, NUL, escape, ...): values that end up in scripts and logs.
+bool is_one_line(const std::string& s) {
+  for (unsigned char c : s)
+    if (c < 0x20 || c == 0x7f) return false;
+  return true;
+}
+
+bool all_one_line(const std::vector<std::string>& v) {
+  for (const std::string& s : v)
+    if (!is_one_line(s)) return false;
+  return true;
+}
+
+std::vector<SectionSpec> build_schema() {
+  std::vector<SectionSpec> schema;
+  schema.reserve(16);  // builders hold references into this vector
+  {
+    SectionBuilder<JobSection> s(schema, "job", "What the job is called and where its files go.", &Job::job);
+    s.field("name", &JobSection::name, "Name of the job, used for the Slurm job name and log lines. Required.")
+        .require("letters, digits, '.', '_' or '-' (1 to 128 of them)",
+                 [](const std::string& v) { return v.empty() || is_simple_name(v); });
+    s.field("output_dir", &JobSection::output_dir,
+            "Directory for logs, the sbatch script, the resolved job file and checkpoints. "
+            "Default: runs/<name>.")
+        .require("one line without control characters", is_one_line);
+  }
+  {
+    SectionBuilder<SlurmSection> s(schema, "slurm", "The Slurm allocation: each becomes an #SBATCH line.",
+                                   &Job::slurm);
+    s.field("nodes", &SlurmSection::nodes, "Number of nodes.").in_range(1, 100000);
+    s.field("gpus_per_node", &SlurmSection::gpus_per_node,
+            "GPUs per node; one rank runs per GPU. 0 for a CPU-only job.")
+        .in_range(0, 64);
+    s.field("ntasks_per_node", &SlurmSection::ntasks_per_node,
+            "Ranks per node. 0: one per GPU, or 1 on a CPU-only job. With GPUs it must equal gpus_per_node.")
+        .in_range(0, 1024);
+    s.field("cpus_per_task", &SlurmSection::cpus_per_task,
+            "CPU cores per rank (data loading threads run on them). Exported as SRUN_CPUS_PER_TASK.")
+        .in_range(1, 1024);
+    s.field("partition", &SlurmSection::partition, "Partition (--partition); empty: the cluster's default.")
+        .require("one line without control characters", is_one_line);
+    s.field("account", &SlurmSection::account, "Account to charge (--account); empty: none.")
+        .require("one line without control characters", is_one_line);
+    s.field("qos", &SlurmSection::qos, "Quality of service (--qos); empty: none.")
+        .require("one line without control characters", is_one_line);
+    s.field("time", &SlurmSection::time,
+            "Time limit in a Slurm format (minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS); "
+            "empty: the partition's limit.")
+        .require("a Slurm time limit such as \"04:00:00\" or \"2-00:00:00\"",
+                 [](const std::string& t) { return t.empty() || parse_slurm_time(t).has_value(); });
+    s.field("constraint", &SlurmSection::constraint, "Node features (--constraint), e.g. \"h100\"; empty: none.")
+        .require("one line without control characters", is_one_line);
+    s.field("exclusive", &SlurmSection::exclusive, "Ask for whole nodes (--exclusive).");
+    s.field("mail_user", &SlurmSection::mail_user, "Address for Slurm's e-mails (--mail-user); empty: none.")
+        .require("one line without control characters", is_one_line);
+    s.field("mail_type", &SlurmSection::mail_type,
+            "When Slurm sends e-mail (--mail-type), e.g. \"END,FAIL\"; empty: never.")
+        .require("one line without control characters", is_one_line);
+    s.field("extra_sbatch_options", &SlurmSection::extra_sbatch_options,
+            "More sbatch options, one per element, each written as its own #SBATCH line "
+            "(e.g. [\"--reservation=big\"]).")
+        .require("options that start with '-' and hold no control characters",
+                 [](const std::vector<std::string>& v) {
+                   for (const std::string& o : v)
+                     if (o.empty() || o[0] != '-') return false;
+                   return all_one_line(v);
+                 });
+    s.field("signal_lead_s", &SlurmSection::signal_lead_s,
+            "Seconds before the time limit at which Slurm sends USR1, so the job can checkpoint and "
+            "requeue. Slurm may send it up to 60 s early.")
+        .in_range(0, 65535);
+    s.field("max_requeues", &SlurmSection::max_requeues,
+            "How many times the job requeues itself after a time limit or preemption.")
+        .in_range(0, 1000);
+  }
+  {
+    SectionBuilder<LaunchSection> s(schema, "launch", "How the ranks are started inside the allocation.",
+                                    &Job::launch);
+    s.field("launcher", &LaunchSection::launcher,
+            "srun (srun --mpi=<srun_mpi>) or mpirun (Open MPI's launcher inside the allocation).");
+    s.field("srun_mpi", &LaunchSection::srun_mpi, "The --mpi plugin srun uses.")
+        .require("one of pmix, pmix_v3, pmix_v4, pmi2",
+                 [](const std::string& v) { return v == "pmix" || v == "pmix_v3" || v == "pmix_v4" || v == "pmi2"; });
+    s.field("extra_srun_options", &LaunchSection::extra_srun_options, "More srun options, one per element.")
+        .require("options without control characters", all_one_line);
+    s.field("extra_mpirun_options", &LaunchSection::extra_mpirun_options,
+            "More mpirun options, one per element (e.g. [\"--mca\", \"btl_tcp_if_include\", \"ib0\"]).")
+        .require("options without control characters", all_one_line);
+    s.field("collective_timeout_s", &LaunchSection::collective_timeout_s,
+            "A collective that has not finished after this many seconds fails every rank, naming the "
+            "ranks that never arrived, instead of hanging.")
+        .in_range(0.1, 86400.0);
+  }
+  {
+    SectionBuilder<ModelSection> s(schema, "model", "The model to fine-tune.", &Job::model);
+    s.field("path", &ModelSection::path,
+            "A Hugging Face model folder (config.json, *.safetensors, tokenizer files). "
+            "Give either path or preset.")
+        .require("one line without control characters", is_one_line);
+    s.field("preset", &ModelSection::preset,
+            "A built-in model shape instead of a folder: tiny is a 2-block debug Llama for tests.");
+    s.field("init", &ModelSection::init,
+            "pretrained: weights from the folder; random: Hugging Face's initialisation "
+            "(initializer_range), for tests and debugging.");
+  }
+  {
+    SectionBuilder<PeftSection> s(schema, "peft", "Parameter-efficient fine-tuning.", &Job::peft);
+    s.field("method", &PeftSection::method, "none: full fine-tuning; lora: low-rank adapters.");
+    s.field("lora_r", &PeftSection::lora_r, "LoRA rank.").in_range(1, 4096);
+    s.field("lora_alpha", &PeftSection::lora_alpha, "LoRA scaling numerator (scale = alpha / r).").positive();
+    s.field("lora_dropout", &PeftSection::lora_dropout, "Dropout on the LoRA input.").in_range(0.0, 0.99);
+    s.field("target_modules", &PeftSection::target_modules,
+            "Linear layers that get adapters, by their Hugging Face names.")
+        .require("a non-empty list of module names",
+                 [](const std::vector<std::string>& v) { return !v.empty() && all_one_line(v); });
+  }
+  {
+    SectionBuilder<DataSection> s(schema, "data", "Training and validation data.", &Job::data);
+    s.field("format", &DataSection::format,
+            "synthetic (generated tokens, no files), alpaca (instruction/input/output JSON), samsum "
+            "(dialogue/summary JSON or JSONL), grammar (input/target CSV), jsonl (prompt_field/response_field).");
+    s.field("train_file", &DataSection::train_file, "Training data file (all formats but synthetic).")
+        .require("one line without control characters", is_one_line);
+    s.field("val_file", &DataSection::val_file,
+            "Validation data file; empty: split val_fraction off the training data.")
+        .require("one line without control characters", is_one_line);
+    s.field("val_fraction", &DataSection::val_fraction,
+            "Share of the training data held out for validation when val_file is empty.")
+        .require("in [0, 1)", [](double v) { return v >= 0.0 && v < 1.0; });
+    s.field("tokenizer", &DataSection::tokenizer,
+            "tokenizer.json or tokenizer.model; empty: the one in the model folder.")
+        .require("one line without control characters", is_one_line);
+    s.field("prompt_field", &DataSection::prompt_field, "Prompt field of jsonl records.");
+    s.field("response_field", &DataSection::response_field, "Response field of jsonl records.");
+    s.field("prompt_template", &DataSection::prompt_template,
+            "Template for the prompt, with {field} placeholders; empty: the format's own template.");
+    s.field("on_bad_record", &DataSection::on_bad_record,
+            "A malformed record stops the job (error) or is skipped and counted (skip).");
+  }
+  {
+    SectionBuilder<TrainSection> s(schema, "train", "The training run (llama-recipes' names and defaults).",
+                                   &Job::train);
+    s.field("batch_size_training", &TrainSection::batch_size_training, "Micro-batch size per rank.")
+        .in_range(1, 1 << 20);
+    s.field("val_batch_size", &TrainSection::val_batch_size, "Validation batch size per rank.")
+        .in_range(1, 1 << 20);
+    s.field("context_length", &TrainSection::context_length, "Tokens per sequence.").in_range(2, 1 << 24);
+    s.field("batching_strategy", &TrainSection::batching_strategy,
+            "packing: documents concatenated into context_length chunks; padding: length-grouped, padded batches.");
+    s.field("gradient_accumulation_steps", &TrainSection::gradient_accumulation_steps,
+            "Micro-batches per optimizer step.")
+        .in_range(1, 1 << 20);
+    s.field("gradient_clipping", &TrainSection::gradient_clipping, "Clip gradients by their global norm.");
+    s.field("gradient_clipping_threshold", &TrainSection::gradient_clipping_threshold,
+            "Global-norm threshold for clipping.")
+        .positive();
+    s.field("num_epochs", &TrainSection::num_epochs, "Passes over the training data.").in_range(1, 1 << 20);
+    s.field("max_train_step", &TrainSection::max_train_step,
+            "Stop after this many optimizer steps; 0: no limit.")
+        .at_least(0);
+    s.field("max_eval_step", &TrainSection::max_eval_step,
+            "Validation batches per evaluation; 0: the whole validation set.")
+        .at_least(0);
+    s.field("num_workers_dataloader", &TrainSection::num_workers_dataloader,
+            "Threads preparing batches ahead of training, per rank.")
+        .in_range(0, 256);
+    s.field("lr", &TrainSection::lr, "Peak learning rate.").positive();
+    s.field("weight_decay", &TrainSection::weight_decay, "AdamW decoupled weight decay.").at_least(0.0);
+    s.field("gamma", &TrainSection::gamma, "StepLR: the learning rate is multiplied by gamma after each epoch.")
+        .require("in (0, 1]", [](double v) { return v > 0.0 && v <= 1.0; });
+    s.field("lr_scheduler", &TrainSection::lr_scheduler,
+            "step: StepLR with gamma per epoch; cosine: linear warmup then cosine decay to 0.");
+    s.field("warmup_steps", &TrainSection::warmup_steps, "Linear warmup steps (cosine schedule).").at_least(0);
+    s.field("seed", &TrainSection::seed, "Seed for initialisation, data order and dropout.").at_least(0);
+    s.field("run_validation", &TrainSection::run_validation, "Evaluate on the validation data every epoch.");
+    s.field("mixed_precision", &TrainSection::mixed_precision,
+            "Compute in bf16 (or fp16 with use_fp16) with fp32 master weights in the shards.");
+    s.field("use_fp16", &TrainSection::use_fp16, "Compute in fp16 with a dynamic loss scaler instead of bf16.");
+    s.field("pure_bf16", &TrainSection::pure_bf16, "Keep parameters and optimizer state in bf16 too.");
+    s.field("freeze_layers", &TrainSection::freeze_layers, "Freeze the first num_freeze_layers blocks.");
+    s.field("num_freeze_layers", &TrainSection::num_freeze_layers, "Blocks frozen when freeze_layers is true.")
+        .at_least(0);
+  }
+  {
+    SectionBuilder<FsdpSection> s(schema, "fsdp", "How parameters, gradients and optimizer state are sharded.",
+                                  &Job::fsdp);
+    s.field("sharding_strategy", &FsdpSection::sharding_strategy,
+            "FULL_SHARD: shard everything, gather per unit for forward and again for backward; "
+            "SHARD_GRAD_OP: keep gathered parameters from forward through backward; NO_SHARD: "
+            "plain data parallel; HYBRID_SHARD: FULL_SHARD inside a shard group, replicated across groups.");
+    s.field("hsdp_shard_size", &FsdpSection::hsdp_shard_size,
+            "HYBRID_SHARD: ranks per shard group; must divide the world size. 0: the ranks of one node.")
+        .at_least(0);
+    s.field("activation_checkpointing", &FsdpSection::activation_checkpointing,
+            "Recompute each block's activations in backward instead of keeping them.");
+    s.field("low_cpu_fsdp", &FsdpSection::low_cpu_fsdp,
+            "Build the model without weights and stream each rank only its shard.");
+    s.field("checkpoint_type", &FsdpSection::checkpoint_type,
+            "sharded: every rank writes its own slices; full: one consolidated file, written unit by unit.");
+    s.field("save_optimizer", &FsdpSection::save_optimizer, "Save AdamW moments in checkpoints.");
+    s.field("reduce_dtype", &FsdpSection::reduce_dtype, "Dtype of gradient reduction.");
+  }
+  {
+    SectionBuilder<CheckpointSection> s(schema, "checkpoint", "When checkpoints are written and resumed.",
+                                        &Job::checkpoint);
+    s.field("dir", &CheckpointSection::dir, "Checkpoint directory; empty: <output_dir>/checkpoints.")
+        .require("one line without control characters", is_one_line);
+    s.field("every_steps", &CheckpointSection::every_steps,
+            "Save every this many optimizer steps; 0: only at the end and when stopped.")
+        .at_least(0);
+    s.field("keep_last", &CheckpointSection::keep_last,
+            "Committed checkpoints kept; older ones are pruned after a new one is committed.")
+        .at_least(1);
+    s.field("resume", &CheckpointSection::resume,
+            "auto: continue from the newest complete checkpoint; none: start fresh; or a checkpoint path.")
+        .require("\"auto\", \"none\" or a path", [](const std::string& v) { return !v.empty() && is_one_line(v); });
+  }
+  {
+    SectionBuilder<MetricsSection> s(schema, "metrics", "What the job reports.", &Job::metrics);
+    s.field("log_every_steps", &MetricsSection::log_every_steps, "Progress line every this many steps.")
+        .at_least(1);
+    s.field("jsonl", &MetricsSection::jsonl, "Write per-step metrics to <output_dir>/metrics.jsonl.");
+  }
+  return schema;
+}
+
+}  // namespace
+
+const std::vector<SectionSpec>& job_schema() {
+  static const std::vector<SectionSpec> schema = build_schema();
+  return schema;
+}
+
+const SectionSpec* find_section(std::string_view name) {
+  for (const SectionSpec& s : job_schema())
+    if (s.name == name) return &s;
+  return nullptr;
+}
+
+const FieldSpec* find_field(std::string_view section, std::string_view key) {
+  const SectionSpec* s = find_section(section);
+  if (s == nullptr) return nullptr;
+  for (const FieldSpec& f : s->fields)
+    if (f.key == key) return &f;
+  return nullptr;
+}
+
+int64_t shard_group_size(const Job& job) {
+  const int64_t world = job.slurm.world_size();
+  switch (job.fsdp.sharding_strategy) {
+    case ShardingStrategy::kNoShard: return 1;
+    case ShardingStrategy::kHybridShard:
+      return job.fsdp.hsdp_shard_size > 0 ? job.fsdp.hsdp_shard_size : job.slurm.ranks_per_node();
+    default: return world;
+  }
+}
+
+}  // namespace shardtune::job

@@ -1,0 +1,55 @@
+// The resolved job file and the job-file reference page.
+#include "common/job/job_writer.h"
+
+#include <fmt/format.h>
+
+#include "common/job/schema.h"
+
+namespace shardtune::job {
+
+std::string to_toml(const Job& job) {
+  std::string out;
+  for (const SectionSpec& section : job_schema()) {
+    out += fmt::format("{}[{}]\n", out.empty() ? "" : "\n", section.name);
+    for (const FieldSpec& field : section.fields) out += fmt::format("{} = {}\n", field.key, field.literal(job));
+  }
+  return out;
+}
+
+std::string schema_markdown() {
+  const Job defaults;
+  std::string out =
+      "# The job file\n\n"
+      "A shardtune job is one TOML file. Every key is optional except `[job] name` and one of\n"
+      "`[model] path` / `[model] preset`. Precedence: `--set section.key=value` on the command line >\n"
+      "the job file > the defaults below. `shardtune validate job.toml` prints the resolved job with\n"
+      "every default filled in, or every error at once with file, line and column.\n\n"
+      "This page is generated from the schema (`shardtune schema > docs/job-file.md`); a test keeps\n"
+      "it in step with the code.\n";
+  for (const SectionSpec& section : job_schema()) {
+    out += fmt::format("\n## [{}]\n\n{}\n\n", section.name, section.doc);
+    out += "| key | type | default | allowed | meaning |\n|---|---|---|---|---|\n";
+    for (const FieldSpec& field : section.fields) {
+      std::string allowed = field.constraint;
+      if (!field.choices.empty()) allowed = fmt::format("{}", fmt::join(field.choices, ", "));
+      std::string def = field.literal(defaults);
+      // Table cells cannot hold a bare '|'.
+      for (std::string* cell : {&allowed, &def}) {
+        for (size_t pos = 0; (pos = cell->find('|', pos)) != std::string::npos; pos += 2) cell->replace(pos, 1, "\\|");
+      }
+      out += fmt::format("| `{}` | {} | `{}` | {} | {} |\n", field.key, field.type_name, def, allowed, field.doc);
+    }
+  }
+  out +=
+      "\n## Cross-field rules\n\n"
+      "- `[model]`: exactly one of `path` and `preset`; a preset has no weights, so it needs `init = \"random\"`.\n"
+      "- `[slurm]`: with GPUs, `ntasks_per_node` equals `gpus_per_node` (one rank per GPU); "
+      "`signal_lead_s` is shorter than `time`.\n"
+      "- `[fsdp]`: with `HYBRID_SHARD`, the shard group size (`hsdp_shard_size`, default the ranks of one "
+      "node) divides the world size (`nodes` x ranks per node).\n"
+      "- `[train]`: `use_fp16` and `pure_bf16` exclude each other; `use_fp16` needs `mixed_precision`.\n"
+      "- `[data]`: every format but `synthetic` needs `train_file`.\n";
+  return out;
+}
+
+}  // namespace shardtune::job

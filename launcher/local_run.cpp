@@ -1,0 +1,76 @@
+// Local runs through mpirun, started by argv (never through a shell).
+#include "launcher/local_run.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "common/error.h"
+
+namespace shardtune::launcher {
+
+using common::ErrorKind;
+
+std::vector<std::string> local_mpirun_argv(const job::Job& job, const LocalRunOptions& options) {
+  std::vector<std::string> argv = {"mpirun", "-np", std::to_string(job.slurm.world_size())};
+  if (options.allow_run_as_root) argv.push_back("--allow-run-as-root");
+  // A local run may start more ranks than cores (tests do): no binding, no refusal.
+  for (const char* a : {"--oversubscribe", "--bind-to", "none"}) argv.emplace_back(a);
+  // Keep MPI's traffic on this machine.
+  for (const char* a : {"--mca", "btl_tcp_if_include", "lo", "--mca", "oob_tcp_if_include", "lo"}) argv.emplace_back(a);
+  argv.insert(argv.end(), job.launch.extra_mpirun_options.begin(), job.launch.extra_mpirun_options.end());
+  argv.push_back(options.rank_exe);
+  argv.push_back(options.job_file);
+  return argv;
+}
+
+std::vector<std::string> local_run_overrides(int ranks) {
+  return {"slurm.nodes=1", fmt::format("slurm.ntasks_per_node={}", ranks), "slurm.gpus_per_node=0"};
+}
+
+void write_file_atomically(const std::string& path, const std::string& text) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(fs::path(path).parent_path(), ec);
+  ST_CHECK(!ec, ErrorKind::kIo, "cannot create the directory of {}: {}", path, ec.message());
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  ST_CHECK(fd >= 0, ErrorKind::kIo, "cannot write {}: {}", tmp, std::strerror(errno));
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      common::raise(ErrorKind::kIo, fmt::format("cannot write {}: {}", tmp, std::strerror(err)));
+    }
+    done += static_cast<size_t>(n);
+  }
+  const bool synced = ::fsync(fd) == 0;
+  const int sync_errno = errno;
+  ::close(fd);
+  if (!synced) {
+    ::unlink(tmp.c_str());
+    common::raise(ErrorKind::kIo, fmt::format("cannot fsync {}: {}", tmp, std::strerror(sync_errno)));
+  }
+  ST_CHECK(::rename(tmp.c_str(), path.c_str()) == 0, ErrorKind::kIo, "cannot rename {} to {}: {}", tmp, path,
+           std::strerror(errno));
+}
+
+void exec_argv(const std::vector<std::string>& argv) {
+  std::vector<char*> c_argv;
+  for (const std::string& a : argv) c_argv.push_back(const_cast<char*>(a.c_str()));
+  c_argv.push_back(nullptr);
+  std::fflush(nullptr);
+  ::execvp(c_argv[0], c_argv.data());
+  common::raise(ErrorKind::kIo, fmt::format("cannot start {}: {}", argv[0], std::strerror(errno)));
+}
+
+}  // namespace shardtune::launcher

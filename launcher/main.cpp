@@ -1,0 +1,109 @@
+// shardtune: the command users type on a login node. Never links LibTorch, MPI or CUDA.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <iostream>
+
+#include "common/error.h"
+#include "common/job/job_loader.h"
+#include "common/job/job_writer.h"
+#include "launcher/local_run.h"
+
+namespace {
+
+using namespace shardtune;
+
+constexpr int kJobErrorExit = 2;
+
+// Loads and validates; prints warnings to stderr. Throws JobError listing every error.
+job::Job resolve(const std::string& path, const std::vector<std::string>& overrides) {
+  job::Diagnostics warnings;
+  job::Job job = job::load_job_or_throw(path, overrides, &warnings);
+  std::cerr << warnings.to_string();
+  return job;
+}
+
+std::string sibling_executable(const std::string& name) {
+  std::error_code ec;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  ST_CHECK(!ec, common::ErrorKind::kIo, "cannot find the shardtune executable: {}", ec.message());
+  const auto path = self.parent_path() / name;
+  ST_CHECK(std::filesystem::exists(path), common::ErrorKind::kIo,
+           "{} is missing next to {}: build the whole project (scripts/setup.sh)", path.string(), self.string());
+  return path.string();
+}
+
+int cmd_validate(const std::string& path, const std::vector<std::string>& overrides) {
+  std::cout << job::to_toml(resolve(path, overrides));
+  return 0;
+}
+
+int cmd_run(const std::string& path, std::vector<std::string> overrides, int ranks, bool dry_run) {
+  if (ranks > 0) {
+    // -n decides the world: one node of `ranks` ranks, after the job file and its overrides.
+    for (std::string& o : launcher::local_run_overrides(ranks)) overrides.push_back(std::move(o));
+  }
+  job::Job job = resolve(path, overrides);
+  if (ranks <= 0 && job.slurm.nodes > 1) {
+    for (std::string& o : launcher::local_run_overrides(static_cast<int>(job.slurm.world_size())))
+      overrides.push_back(std::move(o));
+    job = resolve(path, overrides);
+  }
+  const std::string resolved_path = job.job.output_dir + "/job.toml";
+  launcher::LocalRunOptions options{sibling_executable("shardtune-rank"), resolved_path, ::geteuid() == 0};
+  const std::vector<std::string> argv = launcher::local_mpirun_argv(job, options);
+  std::string line;
+  for (const std::string& a : argv) line += (line.empty() ? "" : " ") + a;
+  if (dry_run) {
+    std::cout << line << "\n";
+    return 0;
+  }
+  launcher::write_file_atomically(resolved_path, job::to_toml(job));
+  std::cerr << "shardtune: " << line << "\n";
+  launcher::exec_argv(argv);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"shardtune: fine-tune Llama-class models with FSDP/HSDP on Slurm clusters"};
+  app.require_subcommand(1);
+  std::string path;
+  std::vector<std::string> overrides;
+  int ranks = 0;
+  bool dry_run = false;
+
+  auto* validate = app.add_subcommand("validate", "Check a job file; print the resolved job or every error");
+  validate->add_option("job", path, "Job file (TOML)")->required();
+  validate->add_option("--set", overrides, "Override a field: section.key=value (repeatable)");
+
+  auto* run = app.add_subcommand("run", "Run the job on this machine, ranks started by mpirun");
+  run->add_option("job", path, "Job file (TOML)")->required();
+  run->add_option("-n,--ranks", ranks, "Number of ranks (default: the job's world size)")->check(CLI::Range(1, 4096));
+  run->add_option("--set", overrides, "Override a field: section.key=value (repeatable)");
+  run->add_flag("--dry-run", dry_run, "Print the mpirun command instead of running it");
+
+  auto* schema = app.add_subcommand("schema", "Print the job-file reference (docs/job-file.md)");
+
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (validate->parsed()) return cmd_validate(path, overrides);
+    if (run->parsed()) return cmd_run(path, overrides, ranks, dry_run);
+    if (schema->parsed()) {
+      std::cout << job::schema_markdown();
+      return 0;
+    }
+  } catch (const job::JobError& e) {
+    std::cerr << e.what();
+    std::cerr << fmt::format("shardtune: {} error(s) in the job; nothing was run\n",
+                             std::count_if(e.diagnostics().all().begin(), e.diagnostics().all().end(),
+                                           [](const job::Diagnostic& d) { return d.severity == job::Severity::kError; }));
+    return kJobErrorExit;
+  } catch (const std::exception& e) {
+    std::cerr << "shardtune: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

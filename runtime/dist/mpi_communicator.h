@@ -1,0 +1,46 @@
+// Communicator over MPI for CPU tensors: non-blocking MPI collectives waited on by the watchdog.
+#pragma once
+
+#include <mpi.h>
+
+#include <memory>
+
+#include "runtime/dist/communicator.h"
+#include "runtime/dist/watchdog.h"
+
+namespace shardtune::dist {
+
+class MpiCommunicator final : public Communicator {
+ public:
+  // Takes ownership of `comm` (freed on destruction). Collective over `comm`.
+  MpiCommunicator(MPI_Comm comm, std::string name, double timeout_s);
+  ~MpiCommunicator() override;
+  MpiCommunicator(const MpiCommunicator&) = delete;
+  MpiCommunicator& operator=(const MpiCommunicator&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const std::vector<int>& world_ranks() const override { return world_ranks_; }
+  const std::string& name() const override { return name_; }
+  MPI_Comm comm() const { return comm_; }
+
+  void all_gather(const at::Tensor& input, at::Tensor& output) override;
+  void reduce_scatter(const at::Tensor& input, at::Tensor& output, ReduceOp op) override;
+  void all_reduce(at::Tensor& tensor, ReduceOp op) override;
+  void broadcast(at::Tensor& tensor, int root) override;
+  void barrier() override;
+
+ private:
+  // Waits for `request` under the watchdog; `op` names the collective in a timeout.
+  void wait(MPI_Request& request, std::string_view op);
+
+  MPI_Comm comm_;
+  std::string name_;
+  int rank_ = 0;
+  int size_ = 0;
+  std::vector<int> world_ranks_;
+  std::unique_ptr<Watchdog> watchdog_;
+  uint64_t seq_ = 0;
+};
+
+}  // namespace shardtune::dist

@@ -1,0 +1,59 @@
+// Topology discovery from MPI.
+#include "runtime/dist/topology.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <array>
+
+#include "common/error.h"
+#include "runtime/dist/mpi_check.h"
+
+namespace shardtune::dist {
+
+Topology discover_topology(MPI_Comm world) {
+  Topology t;
+  ST_MPI_CHECK(MPI_Comm_rank(world, &t.rank));
+  ST_MPI_CHECK(MPI_Comm_size(world, &t.world_size));
+
+  MPI_Comm node_comm = MPI_COMM_NULL;
+  ST_MPI_CHECK(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, t.rank, MPI_INFO_NULL, &node_comm));
+  ST_MPI_CHECK(MPI_Comm_rank(node_comm, &t.local_rank));
+  ST_MPI_CHECK(MPI_Comm_size(node_comm, &t.local_size));
+
+  // Node index: number the nodes' leaders (local rank 0) in world-rank order, then tell the node.
+  MPI_Comm leaders = MPI_COMM_NULL;
+  ST_MPI_CHECK(MPI_Comm_split(world, t.local_rank == 0 ? 0 : MPI_UNDEFINED, t.rank, &leaders));
+  if (leaders != MPI_COMM_NULL) {
+    ST_MPI_CHECK(MPI_Comm_rank(leaders, &t.node));
+    ST_MPI_CHECK(MPI_Comm_free(&leaders));
+  }
+  ST_MPI_CHECK(MPI_Bcast(&t.node, 1, MPI_INT, 0, node_comm));
+  int min_local = 0, max_local = 0;
+  ST_MPI_CHECK(MPI_Allreduce(&t.local_size, &min_local, 1, MPI_INT, MPI_MIN, world));
+  ST_MPI_CHECK(MPI_Allreduce(&t.local_size, &max_local, 1, MPI_INT, MPI_MAX, world));
+  t.uniform = min_local == max_local;
+  int is_leader = t.local_rank == 0 ? 1 : 0;
+  ST_MPI_CHECK(MPI_Allreduce(&is_leader, &t.num_nodes, 1, MPI_INT, MPI_SUM, world));
+  ST_MPI_CHECK(MPI_Comm_free(&node_comm));
+
+  std::array<char, 256> host{};
+  gethostname(host.data(), host.size() - 1);
+  t.host = host.data();
+  return t;
+}
+
+DeviceChoice choose_device(int local_rank, int local_size, int visible_gpus) {
+  if (visible_gpus <= 0) return {-1, "no GPU visible: running on CPU"};
+  if (visible_gpus == 1) return {0, "one GPU visible to this task: device 0"};
+  if (visible_gpus >= local_size)
+    return {local_rank, fmt::format("{} GPUs visible to {} local ranks: device = local rank {}", visible_gpus,
+                                    local_size, local_rank)};
+  common::raise(common::ErrorKind::kConfig,
+                fmt::format("{} ranks run on this node but only {} GPUs are visible to each: shardtune runs one "
+                            "rank per GPU. HINT: set [slurm] ntasks_per_node = gpus_per_node, or check "
+                            "CUDA_VISIBLE_DEVICES",
+                            local_size, visible_gpus));
+}
+
+}  // namespace shardtune::dist

@@ -1,0 +1,48 @@
+// Never block blindly on a collective: wait for it with a timeout, and when it expires find out
+// which ranks never arrived (a census among the ranks that are stuck), so every waiting rank
+// fails with an error naming them instead of hanging.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace shardtune::dist {
+
+struct CollectiveDesc {
+  std::string_view op;  // "all_reduce"
+  uint64_t seq = 0;     // the how-many-th collective on this group, from 1
+};
+
+class Watchdog {
+ public:
+  // `comm` spans the watched group; the watchdog keeps its own duplicate for the census, so
+  // census messages never mix with collective traffic. `world_ranks` maps group to world ranks.
+  Watchdog(MPI_Comm comm, std::string group_name, std::vector<int> world_ranks, double timeout_s);
+  ~Watchdog();
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+  double timeout_s() const { return timeout_s_; }
+
+  // Calls `poll` until it returns true. After timeout_s, runs the census and throws
+  // common::Error(kTimeout) naming the collective and the ranks that had not arrived.
+  void wait(const std::function<bool()>& poll, const CollectiveDesc& desc);
+
+ private:
+  // Runs the census; returns only if the collective finished meanwhile, else throws.
+  void fail(const std::function<bool()>& poll, const CollectiveDesc& desc);
+
+  MPI_Comm census_comm_ = MPI_COMM_NULL;
+  std::string group_name_;
+  std::vector<int> world_ranks_;
+  double timeout_s_;
+  int rank_ = 0;
+  int size_ = 0;
+};
+
+}  // namespace shardtune::dist
