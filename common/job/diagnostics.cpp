@@ -49,6 +49,15 @@ bool Diagnostics::has_errors() const {
                      [](const Diagnostic& d) { return d.severity == Severity::kError; });
 }
 
+void Diagnostics::sort_by_position() {
+  std::stable_sort(items_.begin(), items_.end(), [](const Diagnostic& a, const Diagnostic& b) {
+    const bool a_has = a.pos.line > 0, b_has = b.pos.line > 0;
+    if (a_has != b_has) return a_has;
+    if (a.pos.line != b.pos.line) return a.pos.line < b.pos.line;
+    return a.pos.column < b.pos.column;
+  });
+}
+
 std::string Diagnostics::to_string() const {
   std::string out;
   for (const Diagnostic& d : items_) {

@@ -31,6 +31,8 @@ class Diagnostics {
   void error(SourcePos pos, std::string key, std::string message);
   void warning(SourcePos pos, std::string key, std::string message);
   bool has_errors() const;
+  // Orders by line and column (TOML tables iterate by key); those without a position go last.
+  void sort_by_position();
   const std::vector<Diagnostic>& all() const { return items_; }
   // Every diagnostic, one per line, errors and warnings in the order found.
   std::string to_string() const;

@@ -28,6 +28,10 @@ inline std::string node_type_name(const toml::node& node) {
   }
 }
 
+inline std::string article(std::string_view type_name) {
+  return fmt::format("{} {}", type_name.front() == 'i' ? "an" : "a", type_name);
+}
+
 // Reading and writing one field type; each specialisation knows its TOML type.
 template <class T, class Enable = void>
 struct FieldType;
@@ -196,7 +200,7 @@ class SectionBuilder {
           return msg;
         }
       }
-      return fmt::format("expected {}, got {}", FieldType<T>::kName, node_type_name(node));
+      return fmt::format("expected {}, got {}", article(FieldType<T>::kName), node_type_name(node));
     };
     f.literal = [=](const Job& job) { return FieldType<T>::literal(job.*section.*member); };
     return FieldHandle<Sec, T>(f, section_, member);

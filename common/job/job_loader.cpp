@@ -166,6 +166,7 @@ LoadedJob parse_job(std::string_view text, const std::string& file, const std::v
     }
   }
   check_job(out.job, out.sources, file, out.diagnostics);
+  out.diagnostics.sort_by_position();
   return out;
 }
 

@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 #include <hdf5.h>
 
+#include <stdlib.h>  // mkdtemp
+
 #include <filesystem>
+#include <stdexcept>
 #include <string>
-#include <unistd.h>
 
 #include "common/error.h"
 

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs every dependency of shardtune from Debian packages and builds it into build/.
+# Idempotent and non-interactive: packages already present are not touched, the build is
+# incremental. Nothing is downloaded from anywhere but Debian's archive.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${SHARDTUNE_BUILD_DIR:-$root/build}
+
+packages=(
+  build-essential cmake ninja-build pkg-config git
+  libtorch-dev                              # LibTorch 1.13 (CPU); a CUDA LibTorch comes via Torch_DIR
+  libopenmpi-dev openmpi-bin                # Open MPI
+  libhdf5-openmpi-dev hdf5-tools            # parallel HDF5, h5dump/h5ls
+  python3-h5py                              # reads checkpoints back in tests
+  libtomlplusplus-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libcli11-dev libgtest-dev
+  slurm-wlm munge                           # the local test cluster
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "setup: installing ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+generator=()
+command -v ninja >/dev/null && generator=(-G Ninja)
+if [ ! -f "$build/CMakeCache.txt" ]; then
+  cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo ${SHARDTUNE_CMAKE_ARGS:-}
+fi
+cmake --build "$build" -j"$(nproc)"
+echo "setup: built into $build (shardtune: $build/bin/shardtune)"

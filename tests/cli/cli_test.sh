@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The command line as a user meets it: example jobs validate, bad jobs fail with exit code 2 and
+# run nothing, and `shardtune run` starts real MPI ranks that log per rank.
+# usage: cli_test.sh SHARDTUNE SOURCE_DIR
+set -u
+st=$1 src=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+for f in "$src"/configs/*.toml; do
+  "$st" validate "$f" >"$tmp/out" 2>"$tmp/err" || fail "validate $f: $(cat "$tmp/err")"
+  # The resolved job is itself a valid job file that resolves to the same text.
+  "$st" validate "$tmp/out" >"$tmp/again" 2>/dev/null || fail "resolved $f does not validate"
+  cmp -s "$tmp/out" "$tmp/again" || fail "resolving $f twice changes it"
+done
+
+for f in "$src"/tests/fixtures/jobs/bad/*.toml; do
+  "$st" validate "$f" >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  [ "$rc" -eq 2 ] || fail "validate $f exited $rc, expected 2"
+  [ -s "$tmp/out" ] && fail "validate $f printed a resolved job"
+  grep -q "nothing was run" "$tmp/err" || fail "validate $f: no summary line"
+  grep -q "$(basename "$f")" "$tmp/err" || fail "validate $f: the error does not name the file"
+done
+
+# A bad override is caught before mpirun starts.
+"$st" run "$src/configs/tiny-cpu.toml" --set train.lr=fast --set "job.output_dir=$tmp/never" 2>"$tmp/err"
+[ $? -eq 2 ] || fail "run with a bad --set did not exit 2"
+grep -q "\-\-set train.lr=fast: error: train.lr" "$tmp/err" || fail "bad --set not reported: $(cat "$tmp/err")"
+[ -e "$tmp/never" ] && fail "a failed validation created the output directory"
+
+# HYBRID_SHARD with a shard group that does not divide the local world.
+"$st" run "$src/configs/tiny-cpu.toml" -n 3 --set fsdp.sharding_strategy=HYBRID_SHARD \
+  --set fsdp.hsdp_shard_size=2 --set "job.output_dir=$tmp/hsdp3" 2>"$tmp/err"
+[ $? -eq 2 ] || fail "HSDP 2 on 3 ranks was not rejected"
+grep -q "shard group 2 vs world 3" "$tmp/err" || fail "HSDP error lacks the values: $(cat "$tmp/err")"
+
+# A real local run: 2 ranks, per-rank logs.
+out="$tmp/run2"
+if "$st" run "$src/configs/tiny-cpu.toml" -n 2 --set "job.output_dir=$out" >"$tmp/log" 2>&1; then
+  for r in 0 1; do
+    f=$(printf '%s/logs/rank-%05d.log' "$out" "$r")
+    [ -s "$f" ] || fail "missing $f"
+    grep -q "\[rank $r/2 node 0 host " "$f" || fail "$f lacks rank/node/host prefixes"
+    grep -q "preflight passed" "$f" || fail "$f: no preflight result"
+  done
+  "$st" validate "$out/job.toml" >/dev/null 2>&1 || fail "the resolved job written for the ranks does not validate"
+else
+  fail "shardtune run -n 2 failed: $(tail -20 "$tmp/log")"
+fi
+
+# HSDP at world size 4 with shard groups of 2.
+if "$st" run "$src/configs/tiny-cpu.toml" -n 4 --set fsdp.sharding_strategy=HYBRID_SHARD \
+     --set fsdp.hsdp_shard_size=2 --set "job.output_dir=$tmp/hsdp4" >"$tmp/log" 2>&1; then
+  grep -q "HYBRID_SHARD: 2 shard group(s) of 2 rank(s), replicated 2x" "$tmp/log" || fail "HSDP layout not logged"
+else
+  fail "HSDP run failed: $(tail -20 "$tmp/log")"
+fi
+
+if [ "$failures" -eq 0 ]; then echo "cli_test: all checks passed"; else echo "cli_test: $failures failure(s)"; fi
+[ "$failures" -eq 0 ]

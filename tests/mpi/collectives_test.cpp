@@ -1,0 +1,215 @@
+// Every collective of the MPI communicator, for every dtype and uneven sizes, against answers each
+// rank computes locally from the same per-rank formula.
+#include <ATen/ops/empty.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "common/error.h"
+#include "runtime/dist/mpi_communicator.h"
+#include "runtime/dist/mpi_check.h"
+
+namespace shardtune::dist {
+namespace {
+
+const std::vector<at::ScalarType> kFloatTypes = {at::kFloat, at::kDouble, at::kBFloat16, at::kHalf};
+const std::vector<at::ScalarType> kAllTypes = {at::kFloat, at::kDouble, at::kBFloat16, at::kHalf,
+                                               at::kInt,   at::kLong,   at::kByte};
+const std::vector<int64_t> kSizes = {1, 7, 1000, 4099};
+
+bool is_float(at::ScalarType t) { return t == at::kFloat || t == at::kDouble || t == at::kBFloat16 || t == at::kHalf; }
+
+// Rank r's element i: small quarter-steps, exact in every dtype and in their sums (|sum| <= 4 * 11).
+double exact_value(int rank, int64_t i, at::ScalarType t) {
+  const double v = static_cast<double>((rank * 131 + i * 17) % 23);
+  return is_float(t) ? (v - 11.0) * 0.25 : (t == at::kByte ? v : v - 11.0);
+}
+
+// Rank r's element i for rounding tests: values with full mantissas.
+double rough_value(int rank, int64_t i) { return std::sin(rank * 1.3 + i * 0.7) * (1.0 + i % 5); }
+
+at::Tensor make(int64_t n, at::ScalarType t, const std::function<double(int64_t)>& f) {
+  at::Tensor d = at::empty({n}, at::kDouble);
+  double* p = d.data_ptr<double>();
+  for (int64_t i = 0; i < n; ++i) p[i] = f(i);
+  return d.to(t);
+}
+
+std::vector<double> values(const at::Tensor& t) {
+  at::Tensor d = t.to(at::kDouble).contiguous();
+  return std::vector<double>(d.data_ptr<double>(), d.data_ptr<double>() + d.numel());
+}
+
+// The value a dtype stores for x (the inputs' own rounding).
+double stored(double x, at::ScalarType t) { return values(make(1, t, [x](int64_t) { return x; }))[0]; }
+
+// Unit roundoff of a dtype.
+double unit_roundoff(at::ScalarType t) {
+  switch (t) {
+    case at::kBFloat16: return std::ldexp(1.0, -8);
+    case at::kHalf: return std::ldexp(1.0, -11);
+    case at::kFloat: return std::ldexp(1.0, -24);
+    default: return std::ldexp(1.0, -53);
+  }
+}
+
+class Collectives : public testing::Test {
+ protected:
+  void SetUp() override {
+    MPI_Comm dup;
+    ST_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
+    comm_ = std::make_unique<MpiCommunicator>(dup, "world", 60.0);
+    rank_ = comm_->rank();
+    size_ = comm_->size();
+  }
+  std::unique_ptr<MpiCommunicator> comm_;
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+TEST_F(Collectives, AllReduceEveryOpEveryDtypeExact) {
+  for (at::ScalarType t : kAllTypes) {
+    for (int64_t n : kSizes) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin}) {
+        if (op == ReduceOp::kAvg && !is_float(t)) continue;
+        if (op == ReduceOp::kSum && t == at::kByte) continue;  // uint8 sums overflow by design
+        SCOPED_TRACE(testing::Message() << c10::toString(t) << " n=" << n << " op=" << to_string(op));
+        at::Tensor x = make(n, t, [&](int64_t i) { return exact_value(rank_, i, t); });
+        comm_->all_reduce(x, op);
+        const std::vector<double> got = values(x);
+        for (int64_t i = 0; i < n; ++i) {
+          double sum = 0, hi = -1e300, lo = 1e300;
+          for (int r = 0; r < size_; ++r) {
+            const double v = exact_value(r, i, t);
+            sum += v;
+            hi = std::max(hi, v);
+            lo = std::min(lo, v);
+          }
+          const double want = op == ReduceOp::kSum ? sum
+                              : op == ReduceOp::kAvg ? stored(sum / size_, t)
+                              : op == ReduceOp::kMax ? hi
+                                                     : lo;
+          if (got[i] != want) {
+            ADD_FAILURE() << "element " << i << ": got " << got[i] << ", want " << want;
+            break;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_F(Collectives, SixteenBitSumsRoundLikeFloatArithmetic) {
+  // Full-mantissa inputs: the reduction computes in fp32 and rounds each partial sum, so the error
+  // against the exact sum is at most (size-1) roundings of partial sums no larger than sum|v|.
+  for (at::ScalarType t : kFloatTypes) {
+    const int64_t n = 4099;
+    at::Tensor x = make(n, t, [&](int64_t i) { return rough_value(rank_, i); });
+    comm_->all_reduce(x, ReduceOp::kSum);
+    const std::vector<double> got = values(x);
+    int bad = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      double exact = 0, magnitude = 0;
+      for (int r = 0; r < size_; ++r) {
+        const double v = stored(rough_value(r, i), t);
+        exact += v;
+        magnitude += std::abs(v);
+      }
+      const double bound = (size_ - 1) * unit_roundoff(t) * magnitude * 1.0000001 + 1e-300;
+      if (std::abs(got[i] - exact) > bound && bad++ < 3)
+        ADD_FAILURE() << c10::toString(t) << " element " << i << ": got " << got[i] << ", exact " << exact
+                      << ", allowed error " << bound;
+    }
+  }
+}
+
+TEST_F(Collectives, AllGatherUnevenSizesAndInPlace) {
+  for (at::ScalarType t : kAllTypes) {
+    for (int64_t n : kSizes) {
+      SCOPED_TRACE(testing::Message() << c10::toString(t) << " n=" << n);
+      at::Tensor mine = make(n, t, [&](int64_t i) { return exact_value(rank_, i, t); });
+      at::Tensor out = at::empty({n * size_}, mine.options());
+      comm_->all_gather(mine, out);
+      // In place: the input is this rank's slot of the output.
+      at::Tensor out2 = at::empty({n * size_}, mine.options());
+      at::Tensor slot = out2.narrow(0, rank_ * n, n);
+      slot.copy_(mine);
+      comm_->all_gather(slot, out2);
+      const std::vector<double> got = values(out), got2 = values(out2);
+      for (int r = 0; r < size_; ++r)
+        for (int64_t i = 0; i < n; ++i) {
+          const double want = exact_value(r, i, t);
+          if (got[r * n + i] != want || got2[r * n + i] != want) {
+            ADD_FAILURE() << "rank slot " << r << " element " << i << ": got " << got[r * n + i] << " / "
+                          << got2[r * n + i] << ", want " << want;
+            r = size_;
+            break;
+          }
+        }
+    }
+  }
+}
+
+TEST_F(Collectives, ReduceScatterSumAndAvg) {
+  for (at::ScalarType t : kFloatTypes) {
+    for (int64_t n : kSizes) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+        SCOPED_TRACE(testing::Message() << c10::toString(t) << " n=" << n << " op=" << to_string(op));
+        at::Tensor in = make(n * size_, t, [&](int64_t i) { return exact_value(rank_, i, t); });
+        at::Tensor out = at::empty({n}, in.options());
+        comm_->reduce_scatter(in, out, op);
+        const std::vector<double> got = values(out);
+        for (int64_t i = 0; i < n; ++i) {
+          double sum = 0;
+          for (int r = 0; r < size_; ++r) sum += exact_value(r, rank_ * n + i, t);
+          const double want = op == ReduceOp::kSum ? sum : stored(sum / size_, t);
+          if (got[i] != want) {
+            ADD_FAILURE() << "element " << i << ": got " << got[i] << ", want " << want;
+            break;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_F(Collectives, BroadcastFromEveryRoot) {
+  for (at::ScalarType t : kAllTypes) {
+    for (int root = 0; root < size_; ++root) {
+      at::Tensor x = make(1000, t, [&](int64_t i) { return exact_value(rank_, i, t); });
+      comm_->broadcast(x, root);
+      const std::vector<double> got = values(x);
+      for (int64_t i = 0; i < 1000; ++i)
+        if (got[i] != exact_value(root, i, t)) {
+          ADD_FAILURE() << c10::toString(t) << " root " << root << " element " << i;
+          break;
+        }
+    }
+  }
+}
+
+TEST_F(Collectives, BarrierAndEmptyTensors) {
+  comm_->barrier();
+  at::Tensor empty = at::empty({0}, at::kFloat);
+  comm_->all_reduce(empty, ReduceOp::kSum);
+  at::Tensor out = at::empty({0}, at::kFloat);
+  comm_->all_gather(empty, out);
+  comm_->barrier();
+}
+
+TEST_F(Collectives, MisuseIsAnErrorBeforeAnyCommunication) {
+  at::Tensor in = at::empty({4}, at::kFloat);
+  at::Tensor wrong = at::empty({4 * size_ + 1}, at::kFloat);
+  EXPECT_THROW(comm_->all_gather(in, wrong), common::Error);
+  at::Tensor half = at::empty({4 * size_}, at::kHalf);
+  EXPECT_THROW(comm_->all_gather(in, half), common::Error);
+  at::Tensor ints = at::empty({4}, at::kInt);
+  EXPECT_THROW(comm_->all_reduce(ints, ReduceOp::kAvg), common::Error);
+  at::Tensor strided = at::empty({4, 4}, at::kFloat).t();
+  EXPECT_THROW(comm_->all_reduce(strided, ReduceOp::kSum), common::Error);
+  EXPECT_THROW(comm_->broadcast(in, size_), common::Error);
+  comm_->barrier();  // still usable afterwards
+}
+
+}  // namespace
+}  // namespace shardtune::dist

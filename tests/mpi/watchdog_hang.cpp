@@ -1,0 +1,39 @@
+// A program that hangs on purpose, for the watchdog test. 3 ranks, timeout 2 s.
+//   absent:   rank 2 never calls the all-reduce the others wait in.
+//   late:     rank 2 arrives 1 s late, within the timeout: no error, the right sum.
+// Expected for absent: the waiting ranks fail with an error naming rank 2, and the job ends.
+#include <ATen/ops/ones.h>
+#include <fmt/format.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "common/error.h"
+#include "runtime/dist/mpi_communicator.h"
+#include "runtime/dist/mpi_runtime.h"
+
+using namespace shardtune;
+
+int main(int argc, char** argv) {
+  dist::MpiRuntime mpi(&argc, &argv);
+  const std::string scenario = argc > 1 ? argv[1] : "absent";
+  try {
+    MPI_Comm dup;
+    MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+    dist::MpiCommunicator world(dup, "world", 2.0);
+    common::set_process_identity({"", world.rank(), world.size(), 0, world.rank()});
+    at::Tensor x = at::ones({16}, at::kFloat);
+    if (world.rank() == 2) {
+      std::this_thread::sleep_for(std::chrono::seconds(scenario == "absent" ? 60 : 1));
+      if (scenario == "absent") return 0;
+    }
+    world.all_reduce(x, dist::ReduceOp::kSum);
+    const bool right = x[0].item<float>() == 3.0f;
+    fmt::print(stderr, "rank {}: the collective finished with {} sum\n", world.rank(), right ? "the right" : "a wrong");
+    return right ? 0 : 4;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "CAUGHT {}\n", e.what());
+    dist::MpiRuntime::abort(3);
+  }
+}

@@ -1,0 +1,182 @@
+// The job schema: defaults, precedence (--set > file > defaults), the resolved job round trip,
+// cross-field rules with their positions, and the generated reference page.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "common/job/job_loader.h"
+#include "common/job/job_writer.h"
+#include "common/job/schema.h"
+#include "common/job/slurm_time.h"
+
+namespace shardtune::job {
+namespace {
+
+constexpr const char* kMinimal = R"([job]
+name = "t"
+
+[model]
+preset = "tiny"
+init = "random"
+)";
+
+std::string read_file(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+LoadedJob parse_ok(const std::string& text, const std::vector<std::string>& overrides = {}) {
+  LoadedJob loaded = parse_job(text, "job.toml", overrides);
+  EXPECT_FALSE(loaded.diagnostics.has_errors()) << loaded.diagnostics.to_string();
+  return loaded;
+}
+
+TEST(JobSchema, DefaultsAreLlamaRecipesDefaults) {
+  const Job job = parse_ok(kMinimal).job;
+  EXPECT_EQ(job.train.batch_size_training, 4);
+  EXPECT_EQ(job.train.context_length, 4096);
+  EXPECT_EQ(job.train.gradient_accumulation_steps, 1);
+  EXPECT_DOUBLE_EQ(job.train.lr, 1e-4);
+  EXPECT_DOUBLE_EQ(job.train.gamma, 0.85);
+  EXPECT_EQ(job.train.seed, 42);
+  EXPECT_EQ(job.train.num_epochs, 3);
+  EXPECT_TRUE(job.train.mixed_precision);
+  EXPECT_EQ(job.train.batching_strategy, BatchingStrategy::kPacking);
+  EXPECT_EQ(job.fsdp.sharding_strategy, ShardingStrategy::kFullShard);
+  EXPECT_EQ(job.fsdp.checkpoint_type, CheckpointType::kSharded);
+  // Defaults that depend on other fields.
+  EXPECT_EQ(job.job.output_dir, "runs/t");
+  EXPECT_EQ(job.checkpoint.dir, "runs/t/checkpoints");
+  EXPECT_EQ(job.slurm.ntasks_per_node, 1);
+}
+
+TEST(JobSchema, OverridesBeatTheFileWhichBeatsDefaults) {
+  const std::string text = std::string(kMinimal) + "\n[train]\nlr = 3e-4\nseed = 7\n";
+  const LoadedJob loaded = parse_ok(text, {"train.lr=5e-5", "job.name=renamed", "fsdp.sharding_strategy=NO_SHARD",
+                                           "peft.target_modules=[\"q_proj\", \"k_proj\"]"});
+  EXPECT_DOUBLE_EQ(loaded.job.train.lr, 5e-5);  // --set
+  EXPECT_EQ(loaded.job.train.seed, 7);           // file
+  EXPECT_EQ(loaded.job.train.num_epochs, 3);     // default
+  EXPECT_EQ(loaded.job.job.name, "renamed");     // bare word for a string field
+  EXPECT_EQ(loaded.job.fsdp.sharding_strategy, ShardingStrategy::kNoShard);
+  EXPECT_EQ(loaded.job.peft.target_modules, (std::vector<std::string>{"q_proj", "k_proj"}));
+  EXPECT_EQ(loaded.sources.at("train.lr").file, "--set train.lr=5e-5");
+  EXPECT_EQ(loaded.sources.at("train.seed").line, 10);
+}
+
+TEST(JobSchema, BadOverridesAreReportedWithTheArgument) {
+  const LoadedJob loaded =
+      parse_job(kMinimal, "job.toml", {"train.lr=fast", "train.lrr=1", "trian.lr=1", "nodot=1", "train.seed=-1"});
+  const std::string out = loaded.diagnostics.to_string();
+  EXPECT_NE(out.find("--set train.lr=fast: error: train.lr: 'fast' is not a valid float value"), std::string::npos) << out;
+  EXPECT_NE(out.find("--set train.lrr=1: error: train.lrr: unknown key in [train]; did you mean 'lr'?"),
+            std::string::npos) << out;
+  EXPECT_NE(out.find("--set trian.lr=1: error: trian: unknown section [trian]; did you mean 'train'?"),
+            std::string::npos) << out;
+  EXPECT_NE(out.find("--set nodot=1: error: expected section.key=value"), std::string::npos) << out;
+  EXPECT_NE(out.find("--set train.seed=-1: error: train.seed: must be >= 0, got -1"), std::string::npos) << out;
+}
+
+TEST(JobSchema, ResolvedJobParsesBackToTheSameJob) {
+  const std::string text = std::string(kMinimal) +
+                           "\n[data]\nprompt_template = \"### Q:\\n{prompt}\\t\\\"x\\\"\\n### A:\"\n"
+                           "[train]\nlr = 2.5e-5\nweight_decay = 0.1\n[slurm]\nextra_sbatch_options = [\"--comment=a b\"]\n";
+  const Job job = parse_ok(text).job;
+  const std::string resolved = to_toml(job);
+  const Job again = parse_ok(resolved).job;
+  EXPECT_EQ(to_toml(again), resolved);
+  EXPECT_EQ(again.data.prompt_template, "### Q:\n{prompt}\t\"x\"\n### A:");
+  EXPECT_DOUBLE_EQ(again.train.lr, 2.5e-5);
+  // Every field of the schema appears in the resolved job.
+  for (const SectionSpec& s : job_schema())
+    for (const FieldSpec& f : s.fields) EXPECT_NE(resolved.find("\n" + f.key + " = "), std::string::npos) << f.dotted();
+}
+
+TEST(JobSchema, HybridShardGroupMustDivideTheWorld) {
+  const std::string base = std::string(kMinimal) + "\n[slurm]\nnodes = 2\ngpus_per_node = 4\n[fsdp]\nsharding_strategy = \"HYBRID_SHARD\"\n";
+  const LoadedJob by_node = parse_ok(base);
+  EXPECT_EQ(shard_group_size(by_node.job), 4);  // default: the ranks of one node
+  EXPECT_EQ(by_node.job.slurm.world_size(), 8);
+  EXPECT_EQ(shard_group_size(parse_ok(base + "hsdp_shard_size = 2\n").job), 2);
+  const LoadedJob bad = parse_job(base + "hsdp_shard_size = 3\n", "job.toml");
+  EXPECT_EQ(bad.diagnostics.to_string(),
+            "job.toml:13:19: error: fsdp.hsdp_shard_size: HYBRID_SHARD needs a shard group size that divides the "
+            "world size: shard group 3 vs world 8 (nodes 2 x ranks per node 4)\n");
+}
+
+TEST(JobSchema, ShardGroupSizeFollowsTheStrategy) {
+  Job job;
+  job.slurm.nodes = 2;
+  job.slurm.gpus_per_node = 8;
+  job.fsdp.sharding_strategy = ShardingStrategy::kFullShard;
+  EXPECT_EQ(shard_group_size(job), 16);
+  job.fsdp.sharding_strategy = ShardingStrategy::kShardGradOp;
+  EXPECT_EQ(shard_group_size(job), 16);
+  job.fsdp.sharding_strategy = ShardingStrategy::kNoShard;
+  EXPECT_EQ(shard_group_size(job), 1);
+  job.fsdp.sharding_strategy = ShardingStrategy::kHybridShard;
+  EXPECT_EQ(shard_group_size(job), 8);
+}
+
+TEST(JobSchema, WarningsDoNotFailTheJob) {
+  const LoadedJob loaded = parse_job(std::string(kMinimal) + "\n[fsdp]\nhsdp_shard_size = 2\n", "job.toml");
+  EXPECT_FALSE(loaded.diagnostics.has_errors());
+  EXPECT_EQ(loaded.diagnostics.to_string(),
+            "job.toml:9:19: warning: fsdp.hsdp_shard_size: hsdp_shard_size = 2 is ignored: sharding_strategy is "
+            "FULL_SHARD\n");
+}
+
+TEST(JobSchema, EveryErrorIsReportedAtOnce) {
+  const std::string text = "[job]\nname = \"t\"\n[model]\npreset = \"tiny\"\n[train]\nlr = -1.0\nbogus = 1\n"
+                           "use_fp16 = true\npure_bf16 = true\n[fsdp]\nsharding_strategy = \"HALF_SHARD\"\n";
+  const LoadedJob loaded = parse_job(text, "job.toml");
+  const std::string out = loaded.diagnostics.to_string();
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 5) << out;
+  EXPECT_NE(out.find("job.toml:4:10: error: model.init: preset \"tiny\" has no weights"), std::string::npos) << out;
+  EXPECT_NE(out.find("job.toml:6:6: error: train.lr: must be > 0, got -1.0"), std::string::npos) << out;
+  EXPECT_NE(out.find("job.toml:7:1: error: train.bogus: unknown key in [train]"), std::string::npos) << out;
+  EXPECT_NE(out.find("job.toml:9:13: error: train.pure_bf16: use_fp16 and pure_bf16"), std::string::npos) << out;
+  EXPECT_NE(out.find("job.toml:11:21: error: fsdp.sharding_strategy: 'HALF_SHARD' is not one of"), std::string::npos)
+      << out;
+}
+
+TEST(JobSchema, ExampleConfigsAreValid) {
+  const std::filesystem::path dir = std::filesystem::path(ST_SOURCE_DIR) / "configs";
+  int count = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() != ".toml") continue;
+    ++count;
+    const LoadedJob loaded = load_job_file(entry.path().string());
+    EXPECT_FALSE(loaded.diagnostics.has_errors()) << loaded.diagnostics.to_string();
+    EXPECT_TRUE(loaded.diagnostics.all().empty()) << "warnings in an example: " << loaded.diagnostics.to_string();
+  }
+  EXPECT_GE(count, 4);
+}
+
+TEST(JobSchema, ReferencePageIsGeneratedFromTheSchema) {
+  const std::string committed = read_file(std::filesystem::path(ST_SOURCE_DIR) / "docs" / "job-file.md");
+  EXPECT_EQ(committed, schema_markdown())
+      << "docs/job-file.md is stale: regenerate it with `build/bin/shardtune schema > docs/job-file.md`";
+  for (const SectionSpec& s : job_schema()) {
+    EXPECT_FALSE(s.doc.empty()) << s.name;
+    for (const FieldSpec& f : s.fields) EXPECT_FALSE(f.doc.empty()) << f.dotted();
+  }
+}
+
+TEST(SlurmTime, EverySlurmFormat) {
+  EXPECT_EQ(parse_slurm_time("30"), 30 * 60);
+  EXPECT_EQ(parse_slurm_time("30:15"), 30 * 60 + 15);
+  EXPECT_EQ(parse_slurm_time("04:00:00"), 4 * 3600);
+  EXPECT_EQ(parse_slurm_time("2-12"), 2 * 86400 + 12 * 3600);
+  EXPECT_EQ(parse_slurm_time("1-00:30"), 86400 + 30 * 60);
+  EXPECT_EQ(parse_slurm_time("1-02:03:04"), 86400 + 2 * 3600 + 3 * 60 + 4);
+  for (const char* bad : {"", "4 hours", "1:2:3:4", "-1", "1-", "a:b", "1-2:3:4:5", ":30", "99999999999"})
+    EXPECT_FALSE(parse_slurm_time(bad).has_value()) << bad;
+}
+
+}  // namespace
+}  // namespace shardtune::job
