@@ -17,6 +17,7 @@
 #include "runtime/preflight.h"
 #ifdef SHARDTUNE_HAVE_NCCL
 #include "runtime/dist/cuda_check.h"
+#include "runtime/nccl_preflight.h"
 #endif
 
 namespace {
@@ -105,6 +106,15 @@ int run(int argc, char** argv) {
   spdlog::info("preflight passed: world, shard and replicate communicators agree; fp32 all-reduce of {} MiB "
                "at {:.2f} GB/s",
                report.allreduce_bytes >> 20, report.allreduce_gbps);
+#ifdef SHARDTUNE_HAVE_NCCL
+  // NCCL refuses two ranks on one GPU ("Duplicate GPU detected"): check it only when every rank
+  // has a GPU of its own.
+  if (runtime::every_rank_has_its_own_gpu(MPI_COMM_WORLD, device.device)) {
+    spdlog::info("{}", runtime::run_nccl_preflight(MPI_COMM_WORLD, device.device, job.launch.collective_timeout_s));
+  } else if (device.device >= 0) {
+    spdlog::info("NCCL preflight skipped: some ranks share a GPU");
+  }
+#endif
   spdlog::info("this build stops after the preflight: the training loop is not part of it yet");
   return 0;
 }

@@ -52,20 +52,26 @@ DType dtype_of(const at::Tensor& t) {
   }
 }
 
+std::vector<int> world_ranks_of(MPI_Comm comm) {
+  int size = 0;
+  ST_MPI_CHECK(MPI_Comm_size(comm, &size));
+  MPI_Group group, world_group;
+  ST_MPI_CHECK(MPI_Comm_group(comm, &group));
+  ST_MPI_CHECK(MPI_Comm_group(MPI_COMM_WORLD, &world_group));
+  std::vector<int> mine(size), world(size);
+  for (int i = 0; i < size; ++i) mine[i] = i;
+  ST_MPI_CHECK(MPI_Group_translate_ranks(group, size, mine.data(), world_group, world.data()));
+  ST_MPI_CHECK(MPI_Group_free(&group));
+  ST_MPI_CHECK(MPI_Group_free(&world_group));
+  return world;
+}
+
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name, double timeout_s)
     : comm_(comm), name_(std::move(name)) {
   ST_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
   ST_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   ST_MPI_CHECK(MPI_Comm_size(comm_, &size_));
-  MPI_Group group, world_group;
-  ST_MPI_CHECK(MPI_Comm_group(comm_, &group));
-  ST_MPI_CHECK(MPI_Comm_group(MPI_COMM_WORLD, &world_group));
-  std::vector<int> mine(size_);
-  for (int i = 0; i < size_; ++i) mine[i] = i;
-  world_ranks_.resize(size_);
-  ST_MPI_CHECK(MPI_Group_translate_ranks(group, size_, mine.data(), world_group, world_ranks_.data()));
-  ST_MPI_CHECK(MPI_Group_free(&group));
-  ST_MPI_CHECK(MPI_Group_free(&world_group));
+  world_ranks_ = world_ranks_of(comm_);
   watchdog_ = std::make_unique<Watchdog>(comm_, name_, world_ranks_, timeout_s);
 }
 

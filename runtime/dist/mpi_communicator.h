@@ -10,6 +10,9 @@
 
 namespace shardtune::dist {
 
+// The MPI_COMM_WORLD rank of each member of `comm`, in `comm`'s rank order.
+std::vector<int> world_ranks_of(MPI_Comm comm);
+
 class MpiCommunicator final : public Communicator {
  public:
   // Takes ownership of `comm` (freed on destruction). Collective over `comm`.
