@@ -22,11 +22,25 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr int kCensusTag = 7001;
 
-// What a stuck rank tells its peers: which collective it is waiting in.
+// Which collective a rank is waiting in. A timed-out rank announces it to every peer; a peer that
+// is waiting in any collective of the group answers with its own.
 struct CensusMessage {
   uint64_t seq;
   std::array<char, 32> op;
+  int32_t is_announcement;  // 1: "I timed out, where are you?"; 0: an answer
 };
+
+CensusMessage make_message(const CollectiveDesc& desc, bool announcement) {
+  CensusMessage m{desc.seq, {}, announcement ? 1 : 0};
+  std::strncpy(m.op.data(), std::string(desc.op).c_str(), m.op.size() - 1);
+  return m;
+}
+
+// Sends without waiting for delivery: the peer may be dead, and nothing may block here.
+void send_unwaited(const CensusMessage& m, int peer, MPI_Comm comm) {
+  MPI_Request req;
+  if (MPI_Isend(&m, sizeof(m), MPI_BYTE, peer, kCensusTag, comm, &req) == MPI_SUCCESS) MPI_Request_free(&req);
+}
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -65,26 +79,34 @@ void Watchdog::wait(const std::function<bool()>& poll, const CollectiveDesc& des
   const auto start = Clock::now();
   int polls = 0;
   while (!poll()) {
-    if (polls % 64 == 0 && seconds_since(start) > timeout_s_) {
-      fail(poll, desc);
-      return;  // it finished during the census after all
+    if (polls % 64 == 0) {
+      if (seconds_since(start) > timeout_s_) {
+        fail(poll, desc);
+        return;  // it finished during the census after all
+      }
+      answer_census(desc);
     }
     back_off(polls);
   }
 }
 
-void Watchdog::fail(const std::function<bool()>& poll, const CollectiveDesc& desc) {
-  // 1. Tell every peer where this rank is stuck.
-  CensusMessage mine{desc.seq, {}};
-  std::strncpy(mine.op.data(), std::string(desc.op).c_str(), mine.op.size() - 1);
-  for (int peer = 0; peer < size_; ++peer) {
-    if (peer == rank_) continue;
-    MPI_Request req;
-    if (MPI_Isend(&mine, sizeof(mine), MPI_BYTE, peer, kCensusTag, census_comm_, &req) == MPI_SUCCESS)
-      MPI_Request_free(&req);
+void Watchdog::answer_census(const CollectiveDesc& desc) {
+  int flag = 0;
+  MPI_Status status;
+  while (MPI_Iprobe(MPI_ANY_SOURCE, kCensusTag, census_comm_, &flag, &status) == MPI_SUCCESS && flag) {
+    CensusMessage msg{};
+    MPI_Recv(&msg, sizeof(msg), MPI_BYTE, status.MPI_SOURCE, kCensusTag, census_comm_, MPI_STATUS_IGNORE);
+    if (msg.is_announcement) send_unwaited(make_message(desc, false), status.MPI_SOURCE, census_comm_);
   }
-  // 2. Listen for a grace period: peers stuck too report within it (they started waiting at about
-  //    the same time); those that stay silent never arrived (busy elsewhere, hung or dead).
+}
+
+void Watchdog::fail(const std::function<bool()>& poll, const CollectiveDesc& desc) {
+  // 1. Ask every peer where it is. Peers waiting in a collective of this group answer at once;
+  //    those that stay silent for the grace period never arrived (busy elsewhere, hung or dead).
+  const CensusMessage mine = make_message(desc, true);
+  for (int peer = 0; peer < size_; ++peer)
+    if (peer != rank_) send_unwaited(mine, peer, census_comm_);
+  // 2. Listen, answering other ranks' announcements as well.
   const double grace = std::clamp(timeout_s_ * 0.25, 0.5, 5.0);
   std::map<int, CensusMessage> heard;
   const auto start = Clock::now();
@@ -99,8 +121,9 @@ void Watchdog::fail(const std::function<bool()>& poll, const CollectiveDesc& des
     if (MPI_Iprobe(MPI_ANY_SOURCE, kCensusTag, census_comm_, &flag, &status) == MPI_SUCCESS && flag) {
       CensusMessage msg{};
       MPI_Recv(&msg, sizeof(msg), MPI_BYTE, status.MPI_SOURCE, kCensusTag, census_comm_, MPI_STATUS_IGNORE);
-      // Messages from an earlier census (a collective that then finished) are stale.
-      if (msg.seq >= desc.seq || std::string_view(msg.op.data()) != desc.op) heard[status.MPI_SOURCE] = msg;
+      if (msg.is_announcement) send_unwaited(make_message(desc, false), status.MPI_SOURCE, census_comm_);
+      // An announcement from an earlier census whose collective then finished is stale.
+      if (!msg.is_announcement || msg.seq >= desc.seq) heard[status.MPI_SOURCE] = msg;
     } else {
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }

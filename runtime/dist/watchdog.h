@@ -1,6 +1,6 @@
 // Never block blindly on a collective: wait for it with a timeout, and when it expires find out
-// which ranks never arrived (a census among the ranks that are stuck), so every waiting rank
-// fails with an error naming them instead of hanging.
+// which ranks never arrived (a census: every rank that is waiting in a collective of the group
+// answers), so every waiting rank fails with an error naming them instead of hanging.
 #pragma once
 
 #include <mpi.h>
@@ -34,6 +34,8 @@ class Watchdog {
   void wait(const std::function<bool()>& poll, const CollectiveDesc& desc);
 
  private:
+  // Answers census announcements from peers that timed out: "I am waiting in `desc`".
+  void answer_census(const CollectiveDesc& desc);
   // Runs the census; returns only if the collective finished meanwhile, else throws.
   void fail(const std::function<bool()>& poll, const CollectiveDesc& desc);
 

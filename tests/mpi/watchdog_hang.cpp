@@ -1,6 +1,8 @@
 // A program that hangs on purpose, for the watchdog test. 3 ranks, timeout 2 s.
 //   absent:   rank 2 never calls the all-reduce the others wait in.
-//   late:     rank 2 arrives 1 s late, within the timeout: no error, the right sum.
+//   staggered: rank 1 arrives 1.5 s after rank 0, rank 2 never: rank 1 is waiting when rank 0
+//             times out, so only rank 2 is named.
+//   late:     rank 2 arrives 0.5 s late, within the timeout: no error, the right sum.
 // Expected for absent: the waiting ranks fail with an error naming rank 2, and the job ends.
 #include <ATen/ops/ones.h>
 #include <fmt/format.h>
@@ -24,9 +26,10 @@ int main(int argc, char** argv) {
     dist::MpiCommunicator world(dup, "world", 2.0);
     common::set_process_identity({"", world.rank(), world.size(), 0, world.rank()});
     at::Tensor x = at::ones({16}, at::kFloat);
+    if (world.rank() == 1 && scenario == "staggered") std::this_thread::sleep_for(std::chrono::milliseconds(1500));
     if (world.rank() == 2) {
-      std::this_thread::sleep_for(std::chrono::seconds(scenario == "absent" ? 60 : 1));
-      if (scenario == "absent") return 0;
+      std::this_thread::sleep_for(std::chrono::milliseconds(scenario == "late" ? 500 : 60000));
+      if (scenario != "late") return 0;
     }
     world.all_reduce(x, dist::ReduceOp::kSum);
     const bool right = x[0].item<float>() == 3.0f;
