@@ -17,10 +17,6 @@
 #include "runtime/dist/mpi_check.h"
 
 namespace shardtune::dist {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-constexpr int kCensusTag = 7001;
 
 // Which collective a rank is waiting in. A timed-out rank announces it to every peer; a peer that
 // is waiting in any collective of the group answers with its own.
@@ -29,6 +25,11 @@ struct CensusMessage {
   std::array<char, 32> op;
   int32_t is_announcement;  // 1: "I timed out, where are you?"; 0: an answer
 };
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int kCensusTag = 7001;
 
 CensusMessage make_message(const CollectiveDesc& desc, bool announcement) {
   CensusMessage m{desc.seq, {}, announcement ? 1 : 0};
@@ -90,13 +91,19 @@ void Watchdog::wait(const std::function<bool()>& poll, const CollectiveDesc& des
   }
 }
 
-void Watchdog::answer_census(const CollectiveDesc& desc) {
+std::optional<std::pair<int, CensusMessage>> Watchdog::receive_census(const CollectiveDesc& desc) {
   int flag = 0;
   MPI_Status status;
-  while (MPI_Iprobe(MPI_ANY_SOURCE, kCensusTag, census_comm_, &flag, &status) == MPI_SUCCESS && flag) {
-    CensusMessage msg{};
-    MPI_Recv(&msg, sizeof(msg), MPI_BYTE, status.MPI_SOURCE, kCensusTag, census_comm_, MPI_STATUS_IGNORE);
-    if (msg.is_announcement) send_unwaited(make_message(desc, false), status.MPI_SOURCE, census_comm_);
+  if (MPI_Iprobe(MPI_ANY_SOURCE, kCensusTag, census_comm_, &flag, &status) != MPI_SUCCESS || !flag)
+    return std::nullopt;
+  CensusMessage msg{};
+  MPI_Recv(&msg, sizeof(msg), MPI_BYTE, status.MPI_SOURCE, kCensusTag, census_comm_, MPI_STATUS_IGNORE);
+  if (msg.is_announcement) send_unwaited(make_message(desc, false), status.MPI_SOURCE, census_comm_);
+  return std::make_pair(status.MPI_SOURCE, msg);
+}
+
+void Watchdog::answer_census(const CollectiveDesc& desc) {
+  while (receive_census(desc)) {
   }
 }
 
@@ -116,14 +123,10 @@ void Watchdog::fail(const std::function<bool()>& poll, const CollectiveDesc& des
                    timeout_s_);
       return;
     }
-    int flag = 0;
-    MPI_Status status;
-    if (MPI_Iprobe(MPI_ANY_SOURCE, kCensusTag, census_comm_, &flag, &status) == MPI_SUCCESS && flag) {
-      CensusMessage msg{};
-      MPI_Recv(&msg, sizeof(msg), MPI_BYTE, status.MPI_SOURCE, kCensusTag, census_comm_, MPI_STATUS_IGNORE);
-      if (msg.is_announcement) send_unwaited(make_message(desc, false), status.MPI_SOURCE, census_comm_);
+    if (auto received = receive_census(desc)) {
+      const auto& [source, msg] = *received;
       // An announcement from an earlier census whose collective then finished is stale.
-      if (!msg.is_announcement || msg.seq >= desc.seq) heard[status.MPI_SOURCE] = msg;
+      if (!msg.is_announcement || msg.seq >= desc.seq) heard[source] = msg;
     } else {
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }

@@ -7,11 +7,15 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace shardtune::dist {
+
+struct CensusMessage;  // watchdog.cpp
 
 struct CollectiveDesc {
   std::string_view op;  // "all_reduce"
@@ -34,6 +38,8 @@ class Watchdog {
   void wait(const std::function<bool()>& poll, const CollectiveDesc& desc);
 
  private:
+  // Receives one pending census message, if any, answering it when it is an announcement.
+  std::optional<std::pair<int, CensusMessage>> receive_census(const CollectiveDesc& desc);
   // Answers census announcements from peers that timed out: "I am waiting in `desc`".
   void answer_census(const CollectiveDesc& desc);
   // Runs the census; returns only if the collective finished meanwhile, else throws.
