@@ -16,11 +16,12 @@ namespace {
 herr_t collect_entry(unsigned /*n*/, const H5E_error2_t* err, void* client_data) {
   auto* entries = static_cast<std::vector<std::string>*>(client_data);
   std::string_view func = err->func_name != nullptr ? err->func_name : "?";
-  std::string desc = err->desc != nullptr ? err->desc : "";
+  const std::string_view raw = err->desc != nullptr ? err->desc : "";
   // Some descriptions embed ctime() output, newline included; keep the message on one line.
-  for (size_t pos; (pos = desc.find('\n')) != std::string::npos;) {
-    const bool before_comma = pos + 1 < desc.size() && desc[pos + 1] == ',';
-    desc.replace(pos, 1, before_comma ? "" : " ");
+  std::string desc;
+  for (size_t i = 0; i < raw.size(); ++i) {
+    if (raw[i] != '\n') desc += raw[i];
+    else if (i + 1 < raw.size() && raw[i + 1] != ',') desc += ' ';
   }
   // The API function is named H5Fopen, internal ones H5F_open: the C name says where in HDF5.
   entries->push_back(fmt::format("{}(): {}", func, desc));
