@@ -1,0 +1,203 @@
+// Reading a Hugging Face model folder. The index and the shards are cross-checked in both
+// directions, because a checkpoint that silently drops or duplicates a tensor trains garbage.
+#include "checkpoint/hf_folder.h"
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <set>
+#include <sstream>
+
+#include "common/error.h"
+
+namespace shardtune::checkpoint {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// config.json and index files are kilobytes to a few megabytes; anything far larger is not one.
+constexpr uintmax_t kMaxJsonFileBytes = 100'000'000;
+
+[[noreturn]] void fail(const std::string& message,
+                       const std::source_location& loc = std::source_location::current()) {
+  common::raise(common::ErrorKind::kIo, message, loc);
+}
+
+std::string json_quoted(std::string_view s) {
+  return json(std::string(s)).dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+// Parses a JSON file, rejecting duplicate keys (nlohmann would keep the last one silently, and a
+// tensor listed twice in an index is exactly the kind of mistake to report).
+json read_json_file(const fs::path& path) {
+  std::error_code ec;
+  const uintmax_t size = fs::file_size(path, ec);
+  if (ec) fail(fmt::format("{}: cannot read it: {}", path.string(), ec.message()));
+  if (size > kMaxJsonFileBytes) {
+    fail(fmt::format("{}: {} bytes, more than the {} bytes a JSON model file may have", path.string(), size,
+                     kMaxJsonFileBytes));
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(fmt::format("{}: cannot open it: {}", path.string(), std::strerror(errno)));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) fail(fmt::format("{}: read failed", path.string()));
+
+  std::vector<std::set<std::string>> open_objects;
+  std::optional<std::string> duplicate;
+  json::parser_callback_t on_event = [&](int /*depth*/, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::object_start) {
+      open_objects.emplace_back();
+    } else if (event == json::parse_event_t::object_end) {
+      if (!open_objects.empty()) open_objects.pop_back();
+    } else if (event == json::parse_event_t::key && !open_objects.empty() && !duplicate) {
+      const auto& key = parsed.get_ref<const std::string&>();
+      if (!open_objects.back().insert(key).second) duplicate = key;
+    }
+    return true;
+  };
+  json out;
+  try {
+    out = json::parse(text.str(), on_event);
+  } catch (const json::parse_error& e) {
+    fail(fmt::format("{}: not valid JSON at byte {}: {}", path.string(), e.byte, e.what()));
+  }
+  if (duplicate) fail(fmt::format("{}: the key {} appears twice in one object", path.string(), json_quoted(*duplicate)));
+  if (!out.is_object()) fail(fmt::format("{}: the top level is a {}, expected an object", path.string(), out.type_name()));
+  return out;
+}
+
+// A shard name from an index must name a file inside the folder: a name with a separator or ".."
+// could make the reader open any file on the machine.
+bool is_plain_file_name(std::string_view name) {
+  return !name.empty() && name.find('/') == std::string_view::npos && name.find('\\') == std::string_view::npos &&
+         name.find("..") == std::string_view::npos && name.find('\0') == std::string_view::npos;
+}
+
+}  // namespace
+
+HfFolder HfFolder::open(const std::string& dir) {
+  HfFolder folder;
+  folder.dir_ = dir;
+  const fs::path root(dir);
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) {
+    fail(fmt::format("model folder {}: not a directory{}", dir, ec ? fmt::format(" ({})", ec.message()) : ""));
+  }
+  const fs::path config_path = root / "config.json";
+  if (!fs::exists(config_path, ec)) {
+    fail(fmt::format("model folder {}: {} is missing; a Hugging Face model folder needs its config.json", dir,
+                     config_path.string()));
+  }
+  folder.config_ = read_json_file(config_path);
+
+  const fs::path single = root / kSafeWeightsName;
+  const fs::path index_path = root / kSafeWeightsIndexName;
+  // transformers looks for model.safetensors before the index; a folder with both loads the
+  // single file there, so it does here.
+  if (fs::exists(single, ec)) {
+    folder.files_.push_back(SafetensorsFile::open(single.string()));
+    const auto& tensors = folder.files_[0].tensors();
+    for (size_t i = 0; i < tensors.size(); ++i) folder.tensors_.emplace(tensors[i].name, Location{0, i});
+    return folder;
+  }
+  if (!fs::exists(index_path, ec)) {
+    fail(fmt::format("model folder {}: has neither {} nor {}; only safetensors weights can be read", dir,
+                     kSafeWeightsName, kSafeWeightsIndexName));
+  }
+
+  const std::string index = index_path.string();
+  const json index_json = read_json_file(index_path);
+  if (!index_json.contains("weight_map") || !index_json["weight_map"].is_object()) {
+    fail(fmt::format("{}: expected an object \"weight_map\" mapping tensor names to shard file names", index));
+  }
+  const auto& weight_map = index_json["weight_map"].get_ref<const json::object_t&>();
+  std::map<std::string, size_t> file_slot;  // shard file name -> position in files_
+  std::vector<std::string> file_names;
+  for (const auto& [tensor, file] : weight_map) {
+    if (!file.is_string()) {
+      fail(fmt::format("{}: tensor {} maps to a {}, expected a shard file name", index, json_quoted(tensor),
+                       file.type_name()));
+    }
+    const auto& name = file.get_ref<const std::string&>();
+    if (!is_plain_file_name(name)) {
+      fail(fmt::format("{}: tensor {} maps to file {}, which is not a plain file name in the folder (no '/', "
+                       "'\\' or '..' allowed)", index, json_quoted(tensor), json_quoted(name)));
+    }
+    if (file_slot.count(name) != 0) continue;
+    const fs::path shard = root / name;
+    if (!fs::exists(shard, ec)) {
+      fail(fmt::format("{}: tensor {} is in shard {}, but {} does not exist", index, json_quoted(tensor), json_quoted(name),
+                       shard.string()));
+    }
+    file_slot.emplace(name, folder.files_.size());
+    file_names.push_back(name);
+    folder.files_.push_back(SafetensorsFile::open(shard.string()));
+  }
+
+  for (const auto& [tensor, file] : weight_map) {
+    const size_t slot = file_slot.at(file.get_ref<const std::string&>());
+    const SafetensorsFile& shard = folder.files_[slot];
+    const TensorInfo* info = shard.find(tensor);
+    if (info == nullptr) {
+      fail(fmt::format("{}: tensor {} is listed in the index under {}, but that shard ({}) does not contain it",
+                       index, json_quoted(tensor), json_quoted(file_names[slot]), shard.path()));
+    }
+    folder.tensors_.emplace(tensor, Location{slot, static_cast<size_t>(info - shard.tensors().data())});
+  }
+  for (size_t slot = 0; slot < folder.files_.size(); ++slot) {
+    for (const TensorInfo& t : folder.files_[slot].tensors()) {
+      auto it = weight_map.find(t.name);
+      if (it == weight_map.end()) {
+        fail(fmt::format("{}: tensor {} is in shard {} but not in the index; the index must list every tensor",
+                         index, json_quoted(t.name), folder.files_[slot].path()));
+      }
+      const auto& listed = it->second.get_ref<const std::string&>();
+      if (listed != file_names[slot]) {
+        fail(fmt::format("{}: tensor {} is in two files, {} and {} (the index names {}); each tensor must be "
+                         "stored once", index, json_quoted(t.name), json_quoted(file_names[slot]), json_quoted(listed),
+                         json_quoted(listed)));
+      }
+    }
+  }
+  return folder;
+}
+
+std::vector<std::string> HfFolder::tensor_names() const {
+  std::vector<std::string> names;
+  names.reserve(tensors_.size());
+  for (const auto& [name, loc] : tensors_) names.push_back(name);
+  return names;
+}
+
+const HfFolder::Location& HfFolder::locate(std::string_view tensor) const {
+  auto it = tensors_.find(tensor);
+  if (it == tensors_.end()) {
+    fail(fmt::format("model folder {}: tensor \"{}\" is not in the model ({} tensors)", dir_, tensor,
+                     tensors_.size()));
+  }
+  return it->second;
+}
+
+const SafetensorsFile& HfFolder::file_of(std::string_view tensor) const { return files_[locate(tensor).file]; }
+
+const TensorInfo& HfFolder::info(std::string_view tensor) const {
+  const Location& loc = locate(tensor);
+  return files_[loc.file].tensors()[loc.tensor];
+}
+
+std::vector<std::string> HfFolder::tokenizer_files() const {
+  std::vector<std::string> present;
+  for (const char* name : kTokenizerFileNames) {
+    std::error_code ec;
+    if (fs::is_regular_file(fs::path(dir_) / name, ec)) present.emplace_back(name);
+  }
+  return present;
+}
+
+}  // namespace shardtune::checkpoint

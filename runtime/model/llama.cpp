@@ -1,0 +1,189 @@
+// Llama forward, operation by operation as transformers' modeling_llama computes it.
+#include "runtime/model/llama.h"
+
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/zeros_like.h>
+#include <ATen/ops/embedding.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/linear.h>
+#include <ATen/ops/matmul.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/rsqrt.h>
+#include <ATen/ops/silu.h>
+#include <ATen/ops/softmax.h>
+#include <fmt/format.h>
+#include <torch/version.h>
+
+#include <limits>
+
+#include "common/error.h"
+#if TORCH_VERSION_MAJOR >= 2
+#include <ATen/ops/scaled_dot_product_attention.h>
+#endif
+
+namespace shardtune::model {
+namespace {
+
+// transformers computes norms and softmax in fp32; fp64 (used by gradient checks) stays fp64.
+at::ScalarType at_least_fp32(at::ScalarType t) { return t == at::kDouble ? at::kDouble : at::kFloat; }
+
+Linear make_linear(int64_t in, int64_t out, bool bias, const at::TensorOptions& options) {
+  Linear l;
+  l.weight = at::empty({out, in}, options);
+  if (bias) l.bias = at::empty({out}, options);
+  return l;
+}
+
+// (B, kv_heads, T, D) -> (B, kv_heads * groups, T, D): each key/value head serves `groups`
+// query heads (grouped-query attention), as transformers' repeat_kv.
+at::Tensor repeat_kv(const at::Tensor& x, int64_t groups) {
+  if (groups == 1) return x;
+  const int64_t b = x.size(0), h = x.size(1), t = x.size(2), d = x.size(3);
+  return x.unsqueeze(2).expand({b, h, groups, t, d}).reshape({b, h * groups, t, d});
+}
+
+at::Tensor causal_allowed(int64_t t, const at::Device& device) {
+  return at::ones({t, t}, at::TensorOptions().dtype(at::kBool).device(device)).tril().view({1, 1, t, t});
+}
+
+// softmax(q kᵀ · scale + mask) v. LibTorch 2.x: scaled_dot_product_attention (flash or
+// memory-efficient kernels on GPU); 1.13: the same arithmetic spelled out (fp32 softmax).
+at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionMask& mask) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+#if TORCH_VERSION_MAJOR >= 2
+  if (!mask.allowed.defined()) return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
+  return at::scaled_dot_product_attention(q, k, v, mask.allowed, 0.0, /*is_causal=*/false);
+#else
+  at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) * scale;
+  const at::Tensor allowed = mask.allowed.defined() ? mask.allowed : causal_allowed(q.size(-2), q.device());
+  // transformers adds the dtype's lowest value where attention is not allowed.
+  scores = scores.masked_fill(allowed.logical_not(), std::numeric_limits<float>::lowest());
+  at::Tensor probs = at::softmax(scores, -1, at_least_fp32(scores.scalar_type())).to(q.scalar_type());
+  return at::matmul(probs, v);
+#endif
+}
+
+}  // namespace
+
+at::Tensor Linear::forward(const at::Tensor& x) const { return at::linear(x, weight, bias); }
+
+at::Tensor RMSNorm::forward(const at::Tensor& x) const {
+  at::Tensor h = x.to(at_least_fp32(x.scalar_type()));
+  h = h * at::rsqrt(h.pow(2).mean({-1}, /*keepdim=*/true) + eps);
+  return weight * h.to(x.scalar_type());
+}
+
+at::Tensor Attention::forward(const at::Tensor& x, const RopeTables& rope, const AttentionMask& mask) const {
+  const int64_t b = x.size(0), t = x.size(1);
+  at::Tensor q = q_proj.forward(x).view({b, t, num_heads, head_dim}).transpose(1, 2);
+  at::Tensor k = k_proj.forward(x).view({b, t, num_kv_heads, head_dim}).transpose(1, 2);
+  at::Tensor v = v_proj.forward(x).view({b, t, num_kv_heads, head_dim}).transpose(1, 2);
+  q = apply_rope(q, rope);
+  k = apply_rope(k, rope);
+  const int64_t groups = num_heads / num_kv_heads;
+  at::Tensor out = attend(q, repeat_kv(k, groups), repeat_kv(v, groups), mask);
+  return o_proj.forward(out.transpose(1, 2).reshape({b, t, num_heads * head_dim}));
+}
+
+at::Tensor Mlp::forward(const at::Tensor& x) const {
+  return down_proj.forward(at::silu(gate_proj.forward(x)) * up_proj.forward(x));
+}
+
+at::Tensor DecoderLayer::forward(const at::Tensor& hidden, const RopeTables& rope, const AttentionMask& mask) const {
+  at::Tensor h = hidden + self_attn.forward(input_layernorm.forward(hidden), rope, mask);
+  return h + mlp.forward(post_attention_layernorm.forward(h));
+}
+
+void DecoderLayer::named_parameters(const std::string& prefix, std::vector<NamedParam>& out) {
+  auto linear = [&](const std::string& name, Linear& l) {
+    out.push_back({prefix + name + ".weight", &l.weight});
+    if (l.bias.defined()) out.push_back({prefix + name + ".bias", &l.bias});
+  };
+  // transformers' registration order: self_attn (q, k, v, o), mlp (gate, up, down), norms.
+  linear("self_attn.q_proj", self_attn.q_proj);
+  linear("self_attn.k_proj", self_attn.k_proj);
+  linear("self_attn.v_proj", self_attn.v_proj);
+  linear("self_attn.o_proj", self_attn.o_proj);
+  linear("mlp.gate_proj", mlp.gate_proj);
+  linear("mlp.up_proj", mlp.up_proj);
+  linear("mlp.down_proj", mlp.down_proj);
+  out.push_back({prefix + "input_layernorm.weight", &input_layernorm.weight});
+  out.push_back({prefix + "post_attention_layernorm.weight", &post_attention_layernorm.weight});
+}
+
+LlamaForCausalLM::LlamaForCausalLM(const LlamaConfig& config, const at::TensorOptions& options) : config_(config) {
+  const LlamaConfig& c = config_;
+  const int64_t q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
+  embed_tokens_ = at::empty({c.vocab_size, c.hidden_size}, options);
+  layers_.resize(static_cast<size_t>(c.num_hidden_layers));
+  for (DecoderLayer& layer : layers_) {
+    layer.self_attn.q_proj = make_linear(c.hidden_size, q, c.attention_bias, options);
+    layer.self_attn.k_proj = make_linear(c.hidden_size, kv, c.attention_bias, options);
+    layer.self_attn.v_proj = make_linear(c.hidden_size, kv, c.attention_bias, options);
+    layer.self_attn.o_proj = make_linear(q, c.hidden_size, c.attention_bias, options);
+    layer.self_attn.num_heads = c.num_attention_heads;
+    layer.self_attn.num_kv_heads = c.num_key_value_heads;
+    layer.self_attn.head_dim = c.head_dim;
+    layer.mlp.gate_proj = make_linear(c.hidden_size, c.intermediate_size, c.mlp_bias, options);
+    layer.mlp.up_proj = make_linear(c.hidden_size, c.intermediate_size, c.mlp_bias, options);
+    layer.mlp.down_proj = make_linear(c.intermediate_size, c.hidden_size, c.mlp_bias, options);
+    layer.input_layernorm = {at::empty({c.hidden_size}, options), c.rms_norm_eps};
+    layer.post_attention_layernorm = {at::empty({c.hidden_size}, options), c.rms_norm_eps};
+  }
+  norm_ = {at::empty({c.hidden_size}, options), c.rms_norm_eps};
+  if (!c.tie_word_embeddings) lm_head_ = at::empty({c.vocab_size, c.hidden_size}, options);
+  inv_freq_ = rope_inv_freq(c);
+}
+
+std::vector<NamedParam> LlamaForCausalLM::named_parameters() {
+  std::vector<NamedParam> out;
+  out.push_back({"model.embed_tokens.weight", &embed_tokens_});
+  for (size_t i = 0; i < layers_.size(); ++i) layers_[i].named_parameters(fmt::format("model.layers.{}.", i), out);
+  out.push_back({"model.norm.weight", &norm_.weight});
+  if (lm_head_.defined()) out.push_back({"lm_head.weight", &lm_head_});
+  return out;
+}
+
+at::Tensor LlamaForCausalLM::embed(const at::Tensor& input_ids) const { return at::embedding(embed_tokens_, input_ids); }
+
+at::Tensor LlamaForCausalLM::head(const at::Tensor& hidden) const {
+  return at::linear(norm_.forward(hidden), lm_head_.defined() ? lm_head_ : embed_tokens_);
+}
+
+RopeTables LlamaForCausalLM::rope(const at::Tensor& position_ids, at::ScalarType dtype) const {
+  return rope_tables(inv_freq_, position_ids, dtype);
+}
+
+at::Tensor LlamaForCausalLM::forward(const at::Tensor& input_ids, const at::Tensor& position_ids) const {
+  ST_CHECK(input_ids.dim() == 2, common::ErrorKind::kInternal, "input_ids must be (batch, tokens), got {} dims",
+           input_ids.dim());
+  const at::Tensor positions = position_ids.defined() ? position_ids : default_position_ids(input_ids);
+  at::Tensor h = embed(input_ids);
+  const RopeTables rope_tables = rope(positions, h.scalar_type());
+  const AttentionMask mask = packed_document_mask(positions);
+  for (const DecoderLayer& layer : layers_) h = layer.forward(h, rope_tables, mask);
+  return head(h);
+}
+
+at::Tensor default_position_ids(const at::Tensor& input_ids) {
+  const int64_t t = input_ids.size(1);
+  return at::arange(t, at::TensorOptions().dtype(at::kLong).device(input_ids.device()))
+      .unsqueeze(0)
+      .expand({input_ids.size(0), t});
+}
+
+AttentionMask packed_document_mask(const at::Tensor& position_ids) {
+  const int64_t t = position_ids.size(1);
+  if (t <= 1) return {};
+  // A document continues while each position is the previous one plus one.
+  at::Tensor continues = position_ids.narrow(1, 1, t - 1) == position_ids.narrow(1, 0, t - 1) + 1;
+  if (continues.all().item<bool>()) return {};
+  at::Tensor starts = continues.logical_not().to(at::kLong);
+  at::Tensor doc = at::cat({at::zeros_like(starts.narrow(1, 0, 1)), starts}, 1).cumsum(1);  // (B, T)
+  at::Tensor same_doc = doc.unsqueeze(2) == doc.unsqueeze(1);                                // (B, T, T)
+  return {same_doc.logical_and(causal_allowed(t, position_ids.device()).squeeze(0)).unsqueeze(1)};
+}
+
+}  // namespace shardtune::model

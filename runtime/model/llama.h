@@ -1,0 +1,100 @@
+// The Llama causal language model (Hugging Face's LlamaForCausalLM) on ATen tensors. Parameters
+// carry Hugging Face's names and shapes. The model knows nothing about sharding: it exposes its
+// pieces (embedding, blocks, final norm and head) so that FSDP can wrap each from outside.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "runtime/model/llama_config.h"
+#include "runtime/model/rope.h"
+
+namespace shardtune::model {
+
+// A parameter slot: FSDP may point it at a view of a flat buffer.
+struct NamedParam {
+  std::string name;   // "model.layers.0.self_attn.q_proj.weight"
+  at::Tensor* tensor;
+};
+
+struct Linear {
+  at::Tensor weight;  // (out, in)
+  at::Tensor bias;    // (out,) or undefined
+  at::Tensor forward(const at::Tensor& x) const;
+};
+
+struct RMSNorm {
+  at::Tensor weight;  // (hidden,)
+  double eps = 1e-6;
+  at::Tensor forward(const at::Tensor& x) const;
+};
+
+// Which query positions may attend to which keys. Undefined mask: plain causal attention.
+struct AttentionMask {
+  at::Tensor allowed;  // (B, 1, T, T) bool, true where attention is allowed; or undefined
+};
+
+struct Attention {
+  Linear q_proj, k_proj, v_proj, o_proj;
+  int64_t num_heads = 0, num_kv_heads = 0, head_dim = 0;
+  at::Tensor forward(const at::Tensor& x, const RopeTables& rope, const AttentionMask& mask) const;
+};
+
+struct Mlp {
+  Linear gate_proj, up_proj, down_proj;
+  at::Tensor forward(const at::Tensor& x) const;
+};
+
+struct DecoderLayer {
+  RMSNorm input_layernorm, post_attention_layernorm;
+  Attention self_attn;
+  Mlp mlp;
+  at::Tensor forward(const at::Tensor& hidden, const RopeTables& rope, const AttentionMask& mask) const;
+  void named_parameters(const std::string& prefix, std::vector<NamedParam>& out);
+};
+
+class LlamaForCausalLM {
+ public:
+  // Parameters are allocated with `options`; a meta device allocates nothing, so a loader can
+  // later fill only what a rank owns.
+  LlamaForCausalLM(const LlamaConfig& config, const at::TensorOptions& options);
+
+  const LlamaConfig& config() const { return config_; }
+
+  // Every parameter under its Hugging Face name, in Hugging Face's order. With tied embeddings
+  // the head has no parameter of its own ("lm_head.weight" is absent, as in HF files).
+  std::vector<NamedParam> named_parameters();
+
+  // The pieces FSDP wraps, in forward order.
+  at::Tensor embed(const at::Tensor& input_ids) const;             // (B, T) -> (B, T, H)
+  int64_t num_layers() const { return static_cast<int64_t>(layers_.size()); }
+  DecoderLayer& layer(int64_t i) { return layers_.at(static_cast<size_t>(i)); }
+  at::Tensor head(const at::Tensor& hidden) const;                 // final norm + lm_head: logits
+
+  // Positions and mask for a batch: position_ids (B, T) restart at 0 for each packed document;
+  // undefined means 0..T-1. Documents are the runs of consecutive positions.
+  RopeTables rope(const at::Tensor& position_ids, at::ScalarType dtype) const;
+
+  // The whole forward: logits (B, T, vocab).
+  at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& position_ids = {}) const;
+
+ private:
+  LlamaConfig config_;
+  at::Tensor embed_tokens_;  // (vocab, hidden)
+  std::vector<DecoderLayer> layers_;
+  RMSNorm norm_;
+  at::Tensor lm_head_;       // (vocab, hidden); undefined when tied to embed_tokens_
+  at::Tensor inv_freq_;      // (head_dim / 2,) fp32, a buffer, not a parameter
+};
+
+// 0..T-1 for every row when `position_ids` is undefined.
+at::Tensor default_position_ids(const at::Tensor& input_ids);
+
+// The mask for packed documents: a new document starts wherever the position does not continue
+// the previous one (typically a restart at 0). Undefined when every row is one document.
+AttentionMask packed_document_mask(const at::Tensor& position_ids);
+
+}  // namespace shardtune::model

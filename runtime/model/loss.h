@@ -1,0 +1,14 @@
+// The causal language-model loss: token t predicts token t+1; labels of -100 (prompt tokens,
+// padding) are ignored; the mean is over the tokens that count.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+namespace shardtune::model {
+
+constexpr int64_t kIgnoreIndex = -100;
+
+// logits (B, T, V) in any float dtype (computed in fp32, or fp64 for fp64 logits), labels (B, T) int64.
+at::Tensor causal_lm_loss(const at::Tensor& logits, const at::Tensor& labels);
+
+}  // namespace shardtune::model

@@ -1,0 +1,263 @@
+// The Llama model against independent facts: published parameter counts of real configs, RoPE
+// scaling computed by a scalar formula, finite-difference gradients, and properties that any
+// correct Llama has (packing equals separate documents, causality, GQA equals MHA with repeated
+// heads, tied heads, loss by hand).
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/allclose.h>
+#include <ATen/ops/equal.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/randint.h>
+#include <ATen/ops/tensor.h>
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "common/error.h"
+#include "runtime/model/init.h"
+#include "runtime/model/llama.h"
+#include "runtime/model/loss.h"
+
+namespace shardtune::model {
+namespace {
+
+const std::string kConfigs = std::string(ST_FIXTURES) + "/hf_configs/";
+
+LlamaForCausalLM make_model(const LlamaConfig& c, at::ScalarType dtype = at::kDouble, uint64_t seed = 7) {
+  LlamaForCausalLM m(c, at::TensorOptions().dtype(dtype));
+  init_weights(m, seed);
+  return m;
+}
+
+at::Tensor tokens(int64_t b, int64_t t, int64_t vocab, uint64_t seed) {
+  at::Tensor ids = at::empty({b, t}, at::kLong);
+  for (int64_t i = 0; i < b * t; ++i) ids.data_ptr<int64_t>()[i] = static_cast<int64_t>((seed * 7919 + i * 104729) % vocab);
+  return ids;
+}
+
+TEST(LlamaConfig, RealConfigsGiveThePublishedParameterCounts) {
+  EXPECT_EQ(LlamaConfig::from_file(kConfigs + "llama-2-7b.json").num_parameters(), 6738415616);
+  EXPECT_EQ(LlamaConfig::from_file(kConfigs + "llama-3-8b.json").num_parameters(), 8030261248);
+  EXPECT_EQ(LlamaConfig::from_file(kConfigs + "llama-3.1-70b.json").num_parameters(), 70553706496);
+  EXPECT_EQ(LlamaConfig::from_file(kConfigs + "llama-3.2-1b.json").num_parameters(), 1235814400);
+  const LlamaConfig c = LlamaConfig::from_file(kConfigs + "llama-3.1-70b.json");
+  EXPECT_EQ(c.rope_scaling.type, "llama3");
+  EXPECT_EQ(c.eos_token_ids, (std::vector<int64_t>{128001, 128008, 128009}));
+  EXPECT_EQ(c.num_key_value_heads, 8);
+  EXPECT_TRUE(LlamaConfig::from_file(kConfigs + "llama-3.2-1b.json").tie_word_embeddings);
+}
+
+TEST(LlamaConfig, MetaConstructionOfA70BAllocatesNothing) {
+  LlamaForCausalLM m(LlamaConfig::from_file(kConfigs + "llama-3.1-70b.json"), at::TensorOptions().device(at::kMeta));
+  int64_t numel = 0;
+  for (const NamedParam& p : m.named_parameters()) {
+    EXPECT_TRUE(p.tensor->is_meta()) << p.name;
+    numel += p.tensor->numel();
+  }
+  EXPECT_EQ(numel, 70553706496);
+}
+
+TEST(LlamaConfig, ErrorsNameTheFileAndKey) {
+  auto error_of = [](const std::string& text) {
+    try {
+      LlamaConfig::from_json(nlohmann::json::parse(text), "m/config.json");
+    } catch (const common::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error_of(R"({"model_type": "mistral"})").find("m/config.json: model_type is \"mistral\""), std::string::npos);
+  EXPECT_NE(error_of(R"({"hidden_size": "big"})").find("m/config.json: 'hidden_size' must be an integer"), std::string::npos);
+  EXPECT_NE(error_of(R"({"num_attention_heads": 32, "num_key_value_heads": 5})").find("not a multiple of num_key_value_heads 5"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}})").find("rope type \"yarn\" is not supported"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"num_hidden_layers": 0})").find("'num_hidden_layers' must be positive"), std::string::npos);
+}
+
+TEST(LlamaConfig, JsonRoundTrip) {
+  for (const char* name : {"llama-2-7b.json", "llama-3-8b.json", "llama-3.1-70b.json", "llama-3.2-1b.json"}) {
+    const LlamaConfig a = LlamaConfig::from_file(kConfigs + name);
+    const LlamaConfig b = LlamaConfig::from_json(a.to_json(), name);
+    EXPECT_EQ(a.to_json(), b.to_json()) << name;
+    EXPECT_EQ(a.num_parameters(), b.num_parameters()) << name;
+  }
+}
+
+TEST(Rope, Llama3ScalingMatchesTheScalarFormula) {
+  const LlamaConfig c = LlamaConfig::from_file(kConfigs + "llama-3.1-70b.json");
+  const at::Tensor inv = rope_inv_freq(c);
+  ASSERT_EQ(inv.numel(), c.head_dim / 2);
+  const double lo = 8192 / 1.0, hi = 8192 / 4.0;
+  for (int64_t i = 0; i < inv.numel(); ++i) {
+    const double f = 1.0 / std::pow(500000.0, 2.0 * i / 128.0);
+    const double wavelen = 2 * M_PI / f;
+    double want = f;
+    if (wavelen > lo) {
+      want = f / 8.0;
+    } else if (wavelen >= hi) {
+      const double smooth = (8192 / wavelen - 1.0) / (4.0 - 1.0);
+      want = (1 - smooth) * f / 8.0 + smooth * f;
+    }
+    EXPECT_NEAR(inv[i].item<float>(), want, 2e-6 * want) << "frequency " << i;
+  }
+}
+
+TEST(Llama, GradientsMatchFiniteDifferences) {
+  LlamaConfig c = LlamaConfig::tiny();
+  c.num_hidden_layers = 1;
+  LlamaForCausalLM m = make_model(c);
+  for (NamedParam& p : m.named_parameters()) p.tensor->requires_grad_(true);
+  const at::Tensor ids = tokens(2, 9, c.vocab_size, 1);
+  at::Tensor labels = ids.clone();
+  labels.select(1, 3).fill_(kIgnoreIndex);
+  auto loss_value = [&] { return causal_lm_loss(m.forward(ids), labels); };
+  loss_value().backward();
+  for (NamedParam& p : m.named_parameters()) {
+    at::Tensor& w = *p.tensor;
+    const at::Tensor grad = w.grad().clone();
+    for (int64_t k : {int64_t(0), w.numel() / 2, w.numel() - 1}) {
+      at::Tensor flat = w.detach().view({-1});
+      const double orig = flat[k].item<double>(), h = 1e-6;
+      flat[k] = orig + h;
+      const double up = loss_value().item<double>();
+      flat[k] = orig - h;
+      const double down = loss_value().item<double>();
+      flat[k] = orig;
+      const double numeric = (up - down) / (2 * h);
+      EXPECT_NEAR(grad.view({-1})[k].item<double>(), numeric, 1e-6 + 1e-5 * std::abs(numeric)) << p.name << "[" << k << "]";
+    }
+  }
+}
+
+TEST(Llama, PackedDocumentsEqualSeparateDocuments) {
+  const LlamaConfig c = LlamaConfig::tiny();
+  LlamaForCausalLM m = make_model(c);
+  const at::Tensor a = tokens(1, 5, c.vocab_size, 2), b = tokens(1, 7, c.vocab_size, 3);
+  const at::Tensor packed = at::cat({a, b}, 1);
+  const at::Tensor positions = at::cat({default_position_ids(a), default_position_ids(b)}, 1);
+  const at::Tensor logits = m.forward(packed, positions);
+  EXPECT_TRUE(at::allclose(logits.narrow(1, 0, 5), m.forward(a), 1e-10, 1e-12));
+  EXPECT_TRUE(at::allclose(logits.narrow(1, 5, 7), m.forward(b), 1e-10, 1e-12));
+  // Without the restart the second document would see the first: the mask matters.
+  EXPECT_FALSE(at::allclose(m.forward(packed).narrow(1, 5, 7), m.forward(b), 1e-6, 1e-6));
+}
+
+TEST(Llama, PackedMaskAllowsExactlyTheSameDocumentAndThePast) {
+  const at::Tensor positions = at::tensor(std::vector<int64_t>{0, 1, 2, 0, 1, 0}, at::kLong).view({1, 6});
+  const at::Tensor allowed = packed_document_mask(positions).allowed;
+  ASSERT_TRUE(allowed.defined());
+  const std::vector<int> doc = {0, 0, 0, 1, 1, 2};
+  for (int i = 0; i < 6; ++i)
+    for (int j = 0; j < 6; ++j)
+      EXPECT_EQ(allowed[0][0][i][j].item<bool>(), doc[i] == doc[j] && j <= i) << i << "," << j;
+  EXPECT_FALSE(packed_document_mask(default_position_ids(at::empty({2, 6}, at::kLong))).allowed.defined());
+}
+
+TEST(Llama, LaterTokensDoNotChangeEarlierLogits) {
+  const LlamaConfig c = LlamaConfig::tiny();
+  LlamaForCausalLM m = make_model(c);
+  at::Tensor ids = tokens(1, 8, c.vocab_size, 4);
+  const at::Tensor before = m.forward(ids);
+  ids[0][6] = (ids[0][6].item<int64_t>() + 1) % c.vocab_size;
+  const at::Tensor after = m.forward(ids);
+  EXPECT_TRUE(at::allclose(before.narrow(1, 0, 6), after.narrow(1, 0, 6), 0, 0));
+  EXPECT_FALSE(at::allclose(before.narrow(1, 6, 2), after.narrow(1, 6, 2), 1e-6, 1e-6));
+}
+
+TEST(Llama, GroupedQueryAttentionEqualsMultiHeadWithRepeatedHeads) {
+  LlamaConfig gqa = LlamaConfig::tiny();  // 4 query heads, 2 key/value heads
+  LlamaConfig mha = gqa;
+  mha.num_key_value_heads = mha.num_attention_heads;
+  LlamaForCausalLM a = make_model(gqa), b = make_model(mha);
+  auto pa = a.named_parameters(), pb = b.named_parameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  const int64_t d = gqa.head_dim, groups = gqa.num_attention_heads / gqa.num_key_value_heads;
+  for (size_t i = 0; i < pa.size(); ++i) {
+    const std::string& name = pa[i].name;
+    if (name.find("k_proj") != std::string::npos || name.find("v_proj") != std::string::npos) {
+      // kv head h serves query heads h*groups .. h*groups+groups-1.
+      at::Tensor w = pa[i].tensor->view({gqa.num_key_value_heads, 1, d, -1}).expand({-1, groups, -1, -1});
+      pb[i].tensor->copy_(w.reshape(pb[i].tensor->sizes()));
+    } else {
+      pb[i].tensor->copy_(*pa[i].tensor);
+    }
+  }
+  const at::Tensor ids = tokens(2, 6, gqa.vocab_size, 5);
+  EXPECT_TRUE(at::allclose(a.forward(ids), b.forward(ids), 1e-10, 1e-12));
+}
+
+TEST(Llama, TiedHeadUsesTheEmbedding) {
+  LlamaConfig c = LlamaConfig::tiny();
+  c.tie_word_embeddings = true;
+  LlamaForCausalLM m = make_model(c);
+  std::vector<std::string> names;
+  for (const NamedParam& p : m.named_parameters()) names.push_back(p.name);
+  EXPECT_EQ(std::count(names.begin(), names.end(), "lm_head.weight"), 0);
+  EXPECT_EQ(names.front(), "model.embed_tokens.weight");
+  EXPECT_EQ(static_cast<int64_t>(names.size()), 2 + 9 * c.num_hidden_layers);
+  int64_t numel = 0;
+  for (const NamedParam& p : m.named_parameters()) numel += p.tensor->numel();
+  EXPECT_EQ(numel, c.num_parameters());
+  // Changing the embedding changes the head's logits for every position.
+  const at::Tensor ids = tokens(1, 4, c.vocab_size, 6);
+  const at::Tensor before = m.forward(ids);
+  m.named_parameters().front().tensor->select(0, 17).add_(1.0);
+  EXPECT_FALSE(at::allclose(before.select(2, 17), m.forward(ids).select(2, 17), 1e-6, 1e-6));
+}
+
+TEST(Llama, LossIsTheMeanOverCountedTokens) {
+  const at::Tensor logits = at::randint(-3, 3, {2, 4, 5}, at::kDouble) * 0.5;
+  const at::Tensor labels = at::tensor(std::vector<int64_t>{9, 1, -100, 4, 9, -100, -100, 0}, at::kLong).view({2, 4});
+  double total = 0;
+  int counted = 0;
+  for (int b = 0; b < 2; ++b)
+    for (int t = 0; t + 1 < 4; ++t) {
+      const int64_t y = labels[b][t + 1].item<int64_t>();
+      if (y == kIgnoreIndex) continue;
+      double z = 0;
+      for (int v = 0; v < 5; ++v) z += std::exp(logits[b][t][v].item<double>());
+      total += std::log(z) - logits[b][t][y].item<double>();
+      ++counted;
+    }
+  EXPECT_EQ(counted, 3);  // the first label of each row is never predicted
+  EXPECT_NEAR(causal_lm_loss(logits, labels).item<double>(), total / counted, 1e-12);
+}
+
+TEST(Llama, InitIsTransformersStyleAndDependsOnlyOnSeedAndName) {
+  LlamaConfig c = LlamaConfig::tiny();
+  c.hidden_size = 256;
+  c.intermediate_size = 512;
+  c.head_dim = 64;
+  LlamaForCausalLM m = make_model(c, at::kFloat, 11);
+  for (const NamedParam& p : m.named_parameters()) {
+    if (p.name.find("norm") != std::string::npos) {
+      EXPECT_EQ(p.tensor->min().item<float>(), 1.0f) << p.name;
+      EXPECT_EQ(p.tensor->max().item<float>(), 1.0f) << p.name;
+    } else {
+      EXPECT_NEAR(p.tensor->mean().item<float>(), 0.0, 0.002) << p.name;
+      EXPECT_NEAR(p.tensor->std().item<float>(), 0.02, 0.001) << p.name;
+    }
+  }
+  LlamaConfig deeper = c;
+  deeper.num_hidden_layers = 4;
+  LlamaForCausalLM d = make_model(deeper, at::kFloat, 11);
+  EXPECT_TRUE(at::equal(m.layer(1).self_attn.q_proj.weight, d.layer(1).self_attn.q_proj.weight));
+  LlamaForCausalLM other = make_model(c, at::kFloat, 12);
+  EXPECT_FALSE(at::equal(m.layer(0).mlp.up_proj.weight, other.layer(0).mlp.up_proj.weight));
+}
+
+TEST(Llama, MaterializeGivesMetaParametersStorage) {
+  LlamaForCausalLM m(LlamaConfig::tiny(), at::TensorOptions().device(at::kMeta));
+  materialize(m, at::TensorOptions().dtype(at::kFloat));
+  init_weights(m, 3);
+  const at::Tensor ids = tokens(1, 4, 256, 8);
+  EXPECT_EQ(m.forward(ids).sizes(), (std::vector<int64_t>{1, 4, 256}));
+}
+
+}  // namespace
+}  // namespace shardtune::model
