@@ -32,6 +32,11 @@ std::string json_quoted(std::string_view s) {
   return json(std::string(s)).dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
+// "an array", "a number": a JSON value's type for an error message.
+std::string described(const json& v) {
+  return v.is_object() || v.is_array() ? fmt::format("an {}", v.type_name()) : fmt::format("a {}", v.type_name());
+}
+
 // Parses a JSON file, rejecting duplicate keys (nlohmann would keep the last one silently, and a
 // tensor listed twice in an index is exactly the kind of mistake to report).
 json read_json_file(const fs::path& path) {
@@ -65,10 +70,14 @@ json read_json_file(const fs::path& path) {
   try {
     out = json::parse(text.str(), on_event);
   } catch (const json::parse_error& e) {
-    fail(fmt::format("{}: not valid JSON at byte {}: {}", path.string(), e.byte, e.what()));
+    // nlohmann counts bytes from 1; report a 0-based offset.
+    fail(fmt::format("{}: not valid JSON at byte {}: {}", path.string(), e.byte > 0 ? e.byte - 1 : 0, e.what()));
+  } catch (const json::exception& e) {
+    // Not only syntax: a number too large for a double, for one, is an out_of_range error.
+    fail(fmt::format("{}: not valid JSON: {}", path.string(), e.what()));
   }
   if (duplicate) fail(fmt::format("{}: the key {} appears twice in one object", path.string(), json_quoted(*duplicate)));
-  if (!out.is_object()) fail(fmt::format("{}: the top level is a {}, expected an object", path.string(), out.type_name()));
+  if (!out.is_object()) fail(fmt::format("{}: the top level is {}, expected an object", path.string(), described(out)));
   return out;
 }
 
@@ -121,8 +130,8 @@ HfFolder HfFolder::open(const std::string& dir) {
   std::vector<std::string> file_names;
   for (const auto& [tensor, file] : weight_map) {
     if (!file.is_string()) {
-      fail(fmt::format("{}: tensor {} maps to a {}, expected a shard file name", index, json_quoted(tensor),
-                       file.type_name()));
+      fail(fmt::format("{}: tensor {} maps to {}, expected a shard file name", index, json_quoted(tensor),
+                       described(file)));
     }
     const auto& name = file.get_ref<const std::string&>();
     if (!is_plain_file_name(name)) {

@@ -33,6 +33,11 @@ std::string json_quoted(std::string_view s) {
   return json(std::string(s)).dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
+// "an array", "a number": a JSON value's type for an error message.
+std::string described(const json& v) {
+  return v.is_object() || v.is_array() ? fmt::format("an {}", v.type_name()) : fmt::format("a {}", v.type_name());
+}
+
 // A JSON value for an error message, cut short: a corrupt shape may have millions of entries.
 std::string brief(const json& v) {
   constexpr size_t kMaxChars = 120;
@@ -71,8 +76,8 @@ class HeaderChecker {
 
     const json root = parse_json(n);
     if (!root.is_object()) {
-      fail(fmt::format("the header JSON is a {}, expected an object mapping tensor names to "
-                       "{{\"dtype\", \"shape\", \"data_offsets\"}}", root.type_name()));
+      fail(fmt::format("the header JSON is {}, expected an object mapping tensor names to "
+                       "{{\"dtype\", \"shape\", \"data_offsets\"}}", described(root)));
     }
     for (const auto& [key, value] : root.get_ref<const json::object_t&>()) {
       if (key == kMetadataKey) {
@@ -117,12 +122,18 @@ class HeaderChecker {
     try {
       root = json::parse(begin, begin + n, on_event);
     } catch (const json::parse_error& e) {
-      fail(fmt::format("the header JSON (file bytes 8 to {}) is not valid JSON at header byte {} "
-                       "(file offset {}): {}", 8 + n, e.byte, 8 + e.byte, e.what()));
+      // nlohmann counts bytes from 1; report 0-based offsets like every other offset here.
+      const uint64_t at = e.byte > 0 ? e.byte - 1 : 0;
+      fail(fmt::format("the header JSON (file bytes [8, {})) is not valid JSON at header byte {} "
+                       "(file offset {}): {}", 8 + n, at, 8 + at, e.what()));
+    } catch (const json::exception& e) {
+      // Not only syntax: a number too large for a double, for one, is an out_of_range error.
+      fail(fmt::format("the header JSON (file bytes [8, {})) is not valid: {}", 8 + n, e.what()));
     }
     if (duplicate) {
       if (duplicate->first == 1) {
-        fail_tensor(duplicate->second, "is listed twice in the header; each tensor name may appear once");
+        fail(fmt::format("tensor {} is listed twice in the header; each tensor name may appear once",
+                         json_quoted(duplicate->second)));
       }
       fail(fmt::format("the header JSON has the key {} twice in one object", json_quoted(duplicate->second)));
     }
@@ -131,13 +142,13 @@ class HeaderChecker {
 
   std::map<std::string, std::string> check_metadata(const json& value) const {
     if (!value.is_object()) {
-      fail(fmt::format("\"__metadata__\" is a {}, expected an object of string to string", value.type_name()));
+      fail(fmt::format("\"__metadata__\" is {}, expected an object of string to string", described(value)));
     }
     std::map<std::string, std::string> out;
     for (const auto& [k, v] : value.get_ref<const json::object_t&>()) {
       if (!v.is_string()) {
-        fail(fmt::format("\"__metadata__\" key {} holds a {}, expected a string (metadata values are "
-                         "strings in safetensors)", json_quoted(k), v.type_name()));
+        fail(fmt::format("\"__metadata__\" key {} holds {}, expected a string (metadata values are "
+                         "strings in safetensors)", json_quoted(k), described(v)));
       }
       out.emplace(k, v.get<std::string>());
     }
@@ -153,8 +164,8 @@ class HeaderChecker {
 
   TensorInfo check_tensor(const std::string& name, const json& entry) const {
     if (!entry.is_object()) {
-      fail_tensor(name, fmt::format("the header entry is a {}, expected an object with \"dtype\", "
-                                    "\"shape\" and \"data_offsets\"", entry.type_name()));
+      fail_tensor(name, fmt::format("the header entry is {}, expected an object with \"dtype\", "
+                                    "\"shape\" and \"data_offsets\"", described(entry)));
     }
     for (const auto& [k, v] : entry.get_ref<const json::object_t&>()) {
       if (k != "dtype" && k != "shape" && k != "data_offsets") {
@@ -169,7 +180,7 @@ class HeaderChecker {
     TensorInfo info;
     info.name = name;
     const json& dtype = entry["dtype"];
-    if (!dtype.is_string()) fail_tensor(name, fmt::format("\"dtype\" is a {}, expected a string", dtype.type_name()));
+    if (!dtype.is_string()) fail_tensor(name, fmt::format("\"dtype\" is {}, expected a string", described(dtype)));
     const auto parsed_dtype = parse_st_dtype(dtype.get_ref<const std::string&>());
     if (!parsed_dtype) {
       fail_tensor(name, fmt::format("unknown dtype {} (expected one of F64, F32, F16, BF16, I64, I32, I16, "
@@ -178,7 +189,7 @@ class HeaderChecker {
     info.dtype = *parsed_dtype;
 
     const json& shape = entry["shape"];
-    if (!shape.is_array()) fail_tensor(name, fmt::format("\"shape\" is a {}, expected an array", shape.type_name()));
+    if (!shape.is_array()) fail_tensor(name, fmt::format("\"shape\" is {}, expected an array", described(shape)));
     uint64_t numel = 1;
     bool overflow = false;
     for (size_t i = 0; i < shape.size(); ++i) {

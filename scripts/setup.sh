@@ -14,6 +14,7 @@ packages=(
   python3-h5py                              # reads checkpoints back in tests
   libtomlplusplus-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libcli11-dev libgtest-dev
   slurm-wlm munge                           # the local test cluster
+  clang libclang-rt-14-dev                  # libFuzzer for the parser fuzz tests
 )
 
 missing=()
