@@ -1,0 +1,40 @@
+// AdamW with decoupled weight decay, element by element as torch.optim.AdamW (single-tensor
+// path) computes it. Each parameter is any tensor with its gradient tensor: an FSDP shard or, in
+// a plain reference training, a whole parameter; either way the state is shaped like it.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace shardtune::fsdp {
+
+struct AdamWConfig {
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+};
+
+class AdamW {
+ public:
+  explicit AdamW(AdamWConfig config) : config_(config) {}
+
+  // `param` is updated in place from `grad` at each step; the moments take the param's dtype.
+  void add(at::Tensor param, at::Tensor grad);
+  void step(double lr);
+
+  int64_t step_count() const { return step_; }
+  int64_t state_bytes() const;
+  size_t size() const { return params_.size(); }
+  at::Tensor& exp_avg(size_t i) { return exp_avg_.at(i); }
+  at::Tensor& exp_avg_sq(size_t i) { return exp_avg_sq_.at(i); }
+
+ private:
+  AdamWConfig config_;
+  int64_t step_ = 0;
+  std::vector<at::Tensor> params_, grads_, exp_avg_, exp_avg_sq_;
+};
+
+}  // namespace shardtune::fsdp

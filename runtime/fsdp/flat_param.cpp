@@ -1,0 +1,122 @@
+// Flat parameters: sharding, gathering, freeing, gradient reduction.
+#include "runtime/fsdp/flat_param.h"
+
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+#include <ATen/core/grad_mode.h>
+#include <c10/core/StorageImpl.h>
+
+#include "common/error.h"
+
+namespace shardtune::fsdp {
+namespace {
+
+// Drops a tensor's memory but keeps its storage object, which views (and autograd's saved
+// tensors) refer to; restore_storage gives it memory again.
+void drop_storage(at::Tensor& t) {
+  c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
+  impl->set_data_ptr_noswap(at::DataPtr(nullptr, t.device()));
+  impl->set_nbytes(0);
+}
+
+void restore_storage(at::Tensor& t) {
+  c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
+  const size_t nbytes = static_cast<size_t>(t.numel()) * t.element_size();
+  if (impl->nbytes() == nbytes) return;
+  impl->set_data_ptr_noswap(impl->allocator()->allocate(nbytes));
+  impl->set_nbytes(nbytes);
+}
+
+}  // namespace
+
+FlatParam::FlatParam(FlatLayout layout, std::vector<at::Tensor*> slots, bool trainable, const FsdpOptions& options,
+                     int shard_rank)
+    : layout_(std::move(layout)), slots_(std::move(slots)), trainable_(trainable), options_(options),
+      shard_rank_(shard_rank) {
+  ST_CHECK(slots_.size() == layout_.params().size(), common::ErrorKind::kInternal, "flat param: {} slots for {} params",
+           slots_.size(), layout_.params().size());
+  const at::TensorOptions master = at::TensorOptions().dtype(options_.precision.master);
+  shard_ = at::zeros({layout_.shard_numel()}, master);  // padding stays zero
+  for (const ShardPiece& piece : layout_.pieces_in_shard(shard_rank_)) {
+    const at::Tensor src = slots_[piece.param]->detach().reshape({-1}).narrow(0, piece.param_offset, piece.length);
+    shard_.narrow(0, piece.shard_offset, piece.length).copy_(src);
+  }
+  for (at::Tensor* slot : slots_) *slot = at::Tensor();
+  if (trainable_) grad_shard_ = at::zeros({layout_.shard_numel()}, master);
+  alias_full_to_shard_ = layout_.shard_count() == 1 && options_.precision.compute == options_.precision.master;
+  if (alias_full_to_shard_) {
+    full_ = shard_;
+    gathered_ = true;
+  } else {
+    full_ = at::empty({layout_.padded_numel()}, master.dtype(options_.precision.compute));
+    drop_storage(full_);
+  }
+}
+
+void FlatParam::gather(dist::Communicator& shard_group) {
+  if (gathered_) return;
+  ST_CHECK(shard_group.size() == layout_.shard_count(), common::ErrorKind::kInternal,
+           "flat param sharded {} ways gathered over a group of {}", layout_.shard_count(), shard_group.size());
+  restore_storage(full_);
+  // Raw writes into storage that autograd leaves (saved for backward) view: through an alias
+  // with its own version counter, so autograd does not take the refill for a modification.
+  at::NoGradGuard no_grad;
+  at::Tensor full = full_.variable_data();
+  at::Tensor mine = full.narrow(0, layout_.shard_begin(shard_rank_), layout_.shard_numel());
+  mine.copy_(shard_);  // to the compute dtype
+  shard_group.all_gather(mine, full);
+  gathered_ = true;
+}
+
+void FlatParam::reshard() {
+  if (!gathered_ || alias_full_to_shard_) return;
+  drop_storage(full_);
+  gathered_ = false;
+}
+
+const std::vector<at::Tensor>& FlatParam::leaves() {
+  if (leaves_.empty()) {
+    const at::Tensor base = full_.detach();
+    for (size_t i = 0; i < layout_.params().size(); ++i) {
+      const ParamSpan& p = layout_.params()[i];
+      at::Tensor leaf = base.narrow(0, p.offset, p.numel).view(p.shape);
+      leaf.requires_grad_(trainable_);
+      leaves_.push_back(leaf);
+      *slots_[i] = leaf;
+    }
+  }
+  return leaves_;
+}
+
+void FlatParam::reset_leaves() {
+  leaves_.clear();
+  for (at::Tensor* slot : slots_) *slot = at::Tensor();
+}
+
+void FlatParam::accumulate_grad(size_t param, const at::Tensor& grad) {
+  at::NoGradGuard no_grad;
+  ST_CHECK(trainable_, common::ErrorKind::kInternal, "gradient for a frozen parameter");
+  if (!full_grad_.defined())
+    full_grad_ = at::zeros({layout_.padded_numel()}, at::TensorOptions().dtype(options_.precision.reduce));
+  const ParamSpan& p = layout_.params().at(param);
+  full_grad_.narrow(0, p.offset, p.numel).add_(grad.reshape({-1}));
+}
+
+void FlatParam::reduce_grad(dist::Communicator& shard_group, dist::Communicator& replicate_group) {
+  if (!full_grad_.defined()) return;
+  at::NoGradGuard no_grad;
+  at::Tensor reduced = at::empty({layout_.shard_numel()}, full_grad_.options());
+  shard_group.reduce_scatter(full_grad_, reduced, dist::ReduceOp::kAvg);
+  if (replicate_group.size() > 1) replicate_group.all_reduce(reduced, dist::ReduceOp::kAvg);
+  grad_shard_.add_(reduced);
+  full_grad_ = at::Tensor();
+}
+
+int64_t FlatParam::persistent_bytes() const {
+  int64_t bytes = shard_.nbytes();
+  if (grad_shard_.defined()) bytes += grad_shard_.nbytes();
+  if (!alias_full_to_shard_ && gathered_) bytes += full_.nbytes();
+  return bytes;
+}
+
+}  // namespace shardtune::fsdp

@@ -1,0 +1,133 @@
+// Wrapping Llama's pieces in FSDP units.
+#include "runtime/fsdp/fsdp_llama.h"
+
+#include <ATen/ops/empty.h>
+#include <ATen/ops/full.h>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <cmath>
+
+#include "common/error.h"
+
+namespace shardtune::fsdp {
+namespace {
+
+bool starts_with(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
+
+}  // namespace
+
+FsdpLlama::FsdpLlama(model::LlamaForCausalLM& model, dist::ProcessGroups& groups, const FsdpOptions& options,
+                     const std::set<std::string>& frozen)
+    : model_(model), groups_(groups) {
+  context_.shard_group = groups.shard.get();
+  context_.replicate_group = groups.replicate.get();
+  context_.options = options;
+  ST_CHECK(groups.shard->size() == options.shard_size, common::ErrorKind::kInternal,
+           "FSDP options shard over {} ranks but the shard group has {}", options.shard_size, groups.shard->size());
+  const int shard_rank = groups.shard->rank();
+
+  // Sort every parameter into its unit, by Hugging Face name.
+  std::vector<std::vector<model::NamedParam>> block_params(static_cast<size_t>(model.num_layers()));
+  std::vector<model::NamedParam> embed_params, head_params;
+  for (const model::NamedParam& p : model.named_parameters()) {
+    if (p.name == "model.embed_tokens.weight") {
+      embed_params.push_back(p);
+    } else if (starts_with(p.name, "model.layers.")) {
+      const size_t layer = std::stoul(p.name.substr(13));
+      block_params.at(layer).push_back(p);
+    } else {
+      head_params.push_back(p);  // model.norm.weight, lm_head.weight
+    }
+  }
+  auto make_unit = [&](const std::string& name, const std::vector<model::NamedParam>& params) {
+    auto unit = std::make_unique<FsdpUnit>(name, &context_);
+    for (bool trainable : {true, false}) {
+      std::vector<FlatLayout::Entry> entries;
+      std::vector<at::Tensor*> slots;
+      for (const model::NamedParam& p : params) {
+        if ((frozen.count(p.name) == 0) != trainable) continue;
+        entries.push_back({p.name, std::vector<int64_t>(p.tensor->sizes().begin(), p.tensor->sizes().end())});
+        slots.push_back(p.tensor);
+      }
+      if (entries.empty()) continue;
+      FlatLayout layout(entries, options.shard_size);
+      padding_ += layout.padding();
+      unit->flats().push_back(std::make_unique<FlatParam>(std::move(layout), slots, trainable, options, shard_rank));
+    }
+    return unit;
+  };
+  embed_ = make_unit("embed", embed_params);
+  for (size_t i = 0; i < block_params.size(); ++i) blocks_.push_back(make_unit(fmt::format("block{}", i), block_params[i]));
+  head_ = make_unit("head", head_params);
+  if (model.config().tie_word_embeddings)
+    for (auto& f : embed_->flats()) head_->add_dependency(f.get());
+  if (padding_ > 0)
+    spdlog::info("FSDP: padded flat parameters with {} zero elements so every unit divides among {} ranks", padding_,
+                 options.shard_size);
+}
+
+at::Tensor FsdpLlama::forward(const at::Tensor& input_ids, const at::Tensor& position_ids) {
+  for (FlatParam* f : flat_params()) f->reset_leaves();
+  const at::Tensor positions = position_ids.defined() ? position_ids : model::default_position_ids(input_ids);
+  const model::AttentionMask mask = model::packed_document_mask(positions);
+  at::Tensor h = embed_->run(input_ids, [this](const at::Tensor& ids) { return model_.embed(ids); });
+  const model::RopeTables rope = model_.rope(positions, context_.options.precision.compute);
+  for (int64_t i = 0; i < model_.num_layers(); ++i) {
+    model::DecoderLayer* layer = &model_.layer(i);
+    h = blocks_[static_cast<size_t>(i)]->run(h, [layer, rope, mask](const at::Tensor& x) {
+      return layer->forward(x, rope, mask);
+    });
+  }
+  return head_->run(h, [this](const at::Tensor& x) { return model_.head(x); });
+}
+
+std::vector<FlatParam*> FsdpLlama::flat_params() {
+  std::vector<FlatParam*> out;
+  auto add = [&](FsdpUnit& u) {
+    for (auto& f : u.flats()) out.push_back(f.get());
+  };
+  add(*embed_);
+  for (auto& b : blocks_) add(*b);
+  add(*head_);
+  return out;
+}
+
+double FsdpLlama::clip_grad_norm(double max_norm) {
+  // Replicas hold identical gradient shards after the all-reduce: the norm is over the shard group.
+  at::Tensor sum_sq = at::full({1}, 0.0, at::kDouble);
+  for (FlatParam* f : flat_params())
+    if (f->trainable()) sum_sq += f->grad_shard().to(at::kDouble).pow(2).sum();
+  groups_.shard->all_reduce(sum_sq, dist::ReduceOp::kSum);
+  const double norm = std::sqrt(sum_sq.item<double>());
+  // torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when that is below 1.
+  const double coef = max_norm / (norm + 1e-6);
+  if (coef < 1.0)
+    for (FlatParam* f : flat_params())
+      if (f->trainable()) f->grad_shard().mul_(coef);
+  return norm;
+}
+
+void FsdpLlama::zero_grad() {
+  for (FlatParam* f : flat_params())
+    if (f->trainable()) f->grad_shard().zero_();
+}
+
+std::map<std::string, at::Tensor> FsdpLlama::gather_full_parameters() {
+  std::map<std::string, at::Tensor> out;
+  for (FlatParam* f : flat_params()) {
+    const FlatLayout& layout = f->layout();
+    at::Tensor full = at::empty({layout.padded_numel()}, f->shard().options());
+    groups_.shard->all_gather(f->shard(), full);
+    for (const ParamSpan& p : layout.params()) out[p.name] = full.narrow(0, p.offset, p.numel).view(p.shape).clone();
+  }
+  return out;
+}
+
+int64_t FsdpLlama::persistent_bytes() {
+  int64_t bytes = 0;
+  for (FlatParam* f : flat_params()) bytes += f->persistent_bytes();
+  return bytes;
+}
+
+}  // namespace shardtune::fsdp

@@ -1,0 +1,62 @@
+// FSDP applied to the Llama model from outside: one unit for the embedding, one per decoder
+// block, one for the final norm and head (which, with tied embeddings, also uses the embedding
+// unit's weight). Also the sharded-training helpers around it: gradient clipping by the global
+// norm, zeroing gradients, and gathering full parameters for inspection.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "runtime/dist/process_groups.h"
+#include "runtime/fsdp/fsdp_unit.h"
+#include "runtime/model/llama.h"
+
+namespace shardtune::fsdp {
+
+class FsdpLlama {
+ public:
+  // The model's parameters must hold their full values, identical on every rank; each rank keeps
+  // only its shards and the full tensors are released. `frozen` names parameters that get no
+  // gradient and no optimizer state.
+  FsdpLlama(model::LlamaForCausalLM& model, dist::ProcessGroups& groups, const FsdpOptions& options,
+            const std::set<std::string>& frozen = {});
+
+  // Logits (B, T, vocab) in the compute dtype; backward through them reduces the gradients.
+  at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& position_ids = {});
+
+  // false: gradients of the coming backward stay unsharded and local (an accumulation
+  // micro-batch); the next backward with true reduces everything accumulated.
+  void set_sync_grads(bool sync) { context_.sync_grads = sync; }
+
+  // Every flat parameter (trainable and frozen), for the optimizer and for checkpoints.
+  std::vector<FlatParam*> flat_params();
+
+  // Clips the gradient shards so that the global norm over all ranks is at most max_norm;
+  // returns the norm before clipping (collective over the shard group).
+  double clip_grad_norm(double max_norm);
+  void zero_grad();
+
+  // Full parameters by Hugging Face name (collective; for tests and full checkpoints).
+  std::map<std::string, at::Tensor> gather_full_parameters();
+
+  int64_t persistent_bytes();
+  const FsdpOptions& options() const { return context_.options; }
+  // Padding elements added so that every flat parameter divides evenly (summed over units).
+  int64_t padding_elements() const { return padding_; }
+
+ private:
+  model::LlamaForCausalLM& model_;
+  dist::ProcessGroups& groups_;
+  FsdpContext context_;
+  std::unique_ptr<FsdpUnit> embed_;
+  std::vector<std::unique_ptr<FsdpUnit>> blocks_;
+  std::unique_ptr<FsdpUnit> head_;
+  int64_t padding_ = 0;
+};
+
+}  // namespace shardtune::fsdp

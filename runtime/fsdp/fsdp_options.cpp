@@ -1,0 +1,39 @@
+// Job settings → FSDP behaviour.
+#include "runtime/fsdp/fsdp_options.h"
+
+namespace shardtune::fsdp {
+
+PrecisionPolicy precision_from_job(const job::TrainSection& train, const job::FsdpSection& fsdp) {
+  PrecisionPolicy p;
+  const at::ScalarType wire = fsdp.reduce_dtype == job::ReduceDtype::kBf16 ? at::kBFloat16 : at::kFloat;
+  if (train.pure_bf16) {
+    p = {at::kBFloat16, at::kBFloat16, wire};
+  } else if (train.mixed_precision) {
+    p = {at::kFloat, train.use_fp16 ? at::kHalf : at::kBFloat16, wire};
+  }
+  return p;
+}
+
+FsdpOptions fsdp_options_from_job(const job::Job& job, int world_size) {
+  FsdpOptions o;
+  o.precision = precision_from_job(job.train, job.fsdp);
+  o.activation_checkpointing = job.fsdp.activation_checkpointing;
+  switch (job.fsdp.sharding_strategy) {
+    case job::ShardingStrategy::kFullShard: o.shard_size = world_size; break;
+    case job::ShardingStrategy::kShardGradOp:
+      o.shard_size = world_size;
+      o.reshard_after_forward = false;
+      break;
+    case job::ShardingStrategy::kNoShard:
+      o.shard_size = 1;
+      o.reshard_after_forward = false;
+      o.reshard_after_backward = false;
+      break;
+    case job::ShardingStrategy::kHybridShard:
+      o.shard_size = static_cast<int>(job.fsdp.hsdp_shard_size > 0 ? job.fsdp.hsdp_shard_size : job.slurm.ranks_per_node());
+      break;
+  }
+  return o;
+}
+
+}  // namespace shardtune::fsdp

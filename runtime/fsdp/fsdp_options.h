@@ -1,0 +1,32 @@
+// What FSDP does with a job's [train] and [fsdp] settings: the shard-group size, when gathered
+// parameters are freed, and the dtypes of master weights, compute and gradient reduction.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include "common/job/job.h"
+
+namespace shardtune::fsdp {
+
+struct PrecisionPolicy {
+  at::ScalarType master = at::kFloat;   // sharded parameters and optimizer state
+  at::ScalarType compute = at::kFloat;  // gathered parameters, activations, local gradients
+  at::ScalarType reduce = at::kFloat;   // gradients on the wire
+};
+
+struct FsdpOptions {
+  int shard_size = 1;                  // ranks that shard each unit among them
+  bool reshard_after_forward = true;   // FULL_SHARD, HYBRID_SHARD: gather again for backward
+  bool reshard_after_backward = true;  // all but NO_SHARD
+  bool activation_checkpointing = false;
+  PrecisionPolicy precision;
+};
+
+// llama-recipes' semantics: mixed_precision computes in bf16 (fp16 with use_fp16) over fp32
+// masters; pure_bf16 keeps masters in bf16 too; reduce_dtype picks the gradient wire type.
+PrecisionPolicy precision_from_job(const job::TrainSection& train, const job::FsdpSection& fsdp);
+
+// world_size: the ranks actually running.
+FsdpOptions fsdp_options_from_job(const job::Job& job, int world_size);
+
+}  // namespace shardtune::fsdp

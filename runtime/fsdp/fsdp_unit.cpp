@@ -1,0 +1,116 @@
+// FSDP units and their autograd function.
+#include "runtime/fsdp/fsdp_unit.h"
+
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <ATen/ops/empty.h>
+
+#include "common/error.h"
+
+namespace shardtune::fsdp {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// Outer autograd node of a unit: everything inside is the unit's own business.
+struct UnitFunction : public torch::autograd::Function<UnitFunction> {
+  // `handle` stands in for the unit's parameters, which autograd cannot see: it requires grad
+  // when the unit has trainable parameters, so that backward reaches the unit.
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, const at::Tensor& handle, FsdpUnit* unit,
+                            PieceFn fn) {
+    ctx->saved_data["unit"] = reinterpret_cast<int64_t>(unit);
+    return unit->forward_impl(input, std::move(fn));
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    auto* unit = reinterpret_cast<FsdpUnit*>(ctx->saved_data["unit"].toInt());
+    return {unit->backward_impl(grad_outputs.at(0)), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+std::vector<FlatParam*> FsdpUnit::used_flats() {
+  std::vector<FlatParam*> out;
+  for (auto& f : flats_) out.push_back(f.get());
+  out.insert(out.end(), deps_.begin(), deps_.end());
+  return out;
+}
+
+void FsdpUnit::gather_all() {
+  for (FlatParam* f : used_flats()) f->gather(*context_->shard_group);
+}
+
+void FsdpUnit::reshard_all() {
+  for (FlatParam* f : used_flats()) f->reshard();
+}
+
+at::Tensor FsdpUnit::run(const at::Tensor& input, PieceFn fn) {
+  if (!handle_.defined()) {
+    bool trainable = false;
+    for (FlatParam* f : used_flats()) trainable = trainable || f->trainable();
+    handle_ = at::empty({0}).requires_grad_(trainable);
+  }
+  return UnitFunction::apply(input, handle_, this, std::move(fn));
+}
+
+at::Tensor FsdpUnit::forward_impl(const at::Tensor& input, PieceFn fn) {
+  gather_all();
+  for (FlatParam* f : used_flats()) f->leaves();  // the slots now hold this micro-batch's leaves
+  fn_ = std::move(fn);
+  saved_input_ = input.detach();
+  input_requires_grad_ = input.requires_grad();
+  at::Tensor out;
+  if (context_->options.activation_checkpointing) {
+    at::NoGradGuard no_grad;
+    out = fn_(saved_input_);
+  } else {
+    at::AutoGradMode enable(true);
+    input_leaf_ = saved_input_.requires_grad_(input_requires_grad_);
+    inner_output_ = fn_(input_leaf_);
+    out = inner_output_.detach();
+  }
+  if (context_->options.reshard_after_forward) reshard_all();
+  return out;
+}
+
+at::Tensor FsdpUnit::backward_impl(const at::Tensor& grad_output) {
+  gather_all();
+  if (context_->options.activation_checkpointing) {
+    at::AutoGradMode enable(true);
+    input_leaf_ = saved_input_.detach().requires_grad_(input_requires_grad_);
+    inner_output_ = fn_(input_leaf_);
+  }
+  // The gradients this piece produces: its trainable leaves (own and tied) and its input.
+  std::vector<std::pair<FlatParam*, size_t>> targets;
+  std::vector<at::Tensor> inputs;
+  for (FlatParam* f : used_flats()) {
+    if (!f->trainable()) continue;
+    const std::vector<at::Tensor>& leaves = f->leaves();
+    for (size_t i = 0; i < leaves.size(); ++i) {
+      targets.emplace_back(f, i);
+      inputs.push_back(leaves[i]);
+    }
+  }
+  const bool want_input_grad = input_leaf_.defined() && input_leaf_.requires_grad();
+  if (want_input_grad) inputs.push_back(input_leaf_);
+  at::Tensor grad_input;
+  if (!inputs.empty()) {
+    const variable_list grads = torch::autograd::grad({inner_output_}, inputs, {grad_output}, /*retain_graph=*/false,
+                                                      /*create_graph=*/false, /*allow_unused=*/true);
+    for (size_t i = 0; i < targets.size(); ++i)
+      if (grads[i].defined()) targets[i].first->accumulate_grad(targets[i].second, grads[i]);
+    if (want_input_grad) grad_input = grads.back();
+  }
+  inner_output_ = at::Tensor();
+  input_leaf_ = at::Tensor();
+  saved_input_ = at::Tensor();
+  if (context_->sync_grads)
+    for (auto& f : flats_)
+      if (f->trainable()) f->reduce_grad(*context_->shard_group, *context_->replicate_group);
+  if (context_->options.reshard_after_backward) reshard_all();
+  return grad_input;
+}
+
+}  // namespace shardtune::fsdp

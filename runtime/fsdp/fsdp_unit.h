@@ -1,0 +1,69 @@
+// An FSDP unit: the parameters of one piece of the model (a block, the embedding, the head) in
+// flat parameters, and the autograd function that runs the piece with them gathered:
+//   forward:  gather → run the piece → free (FULL_SHARD)
+//   backward: gather again → the piece's own backward → reduce-scatter its gradients → free
+// The piece's autograd graph lives inside the unit, so these steps happen exactly at the unit's
+// boundaries in both directions. With activation checkpointing the forward keeps only the input
+// and backward recomputes the piece.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/dist/communicator.h"
+#include "runtime/fsdp/flat_param.h"
+#include "runtime/fsdp/fsdp_options.h"
+
+namespace shardtune::fsdp {
+
+// The communicators and settings every unit of a model shares.
+struct FsdpContext {
+  dist::Communicator* shard_group = nullptr;
+  dist::Communicator* replicate_group = nullptr;
+  FsdpOptions options;
+  bool sync_grads = true;  // false: keep unsharded gradients until a later micro-batch
+};
+
+using PieceFn = std::function<at::Tensor(const at::Tensor&)>;
+
+class FsdpUnit {
+ public:
+  FsdpUnit(std::string name, FsdpContext* context) : name_(std::move(name)), context_(context) {}
+
+  const std::string& name() const { return name_; }
+  std::vector<std::unique_ptr<FlatParam>>& flats() { return flats_; }
+  // Flat parameters of other units this piece also uses (a tied head uses the embedding's).
+  void add_dependency(FlatParam* flat) { deps_.push_back(flat); }
+
+  // Runs `fn` on `input` with this unit's parameters gathered. Differentiable in `input` (when it
+  // requires grad) and in the trainable parameters.
+  at::Tensor run(const at::Tensor& input, PieceFn fn);
+
+  // Pieces of the autograd function (public for it; not for callers).
+  at::Tensor forward_impl(const at::Tensor& input, PieceFn fn);
+  at::Tensor backward_impl(const at::Tensor& grad_output);
+
+ private:
+  std::vector<FlatParam*> used_flats();
+  void gather_all();
+  void reshard_all();
+
+  std::string name_;
+  FsdpContext* context_;
+  std::vector<std::unique_ptr<FlatParam>> flats_;
+  std::vector<FlatParam*> deps_;
+  at::Tensor handle_;  // an empty tensor: the parameters' stand-in in the outer autograd graph
+
+  // State of the current micro-batch between forward and backward.
+  PieceFn fn_;
+  at::Tensor saved_input_;   // the input (detached); with checkpointing the only thing kept
+  bool input_requires_grad_ = false;
+  at::Tensor input_leaf_;
+  at::Tensor inner_output_;  // the piece's output inside the unit's own graph
+};
+
+}  // namespace shardtune::fsdp

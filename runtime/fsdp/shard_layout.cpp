@@ -1,0 +1,36 @@
+// Flat-parameter layout arithmetic.
+#include "runtime/fsdp/shard_layout.h"
+
+#include <algorithm>
+
+#include "common/error.h"
+
+namespace shardtune::fsdp {
+
+FlatLayout::FlatLayout(const std::vector<Entry>& entries, int shard_count) : shard_count_(shard_count) {
+  ST_CHECK(shard_count >= 1, common::ErrorKind::kInternal, "flat layout over {} shards", shard_count);
+  for (const Entry& e : entries) {
+    int64_t n = 1;
+    for (int64_t d : e.shape) {
+      ST_CHECK(d >= 0, common::ErrorKind::kInternal, "parameter {} has a negative dimension", e.name);
+      n *= d;
+    }
+    params_.push_back({e.name, e.shape, n, numel_});
+    numel_ += n;
+  }
+  shard_numel_ = (numel_ + shard_count - 1) / shard_count;
+}
+
+std::vector<ShardPiece> FlatLayout::pieces_in_shard(int shard) const {
+  ST_CHECK(shard >= 0 && shard < shard_count_, common::ErrorKind::kInternal, "shard {} of {}", shard, shard_count_);
+  const int64_t begin = shard_begin(shard), end = begin + shard_numel_;
+  std::vector<ShardPiece> out;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const ParamSpan& p = params_[i];
+    const int64_t lo = std::max(begin, p.offset), hi = std::min(end, p.offset + p.numel);
+    if (lo < hi) out.push_back({i, lo - p.offset, lo - begin, hi - lo});
+  }
+  return out;
+}
+
+}  // namespace shardtune::fsdp

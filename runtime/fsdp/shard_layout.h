@@ -1,0 +1,55 @@
+// Pure arithmetic of flat parameters: where each parameter sits in a unit's flat buffer, how the
+// buffer is padded to divide evenly among the shard group, which flat range each rank owns, and
+// which slices of which parameters fall in a rank's shard. No I/O, no tensors.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace shardtune::fsdp {
+
+struct ParamSpan {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t numel = 0;
+  int64_t offset = 0;  // in the flat buffer
+};
+
+// A piece of one parameter inside one shard.
+struct ShardPiece {
+  size_t param = 0;           // index into FlatLayout::params()
+  int64_t param_offset = 0;   // first element of the piece within the (flattened) parameter
+  int64_t shard_offset = 0;   // where it lies within the shard
+  int64_t length = 0;
+};
+
+class FlatLayout {
+ public:
+  struct Entry {
+    std::string name;
+    std::vector<int64_t> shape;
+  };
+  // Parameters are laid out in the given order; the total is padded with zeros up to a multiple
+  // of shard_count. Throws common::Error(kInternal) for shard_count < 1 or negative dimensions.
+  FlatLayout(const std::vector<Entry>& entries, int shard_count);
+
+  const std::vector<ParamSpan>& params() const { return params_; }
+  int shard_count() const { return shard_count_; }
+  int64_t numel() const { return numel_; }                  // without padding
+  int64_t padded_numel() const { return shard_numel_ * shard_count_; }
+  int64_t padding() const { return padded_numel() - numel_; }
+  int64_t shard_numel() const { return shard_numel_; }
+  int64_t shard_begin(int shard) const { return shard * shard_numel_; }
+
+  // The pieces of parameters inside `shard`, in flat order; padding is not a piece.
+  std::vector<ShardPiece> pieces_in_shard(int shard) const;
+
+ private:
+  std::vector<ParamSpan> params_;
+  int shard_count_;
+  int64_t numel_ = 0;
+  int64_t shard_numel_ = 0;
+};
+
+}  // namespace shardtune::fsdp

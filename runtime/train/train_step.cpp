@@ -1,0 +1,42 @@
+// The sharded training step.
+#include "runtime/train/train_step.h"
+
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/full.h>
+
+#include "common/error.h"
+#include "runtime/model/loss.h"
+
+namespace shardtune::train {
+
+void add_trainable_shards(fsdp::FsdpLlama& model, fsdp::AdamW& optimizer) {
+  for (fsdp::FlatParam* f : model.flat_params())
+    if (f->trainable()) optimizer.add(f->shard(), f->grad_shard());
+}
+
+StepResult train_step(fsdp::FsdpLlama& model, fsdp::AdamW& optimizer, const std::vector<Batch>& micro_batches,
+                      const StepOptions& options, dist::Communicator& world) {
+  ST_CHECK(!micro_batches.empty(), common::ErrorKind::kInternal, "a training step without micro-batches");
+  const double n = static_cast<double>(micro_batches.size());
+  double loss_sum = 0;
+  for (size_t i = 0; i < micro_batches.size(); ++i) {
+    const Batch& b = micro_batches[i];
+    model.set_sync_grads(options.reduce_every_micro_batch || i + 1 == micro_batches.size());
+    const at::Tensor logits = model.forward(b.input_ids, b.position_ids);
+    // Averaging over micro-batches here and over ranks in the reduction gives the gradient of
+    // the mean loss of the whole global batch.
+    const at::Tensor loss = model::causal_lm_loss(logits, b.labels) / n;
+    loss.backward();
+    loss_sum += loss.item<double>();
+  }
+  StepResult result;
+  if (options.gradient_clipping) result.grad_norm = model.clip_grad_norm(options.clipping_threshold);
+  optimizer.step(options.lr);
+  model.zero_grad();
+  at::Tensor mean = at::full({1}, loss_sum, at::kDouble);
+  world.all_reduce(mean, dist::ReduceOp::kAvg);
+  result.loss = mean.item<double>();
+  return result;
+}
+
+}  // namespace shardtune::train

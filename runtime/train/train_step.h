@@ -1,0 +1,33 @@
+// One optimizer step of sharded training: forward and backward over the rank's micro-batches
+// (gradients reduced at every micro-batch or only at the last), clipping by the global norm,
+// AdamW on the shards.
+#pragma once
+
+#include <vector>
+
+#include "runtime/fsdp/adamw.h"
+#include "runtime/fsdp/fsdp_llama.h"
+#include "runtime/train/batch.h"
+
+namespace shardtune::train {
+
+struct StepOptions {
+  double lr = 1e-4;
+  bool gradient_clipping = false;
+  double clipping_threshold = 1.0;
+  bool reduce_every_micro_batch = true;
+};
+
+struct StepResult {
+  double loss = 0;       // mean over micro-batches and data-parallel ranks
+  double grad_norm = 0;  // before clipping; 0 when clipping is off
+};
+
+// Registers every trainable shard with the optimizer (frozen ones get no state).
+void add_trainable_shards(fsdp::FsdpLlama& model, fsdp::AdamW& optimizer);
+
+// Collective over the model's process groups. Every rank must pass the same number of micro-batches.
+StepResult train_step(fsdp::FsdpLlama& model, fsdp::AdamW& optimizer, const std::vector<Batch>& micro_batches,
+                      const StepOptions& options, dist::Communicator& world);
+
+}  // namespace shardtune::train
