@@ -14,7 +14,10 @@
 #include "runtime/dist/mpi_runtime.h"
 #include "runtime/dist/process_groups.h"
 #include "runtime/dist/topology.h"
+#include "runtime/fsdp/fsdp_llama.h"
+#include "runtime/job_model.h"
 #include "runtime/preflight.h"
+#include "runtime/train/trainer.h"
 #ifdef SHARDTUNE_HAVE_NCCL
 #include "runtime/dist/cuda_check.h"
 #include "runtime/nccl_preflight.h"
@@ -115,7 +118,28 @@ int run(int argc, char** argv) {
     spdlog::info("NCCL preflight skipped: some ranks share a GPU");
   }
 #endif
-  spdlog::info("this build stops after the preflight: the training loop is not part of it yet");
+
+  // Every rank builds the full model, then keeps only its shards.
+  std::unique_ptr<model::LlamaForCausalLM> model = runtime::build_model(job);
+  const fsdp::FsdpOptions fsdp_options = fsdp::fsdp_options_from_job(job, topo.world_size);
+  const auto frozen = runtime::frozen_parameters(job, *model);
+  fsdp::FsdpLlama sharded(*model, groups, fsdp_options, frozen);
+  spdlog::info("model: {:.1f}M parameters ({} frozen tensors), {} units; {} bytes of shards per rank",
+               static_cast<double>(model->config().num_parameters()) / 1e6, frozen.size(),
+               model->num_layers() + 2, sharded.persistent_bytes());
+  ST_CHECK(job.data.format == job::DataFormat::kSynthetic, common::ErrorKind::kConfig,
+           "[data] format \"{}\": only \"synthetic\" data is available in this build",
+           job::enum_name(job.data.format));
+  const int64_t global_batch = job.train.batch_size_training * topo.world_size * job.train.gradient_accumulation_steps;
+  const int64_t steps_per_epoch = job.train.max_train_step > 0 ? job.train.max_train_step : 100;
+  const train::SyntheticCopyDataset train_data(global_batch * steps_per_epoch, job.train.context_length,
+                                               model->config().vocab_size, static_cast<uint64_t>(job.train.seed));
+  const train::SyntheticCopyDataset val_data(job.train.val_batch_size * topo.world_size * 8, job.train.context_length,
+                                             model->config().vocab_size, static_cast<uint64_t>(job.train.seed) + 1);
+  train::Trainer trainer(job, groups, sharded, train_data, &val_data);
+  const train::TrainSummary summary = trainer.run();
+  spdlog::info("done: {} steps, loss {:.4f} -> {:.4f}, {:.0f} tokens/s", summary.steps, summary.losses.front(),
+               summary.losses.back(), summary.tokens_per_second);
   return 0;
 }
 

@@ -4,6 +4,7 @@
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <ATen/core/grad_mode.h>
 #include <ATen/ops/empty.h>
 
 #include "common/error.h"
@@ -47,6 +48,14 @@ void FsdpUnit::reshard_all() {
 }
 
 at::Tensor FsdpUnit::run(const at::Tensor& input, PieceFn fn) {
+  if (!at::GradMode::is_enabled()) {
+    // Evaluation: gather, run, free; nothing is kept for a backward.
+    gather_all();
+    for (FlatParam* f : used_flats()) f->leaves();
+    at::Tensor out = fn(input);
+    if (context_->options.reshard_after_forward) reshard_all();
+    return out;
+  }
   if (!handle_.defined()) {
     bool trainable = false;
     for (FlatParam* f : used_flats()) trainable = trainable || f->trainable();

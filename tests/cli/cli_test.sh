@@ -37,14 +37,15 @@ grep -q "\-\-set train.lr=fast: error: train.lr" "$tmp/err" || fail "bad --set n
 [ $? -eq 2 ] || fail "HSDP 2 on 3 ranks was not rejected"
 grep -q "shard group 2 vs world 3" "$tmp/err" || fail "HSDP error lacks the values: $(cat "$tmp/err")"
 
-# A real local run: 2 ranks, per-rank logs.
+# A real local run: 2 ranks train, each logging to its own file.
 out="$tmp/run2"
-if "$st" run "$src/configs/tiny-cpu.toml" -n 2 --set "job.output_dir=$out" >"$tmp/log" 2>&1; then
+if "$st" run "$src/configs/tiny-cpu.toml" -n 2 --set "job.output_dir=$out" --set train.max_train_step=40 >"$tmp/log" 2>&1; then
   for r in 0 1; do
     f=$(printf '%s/logs/rank-%05d.log' "$out" "$r")
     [ -s "$f" ] || fail "missing $f"
     grep -q "\[rank $r/2 node 0 host " "$f" || fail "$f lacks rank/node/host prefixes"
     grep -q "preflight passed" "$f" || fail "$f: no preflight result"
+    grep -q "done: 40 steps" "$f" || fail "$f: training did not finish its 40 steps"
   done
   "$st" validate "$out/job.toml" >/dev/null 2>&1 || fail "the resolved job written for the ranks does not validate"
 else
@@ -53,7 +54,7 @@ fi
 
 # HSDP at world size 4 with shard groups of 2.
 if "$st" run "$src/configs/tiny-cpu.toml" -n 4 --set fsdp.sharding_strategy=HYBRID_SHARD \
-     --set fsdp.hsdp_shard_size=2 --set "job.output_dir=$tmp/hsdp4" >"$tmp/log" 2>&1; then
+     --set fsdp.hsdp_shard_size=2 --set "job.output_dir=$tmp/hsdp4" --set train.max_train_step=20 >"$tmp/log" 2>&1; then
   grep -q "HYBRID_SHARD: 2 shard group(s) of 2 rank(s), replicated 2x" "$tmp/log" || fail "HSDP layout not logged"
 else
   fail "HSDP run failed: $(tail -20 "$tmp/log")"

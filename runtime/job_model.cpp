@@ -1,0 +1,37 @@
+// Building the job's model.
+#include "runtime/job_model.h"
+
+#include <spdlog/spdlog.h>
+
+#include "checkpoint/hf_model_io.h"
+#include "runtime/model/init.h"
+
+namespace shardtune::runtime {
+
+std::unique_ptr<model::LlamaForCausalLM> build_model(const job::Job& job) {
+  const at::TensorOptions fp32 = at::TensorOptions().dtype(at::kFloat);
+  if (job.model.preset == job::ModelPreset::kTiny) {
+    auto m = std::make_unique<model::LlamaForCausalLM>(model::LlamaConfig::tiny(), fp32);
+    model::init_weights(*m, static_cast<uint64_t>(job.train.seed));
+    return m;
+  }
+  const checkpoint::HfFolder folder = checkpoint::HfFolder::open(job.model.path);
+  auto m = std::make_unique<model::LlamaForCausalLM>(checkpoint::read_hf_config(folder), fp32);
+  if (job.model.init == job::ModelInit::kRandom) {
+    model::init_weights(*m, static_cast<uint64_t>(job.train.seed));
+  } else {
+    checkpoint::load_hf_weights(*m, folder);
+  }
+  return m;
+}
+
+std::set<std::string> frozen_parameters(const job::Job& job, model::LlamaForCausalLM& model) {
+  std::set<std::string> out;
+  if (!job.train.freeze_layers) return out;
+  for (const model::NamedParam& p : model.named_parameters())
+    for (int64_t l = 0; l < job.train.num_freeze_layers; ++l)
+      if (p.name.rfind("model.layers." + std::to_string(l) + ".", 0) == 0) out.insert(p.name);
+  return out;
+}
+
+}  // namespace shardtune::runtime

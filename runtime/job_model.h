@@ -1,0 +1,19 @@
+// The model a job asks for, built on every rank: a preset or a Hugging Face folder, with random
+// (transformers-style, seeded) or pretrained weights, and the names of the parameters it freezes.
+#pragma once
+
+#include <memory>
+#include <set>
+#include <string>
+
+#include "common/job/job.h"
+#include "runtime/model/llama.h"
+
+namespace shardtune::runtime {
+
+std::unique_ptr<model::LlamaForCausalLM> build_model(const job::Job& job);
+
+// freeze_layers: every parameter of the first num_freeze_layers blocks.
+std::set<std::string> frozen_parameters(const job::Job& job, model::LlamaForCausalLM& model);
+
+}  // namespace shardtune::runtime

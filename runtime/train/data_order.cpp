@@ -1,0 +1,33 @@
+// Seeded global data order.
+#include "runtime/train/data_order.h"
+
+#include <numeric>
+#include <random>
+
+#include "common/error.h"
+
+namespace shardtune::train {
+
+DataOrder::DataOrder(int64_t dataset_size, int64_t global_batch, uint64_t seed)
+    : dataset_size_(dataset_size), global_batch_(global_batch), seed_(seed) {
+  ST_CHECK(global_batch > 0 && dataset_size >= global_batch, common::ErrorKind::kConfig,
+           "the training data has {} samples, fewer than one global batch of {}", dataset_size, global_batch);
+}
+
+std::vector<int64_t> DataOrder::permutation(int64_t epoch) const {
+  std::vector<int64_t> p(static_cast<size_t>(dataset_size_));
+  std::iota(p.begin(), p.end(), 0);
+  // Fisher-Yates with a 64-bit Mersenne Twister: its output sequence is fixed by the standard.
+  std::mt19937_64 rng(seed_ * 1000003ull + static_cast<uint64_t>(epoch));
+  for (size_t i = p.size() - 1; i > 0; --i) std::swap(p[i], p[rng() % (i + 1)]);
+  return p;
+}
+
+std::vector<int64_t> DataOrder::samples(const std::vector<int64_t>& permutation, int64_t step, int micro,
+                                        int accumulation, int rank, int ranks) const {
+  const int64_t per_rank = global_batch_ / (static_cast<int64_t>(accumulation) * ranks);
+  const int64_t first = step * global_batch_ + (static_cast<int64_t>(micro) * ranks + rank) * per_rank;
+  return std::vector<int64_t>(permutation.begin() + first, permutation.begin() + first + per_rank);
+}
+
+}  // namespace shardtune::train

@@ -1,0 +1,29 @@
+// Which samples each rank trains on: a seeded permutation of the dataset per epoch, cut into
+// global batches; rank r takes its slice of each micro-batch. The order depends only on the
+// seed and the global batch size, never on how the batch is split among ranks.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace shardtune::train {
+
+class DataOrder {
+ public:
+  DataOrder(int64_t dataset_size, int64_t global_batch, uint64_t seed);
+
+  int64_t steps_per_epoch() const { return dataset_size_ / global_batch_; }
+  // The permutation of epoch `epoch`.
+  std::vector<int64_t> permutation(int64_t epoch) const;
+  // Sample indices of micro-batch `micro` (of `accumulation`) of step `step` for `rank` of
+  // `ranks` data-parallel ranks, given the epoch's permutation.
+  std::vector<int64_t> samples(const std::vector<int64_t>& permutation, int64_t step, int micro, int accumulation,
+                               int rank, int ranks) const;
+
+ private:
+  int64_t dataset_size_;
+  int64_t global_batch_;
+  uint64_t seed_;
+};
+
+}  // namespace shardtune::train

@@ -1,0 +1,135 @@
+// The training loop.
+#include "runtime/train/trainer.h"
+
+#include <ATen/core/grad_mode.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/full.h>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+
+#include "common/error.h"
+#include "runtime/model/loss.h"
+#include "runtime/train/data_order.h"
+#include "runtime/train/lr_schedule.h"
+#include "runtime/train/train_step.h"
+
+namespace shardtune::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+Batch collate(const Dataset& data, const std::vector<int64_t>& indices) {
+  const int64_t b = static_cast<int64_t>(indices.size());
+  const Sample first = data.get(indices.at(0));
+  const int64_t t = static_cast<int64_t>(first.input_ids.size());
+  Batch batch{at::empty({b, t}, at::kLong), at::empty({b, t}, at::kLong), {}};
+  for (int64_t i = 0; i < b; ++i) {
+    const Sample s = i == 0 ? first : data.get(indices[static_cast<size_t>(i)]);
+    ST_CHECK(static_cast<int64_t>(s.input_ids.size()) == t && s.labels.size() == s.input_ids.size(),
+             common::ErrorKind::kInternal, "sample {} has {} tokens, the batch {}", indices[static_cast<size_t>(i)],
+             s.input_ids.size(), t);
+    std::copy(s.input_ids.begin(), s.input_ids.end(), batch.input_ids.data_ptr<int64_t>() + i * t);
+    std::copy(s.labels.begin(), s.labels.end(), batch.labels.data_ptr<int64_t>() + i * t);
+  }
+  return batch;
+}
+
+std::string duration_text(double seconds) {
+  const int64_t s = static_cast<int64_t>(seconds + 0.5);
+  return fmt::format("{}:{:02d}:{:02d}", s / 3600, (s / 60) % 60, s % 60);
+}
+
+}  // namespace
+
+Trainer::Trainer(const job::Job& job, dist::ProcessGroups& groups, fsdp::FsdpLlama& model, const Dataset& train,
+                 const Dataset* val)
+    : job_(job), groups_(groups), model_(model), train_(train), val_(val) {}
+
+double Trainer::validate() {
+  at::NoGradGuard no_grad;
+  const int ranks = groups_.world->size(), rank = groups_.world->rank();
+  const int64_t per_rank = job_.train.val_batch_size;
+  int64_t batches = val_->size() / (per_rank * ranks);
+  if (job_.train.max_eval_step > 0) batches = std::min(batches, job_.train.max_eval_step);
+  double sum = 0;
+  for (int64_t b = 0; b < batches; ++b) {
+    std::vector<int64_t> indices;
+    for (int64_t i = 0; i < per_rank; ++i) indices.push_back((b * ranks + rank) * per_rank + i);
+    const Batch batch = collate(*val_, indices);
+    sum += model::causal_lm_loss(model_.forward(batch.input_ids, batch.position_ids), batch.labels).item<double>();
+  }
+  at::Tensor mean = at::full({1}, batches > 0 ? sum / static_cast<double>(batches) : 0.0, at::kDouble);
+  groups_.world->all_reduce(mean, dist::ReduceOp::kAvg);
+  return mean.item<double>();
+}
+
+TrainSummary Trainer::run() {
+  const job::TrainSection& t = job_.train;
+  const int ranks = groups_.world->size(), rank = groups_.world->rank();
+  const int accumulation = static_cast<int>(t.gradient_accumulation_steps);
+  const int64_t global_batch = t.batch_size_training * ranks * accumulation;
+  const DataOrder order(train_.size(), global_batch, static_cast<uint64_t>(t.seed));
+  int64_t total_steps = order.steps_per_epoch() * t.num_epochs;
+  if (t.max_train_step > 0) total_steps = std::min(total_steps, t.max_train_step);
+  const LrSchedule schedule(t, total_steps);
+
+  fsdp::AdamW optimizer({0.9, 0.999, 1e-8, t.weight_decay});
+  add_trainable_shards(model_, optimizer);
+  StepOptions step_options{t.lr, t.gradient_clipping, t.gradient_clipping_threshold, true};
+
+  std::ofstream metrics;
+  if (rank == 0 && job_.metrics.jsonl) metrics.open(job_.job.output_dir + "/metrics.jsonl", std::ios::app);
+  const int64_t tokens_per_step = global_batch * static_cast<int64_t>(train_.get(0).input_ids.size());
+  spdlog::info("training: {} steps ({} per epoch, {} epoch(s)), global batch {} = {} per rank x {} ranks x {} "
+               "accumulation, {} tokens per step",
+               total_steps, order.steps_per_epoch(), t.num_epochs, global_batch, t.batch_size_training, ranks,
+               accumulation, tokens_per_step);
+
+  TrainSummary summary;
+  const auto start = Clock::now();
+  double window_seconds = 0;
+  int64_t window_steps = 0;
+  int64_t step = 0;
+  for (int64_t epoch = 0; epoch < t.num_epochs && step < total_steps; ++epoch) {
+    const std::vector<int64_t> permutation = order.permutation(epoch);
+    for (int64_t s = 0; s < order.steps_per_epoch() && step < total_steps; ++s, ++step) {
+      const auto step_start = Clock::now();
+      std::vector<Batch> micro;
+      for (int m = 0; m < accumulation; ++m)
+        micro.push_back(collate(train_, order.samples(permutation, s, m, accumulation, rank, ranks)));
+      step_options.lr = schedule.lr(step, epoch);
+      const StepResult r = train_step(model_, optimizer, micro, step_options, *groups_.world);
+      summary.losses.push_back(r.loss);
+      const double seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
+      window_seconds += seconds;
+      ++window_steps;
+      if (metrics.is_open())
+        metrics << fmt::format("{{\"step\": {}, \"epoch\": {}, \"loss\": {:.6f}, \"lr\": {:.6g}, \"step_seconds\": {:.4f}}}\n",
+                               step + 1, epoch + 1, r.loss, step_options.lr, seconds);
+      if ((step + 1) % job_.metrics.log_every_steps == 0 || step + 1 == total_steps) {
+        const double per_step = window_seconds / static_cast<double>(window_steps);
+        spdlog::info("step {}/{} | epoch {}/{} | loss {:.4f} | lr {:.3e} | {:.0f} tok/s | {:.3f} s/step | ETA {}",
+                     step + 1, total_steps, epoch + 1, t.num_epochs, r.loss, step_options.lr,
+                     static_cast<double>(tokens_per_step) / per_step, per_step,
+                     duration_text(per_step * static_cast<double>(total_steps - step - 1)));
+        window_seconds = 0;
+        window_steps = 0;
+      }
+    }
+    if (t.run_validation && val_ != nullptr) {
+      summary.last_val_loss = validate();
+      spdlog::info("epoch {} validation: loss {:.4f}, perplexity {:.3f}", epoch + 1, summary.last_val_loss,
+                   std::exp(summary.last_val_loss));
+    }
+  }
+  summary.steps = step;
+  const double total_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  summary.tokens_per_second = static_cast<double>(tokens_per_step * step) / std::max(total_seconds, 1e-9);
+  return summary;
+}
+
+}  // namespace shardtune::train
