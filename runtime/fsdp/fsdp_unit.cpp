@@ -115,6 +115,7 @@ at::Tensor FsdpUnit::backward_impl(const at::Tensor& grad_output) {
   inner_output_ = at::Tensor();
   input_leaf_ = at::Tensor();
   saved_input_ = at::Tensor();
+  fn_ = nullptr;  // it may hold per-batch tensors (RoPE tables, masks)
   if (context_->sync_grads)
     for (auto& f : flats_)
       if (f->trainable()) f->reduce_grad(*context_->shard_group, *context_->replicate_group);

@@ -58,9 +58,11 @@ at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
 #else
   at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) * scale;
   const at::Tensor allowed = mask.allowed.defined() ? mask.allowed : causal_allowed(q.size(-2), q.device());
-  // transformers adds the dtype's lowest value where attention is not allowed.
+  // transformers adds the dtype's lowest value where attention is not allowed, then takes an fp32
+  // softmax: the same as masking after the upcast.
+  scores = scores.to(at_least_fp32(scores.scalar_type()));
   scores = scores.masked_fill(allowed.logical_not(), std::numeric_limits<float>::lowest());
-  at::Tensor probs = at::softmax(scores, -1, at_least_fp32(scores.scalar_type())).to(q.scalar_type());
+  at::Tensor probs = at::softmax(scores, -1).to(q.scalar_type());
   return at::matmul(probs, v);
 #endif
 }

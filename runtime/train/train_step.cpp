@@ -26,12 +26,20 @@ StepResult train_step(fsdp::FsdpLlama& model, fsdp::AdamW& optimizer, const std:
     // Averaging over micro-batches here and over ranks in the reduction gives the gradient of
     // the mean loss of the whole global batch.
     const at::Tensor loss = model::causal_lm_loss(logits, b.labels) / n;
-    loss.backward();
+    if (options.loss_scaler != nullptr) {
+      (loss * options.loss_scaler->scale()).backward();
+    } else {
+      loss.backward();
+    }
     loss_sum += loss.item<double>();
   }
   StepResult result;
-  if (options.gradient_clipping) result.grad_norm = model.clip_grad_norm(options.clipping_threshold);
-  optimizer.step(options.lr);
+  if (options.loss_scaler != nullptr && !options.loss_scaler->unscale_and_check(model.flat_params(), world)) {
+    result.skipped = true;
+  } else {
+    if (options.gradient_clipping) result.grad_norm = model.clip_grad_norm(options.clipping_threshold);
+    optimizer.step(options.lr);
+  }
   model.zero_grad();
   at::Tensor mean = at::full({1}, loss_sum, at::kDouble);
   world.all_reduce(mean, dist::ReduceOp::kAvg);

@@ -7,6 +7,7 @@
 
 #include "runtime/fsdp/adamw.h"
 #include "runtime/fsdp/fsdp_llama.h"
+#include "runtime/fsdp/loss_scaler.h"
 #include "runtime/train/batch.h"
 
 namespace shardtune::train {
@@ -16,11 +17,13 @@ struct StepOptions {
   bool gradient_clipping = false;
   double clipping_threshold = 1.0;
   bool reduce_every_micro_batch = true;
+  fsdp::LossScaler* loss_scaler = nullptr;  // fp16 compute: scale the loss, skip overflowing steps
 };
 
 struct StepResult {
   double loss = 0;       // mean over micro-batches and data-parallel ranks
   double grad_norm = 0;  // before clipping; 0 when clipping is off
+  bool skipped = false;  // fp16 overflow: no update was made
 };
 
 // Registers every trainable shard with the optimizer (frozen ones get no state).

@@ -80,6 +80,8 @@ TrainSummary Trainer::run() {
   fsdp::AdamW optimizer({0.9, 0.999, 1e-8, t.weight_decay});
   add_trainable_shards(model_, optimizer);
   StepOptions step_options{t.lr, t.gradient_clipping, t.gradient_clipping_threshold, true};
+  fsdp::LossScaler scaler;
+  if (model_.options().precision.compute == at::kHalf) step_options.loss_scaler = &scaler;
 
   std::ofstream metrics;
   if (rank == 0 && job_.metrics.jsonl) metrics.open(job_.job.output_dir + "/metrics.jsonl", std::ios::app);

@@ -1,0 +1,253 @@
+// Sharded training beyond fp32 equivalence: each rank's persistent memory against the formula of
+// its strategy (counted by an allocator that sees every CPU tensor), bf16 mixed precision
+// learning a task to a stated loss, and fp16 with the dynamic loss scaler.
+#include <ATen/ops/empty.h>
+#include <ATen/ops/mm.h>
+#include <ATen/ops/ones.h>
+#include <c10/core/CPUAllocator.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <limits>
+#include <mutex>
+#include <unordered_map>
+
+#include "common/job/schema.h"
+#include "runtime/fsdp/fsdp_llama.h"
+#include "runtime/model/init.h"
+#include "runtime/train/data_order.h"
+#include "runtime/train/dataset.h"
+#include "runtime/train/train_step.h"
+
+namespace shardtune {
+namespace {
+
+// Counts the bytes of every live CPU tensor allocation. Each DataPtr's context is its data (as
+// raw_allocate requires); a table maps it back to the base allocator's block.
+class CountingAllocator final : public c10::Allocator {
+ public:
+  explicit CountingAllocator(c10::Allocator* base) : base_(base) {}
+  c10::DataPtr allocate(size_t n) const override {
+    c10::DataPtr inner = base_->allocate(n);
+    void* p = inner.get();
+    if (p == nullptr) return inner;  // zero bytes
+    std::lock_guard<std::mutex> lock(mutex());
+    live_ += static_cast<int64_t>(n);
+    blocks().emplace(p, Block{std::move(inner), n});
+    return {p, p, &release, c10::Device(c10::kCPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
+  static int64_t live() { return live_; }
+
+ private:
+  struct Block {
+    c10::DataPtr inner;  // the base allocator's, freed with the block
+    size_t n;
+  };
+  static std::mutex& mutex() {
+    static std::mutex m;
+    return m;
+  }
+  static std::unordered_map<void*, Block>& blocks() {
+    static std::unordered_map<void*, Block> b;
+    return b;
+  }
+  static void release(void* p) {
+    std::lock_guard<std::mutex> lock(mutex());
+    auto it = blocks().find(p);
+    live_ -= static_cast<int64_t>(it->second.n);
+    blocks().erase(it);
+  }
+  c10::Allocator* base_;
+  static inline std::atomic<int64_t> live_{0};
+};
+
+CountingAllocator& counting_allocator() {
+  static CountingAllocator* a = [] {
+    auto* alloc = new CountingAllocator(c10::GetCPUAllocator());
+    c10::SetCPUAllocator(alloc, /*priority=*/100);
+    return alloc;
+  }();
+  return *a;
+}
+
+int world_size() {
+  int w = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &w);
+  return w;
+}
+
+fsdp::FsdpOptions options_for(job::ShardingStrategy strategy, int hsdp_shard, bool mixed, bool fp16 = false) {
+  job::Job job;
+  job.slurm.ntasks_per_node = world_size();
+  job.fsdp.sharding_strategy = strategy;
+  job.fsdp.hsdp_shard_size = hsdp_shard;
+  job.train.mixed_precision = mixed;
+  job.train.use_fp16 = fp16;
+  return fsdp::fsdp_options_from_job(job, world_size());
+}
+
+std::vector<train::Batch> copy_task_batches(const train::Dataset& data, const train::DataOrder& order, int64_t step,
+                                            int rank, int ranks) {
+  const std::vector<int64_t> idx = order.samples(order.permutation(0), step, 0, 1, rank, ranks);
+  train::Batch b{at::empty({static_cast<int64_t>(idx.size()), 0}, at::kLong), {}, {}};
+  std::vector<at::Tensor> ids, labels;
+  const int64_t t = static_cast<int64_t>(data.get(0).input_ids.size());
+  b.input_ids = at::empty({static_cast<int64_t>(idx.size()), t}, at::kLong);
+  b.labels = at::empty({static_cast<int64_t>(idx.size()), t}, at::kLong);
+  for (size_t i = 0; i < idx.size(); ++i) {
+    const train::Sample s = data.get(idx[i]);
+    std::copy(s.input_ids.begin(), s.input_ids.end(), b.input_ids.data_ptr<int64_t>() + i * t);
+    std::copy(s.labels.begin(), s.labels.end(), b.labels.data_ptr<int64_t>() + i * t);
+  }
+  return {b};
+}
+
+struct MemoryCase {
+  job::ShardingStrategy strategy;
+  int hsdp_shard;
+  bool mixed;
+  double bytes_per_param_per_shard;  // the formula: bytes per parameter divided by the shard group size
+  double extra_bytes_per_param;      // kept unsharded (NO_SHARD keeps its bf16 copy)
+};
+
+TEST(FsdpMemory, PersistentBytesMatchTheStrategyFormula) {
+  counting_allocator();
+  const int w = world_size();
+  std::vector<MemoryCase> cases = {
+      {job::ShardingStrategy::kFullShard, 0, true, 16, 0},    // fp32 master, grad, 2 moments
+      {job::ShardingStrategy::kShardGradOp, 0, true, 16, 0},  // freed after backward too
+      {job::ShardingStrategy::kFullShard, 0, false, 16, 0},
+      {job::ShardingStrategy::kNoShard, 0, true, 16, 2},      // + its bf16 compute copy
+      {job::ShardingStrategy::kNoShard, 0, false, 16, 0},     // fp32: the master is the compute copy
+  };
+  if (w == 4) cases.push_back({job::ShardingStrategy::kHybridShard, 2, true, 16, 0});
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  for (const MemoryCase& c : cases) {
+    SCOPED_TRACE(testing::Message() << job::enum_name(c.strategy) << (c.mixed ? " bf16 mixed" : " fp32"));
+    const fsdp::FsdpOptions options = options_for(c.strategy, c.hsdp_shard, c.mixed);
+    dist::ProcessGroups groups = dist::make_mpi_groups(MPI_COMM_WORLD, options.shard_size, 60.0);
+    const int64_t baseline = CountingAllocator::live();
+    model::LlamaConfig cfg = model::LlamaConfig::tiny();
+    cfg.hidden_size = 128;
+    cfg.intermediate_size = 352;
+    cfg.head_dim = 32;
+    model::LlamaForCausalLM m(cfg, at::TensorOptions().dtype(at::kFloat));
+    model::init_weights(m, 1);
+    const double n = static_cast<double>(cfg.num_parameters());
+    fsdp::FsdpLlama sharded(m, groups, options);
+    fsdp::AdamW opt({});
+    train::add_trainable_shards(sharded, opt);
+    const train::SyntheticCopyDataset data(64, 16, cfg.vocab_size, 3);
+    const train::DataOrder order(64, 2 * w, 5);
+    for (int step = 0; step < 2; ++step)
+      train::train_step(sharded, opt, copy_task_batches(data, order, step, rank, w), {1e-3}, *groups.world);
+    const double persistent = static_cast<double>(CountingAllocator::live() - baseline);
+    const double formula = n * (c.bytes_per_param_per_shard / options.shard_size + c.extra_bytes_per_param);
+    // Padding (< shard size elements per flat parameter) and the model's RoPE table are the slack.
+    EXPECT_NEAR(persistent / formula, 1.0, 0.01) << "persistent " << persistent << " bytes, formula " << formula;
+    EXPECT_NEAR(static_cast<double>(sharded.persistent_bytes() + opt.state_bytes()) / formula, 1.0, 0.01);
+  }
+}
+
+TEST(FsdpTraining, Bf16MixedPrecisionLearnsTheCopyTask) {
+  const int w = world_size();
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  const fsdp::FsdpOptions options = options_for(job::ShardingStrategy::kFullShard, 0, true);
+  ASSERT_EQ(options.precision.compute, at::kBFloat16);
+  dist::ProcessGroups groups = dist::make_mpi_groups(MPI_COMM_WORLD, options.shard_size, 60.0);
+  model::LlamaForCausalLM m(model::LlamaConfig::tiny(), at::TensorOptions().dtype(at::kFloat));
+  model::init_weights(m, 1);
+  fsdp::FsdpLlama sharded(m, groups, options);
+  fsdp::AdamW opt({});
+  train::add_trainable_shards(sharded, opt);
+  const train::SyntheticCopyDataset data(16 * 400, 32, 256, 3);
+  const train::DataOrder order(16 * 400, 16, 5);
+  double first = 0, last = 0;
+  // Threshold: 1.0 nats within 300 steps (uniform guessing over the 64-token alphabet is 4.16).
+  for (int step = 0; step < 300; ++step) {
+    const double loss =
+        train::train_step(sharded, opt, copy_task_batches(data, order, step, rank, w), {3e-3}, *groups.world).loss;
+    if (step == 0) first = loss;
+    last = loss;
+  }
+  EXPECT_GT(first, 5.0);
+  EXPECT_LT(last, 1.0) << "bf16 training did not learn the copy task";
+}
+
+// fp16 matrix products on the CPU arrived in LibTorch 2.x; 1.13 has none.
+bool half_matmul_available() {
+  try {
+    at::mm(at::ones({2, 2}, at::kHalf), at::ones({2, 2}, at::kHalf));
+    return true;
+  } catch (const c10::Error&) {
+    return false;
+  }
+}
+
+TEST(FsdpTraining, Fp16LossScalerSkipsOverflowsAndTrains) {
+  if (!half_matmul_available()) GTEST_SKIP() << "this LibTorch has no fp16 matmul on this device";
+  const int w = world_size();
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  const fsdp::FsdpOptions options = options_for(job::ShardingStrategy::kFullShard, 0, true, /*fp16=*/true);
+  ASSERT_EQ(options.precision.compute, at::kHalf);
+  dist::ProcessGroups groups = dist::make_mpi_groups(MPI_COMM_WORLD, options.shard_size, 60.0);
+  model::LlamaForCausalLM m(model::LlamaConfig::tiny(), at::TensorOptions().dtype(at::kFloat));
+  model::init_weights(m, 1);
+  fsdp::FsdpLlama sharded(m, groups, options);
+  fsdp::AdamW opt({});
+  train::add_trainable_shards(sharded, opt);
+  // A scale far beyond fp16's range: the first steps overflow and are skipped until it fits.
+  fsdp::LossScaler scaler(1e30, 50);
+  const train::SyntheticCopyDataset data(16 * 200, 32, 256, 3);
+  const train::DataOrder order(16 * 200, 16, 5);
+  train::StepOptions step{3e-3};
+  step.loss_scaler = &scaler;
+  double first = 0, last = 0;
+  int skipped = 0;
+  for (int s = 0; s < 150; ++s) {
+    const train::StepResult r = train::train_step(sharded, opt, copy_task_batches(data, order, s, rank, w), step, *groups.world);
+    skipped += r.skipped ? 1 : 0;
+    if (s == 0) first = r.loss;
+    last = r.loss;
+  }
+  EXPECT_GE(skipped, 10);  // 1e30 must halve to below ~65504 / |grad| first
+  EXPECT_EQ(skipped, scaler.skipped_steps());
+  EXPECT_EQ(opt.step_count(), 150 - skipped);
+  EXPECT_LT(scaler.scale(), 1e30);
+  EXPECT_LT(last, first - 1.0) << "fp16 training did not learn";
+}
+
+}  // namespace
+}  // namespace shardtune
+
+namespace shardtune {
+namespace {
+
+// The scaler's verdict is the same on every rank even when only one rank overflowed.
+TEST(LossScaler, OneRanksOverflowSkipsTheStepEverywhere) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  const fsdp::FsdpOptions options = options_for(job::ShardingStrategy::kFullShard, 0, false);
+  dist::ProcessGroups groups = dist::make_mpi_groups(MPI_COMM_WORLD, options.shard_size, 60.0);
+  model::LlamaForCausalLM m(model::LlamaConfig::tiny(), at::TensorOptions().dtype(at::kFloat));
+  model::init_weights(m, 1);
+  fsdp::FsdpLlama sharded(m, groups, options);
+  fsdp::LossScaler scaler(1024.0, 2);
+  for (fsdp::FlatParam* f : sharded.flat_params()) f->grad_shard().fill_(512.0);
+  if (rank == world_size() - 1) sharded.flat_params().back()->grad_shard()[0] = std::numeric_limits<float>::infinity();
+  EXPECT_FALSE(scaler.unscale_and_check(sharded.flat_params(), *groups.world));
+  EXPECT_EQ(scaler.scale(), 512.0);
+  for (fsdp::FlatParam* f : sharded.flat_params()) f->grad_shard().fill_(512.0);
+  EXPECT_TRUE(scaler.unscale_and_check(sharded.flat_params(), *groups.world));
+  EXPECT_EQ(sharded.flat_params().front()->grad_shard()[0].item<float>(), 1.0f);  // unscaled
+  EXPECT_TRUE(scaler.unscale_and_check(sharded.flat_params(), *groups.world));
+  EXPECT_EQ(scaler.scale(), 1024.0);  // grown after 2 clean steps
+  EXPECT_EQ(scaler.skipped_steps(), 1);
+}
+
+}  // namespace
+}  // namespace shardtune
