@@ -52,6 +52,16 @@ else
   fail "shardtune run -n 2 failed: $(tail -20 "$tmp/log")"
 fi
 
+# Deterministic: the same seed and world size give bit-identical losses.
+if "$st" run "$src/configs/tiny-cpu.toml" -n 2 --set "job.output_dir=$tmp/run2b" --set train.max_train_step=40 \
+     >"$tmp/log" 2>&1; then
+  strip() { sed 's/, "step_seconds".*//' "$1"; }
+  [ "$(strip "$out/metrics.jsonl" | wc -l)" -eq 40 ] || fail "metrics.jsonl does not have one line per step"
+  [ "$(strip "$out/metrics.jsonl")" = "$(strip "$tmp/run2b/metrics.jsonl")" ] || fail "two identical runs gave different losses"
+else
+  fail "the second run failed: $(tail -20 "$tmp/log")"
+fi
+
 # HSDP at world size 4 with shard groups of 2.
 if "$st" run "$src/configs/tiny-cpu.toml" -n 4 --set fsdp.sharding_strategy=HYBRID_SHARD \
      --set fsdp.hsdp_shard_size=2 --set "job.output_dir=$tmp/hsdp4" --set train.max_train_step=20 >"$tmp/log" 2>&1; then
