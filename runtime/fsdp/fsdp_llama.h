@@ -45,6 +45,8 @@ class FsdpLlama {
   std::map<std::string, at::Tensor> gather_full_parameters();
 
   int64_t persistent_bytes();
+  // Time in gathers and gradient reductions since construction.
+  const CommStats& comm_stats() const { return context_.comm; }
   const FsdpOptions& options() const { return context_.options; }
   // Padding elements added so that every flat parameter divides evenly (summed over units).
   int64_t padding_elements() const { return padding_; }

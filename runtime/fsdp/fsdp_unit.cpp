@@ -2,6 +2,8 @@
 #include "runtime/fsdp/fsdp_unit.h"
 
 #include <torch/csrc/autograd/autograd.h>
+
+#include <chrono>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <ATen/core/grad_mode.h>
@@ -39,8 +41,22 @@ std::vector<FlatParam*> FsdpUnit::used_flats() {
   return out;
 }
 
+namespace {
+
+// Adds the wall time of `fn` to the communication statistics.
+template <class Fn>
+void timed(CommStats& stats, Fn&& fn) {
+  const auto start = std::chrono::steady_clock::now();
+  fn();
+  stats.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ++stats.calls;
+}
+
+}  // namespace
+
 void FsdpUnit::gather_all() {
-  for (FlatParam* f : used_flats()) f->gather(*context_->shard_group);
+  for (FlatParam* f : used_flats())
+    if (!f->gathered()) timed(context_->comm, [&] { f->gather(*context_->shard_group); });
 }
 
 void FsdpUnit::reshard_all() {
@@ -118,7 +134,8 @@ at::Tensor FsdpUnit::backward_impl(const at::Tensor& grad_output) {
   fn_ = nullptr;  // it may hold per-batch tensors (RoPE tables, masks)
   if (context_->sync_grads)
     for (auto& f : flats_)
-      if (f->trainable()) f->reduce_grad(*context_->shard_group, *context_->replicate_group);
+      if (f->trainable())
+        timed(context_->comm, [&] { f->reduce_grad(*context_->shard_group, *context_->replicate_group); });
   if (context_->options.reshard_after_backward) reshard_all();
   return grad_input;
 }

@@ -20,12 +20,19 @@
 
 namespace shardtune::fsdp {
 
+// Time spent in FSDP's collectives (gathers and gradient reductions), for benchmarks and logs.
+struct CommStats {
+  double seconds = 0;
+  int64_t calls = 0;
+};
+
 // The communicators and settings every unit of a model shares.
 struct FsdpContext {
   dist::Communicator* shard_group = nullptr;
   dist::Communicator* replicate_group = nullptr;
   FsdpOptions options;
   bool sync_grads = true;  // false: keep unsharded gradients until a later micro-batch
+  CommStats comm;
 };
 
 using PieceFn = std::function<at::Tensor(const at::Tensor&)>;
