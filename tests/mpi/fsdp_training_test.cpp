@@ -151,22 +151,21 @@ TEST(FsdpMemory, PersistentBytesMatchTheStrategyFormula) {
   }
 }
 
-TEST(FsdpTraining, Bf16MixedPrecisionLearnsTheCopyTask) {
+// Threshold: 1.0 nats within 300 steps (uniform guessing over the 64-token alphabet is 4.16).
+void expect_learns_copy_task(const fsdp::FsdpOptions& options) {
   const int w = world_size();
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  const fsdp::FsdpOptions options = options_for(job::ShardingStrategy::kFullShard, 0, true);
-  ASSERT_EQ(options.precision.compute, at::kBFloat16);
   dist::ProcessGroups groups = dist::make_mpi_groups(MPI_COMM_WORLD, options.shard_size, 60.0);
   model::LlamaForCausalLM m(model::LlamaConfig::tiny(), at::TensorOptions().dtype(at::kFloat));
   model::init_weights(m, 1);
   fsdp::FsdpLlama sharded(m, groups, options);
+  for (fsdp::FlatParam* f : sharded.flat_params()) ASSERT_EQ(f->shard().scalar_type(), options.precision.master);
   fsdp::AdamW opt({});
   train::add_trainable_shards(sharded, opt);
   const train::SyntheticCopyDataset data(16 * 400, 32, 256, 3);
   const train::DataOrder order(16 * 400, 16, 5);
   double first = 0, last = 0;
-  // Threshold: 1.0 nats within 300 steps (uniform guessing over the 64-token alphabet is 4.16).
   for (int step = 0; step < 300; ++step) {
     const double loss =
         train::train_step(sharded, opt, copy_task_batches(data, order, step, rank, w), {3e-3}, *groups.world).loss;
@@ -174,7 +173,25 @@ TEST(FsdpTraining, Bf16MixedPrecisionLearnsTheCopyTask) {
     last = loss;
   }
   EXPECT_GT(first, 5.0);
-  EXPECT_LT(last, 1.0) << "bf16 training did not learn the copy task";
+  EXPECT_LT(last, 1.0) << "training did not learn the copy task";
+}
+
+TEST(FsdpTraining, Bf16MixedPrecisionLearnsTheCopyTask) {
+  fsdp::FsdpOptions options = options_for(job::ShardingStrategy::kFullShard, 0, true);
+  ASSERT_EQ(options.precision.compute, at::kBFloat16);
+  ASSERT_EQ(options.precision.master, at::kFloat);
+  expect_learns_copy_task(options);
+  options.precision.reduce = at::kBFloat16;  // reduce_dtype = "bf16", as llama-recipes does
+  expect_learns_copy_task(options);
+}
+
+TEST(FsdpTraining, PureBf16LearnsTheCopyTask) {
+  job::Job job;
+  job.slurm.ntasks_per_node = world_size();
+  job.train.pure_bf16 = true;
+  const fsdp::FsdpOptions options = fsdp::fsdp_options_from_job(job, world_size());
+  ASSERT_EQ(options.precision.master, at::kBFloat16);
+  expect_learns_copy_task(options);
 }
 
 // fp16 matrix products on the CPU arrived in LibTorch 2.x; 1.13 has none.
