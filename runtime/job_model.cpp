@@ -8,6 +8,17 @@
 
 namespace shardtune::runtime {
 
+model::LlamaConfig model_config(const job::Job& job) {
+  if (job.model.preset == job::ModelPreset::kTiny) return model::LlamaConfig::tiny();
+  return model::LlamaConfig::from_file(job.model.path + "/config.json");
+}
+
+bool streams_weights(const job::Job& job, const model::LlamaConfig& config) {
+  if (job.model.path.empty() || job.model.init != job::ModelInit::kPretrained) return false;
+  const int64_t threshold = job.fsdp.low_cpu_fsdp_min_params;
+  return job.fsdp.low_cpu_fsdp || (threshold > 0 && config.num_parameters() >= threshold);
+}
+
 std::unique_ptr<model::LlamaForCausalLM> build_model(const job::Job& job) {
   const at::TensorOptions fp32 = at::TensorOptions().dtype(at::kFloat);
   if (job.model.preset == job::ModelPreset::kTiny) {

@@ -11,6 +11,14 @@
 
 namespace shardtune::runtime {
 
+// The model's shape: the preset's, or config.json of the model folder.
+model::LlamaConfig model_config(const job::Job& job);
+
+// Whether weights are streamed into shards (low_cpu_fsdp, or a model of low_cpu_fsdp_min_params
+// or more) instead of every rank loading the whole model.
+bool streams_weights(const job::Job& job, const model::LlamaConfig& config);
+
+// The whole model with values, on every rank (not streamed).
 std::unique_ptr<model::LlamaForCausalLM> build_model(const job::Job& job);
 
 // freeze_layers: every parameter of the first num_freeze_layers blocks.

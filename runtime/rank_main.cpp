@@ -14,7 +14,9 @@
 #include "runtime/dist/mpi_runtime.h"
 #include "runtime/dist/process_groups.h"
 #include "runtime/dist/topology.h"
+#include "checkpoint/hf_tensor_source.h"
 #include "runtime/fsdp/fsdp_llama.h"
+#include "runtime/fsdp/shard_loader.h"
 #include "runtime/job_model.h"
 #include "runtime/preflight.h"
 #include "runtime/train/trainer.h"
@@ -119,11 +121,24 @@ int run(int argc, char** argv) {
   }
 #endif
 
-  // Every rank builds the full model, then keeps only its shards.
-  std::unique_ptr<model::LlamaForCausalLM> model = runtime::build_model(job);
+  // Either every rank builds the full model and keeps its shards, or the model is built without
+  // weights and each rank receives only its shards from the readers.
+  const model::LlamaConfig config = runtime::model_config(job);
+  const bool stream = runtime::streams_weights(job, config);
+  std::unique_ptr<model::LlamaForCausalLM> model =
+      stream ? std::make_unique<model::LlamaForCausalLM>(config, at::TensorOptions().device(at::kMeta))
+             : runtime::build_model(job);
+  const checkpoint::HfFolderSourceFactory source{job.model.path};
+  if (stream) fsdp::validate_source(*model, source, MPI_COMM_WORLD);
   const fsdp::FsdpOptions fsdp_options = fsdp::fsdp_options_from_job(job, topo.world_size);
   const auto frozen = runtime::frozen_parameters(job, *model);
   fsdp::FsdpLlama sharded(*model, groups, fsdp_options, frozen);
+  if (stream) {
+    const fsdp::LoadStats load = fsdp::load_shards(sharded, source, MPI_COMM_WORLD,
+                                                   {job.fsdp.load_readers == job::LoadReaders::kNode});
+    spdlog::info("streamed the weights into shards in {:.1f} s{}", load.seconds,
+                 load.reader ? fmt::format(" ({:.2f} GB read by this rank)", static_cast<double>(load.bytes_read) / 1e9) : "");
+  }
   spdlog::info("model: {:.1f}M parameters ({} frozen tensors), {} units; {} bytes of shards per rank",
                static_cast<double>(model->config().num_parameters()) / 1e6, frozen.size(),
                model->num_layers() + 2, sharded.persistent_bytes());

@@ -20,6 +20,7 @@ enum class LrScheduler { kStep, kCosine };
 enum class ShardingStrategy { kFullShard, kShardGradOp, kNoShard, kHybridShard };
 enum class ReduceDtype { kFp32, kBf16 };
 enum class CheckpointType { kFull, kSharded };
+enum class LoadReaders { kNode, kRank0 };
 
 struct JobSection {
   std::string name;
@@ -113,6 +114,8 @@ struct FsdpSection {
   int64_t hsdp_shard_size = 0;
   bool activation_checkpointing = true;
   bool low_cpu_fsdp = false;
+  int64_t low_cpu_fsdp_min_params = 1'000'000'000;
+  LoadReaders load_readers = LoadReaders::kNode;
   CheckpointType checkpoint_type = CheckpointType::kSharded;
   bool save_optimizer = false;
   ReduceDtype reduce_dtype = ReduceDtype::kFp32;

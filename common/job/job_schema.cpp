@@ -66,6 +66,11 @@ struct EnumNames<ReduceDtype> {
       {{ReduceDtype::kFp32, "fp32"}, {ReduceDtype::kBf16, "bf16"}}};
 };
 template <>
+struct EnumNames<LoadReaders> {
+  static constexpr std::array<std::pair<LoadReaders, std::string_view>, 2> kNames{
+      {{LoadReaders::kNode, "node"}, {LoadReaders::kRank0, "rank0"}}};
+};
+template <>
 struct EnumNames<CheckpointType> {
   static constexpr std::array<std::pair<CheckpointType, std::string_view>, 2> kNames{
       {{CheckpointType::kFull, "full"}, {CheckpointType::kSharded, "sharded"}}};
@@ -88,6 +93,7 @@ template std::string_view enum_name(LrScheduler);
 template std::string_view enum_name(ShardingStrategy);
 template std::string_view enum_name(ReduceDtype);
 template std::string_view enum_name(CheckpointType);
+template std::string_view enum_name(LoadReaders);
 
 namespace {
 
@@ -297,7 +303,14 @@ std::vector<SectionSpec> build_schema() {
     s.field("activation_checkpointing", &FsdpSection::activation_checkpointing,
             "Recompute each block's activations in backward instead of keeping them.");
     s.field("low_cpu_fsdp", &FsdpSection::low_cpu_fsdp,
-            "Build the model without weights and stream each rank only its shard.");
+            "Build the model without weights and stream each rank only its shards, so no process holds "
+            "the whole model. Also on by itself for models of low_cpu_fsdp_min_params or more.");
+    s.field("low_cpu_fsdp_min_params", &FsdpSection::low_cpu_fsdp_min_params,
+            "Models with at least this many parameters are loaded as with low_cpu_fsdp; 0: only when asked.")
+        .at_least(0);
+    s.field("load_readers", &FsdpSection::load_readers,
+            "Who reads the weight files when streaming: one rank per node (node) or world rank 0 only (rank0). "
+            "Other ranks never open them.");
     s.field("checkpoint_type", &FsdpSection::checkpoint_type,
             "sharded: every rank writes its own slices; full: one consolidated file, written unit by unit.");
     s.field("save_optimizer", &FsdpSection::save_optimizer, "Save AdamW moments in checkpoints.");

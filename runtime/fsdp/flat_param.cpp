@@ -37,12 +37,13 @@ FlatParam::FlatParam(FlatLayout layout, std::vector<at::Tensor*> slots, bool tra
            slots_.size(), layout_.params().size());
   const at::TensorOptions master = at::TensorOptions().dtype(options_.precision.master);
   shard_ = at::zeros({layout_.shard_numel()}, master);  // padding stays zero
-  for (const ShardPiece& piece : layout_.pieces_in_shard(shard_rank_)) {
+  // Slots on the meta device have no values: the shard is filled later by a loader.
+  const bool have_values = !slots_.empty() && !slots_.front()->is_meta();
+  for (const ShardPiece& piece : have_values ? layout_.pieces_in_shard(shard_rank_) : std::vector<ShardPiece>{}) {
     const at::Tensor src = slots_[piece.param]->detach().reshape({-1}).narrow(0, piece.param_offset, piece.length);
     shard_.narrow(0, piece.shard_offset, piece.length).copy_(src);
   }
   for (at::Tensor* slot : slots_) *slot = at::Tensor();
-  if (trainable_) grad_shard_ = at::zeros({layout_.shard_numel()}, master);
   alias_full_to_shard_ = layout_.shard_count() == 1 && options_.precision.compute == options_.precision.master;
   if (alias_full_to_shard_) {
     full_ = shard_;
@@ -51,6 +52,12 @@ FlatParam::FlatParam(FlatLayout layout, std::vector<at::Tensor*> slots, bool tra
     full_ = at::empty({layout_.padded_numel()}, master.dtype(options_.precision.compute));
     drop_storage(full_);
   }
+}
+
+at::Tensor& FlatParam::grad_shard() {
+  if (trainable_ && !grad_shard_.defined())
+    grad_shard_ = at::zeros({layout_.shard_numel()}, at::TensorOptions().dtype(options_.precision.master));
+  return grad_shard_;
 }
 
 void FlatParam::gather(dist::Communicator& shard_group) {
@@ -108,7 +115,7 @@ void FlatParam::reduce_grad(dist::Communicator& shard_group, dist::Communicator&
   at::Tensor reduced = at::empty({layout_.shard_numel()}, full_grad_.options());
   shard_group.reduce_scatter(full_grad_, reduced, dist::ReduceOp::kAvg);
   if (replicate_group.size() > 1) replicate_group.all_reduce(reduced, dist::ReduceOp::kAvg);
-  grad_shard_.add_(reduced);
+  grad_shard().add_(reduced);
   full_grad_ = at::Tensor();
 }
 

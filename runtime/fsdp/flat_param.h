@@ -18,15 +18,18 @@ namespace shardtune::fsdp {
 class FlatParam {
  public:
   // `slots` hold the parameters' current full values (identical on every rank of the shard
-  // group); this rank's shard is copied out of them. The slots are then emptied: until gathered,
-  // a slot holds an undefined tensor.
+  // group); this rank's shard is copied out of them. Slots on the meta device give a zero shard
+  // for a loader to fill. The slots are then emptied: until gathered, a slot holds an undefined
+  // tensor.
   FlatParam(FlatLayout layout, std::vector<at::Tensor*> slots, bool trainable, const FsdpOptions& options,
             int shard_rank);
 
   const FlatLayout& layout() const { return layout_; }
+  int shard_rank() const { return shard_rank_; }
   bool trainable() const { return trainable_; }
   at::Tensor& shard() { return shard_; }            // (shard_numel,) master dtype
-  at::Tensor& grad_shard() { return grad_shard_; }  // (shard_numel,) or undefined when frozen
+  // (shard_numel,), allocated at first use (loading needs none); undefined when frozen.
+  at::Tensor& grad_shard();
 
   // Makes the full buffer hold every parameter (compute dtype); collective over `shard_group`.
   void gather(dist::Communicator& shard_group);

@@ -17,6 +17,9 @@ void materialize(LlamaForCausalLM& model, const at::TensorOptions& options);
 // and its name, so a parameter's values do not depend on which other parameters a rank holds.
 void init_weights(LlamaForCausalLM& model, uint64_t seed);
 
+// One parameter as init_weights would set it (so tools can write huge models one tensor at a time).
+void init_parameter(const std::string& name, at::Tensor& tensor, double std, uint64_t seed);
+
 // The generator seed of one parameter.
 uint64_t parameter_seed(uint64_t seed, const std::string& name);
 

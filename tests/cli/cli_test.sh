@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The command line as a user meets it: example jobs validate, bad jobs fail with exit code 2 and
 # run nothing, and `shardtune run` starts real MPI ranks that log per rank.
-# usage: cli_test.sh SHARDTUNE SOURCE_DIR
+# usage: cli_test.sh SHARDTUNE SOURCE_DIR MAKE_MODEL
 set -u
-st=$1 src=$2
+st=$1 src=$2 make_model=$3
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 failures=0
@@ -69,6 +69,22 @@ if "$st" run "$src/configs/tiny-cpu.toml" -n 4 --set fsdp.sharding_strategy=HYBR
 else
   fail "HSDP run failed: $(tail -20 "$tmp/log")"
 fi
+
+# A Hugging Face folder, loaded whole on every rank and streamed into shards: the same weights,
+# so the same first losses.
+"$make_model" "$tmp/model" --layers 3 --dtype bf16 >/dev/null || fail "shardtune-make-model failed"
+for mode in whole streamed; do
+  low_cpu=false
+  [ "$mode" = streamed ] && low_cpu=true
+  "$st" run "$src/configs/tiny-cpu.toml" -n 3 --set model.preset=none --set "model.path=$tmp/model" \
+    --set model.init=pretrained --set fsdp.low_cpu_fsdp=$low_cpu --set train.max_train_step=5 \
+    --set "job.output_dir=$tmp/$mode" >"$tmp/log" 2>&1 || fail "the $mode run failed: $(tail -20 "$tmp/log")"
+done
+grep -q "streamed the weights into shards" "$tmp/streamed/logs/rank-00000.log" || fail "the streamed run did not stream"
+grep -q "streamed the weights" "$tmp/whole/logs/rank-00000.log" && fail "the whole-model run streamed"
+strip() { sed 's/, "step_seconds".*//' "$1"; }
+[ -s "$tmp/whole/metrics.jsonl" ] && [ "$(strip "$tmp/whole/metrics.jsonl")" = "$(strip "$tmp/streamed/metrics.jsonl")" ] \
+  || fail "streamed and whole-model loading gave different losses"
 
 if [ "$failures" -eq 0 ]; then echo "cli_test: all checks passed"; else echo "cli_test: $failures failure(s)"; fi
 [ "$failures" -eq 0 ]

@@ -1,0 +1,39 @@
+// A Hugging Face safetensors folder as a TensorSource. Ranges are read with pread into the
+// destination (or a bounded conversion buffer), so the page cache, not this process, holds the
+// file data: the reader's memory does not grow with the model.
+#pragma once
+
+#include <map>
+#include <memory>
+
+#include "checkpoint/hf_folder.h"
+#include "checkpoint/tensor_source.h"
+
+namespace shardtune::checkpoint {
+
+class HfTensorSource final : public TensorSource {
+ public:
+  explicit HfTensorSource(const std::string& dir);
+  ~HfTensorSource() override;
+
+  const HfFolder& folder() const { return folder_; }
+  std::vector<SourceTensor> tensors() const override;
+  void read(const std::string& name, int64_t offset, int64_t count, at::ScalarType dtype, void* dst) override;
+  uint64_t bytes_read() const override { return bytes_read_; }
+
+ private:
+  int fd_of(const std::string& path);
+  void pread_exactly(int fd, const std::string& path, uint64_t offset, uint64_t length, void* dst);
+
+  HfFolder folder_;
+  std::map<std::string, int> fds_;
+  uint64_t bytes_read_ = 0;
+};
+
+// Opens an HfTensorSource on the folder when called (on the ranks that read).
+struct HfFolderSourceFactory {
+  std::string dir;
+  std::unique_ptr<TensorSource> operator()() const { return std::make_unique<HfTensorSource>(dir); }
+};
+
+}  // namespace shardtune::checkpoint

@@ -1,0 +1,33 @@
+// Where weights come from when they are streamed into shards: element ranges of named tensors,
+// converted to the dtype asked for. A Hugging Face folder is one source; shardtune's own
+// checkpoints are another. Only the ranks that read ever create one.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "checkpoint/safetensors_dtype.h"
+
+namespace shardtune::checkpoint {
+
+struct SourceTensor {
+  std::string name;
+  StDtype dtype;
+  std::vector<int64_t> shape;
+};
+
+class TensorSource {
+ public:
+  virtual ~TensorSource() = default;
+  virtual std::vector<SourceTensor> tensors() const = 0;
+  // Elements [offset, offset + count) of `name`, flattened in row-major order, converted to `dtype`,
+  // written to `dst`. Reads only those bytes.
+  virtual void read(const std::string& name, int64_t offset, int64_t count, at::ScalarType dtype, void* dst) = 0;
+  // Bytes read from storage so far.
+  virtual uint64_t bytes_read() const = 0;
+};
+
+}  // namespace shardtune::checkpoint

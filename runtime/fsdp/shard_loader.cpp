@@ -1,0 +1,161 @@
+// Streaming shard loader.
+#include "runtime/fsdp/shard_loader.h"
+
+#include <ATen/ops/zeros.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <set>
+
+#include "common/error.h"
+#include "runtime/dist/mpi_check.h"
+
+namespace shardtune::fsdp {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using common::ErrorKind;
+constexpr int64_t kMessageBytes = int64_t(1) << 30;  // MPI counts are ints: send in pieces
+
+bool is_float(checkpoint::StDtype t) {
+  using checkpoint::StDtype;
+  return t == StDtype::kF32 || t == StDtype::kF16 || t == StDtype::kBF16 || t == StDtype::kF64;
+}
+
+// Every problem with the source, as one message ("" when none).
+std::string check_source(const checkpoint::TensorSource& source, model::LlamaForCausalLM& model) {
+  std::map<std::string, checkpoint::SourceTensor> have;
+  for (const checkpoint::SourceTensor& t : source.tensors()) have.emplace(t.name, t);
+  std::vector<std::string> problems;
+  std::set<std::string> needed;
+  for (const model::NamedParam& p : model.named_parameters()) {
+    const std::vector<int64_t> shape(p.tensor->sizes().begin(), p.tensor->sizes().end());
+    needed.insert(p.name);
+    auto it = have.find(p.name);
+    if (it == have.end()) {
+      problems.push_back(fmt::format("missing tensor {} (shape [{}])", p.name, fmt::join(shape, ", ")));
+    } else if (it->second.shape != shape) {
+      problems.push_back(fmt::format("{} has shape [{}] but config.json implies [{}]", p.name,
+                                     fmt::join(it->second.shape, ", "), fmt::join(shape, ", ")));
+    } else if (!is_float(it->second.dtype)) {
+      problems.push_back(fmt::format("{} is stored as {}: only F32, F16, BF16 and F64 weights can be trained",
+                                     p.name, checkpoint::to_string(it->second.dtype)));
+    }
+  }
+  for (const auto& [name, t] : have)
+    if (!needed.count(name) && !(name == "lm_head.weight" && model.config().tie_word_embeddings))
+      problems.push_back(fmt::format("unexpected tensor {}", name));
+  if (problems.empty()) return "";
+  return fmt::format("the weights do not match the model ({} problem(s)):\n  {}", problems.size(),
+                     fmt::join(problems, "\n  "));
+}
+
+// Rank 0's verdict, on every rank.
+std::string broadcast_text(std::string text, MPI_Comm world) {
+  int64_t size = static_cast<int64_t>(text.size());
+  ST_MPI_CHECK(MPI_Bcast(&size, 1, MPI_INT64_T, 0, world));
+  text.resize(static_cast<size_t>(size));
+  if (size > 0) ST_MPI_CHECK(MPI_Bcast(text.data(), static_cast<int>(size), MPI_CHAR, 0, world));
+  return text;
+}
+
+void send_bytes(const char* data, int64_t bytes, int dest, MPI_Comm comm) {
+  for (int64_t done = 0; done < bytes; done += kMessageBytes)
+    ST_MPI_CHECK(MPI_Send(data + done, static_cast<int>(std::min(kMessageBytes, bytes - done)), MPI_BYTE, dest, 0, comm));
+}
+
+void recv_bytes(char* data, int64_t bytes, int source, MPI_Comm comm) {
+  for (int64_t done = 0; done < bytes; done += kMessageBytes)
+    ST_MPI_CHECK(MPI_Recv(data + done, static_cast<int>(std::min(kMessageBytes, bytes - done)), MPI_BYTE, source, 0,
+                          comm, MPI_STATUS_IGNORE));
+}
+
+std::string duration_text(double seconds) {
+  const int64_t s = static_cast<int64_t>(seconds + 0.5);
+  return fmt::format("{}:{:02d}:{:02d}", s / 3600, (s / 60) % 60, s % 60);
+}
+
+}  // namespace
+
+void validate_source(model::LlamaForCausalLM& model, const SourceFactory& open_source, MPI_Comm world) {
+  int world_rank = 0;
+  ST_MPI_CHECK(MPI_Comm_rank(world, &world_rank));
+  std::string problem;
+  if (world_rank == 0) {
+    try {
+      problem = check_source(*open_source(), model);
+    } catch (const std::exception& e) {
+      problem = e.what();
+    }
+  }
+  problem = broadcast_text(problem, world);
+  if (!problem.empty()) common::raise(ErrorKind::kConfig, problem);
+}
+
+LoadStats load_shards(FsdpLlama& model, const SourceFactory& open_source, MPI_Comm world, const LoadOptions& options) {
+  const auto start = Clock::now();
+  int world_rank = 0;
+  ST_MPI_CHECK(MPI_Comm_rank(world, &world_rank));
+  MPI_Comm readers_group = MPI_COMM_NULL;  // the ranks one reader serves
+  if (options.reader_per_node) {
+    ST_MPI_CHECK(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, world_rank, MPI_INFO_NULL, &readers_group));
+  } else {
+    ST_MPI_CHECK(MPI_Comm_dup(world, &readers_group));
+  }
+  int me = 0, members = 0;
+  ST_MPI_CHECK(MPI_Comm_rank(readers_group, &me));
+  ST_MPI_CHECK(MPI_Comm_size(readers_group, &members));
+  const bool reader = me == 0;
+  const std::vector<FlatParam*> flats = model.flat_params();
+
+  std::unique_ptr<checkpoint::TensorSource> source;
+  if (reader) source = open_source();
+
+  // Which shard each member of the group needs (its rank in its shard group).
+  const int my_shard = flats.empty() ? 0 : flats.front()->shard_rank();
+  std::vector<int> shard_of(static_cast<size_t>(members));
+  ST_MPI_CHECK(MPI_Allgather(&my_shard, 1, MPI_INT, shard_of.data(), 1, MPI_INT, readers_group));
+
+  auto last_log = Clock::now();
+  for (size_t i = 0; i < flats.size(); ++i) {
+    FlatParam& flat = *flats[i];
+    at::Tensor& shard = flat.shard();
+    const int64_t bytes = shard.nbytes();
+    if (!reader) {
+      recv_bytes(static_cast<char*>(shard.data_ptr()), bytes, 0, readers_group);
+      continue;
+    }
+    // One shard-sized buffer at a time: memory stays within one unit whatever the model.
+    for (int s : std::set<int>(shard_of.begin(), shard_of.end())) {
+      at::Tensor buffer = s == my_shard ? shard : at::zeros({flat.layout().shard_numel()}, shard.options());
+      const int64_t esize = static_cast<int64_t>(buffer.element_size());
+      for (const ShardPiece& piece : flat.layout().pieces_in_shard(s)) {
+        const ParamSpan& p = flat.layout().params()[piece.param];
+        source->read(p.name, piece.param_offset, piece.length, buffer.scalar_type(),
+                     static_cast<char*>(buffer.data_ptr()) + piece.shard_offset * esize);
+      }
+      for (int j = 1; j < members; ++j)
+        if (shard_of[static_cast<size_t>(j)] == s) send_bytes(static_cast<const char*>(buffer.data_ptr()), bytes, j, readers_group);
+    }
+    if (world_rank == 0 && (Clock::now() - last_log > std::chrono::seconds(5) || i + 1 == flats.size())) {
+      last_log = Clock::now();
+      const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+      const double gb = static_cast<double>(source->bytes_read()) / 1e9;
+      const double done_fraction = static_cast<double>(i + 1) / static_cast<double>(flats.size());
+      spdlog::info("loading: {}/{} flat parameters, {:.2f} GB read, {:.2f} GB/s, ETA {}", i + 1, flats.size(), gb,
+                   gb / std::max(seconds, 1e-9), duration_text(seconds / done_fraction - seconds));
+    }
+  }
+  MPI_Comm_free(&readers_group);
+  LoadStats stats;
+  stats.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  stats.bytes_read = source ? source->bytes_read() : 0;
+  stats.reader = reader;
+  return stats;
+}
+
+}  // namespace shardtune::fsdp

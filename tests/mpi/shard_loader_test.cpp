@@ -1,0 +1,222 @@
+// Streaming weights into shards: for every strategy and both reader modes, the loaded shards,
+// gathered, equal the tensors in the files bitwise (stored dtype) or exactly as converted; bad
+// folders fail on every rank before anything is allocated; and each rank's peak memory stays
+// within its bound (reader: shard + 2 units; others: shard + 1 unit) whatever the depth.
+#include <ATen/ops/equal.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <optional>
+
+#include "checkpoint/hf_tensor_source.h"
+#include "checkpoint/hf_writer.h"
+#include "checkpoint/safetensors_torch.h"
+#include "common/error.h"
+#include "common/job/schema.h"
+#include "runtime/fsdp/shard_loader.h"
+#include "runtime/model/init.h"
+
+namespace shardtune {
+namespace {
+
+namespace fs = std::filesystem;
+
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+int world_size() {
+  int w = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &w);
+  return w;
+}
+
+// A directory every rank agrees on, made by rank 0.
+std::string shared_dir(const std::string& name) {
+  std::string path;
+  if (world_rank() == 0) {
+    path = (fs::temp_directory_path() / fmt::format("shardtune_{}_{}", name, ::getpid())).string();
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  int64_t n = static_cast<int64_t>(path.size());
+  MPI_Bcast(&n, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
+  path.resize(static_cast<size_t>(n));
+  MPI_Bcast(path.data(), static_cast<int>(n), MPI_CHAR, 0, MPI_COMM_WORLD);
+  return path;
+}
+
+// Rank 0 writes a random model as a Hugging Face folder; `skip` leaves a tensor out.
+void write_folder(const std::string& dir, const model::LlamaConfig& cfg, at::ScalarType dtype,
+                  const std::string& skip = "", uint64_t shard_bytes = 400'000) {
+  if (world_rank() == 0) {
+    model::LlamaForCausalLM m(cfg, at::TensorOptions().dtype(at::kFloat));
+    model::init_weights(m, 17);
+    std::vector<std::pair<std::string, at::Tensor>> tensors;
+    for (const model::NamedParam& p : m.named_parameters())
+      if (p.name != skip) tensors.emplace_back(p.name, p.tensor->to(dtype));
+    checkpoint::write_hf_folder(dir, tensors, cfg.to_json(), "", shard_bytes);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+fsdp::FsdpOptions options_for(job::ShardingStrategy strategy, int hsdp_shard, bool pure_bf16 = false) {
+  job::Job job;
+  job.slurm.ntasks_per_node = world_size();
+  job.fsdp.sharding_strategy = strategy;
+  job.fsdp.hsdp_shard_size = hsdp_shard;
+  job.train.pure_bf16 = pure_bf16;
+  return fsdp::fsdp_options_from_job(job, world_size());
+}
+
+fsdp::SourceFactory hf_source(const std::string& dir) {
+  return [dir] { return std::make_unique<checkpoint::HfTensorSource>(dir); };
+}
+
+TEST(ShardLoader, GatheredShardsEqualTheFilesForEveryStrategy) {
+  model::LlamaConfig cfg = model::LlamaConfig::tiny();
+  std::vector<std::pair<job::ShardingStrategy, int>> strategies = {
+      {job::ShardingStrategy::kFullShard, 0}, {job::ShardingStrategy::kShardGradOp, 0}, {job::ShardingStrategy::kNoShard, 0}};
+  if (world_size() == 4) strategies.push_back({job::ShardingStrategy::kHybridShard, 2});
+  for (at::ScalarType stored : {at::kBFloat16, at::kFloat}) {
+    for (bool tied : {false, true}) {
+      cfg.tie_word_embeddings = tied;
+      const std::string dir = shared_dir("load");
+      write_folder(dir, cfg, stored);
+      const checkpoint::HfFolder files = checkpoint::HfFolder::open(dir);
+      for (const auto& [strategy, hsdp] : strategies) {
+        for (bool per_node : {true, false}) {
+          for (bool pure_bf16 : {false, true}) {
+            SCOPED_TRACE(testing::Message() << c10::toString(stored) << (tied ? " tied " : " ") << job::enum_name(strategy)
+                                            << (per_node ? " node readers" : " rank 0 reads")
+                                            << (pure_bf16 ? " bf16 masters" : " fp32 masters"));
+            const fsdp::FsdpOptions options = options_for(strategy, hsdp, pure_bf16);
+            dist::ProcessGroups groups = dist::make_mpi_groups(MPI_COMM_WORLD, options.shard_size, 60.0);
+            model::LlamaForCausalLM m(cfg, at::TensorOptions().device(at::kMeta));
+            fsdp::validate_source(m, hf_source(dir), MPI_COMM_WORLD);
+            fsdp::FsdpLlama sharded(m, groups, options);
+            const fsdp::LoadStats stats = fsdp::load_shards(sharded, hf_source(dir), MPI_COMM_WORLD, {per_node});
+            EXPECT_EQ(stats.reader, world_rank() == 0) << "on one node, local rank 0 is the only reader either way";
+            if (!stats.reader) {
+              EXPECT_EQ(stats.bytes_read, 0u);
+            }
+            for (const auto& [name, value] : sharded.gather_full_parameters()) {
+              const at::Tensor want = checkpoint::read_tensor(files.file_of(name), name).to(options.precision.master);
+              EXPECT_TRUE(at::equal(value, want)) << name;
+            }
+          }
+        }
+      }
+      if (world_rank() == 0) fs::remove_all(dir);
+    }
+  }
+}
+
+std::string error_on_every_rank(const std::string& dir, const model::LlamaConfig& cfg) {
+  model::LlamaForCausalLM m(cfg, at::TensorOptions().device(at::kMeta));
+  try {
+    fsdp::validate_source(m, hf_source(dir), MPI_COMM_WORLD);
+  } catch (const common::Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(ShardLoader, BadFoldersFailOnEveryRankBeforeAnythingIsAllocated) {
+  const model::LlamaConfig cfg = model::LlamaConfig::tiny();
+  const std::string missing = shared_dir("missing");
+  write_folder(missing, cfg, at::kBFloat16, "model.layers.1.mlp.up_proj.weight");
+  EXPECT_NE(error_on_every_rank(missing, cfg).find("missing tensor model.layers.1.mlp.up_proj.weight (shape [160, 64])"),
+            std::string::npos);
+
+  model::LlamaConfig wider = cfg;
+  wider.intermediate_size = 192;
+  EXPECT_NE(error_on_every_rank(missing, wider).find("model.layers.0.mlp.up_proj.weight has shape [160, 64] but "
+                                                     "config.json implies [192, 64]"),
+            std::string::npos);
+
+  const std::string ints = shared_dir("ints");
+  write_folder(ints, cfg, at::kInt);
+  EXPECT_NE(error_on_every_rank(ints, cfg).find("is stored as I32"), std::string::npos);
+
+  const std::string shard_gone = shared_dir("gone");
+  write_folder(shard_gone, cfg, at::kBFloat16, "", 60'000);  // several shard files
+  if (world_rank() == 0) EXPECT_TRUE(fs::remove(fs::path(shard_gone) / "model-00002-of-00005.safetensors"));
+  MPI_Barrier(MPI_COMM_WORLD);
+  const std::string gone = error_on_every_rank(shard_gone, cfg);
+  EXPECT_NE(gone.find("model-00002-of-00005.safetensors"), std::string::npos) << gone;
+  if (world_rank() == 0)
+    for (const std::string& d : {missing, ints, shard_gone}) fs::remove_all(d);
+}
+
+// Peak resident memory since the last reset, in bytes.
+int64_t status_bytes(const char* key) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(key, 0) == 0) return std::stoll(line.substr(std::strlen(key))) * 1024;
+  return 0;
+}
+void reset_peak() { std::ofstream("/proc/self/clear_refs") << "5"; }
+
+struct Peak {
+  int64_t growth;        // VmHWM - VmRSS before the load
+  int64_t shard_bytes;   // this rank's shards
+  int64_t largest_unit;  // largest flat parameter, unsharded, in the master dtype
+};
+
+Peak measure_load(const std::string& dir, const model::LlamaConfig& cfg) {
+  const fsdp::FsdpOptions options = options_for(job::ShardingStrategy::kFullShard, 0);
+  dist::ProcessGroups groups = dist::make_mpi_groups(MPI_COMM_WORLD, options.shard_size, 120.0);
+  MPI_Barrier(MPI_COMM_WORLD);
+  reset_peak();
+  const int64_t before = status_bytes("VmRSS:");
+  model::LlamaForCausalLM m(cfg, at::TensorOptions().device(at::kMeta));
+  fsdp::validate_source(m, hf_source(dir), MPI_COMM_WORLD);
+  fsdp::FsdpLlama sharded(m, groups, options);
+  fsdp::load_shards(sharded, hf_source(dir), MPI_COMM_WORLD);
+  Peak p{status_bytes("VmHWM:") - before, 0, 0};
+  for (fsdp::FlatParam* f : sharded.flat_params()) {
+    p.shard_bytes += f->shard().nbytes();
+    p.largest_unit = std::max<int64_t>(p.largest_unit, f->layout().padded_numel() * f->shard().element_size());
+  }
+  return p;
+}
+
+TEST(ShardLoader, PeakMemoryIsBoundedByShardAndUnitsNotByDepth) {
+  model::LlamaConfig cfg = model::LlamaConfig::tiny();
+  cfg.hidden_size = 1024;
+  cfg.intermediate_size = 2816;
+  cfg.num_attention_heads = 8;
+  cfg.num_key_value_heads = 2;
+  cfg.head_dim = 128;
+  cfg.vocab_size = 4096;
+  constexpr int64_t kSlack = 40 << 20;  // allocator and MPI transport buffers
+  std::optional<Peak> shallow;
+  for (int64_t layers : {6, 12}) {
+    cfg.num_hidden_layers = layers;
+    const std::string dir = shared_dir("mem");
+    write_folder(dir, cfg, at::kBFloat16, "", 200'000'000);
+    const Peak p = measure_load(dir, cfg);
+    const int64_t model_fp32 = cfg.num_parameters() * 4;
+    const bool reader = world_rank() == 0;  // one node: local rank 0 reads
+    const int64_t bound = p.shard_bytes + (reader ? 2 : 1) * p.largest_unit + kSlack;
+    EXPECT_LE(p.growth, bound) << layers << " layers: peak grew " << (p.growth >> 20) << " MiB, bound "
+                               << (bound >> 20) << " MiB (shard " << (p.shard_bytes >> 20) << ", unit "
+                               << (p.largest_unit >> 20) << "), model " << (model_fp32 >> 20) << " MiB";
+    if (shallow && reader) {
+      EXPECT_LE(p.growth - shallow->growth, p.shard_bytes - shallow->shard_bytes + kSlack)
+          << "twice the blocks raised the reader's peak by more than its larger shard";
+    }
+    if (reader && world_size() > 1) EXPECT_LT(p.growth, model_fp32) << "the reader held the whole model";
+    shallow = p;
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (world_rank() == 0) fs::remove_all(dir);
+  }
+}
+
+}  // namespace
+}  // namespace shardtune
