@@ -75,14 +75,14 @@ void HfTensorSource::read(const std::string& name, int64_t offset, int64_t count
   }
   // Convert chunk by chunk: the buffer stays small whatever the tensor.
   const int64_t per_chunk = static_cast<int64_t>(kChunkBytes / esize);
-  std::vector<char> chunk(static_cast<size_t>(std::min<int64_t>(count, per_chunk)) * esize);
+  chunk_.resize(std::max(chunk_.size(), static_cast<size_t>(std::min<int64_t>(count, per_chunk)) * esize));
   const int64_t out_esize = static_cast<int64_t>(c10::elementSize(dtype));
   for (int64_t done = 0; done < count;) {
     const int64_t n = std::min(per_chunk, count - done);
     pread_exactly(fd, file.path(), begin + static_cast<uint64_t>(done) * esize, static_cast<uint64_t>(n) * esize,
-                  chunk.data());
+                  chunk_.data());
     at::from_blob(static_cast<char*>(dst) + done * out_esize, {n}, at::TensorOptions().dtype(dtype))
-        .copy_(at::from_blob(chunk.data(), {n}, at::TensorOptions().dtype(stored)));
+        .copy_(at::from_blob(chunk_.data(), {n}, at::TensorOptions().dtype(stored)));
     done += n;
   }
 }

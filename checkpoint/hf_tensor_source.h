@@ -27,6 +27,7 @@ class HfTensorSource final : public TensorSource {
 
   HfFolder folder_;
   std::map<std::string, int> fds_;
+  std::vector<char> chunk_;  // conversion buffer, kept: a fresh one per read costs page faults
   uint64_t bytes_read_ = 0;
 };
 

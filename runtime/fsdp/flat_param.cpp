@@ -5,6 +5,7 @@
 #include <ATen/ops/zeros.h>
 #include <ATen/core/grad_mode.h>
 #include <c10/core/StorageImpl.h>
+#include <sys/mman.h>
 
 #include "common/error.h"
 
@@ -17,6 +18,17 @@ void drop_storage(at::Tensor& t) {
   c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
   impl->set_data_ptr_noswap(at::DataPtr(nullptr, t.device()));
   impl->set_nbytes(0);
+}
+
+// Large host buffers on transparent huge pages where the kernel allows it (THP "madvise" mode):
+// filling gigabytes of fresh shards otherwise costs one page fault per 4 KiB.
+at::Tensor zeros_on_huge_pages(int64_t numel, const at::TensorOptions& options) {
+  at::Tensor t = at::empty({numel}, options);
+  constexpr uintptr_t kHuge = 2u << 20;
+  const auto begin = reinterpret_cast<uintptr_t>(t.data_ptr());
+  const uintptr_t first = (begin + kHuge - 1) & ~(kHuge - 1), last = (begin + t.nbytes()) & ~(kHuge - 1);
+  if (t.device().is_cpu() && last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
+  return t.zero_();
 }
 
 void restore_storage(at::Tensor& t) {
@@ -36,7 +48,7 @@ FlatParam::FlatParam(FlatLayout layout, std::vector<at::Tensor*> slots, bool tra
   ST_CHECK(slots_.size() == layout_.params().size(), common::ErrorKind::kInternal, "flat param: {} slots for {} params",
            slots_.size(), layout_.params().size());
   const at::TensorOptions master = at::TensorOptions().dtype(options_.precision.master);
-  shard_ = at::zeros({layout_.shard_numel()}, master);  // padding stays zero
+  shard_ = zeros_on_huge_pages(layout_.shard_numel(), master);  // padding stays zero
   // Slots on the meta device have no values: the shard is filled later by a loader.
   const bool have_values = !slots_.empty() && !slots_.front()->is_meta();
   for (const ShardPiece& piece : have_values ? layout_.pieces_in_shard(shard_rank_) : std::vector<ShardPiece>{}) {
@@ -56,7 +68,7 @@ FlatParam::FlatParam(FlatLayout layout, std::vector<at::Tensor*> slots, bool tra
 
 at::Tensor& FlatParam::grad_shard() {
   if (trainable_ && !grad_shard_.defined())
-    grad_shard_ = at::zeros({layout_.shard_numel()}, at::TensorOptions().dtype(options_.precision.master));
+    grad_shard_ = zeros_on_huge_pages(layout_.shard_numel(), at::TensorOptions().dtype(options_.precision.master));
   return grad_shard_;
 }
 

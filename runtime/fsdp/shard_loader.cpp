@@ -1,7 +1,7 @@
 // Streaming shard loader.
 #include "runtime/fsdp/shard_loader.h"
 
-#include <ATen/ops/zeros.h>
+#include <ATen/ops/empty.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
@@ -10,6 +10,9 @@
 #include <chrono>
 #include <map>
 #include <set>
+#include <thread>
+
+#include <sched.h>
 
 #include "common/error.h"
 #include "runtime/dist/mpi_check.h"
@@ -63,15 +66,37 @@ std::string broadcast_text(std::string text, MPI_Comm world) {
   return text;
 }
 
+// Waits without spinning: ranks waiting for their turn must leave the cores to the reader (on a
+// node with fewer cores than ranks, busy-waiting receivers starve it).
+void wait_politely(MPI_Request& request) {
+  for (int polls = 0;; ++polls) {
+    int done = 0;
+    ST_MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+    if (done) return;
+    if (polls < 100) {
+      sched_yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+}
+
 void send_bytes(const char* data, int64_t bytes, int dest, MPI_Comm comm) {
-  for (int64_t done = 0; done < bytes; done += kMessageBytes)
-    ST_MPI_CHECK(MPI_Send(data + done, static_cast<int>(std::min(kMessageBytes, bytes - done)), MPI_BYTE, dest, 0, comm));
+  for (int64_t done = 0; done < bytes; done += kMessageBytes) {
+    MPI_Request req;
+    ST_MPI_CHECK(MPI_Isend(data + done, static_cast<int>(std::min(kMessageBytes, bytes - done)), MPI_BYTE, dest, 0,
+                           comm, &req));
+    wait_politely(req);
+  }
 }
 
 void recv_bytes(char* data, int64_t bytes, int source, MPI_Comm comm) {
-  for (int64_t done = 0; done < bytes; done += kMessageBytes)
-    ST_MPI_CHECK(MPI_Recv(data + done, static_cast<int>(std::min(kMessageBytes, bytes - done)), MPI_BYTE, source, 0,
-                          comm, MPI_STATUS_IGNORE));
+  for (int64_t done = 0; done < bytes; done += kMessageBytes) {
+    MPI_Request req;
+    ST_MPI_CHECK(MPI_Irecv(data + done, static_cast<int>(std::min(kMessageBytes, bytes - done)), MPI_BYTE, source, 0,
+                           comm, &req));
+    wait_politely(req);
+  }
 }
 
 std::string duration_text(double seconds) {
@@ -121,6 +146,7 @@ LoadStats load_shards(FsdpLlama& model, const SourceFactory& open_source, MPI_Co
   ST_MPI_CHECK(MPI_Allgather(&my_shard, 1, MPI_INT, shard_of.data(), 1, MPI_INT, readers_group));
 
   auto last_log = Clock::now();
+  at::Tensor send_buffer;
   for (size_t i = 0; i < flats.size(); ++i) {
     FlatParam& flat = *flats[i];
     at::Tensor& shard = flat.shard();
@@ -129,15 +155,26 @@ LoadStats load_shards(FsdpLlama& model, const SourceFactory& open_source, MPI_Co
       recv_bytes(static_cast<char*>(shard.data_ptr()), bytes, 0, readers_group);
       continue;
     }
-    // One shard-sized buffer at a time: memory stays within one unit whatever the model.
+    // One shard-sized buffer, reused for every shard of every unit: memory stays within one unit
+    // whatever the model, and no memory is allocated (and faulted in) per transfer.
     for (int s : std::set<int>(shard_of.begin(), shard_of.end())) {
-      at::Tensor buffer = s == my_shard ? shard : at::zeros({flat.layout().shard_numel()}, shard.options());
+      at::Tensor buffer;
+      if (s == my_shard) {
+        buffer = shard;
+      } else {
+        if (send_buffer.numel() < shard.numel() || send_buffer.scalar_type() != shard.scalar_type())
+          send_buffer = at::empty({shard.numel()}, shard.options());
+        buffer = send_buffer.narrow(0, 0, shard.numel());
+      }
       const int64_t esize = static_cast<int64_t>(buffer.element_size());
+      int64_t filled = 0;
       for (const ShardPiece& piece : flat.layout().pieces_in_shard(s)) {
         const ParamSpan& p = flat.layout().params()[piece.param];
         source->read(p.name, piece.param_offset, piece.length, buffer.scalar_type(),
                      static_cast<char*>(buffer.data_ptr()) + piece.shard_offset * esize);
+        filled = piece.shard_offset + piece.length;
       }
+      buffer.narrow(0, filled, buffer.numel() - filled).zero_();  // padding
       for (int j = 1; j < members; ++j)
         if (shard_of[static_cast<size_t>(j)] == s) send_bytes(static_cast<const char*>(buffer.data_ptr()), bytes, j, readers_group);
     }

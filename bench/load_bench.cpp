@@ -1,0 +1,164 @@
+// Streaming load of a Hugging Face folder into FSDP shards at the world size it is run with:
+// each rank's peak memory against its bound, the same against the naive way (one process holding
+// the whole model), and load throughput against the disk's plain sequential read, all measured in
+// this run on the same files (cold: the files are dropped from the page cache before each read).
+// Run: bench/load.sh, or mpirun -np 4 build/bin/load_bench MODEL_DIR, and for the naive figure,
+// in a process of its own: build/bin/load_bench --naive MODEL_DIR
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <mpi.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include "checkpoint/hf_tensor_source.h"
+#include "checkpoint/safetensors_torch.h"
+#include "runtime/dist/mpi_runtime.h"
+#include "runtime/fsdp/shard_loader.h"
+
+using namespace shardtune;
+namespace fs = std::filesystem;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int64_t status_bytes(const char* key) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(key, 0) == 0) return std::stoll(line.substr(std::strlen(key))) * 1024;
+  return 0;
+}
+void reset_peak() { std::ofstream("/proc/self/clear_refs") << "5"; }
+
+std::vector<fs::path> weight_files(const std::string& dir) {
+  std::vector<fs::path> out;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().extension() == ".safetensors") out.push_back(e.path());
+  return out;
+}
+
+// Asks the kernel to forget the files' cached pages, so the next read comes from the disk.
+void drop_from_cache(const std::string& dir) {
+  for (const fs::path& p : weight_files(dir)) {
+    const int fd = ::open(p.c_str(), O_RDONLY);
+    if (fd < 0) continue;
+    ::fdatasync(fd);
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+  }
+}
+
+// Plain sequential read of every file: the disk's bandwidth for this data, in bytes per second.
+double raw_read_bandwidth(const std::string& dir) {
+  std::vector<char> buffer(16 << 20);
+  uint64_t bytes = 0;
+  const auto start = Clock::now();
+  for (const fs::path& p : weight_files(dir)) {
+    const int fd = ::open(p.c_str(), O_RDONLY);
+    for (ssize_t n; (n = ::read(fd, buffer.data(), buffer.size())) > 0;) bytes += static_cast<uint64_t>(n);
+    ::close(fd);
+  }
+  return static_cast<double>(bytes) / std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// The naive way: this process reads the whole model into memory. Returns its peak growth.
+int64_t naive_peak_growth(const std::string& dir) {
+  reset_peak();
+  const int64_t before = status_bytes("VmRSS:");
+  const checkpoint::HfFolder folder = checkpoint::HfFolder::open(dir);
+  std::vector<at::Tensor> all;
+  for (const std::string& name : folder.tensor_names()) all.push_back(checkpoint::read_tensor(folder.file_of(name), name));
+  return status_bytes("VmHWM:") - before;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  dist::MpiRuntime mpi(&argc, &argv);
+  if (argc < 2) {
+    fmt::print(stderr, "usage: load_bench [--naive] MODEL_DIR\n");
+    return 2;
+  }
+  if (std::string(argv[1]) == "--naive" && argc > 2) {
+    // One process holding the whole model, as when every rank loads it: its peak per model byte.
+    const std::string dir = argv[2];
+    uint64_t bytes = 0;
+    for (const fs::path& p : weight_files(dir)) bytes += fs::file_size(p);
+    fmt::print("naive (one process reads the whole model): peak / model bytes {:.3f}\n",
+               static_cast<double>(naive_peak_growth(dir)) / static_cast<double>(bytes));
+    return 0;
+  }
+  const std::string dir = argv[1];
+  int rank = 0, world = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  const checkpoint::HfFolder folder = checkpoint::HfFolder::open(dir);
+  const model::LlamaConfig config = model::LlamaConfig::from_json(folder.config(), dir + "/config.json");
+  uint64_t file_bytes = 0;
+  for (const fs::path& p : weight_files(dir)) file_bytes += fs::file_size(p);
+
+  // The disk of a shared machine drifts: its bandwidth is measured just before and just after the
+  // load, cold each time, and averaged.
+  double raw_bw = 0;
+  if (rank == 0) {
+    drop_from_cache(dir);
+    raw_bw = raw_read_bandwidth(dir) / 2;
+    drop_from_cache(dir);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+
+  job::Job job;
+  job.slurm.ntasks_per_node = world;
+  job.train.mixed_precision = true;  // fp32 master shards
+  const fsdp::FsdpOptions options = fsdp::fsdp_options_from_job(job, world);
+  dist::ProcessGroups groups = dist::make_mpi_groups(MPI_COMM_WORLD, options.shard_size, 3600.0);
+  MPI_Barrier(MPI_COMM_WORLD);
+  reset_peak();
+  const int64_t before = status_bytes("VmRSS:");
+  model::LlamaForCausalLM skeleton(config, at::TensorOptions().device(at::kMeta));
+  const checkpoint::HfFolderSourceFactory source{dir};
+  fsdp::validate_source(skeleton, source, MPI_COMM_WORLD);
+  fsdp::FsdpLlama sharded(skeleton, groups, options);
+  const fsdp::LoadStats stats = fsdp::load_shards(sharded, source, MPI_COMM_WORLD);
+  const int64_t growth = status_bytes("VmHWM:") - before;
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) {
+    drop_from_cache(dir);
+    raw_bw += raw_read_bandwidth(dir) / 2;
+  }
+  int64_t shard = 0, unit = 0;
+  for (fsdp::FlatParam* f : sharded.flat_params()) {
+    shard += f->shard().nbytes();
+    unit = std::max<int64_t>(unit, f->layout().padded_numel() * f->shard().element_size());
+  }
+  std::vector<int64_t> all(static_cast<size_t>(3 * world));
+  const int64_t mine[3] = {growth, shard, before};
+  MPI_Gather(mine, 3, MPI_INT64_T, all.data(), 3, MPI_INT64_T, 0, MPI_COMM_WORLD);
+  if (rank == 0) {
+    const double model_bytes = static_cast<double>(file_bytes);
+    fmt::print("model {}: {:.2f}B parameters, {:.2f} GB of {} weights, {} blocks; world size {}\n", dir,
+               static_cast<double>(config.num_parameters()) / 1e9, model_bytes / 1e9, config.torch_dtype,
+               config.num_hidden_layers, world);
+    fmt::print("largest unit {:.0f} MiB (fp32 master); fixed overhead (RSS before loading) {:.0f} MiB\n",
+               static_cast<double>(unit) / (1 << 20), static_cast<double>(all[2]) / (1 << 20));
+    for (int r = 0; r < world; ++r) {
+      const int64_t g = all[static_cast<size_t>(3 * r)], s = all[static_cast<size_t>(3 * r + 1)];
+      const int64_t bound = s + (r == 0 ? 2 : 1) * unit;
+      fmt::print("  rank {} ({}): peak growth {:6.0f} MiB, shard {:6.0f} MiB, bound shard+{}x unit {:6.0f} MiB -> {}\n",
+                 r, r == 0 ? "reader" : "receiver", static_cast<double>(g) / (1 << 20),
+                 static_cast<double>(s) / (1 << 20), r == 0 ? 2 : 1, static_cast<double>(bound) / (1 << 20),
+                 g <= bound ? "within" : "OVER");
+    }
+    fmt::print("reader peak / model bytes: {:.3f}\n", static_cast<double>(all[0]) / model_bytes);
+    const double load_bw = static_cast<double>(stats.bytes_read) / stats.seconds;
+    fmt::print("load {:.2f} GB/s vs plain sequential read {:.2f} GB/s (cold, mean of before and after): ratio {:.2f} "
+               "(target >= 0.7)\n",
+               load_bw / 1e9, raw_bw / 1e9, load_bw / raw_bw);
+  }
+  return 0;
+}
