@@ -144,7 +144,9 @@ TEST(ShardLoader, BadFoldersFailOnEveryRankBeforeAnythingIsAllocated) {
 
   const std::string shard_gone = shared_dir("gone");
   write_folder(shard_gone, cfg, at::kBFloat16, "", 60'000);  // several shard files
-  if (world_rank() == 0) EXPECT_TRUE(fs::remove(fs::path(shard_gone) / "model-00002-of-00005.safetensors"));
+  if (world_rank() == 0) {
+    EXPECT_TRUE(fs::remove(fs::path(shard_gone) / "model-00002-of-00005.safetensors"));
+  }
   MPI_Barrier(MPI_COMM_WORLD);
   const std::string gone = error_on_every_rank(shard_gone, cfg);
   EXPECT_NE(gone.find("model-00002-of-00005.safetensors"), std::string::npos) << gone;
@@ -211,7 +213,9 @@ TEST(ShardLoader, PeakMemoryIsBoundedByShardAndUnitsNotByDepth) {
       EXPECT_LE(p.growth - shallow->growth, p.shard_bytes - shallow->shard_bytes + kSlack)
           << "twice the blocks raised the reader's peak by more than its larger shard";
     }
-    if (reader && world_size() > 1) EXPECT_LT(p.growth, model_fp32) << "the reader held the whole model";
+    if (reader && world_size() > 1) {
+      EXPECT_LT(p.growth, model_fp32) << "the reader held the whole model";
+    }
     shallow = p;
     MPI_Barrier(MPI_COMM_WORLD);
     if (world_rank() == 0) fs::remove_all(dir);
