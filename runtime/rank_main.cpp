@@ -15,6 +15,8 @@
 #include "runtime/dist/process_groups.h"
 #include "runtime/dist/topology.h"
 #include "checkpoint/hf_tensor_source.h"
+#include "checkpoint/sharded_checkpoint.h"
+#include "common/job/job_writer.h"
 #include "runtime/fsdp/fsdp_llama.h"
 #include "runtime/fsdp/shard_loader.h"
 #include "runtime/job_model.h"
@@ -145,16 +147,42 @@ int run(int argc, char** argv) {
   ST_CHECK(job.data.format == job::DataFormat::kSynthetic, common::ErrorKind::kConfig,
            "[data] format \"{}\": only \"synthetic\" data is available in this build",
            job::enum_name(job.data.format));
-  const int64_t global_batch = job.train.batch_size_training * topo.world_size * job.train.gradient_accumulation_steps;
-  const int64_t steps_per_epoch = job.train.max_train_step > 0 ? job.train.max_train_step : 100;
-  const train::SyntheticCopyDataset train_data(global_batch * steps_per_epoch, job.train.context_length,
-                                               model->config().vocab_size, static_cast<uint64_t>(job.train.seed));
+  // The synthetic data is generated on the fly: a fixed size keeps its order independent of the
+  // run's length and world size.
+  const train::SyntheticCopyDataset train_data(1 << 16, job.train.context_length, model->config().vocab_size,
+                                               static_cast<uint64_t>(job.train.seed));
   const train::SyntheticCopyDataset val_data(job.train.val_batch_size * topo.world_size * 8, job.train.context_length,
                                              model->config().vocab_size, static_cast<uint64_t>(job.train.seed) + 1);
-  train::Trainer trainer(job, groups, sharded, train_data, &val_data);
+  const std::string job_toml = job::to_toml(job);
+  train::CheckpointHooks hooks;
+  hooks.resume = [&](fsdp::AdamW& optimizer) -> std::optional<train::ResumePoint> {
+    if (job.checkpoint.resume == "none") return std::nullopt;
+    const std::optional<std::string> dir = job.checkpoint.resume == "auto"
+                                               ? checkpoint::find_latest_checkpoint(job.checkpoint.dir)
+                                               : std::optional<std::string>(job.checkpoint.resume);
+    if (!dir) {
+      spdlog::info("no checkpoint under {}: starting fresh", job.checkpoint.dir);
+      return std::nullopt;
+    }
+    const checkpoint::TrainingState state =
+        checkpoint::load_sharded_checkpoint(sharded, &optimizer, *dir, MPI_COMM_WORLD);
+    spdlog::info("loaded checkpoint {}", *dir);
+    return train::ResumePoint{state.step, state.epoch, state.step_in_epoch};
+  };
+  hooks.save = [&](fsdp::AdamW& optimizer, const train::ResumePoint& at) {
+    const std::string dir = checkpoint::save_sharded_checkpoint(
+        sharded, job.fsdp.save_optimizer ? &optimizer : nullptr,
+        {at.step, at.epoch, at.step_in_epoch, 0.0, job_toml}, groups, job.checkpoint.dir, job.checkpoint.keep_last);
+    spdlog::info("checkpoint committed: {}", dir);
+  };
+  train::Trainer trainer(job, groups, sharded, train_data, &val_data, hooks);
   const train::TrainSummary summary = trainer.run();
-  spdlog::info("done: {} steps, loss {:.4f} -> {:.4f}, {:.0f} tokens/s", summary.steps, summary.losses.front(),
-               summary.losses.back(), summary.tokens_per_second);
+  if (summary.losses.empty()) {
+    spdlog::info("done: nothing left to train");
+  } else {
+    spdlog::info("done: {} steps, loss {:.4f} -> {:.4f}, {:.0f} tokens/s", summary.steps, summary.losses.front(),
+                 summary.losses.back(), summary.tokens_per_second);
+  }
   return 0;
 }
 

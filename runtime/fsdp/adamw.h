@@ -26,6 +26,7 @@ class AdamW {
   void step(double lr);
 
   int64_t step_count() const { return step_; }
+  void set_step_count(int64_t step) { step_ = step; }  // when resuming from a checkpoint
   int64_t state_bytes() const;
   size_t size() const { return params_.size(); }
   at::Tensor& exp_avg(size_t i) { return exp_avg_.at(i); }

@@ -46,8 +46,8 @@ std::string duration_text(double seconds) {
 }  // namespace
 
 Trainer::Trainer(const job::Job& job, dist::ProcessGroups& groups, fsdp::FsdpLlama& model, const Dataset& train,
-                 const Dataset* val)
-    : job_(job), groups_(groups), model_(model), train_(train), val_(val) {}
+                 const Dataset* val, CheckpointHooks hooks)
+    : job_(job), groups_(groups), model_(model), train_(train), val_(val), hooks_(std::move(hooks)) {}
 
 double Trainer::validate() {
   at::NoGradGuard no_grad;
@@ -91,14 +91,28 @@ TrainSummary Trainer::run() {
                total_steps, order.steps_per_epoch(), t.num_epochs, global_batch, t.batch_size_training, ranks,
                accumulation, tokens_per_step);
 
+  ResumePoint from;
+  if (hooks_.resume)
+    if (std::optional<ResumePoint> r = hooks_.resume(optimizer)) {
+      from = *r;
+      spdlog::info("resuming at step {} (epoch {}, step {} of it)", from.step, from.epoch + 1, from.step_in_epoch);
+    }
+  const int64_t every = job_.checkpoint.every_steps;
+  auto save = [&](int64_t steps_taken, int64_t epoch, int64_t next_in_epoch) {
+    if (!hooks_.save) return;
+    const bool epoch_done = next_in_epoch == order.steps_per_epoch();
+    hooks_.save(optimizer, {steps_taken, epoch_done ? epoch + 1 : epoch, epoch_done ? 0 : next_in_epoch});
+  };
+
   TrainSummary summary;
   const auto start = Clock::now();
   double window_seconds = 0;
   int64_t window_steps = 0;
-  int64_t step = 0;
-  for (int64_t epoch = 0; epoch < t.num_epochs && step < total_steps; ++epoch) {
+  int64_t step = from.step;
+  for (int64_t epoch = from.epoch; epoch < t.num_epochs && step < total_steps; ++epoch) {
     const std::vector<int64_t> permutation = order.permutation(epoch);
-    for (int64_t s = 0; s < order.steps_per_epoch() && step < total_steps; ++s, ++step) {
+    const int64_t first = epoch == from.epoch ? from.step_in_epoch : 0;
+    for (int64_t s = first; s < order.steps_per_epoch() && step < total_steps; ++s, ++step) {
       const auto step_start = Clock::now();
       std::vector<Batch> micro;
       for (int m = 0; m < accumulation; ++m)
@@ -110,8 +124,11 @@ TrainSummary Trainer::run() {
       window_seconds += seconds;
       ++window_steps;
       if (metrics.is_open())
-        metrics << fmt::format("{{\"step\": {}, \"epoch\": {}, \"loss\": {:.6f}, \"lr\": {:.6g}, \"step_seconds\": {:.4f}}}\n",
-                               step + 1, epoch + 1, r.loss, step_options.lr, seconds);
+        metrics << fmt::format("{{\"step\": {}, \"epoch\": {}, \"loss\": {}, \"lr\": {}, \"step_seconds\": {:.4f}}}\n",
+                               step + 1, epoch + 1, r.loss, step_options.lr, seconds)
+                << std::flush;
+      if (every > 0 && (step + 1) % every == 0 && step + 1 < total_steps) save(step + 1, epoch, s + 1);
+      if (step + 1 == total_steps) save(step + 1, epoch, s + 1);
       if ((step + 1) % job_.metrics.log_every_steps == 0 || step + 1 == total_steps) {
         const double per_step = window_seconds / static_cast<double>(window_steps);
         spdlog::info("step {}/{} | epoch {}/{} | loss {:.4f} | lr {:.3e} | {:.0f} tok/s | {:.3f} s/step | ETA {}",
@@ -128,9 +145,9 @@ TrainSummary Trainer::run() {
                    std::exp(summary.last_val_loss));
     }
   }
-  summary.steps = step;
+  summary.steps = step - from.step;
   const double total_seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  summary.tokens_per_second = static_cast<double>(tokens_per_step * step) / std::max(total_seconds, 1e-9);
+  summary.tokens_per_second = static_cast<double>(tokens_per_step * summary.steps) / std::max(total_seconds, 1e-9);
   return summary;
 }
 

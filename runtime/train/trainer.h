@@ -4,15 +4,33 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/job/job.h"
 #include "runtime/dist/process_groups.h"
 #include "runtime/fsdp/fsdp_llama.h"
+#include "runtime/fsdp/adamw.h"
 #include "runtime/train/dataset.h"
 
 namespace shardtune::train {
+
+// Where a run continues: optimizer steps taken, and the epoch and step within it the next one has.
+struct ResumePoint {
+  int64_t step = 0;
+  int64_t epoch = 0;
+  int64_t step_in_epoch = 0;
+};
+
+// How the loop reaches checkpoints without depending on their format: `resume` loads the model's
+// shards and the optimizer (if a checkpoint is to be resumed) and says where to continue; `save`
+// writes one. Either may be empty.
+struct CheckpointHooks {
+  std::function<std::optional<ResumePoint>(fsdp::AdamW&)> resume;
+  std::function<void(fsdp::AdamW&, const ResumePoint&)> save;
+};
 
 struct TrainSummary {
   int64_t steps = 0;
@@ -25,7 +43,7 @@ class Trainer {
  public:
   // `val` may be null. All ranks pass the same datasets.
   Trainer(const job::Job& job, dist::ProcessGroups& groups, fsdp::FsdpLlama& model, const Dataset& train,
-          const Dataset* val);
+          const Dataset* val, CheckpointHooks hooks = {});
   TrainSummary run();
 
  private:
@@ -36,6 +54,7 @@ class Trainer {
   fsdp::FsdpLlama& model_;
   const Dataset& train_;
   const Dataset* val_;
+  CheckpointHooks hooks_;
 };
 
 }  // namespace shardtune::train

@@ -1,0 +1,12 @@
+// CRC-32 (IEEE 802.3, as zlib's crc32) of byte ranges: the per-slice checksums of checkpoints.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace shardtune::checkpoint {
+
+// Continues `crc` (0 to start) over `size` bytes.
+uint32_t crc32(const void* data, size_t size, uint32_t crc = 0);
+
+}  // namespace shardtune::checkpoint

@@ -1,0 +1,367 @@
+// Sharded HDF5 checkpoints: writing, atomic commit, finding, and loading at any world size.
+#include "checkpoint/sharded_checkpoint.h"
+
+#include <ATen/ops/empty.h>
+#include <ATen/ops/from_blob.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/crc32.h"
+#include "checkpoint/h5_check.h"
+#include "checkpoint/h5_handle.h"
+#include "common/error.h"
+#include "runtime/dist/mpi_check.h"
+
+namespace shardtune::checkpoint {
+namespace {
+
+namespace fs = std::filesystem;
+using common::ErrorKind;
+using nlohmann::json;
+
+constexpr const char* kManifest = "manifest.json";
+constexpr const char* kKinds[] = {"param", "exp_avg", "exp_avg_sq"};
+
+std::string step_dir_name(int64_t step) { return fmt::format("step-{:07d}", step); }
+
+void fsync_path(const std::string& path, bool directory) {
+  const int fd = ::open(path.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
+  ST_CHECK(fd >= 0, ErrorKind::kIo, "cannot open {} to fsync it: {}", path, std::strerror(errno));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  ST_CHECK(rc == 0, ErrorKind::kIo, "fsync of {} failed: {}", path, std::strerror(err));
+}
+
+void write_text_durably(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.flush();
+    ST_CHECK(out.good(), ErrorKind::kIo, "cannot write {}", tmp);
+  }
+  fsync_path(tmp, false);
+  ST_CHECK(::rename(tmp.c_str(), path.c_str()) == 0, ErrorKind::kIo, "cannot rename {}: {}", tmp, std::strerror(errno));
+}
+
+// File access without HDF5's file locks, which fail on some parallel filesystems.
+H5Handle file_access() {
+  H5Handle fapl(ST_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)), H5Pclose);
+  ST_H5_CHECK(H5Pset_file_locking(fapl.get(), false, true));
+  return fapl;
+}
+
+struct Slice {
+  std::string kind, tensor, file, dataset;
+  int64_t offset = 0, length = 0;
+  uint32_t crc = 0;
+};
+
+json slice_json(const Slice& s) {
+  return {{"kind", s.kind}, {"tensor", s.tensor}, {"file", s.file}, {"dataset", s.dataset},
+          {"offset", s.offset}, {"length", s.length}, {"crc32", s.crc}};
+}
+
+// Writes this rank's slices; returns their records.
+std::vector<Slice> write_rank_file(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, const std::string& path,
+                                   const std::string& file_name) {
+  std::vector<Slice> slices;
+  H5Handle fapl = file_access();
+  H5Handle file(ST_H5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl.get())), H5Fclose);
+  std::map<std::string, H5Handle> groups;
+  for (const char* kind : kKinds)
+    groups.emplace(kind, H5Handle(ST_H5_CHECK(H5Gcreate2(file.get(), (std::string("/") + kind).c_str(), H5P_DEFAULT,
+                                                         H5P_DEFAULT, H5P_DEFAULT)),
+                                  H5Gclose));
+  size_t trainable_index = 0;
+  for (fsdp::FlatParam* f : model.flat_params()) {
+    std::vector<std::pair<std::string, at::Tensor>> sources = {{"param", f->shard()}};
+    if (f->trainable() && optimizer != nullptr && optimizer->size() > trainable_index) {
+      sources.emplace_back("exp_avg", optimizer->exp_avg(trainable_index));
+      sources.emplace_back("exp_avg_sq", optimizer->exp_avg_sq(trainable_index));
+    }
+    if (f->trainable()) ++trainable_index;
+    for (const fsdp::ShardPiece& piece : f->layout().pieces_in_shard(f->shard_rank())) {
+      const fsdp::ParamSpan& p = f->layout().params()[piece.param];
+      for (const auto& [kind, tensor] : sources) {
+        const at::Tensor data = tensor.narrow(0, piece.shard_offset, piece.length).to(at::kFloat).contiguous();
+        Slice s{kind, p.name, file_name, fmt::format("{}@{}", p.name, piece.param_offset), piece.param_offset,
+                piece.length, crc32(data.data_ptr(), static_cast<size_t>(data.nbytes()))};
+        const hsize_t dims[1] = {static_cast<hsize_t>(piece.length)};
+        H5Handle space(ST_H5_CHECK(H5Screate_simple(1, dims, nullptr)), H5Sclose);
+        H5Handle ds(ST_H5_CHECK(H5Dcreate2(groups.at(kind).get(), s.dataset.c_str(), H5T_IEEE_F32LE, space.get(),
+                                           H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)),
+                    H5Dclose);
+        ST_H5_CHECK(H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data_ptr()));
+        ST_H5_CHECK(ds.close());
+        slices.push_back(std::move(s));
+      }
+    }
+  }
+  for (auto& [kind, g] : groups) ST_H5_CHECK(g.close());
+  ST_H5_CHECK(file.close());
+  fsync_path(path, false);
+  return slices;
+}
+
+// Every rank's text, concatenated on rank 0 (other ranks get "").
+std::vector<std::string> gather_text(const std::string& mine, MPI_Comm world) {
+  int rank = 0, size = 0;
+  ST_MPI_CHECK(MPI_Comm_rank(world, &rank));
+  ST_MPI_CHECK(MPI_Comm_size(world, &size));
+  const int len = static_cast<int>(mine.size());
+  std::vector<int> lens(static_cast<size_t>(size)), offsets(static_cast<size_t>(size));
+  ST_MPI_CHECK(MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, world));
+  std::string all;
+  if (rank == 0) {
+    int total = 0;
+    for (int i = 0; i < size; ++i) offsets[static_cast<size_t>(i)] = std::exchange(total, total + lens[static_cast<size_t>(i)]);
+    all.resize(static_cast<size_t>(total));
+  }
+  ST_MPI_CHECK(MPI_Gatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), offsets.data(), MPI_CHAR, 0, world));
+  std::vector<std::string> out;
+  if (rank == 0)
+    for (int i = 0; i < size; ++i)
+      out.push_back(all.substr(static_cast<size_t>(offsets[static_cast<size_t>(i)]), static_cast<size_t>(lens[static_cast<size_t>(i)])));
+  return out;
+}
+
+std::string broadcast_text(std::string text, MPI_Comm world) {
+  int64_t n = static_cast<int64_t>(text.size());
+  ST_MPI_CHECK(MPI_Bcast(&n, 1, MPI_INT64_T, 0, world));
+  text.resize(static_cast<size_t>(n));
+  if (n > 0) ST_MPI_CHECK(MPI_Bcast(text.data(), static_cast<int>(n), MPI_CHAR, 0, world));
+  return text;
+}
+
+void prune(const std::string& root, int64_t keep_last) {
+  std::vector<std::string> committed;
+  for (const auto& e : fs::directory_iterator(root)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("step-", 0) == 0 && fs::exists(e.path() / kManifest)) committed.push_back(name);
+  }
+  std::sort(committed.begin(), committed.end());
+  for (size_t i = 0; i + static_cast<size_t>(keep_last) < committed.size(); ++i) {
+    std::error_code ec;
+    fs::remove_all(fs::path(root) / committed[i], ec);
+    if (ec) spdlog::warn("could not prune checkpoint {}: {}", committed[i], ec.message());
+  }
+}
+
+json read_manifest(const std::string& dir) {
+  const std::string path = dir + "/" + kManifest;
+  std::ifstream in(path);
+  ST_CHECK(in.good(), ErrorKind::kIo, "{} is not a committed checkpoint: {} is missing", dir, kManifest);
+  try {
+    json m = json::parse(in);
+    ST_CHECK(m.value("format", "") == "shardtune-sharded", ErrorKind::kIo, "{}: not a shardtune sharded checkpoint", path);
+    ST_CHECK(m.value("version", 0) == kShardedFormatVersion, ErrorKind::kIo,
+             "{}: format version {} is not {} (this build's)", path, m.value("version", 0), kShardedFormatVersion);
+    return m;
+  } catch (const json::exception& e) {
+    common::raise(ErrorKind::kIo, fmt::format("{}: broken manifest: {}", path, e.what()));
+  }
+}
+
+}  // namespace
+
+std::string save_sharded_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, const TrainingState& state,
+                                    dist::ProcessGroups& groups, const std::string& root, int64_t keep_last) {
+  MPI_Comm world = MPI_COMM_WORLD;
+  const int rank = groups.world->world_ranks()[static_cast<size_t>(groups.world->rank())];
+  const std::string final_dir = root + "/" + step_dir_name(state.step);
+  const std::string tmp_dir = root + "/.tmp-" + step_dir_name(state.step);
+  std::string error;
+  if (rank == 0) {
+    try {
+      fs::create_directories(root);
+      fs::remove_all(tmp_dir);  // a previous attempt that died
+      fs::create_directories(tmp_dir);
+    } catch (const std::exception& e) {
+      error = fmt::format("cannot prepare {}: {}", tmp_dir, e.what());
+    }
+  }
+  error = broadcast_text(error, world);
+  ST_CHECK(error.empty(), ErrorKind::kIo, "{}", error);
+
+  // One replica writes: the others hold the same shards.
+  std::string records;
+  int failed = 0;
+  if (groups.replicate->rank() == 0) {
+    const std::string file_name = fmt::format("rank-{:05d}.h5", rank);
+    try {
+      json slices = json::array();
+      for (const Slice& s : write_rank_file(model, optimizer, tmp_dir + "/" + file_name, file_name))
+        slices.push_back(slice_json(s));
+      records = slices.dump();
+    } catch (const std::exception& e) {
+      failed = 1;
+      records = e.what();
+    }
+  }
+  int any_failed = 0;
+  ST_MPI_CHECK(MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, world));
+  const std::vector<std::string> all = gather_text(records, world);
+  if (rank == 0) {
+    try {
+      if (any_failed) {
+        std::vector<std::string> why;
+        for (size_t r = 0; r < all.size(); ++r)
+          if (!all[r].empty() && all[r][0] != '[') why.push_back(fmt::format("rank {}: {}", r, all[r]));
+        error = fmt::format("checkpoint at step {} failed; nothing was committed: {}", state.step, fmt::join(why, "; "));
+      } else {
+        json manifest = {{"format", "shardtune-sharded"}, {"version", kShardedFormatVersion},
+                         {"step", state.step},           {"epoch", state.epoch},
+                         {"step_in_epoch", state.step_in_epoch}, {"loss_scale", state.loss_scale},
+                         {"optimizer_step", optimizer ? optimizer->step_count() : 0},
+                         {"has_optimizer", optimizer != nullptr}, {"world_size", groups.world->size()},
+                         {"shard_group_size", groups.shard->size()}, {"job", state.job_toml}};
+        json tensors = json::object();
+        for (fsdp::FlatParam* f : model.flat_params())
+          for (const fsdp::ParamSpan& p : f->layout().params()) tensors[p.name] = {{"shape", p.shape}, {"dtype", "F32"}};
+        manifest["tensors"] = tensors;
+        json slices = json::array();
+        for (const std::string& r : all)
+          if (!r.empty())
+            for (json& s : json::parse(r)) slices.push_back(std::move(s));
+        manifest["slices"] = slices;
+        write_text_durably(tmp_dir + "/" + kManifest, manifest.dump(1));
+        fsync_path(tmp_dir, true);
+        fs::remove_all(final_dir);  // only an uncommitted leftover can have this name
+        fs::rename(tmp_dir, final_dir);
+        fsync_path(root, true);
+        // `latest` moves atomically: a new link, renamed over the old one.
+        const std::string link_tmp = root + "/.latest.tmp";
+        fs::remove(link_tmp);
+        fs::create_directory_symlink(step_dir_name(state.step), link_tmp);
+        fs::rename(link_tmp, root + "/latest");
+        fsync_path(root, true);
+        prune(root, keep_last);
+      }
+    } catch (const std::exception& e) {
+      error = fmt::format("checkpoint at step {} could not be committed: {}", state.step, e.what());
+    }
+    if (!error.empty()) {
+      std::error_code ec;
+      fs::remove_all(tmp_dir, ec);
+    }
+  }
+  error = broadcast_text(error, world);
+  ST_CHECK(error.empty(), ErrorKind::kIo, "{}", error);
+  return final_dir;
+}
+
+std::optional<std::string> find_latest_checkpoint(const std::string& root) {
+  if (!fs::exists(root)) return std::nullopt;
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(root)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("step-", 0) == 0) names.push_back(name);
+  }
+  std::sort(names.rbegin(), names.rend());
+  for (const std::string& name : names) {
+    const std::string dir = root + "/" + name;
+    try {
+      read_manifest(dir);
+      return dir;
+    } catch (const common::Error& e) {
+      spdlog::warn("skipping {}: {}", dir, e.what());
+    }
+  }
+  return std::nullopt;
+}
+
+TrainingState load_sharded_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, const std::string& dir,
+                                      MPI_Comm world) {
+  const json manifest = read_manifest(dir);
+  // The model's tensors and the checkpoint's must be the same set with the same shapes.
+  std::vector<std::string> problems;
+  std::map<std::string, std::vector<int64_t>> want;
+  for (fsdp::FlatParam* f : model.flat_params())
+    for (const fsdp::ParamSpan& p : f->layout().params()) want[p.name] = p.shape;
+  const json& tensors = manifest.at("tensors");
+  for (const auto& [name, shape] : want) {
+    if (!tensors.contains(name)) {
+      problems.push_back(fmt::format("missing tensor {}", name));
+    } else if (tensors[name].at("shape").get<std::vector<int64_t>>() != shape) {
+      problems.push_back(fmt::format("{} has shape {} in the checkpoint, the model [{}]", name,
+                                     tensors[name].at("shape").dump(), fmt::join(shape, ", ")));
+    }
+  }
+  for (const auto& [name, t] : tensors.items())
+    if (!want.count(name)) problems.push_back(fmt::format("unexpected tensor {}", name));
+  ST_CHECK(problems.empty(), ErrorKind::kConfig, "{} does not fit the model: {}", dir, fmt::join(problems, "; "));
+
+  std::map<std::pair<std::string, std::string>, std::vector<Slice>> index;
+  for (const json& s : manifest.at("slices")) {
+    Slice slice{s.at("kind"), s.at("tensor"), s.at("file"), s.at("dataset"), s.at("offset"), s.at("length"),
+                s.at("crc32").get<uint32_t>()};
+    index[{slice.kind, slice.tensor}].push_back(std::move(slice));
+  }
+  const bool load_optimizer = optimizer != nullptr && manifest.value("has_optimizer", false);
+  H5Handle fapl = file_access();
+  std::map<std::string, H5Handle> files;
+  auto open_file = [&](const std::string& name) -> hid_t {
+    auto it = files.find(name);
+    if (it == files.end()) {
+      const std::string path = dir + "/" + name;
+      ST_CHECK(fs::exists(path), ErrorKind::kIo, "{}: file {} listed in the manifest is missing", dir, name);
+      it = files.emplace(name, H5Handle(ST_H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get())), H5Fclose)).first;
+    }
+    return it->second.get();
+  };
+  std::vector<float> buffer;
+  size_t trainable_index = 0;
+  for (fsdp::FlatParam* f : model.flat_params()) {
+    std::vector<std::pair<std::string, at::Tensor>> targets = {{"param", f->shard()}};
+    if (f->trainable() && load_optimizer) {
+      targets.emplace_back("exp_avg", optimizer->exp_avg(trainable_index));
+      targets.emplace_back("exp_avg_sq", optimizer->exp_avg_sq(trainable_index));
+    }
+    if (f->trainable()) ++trainable_index;
+    for (const fsdp::ShardPiece& piece : f->layout().pieces_in_shard(f->shard_rank())) {
+      const fsdp::ParamSpan& p = f->layout().params()[piece.param];
+      for (auto& [kind, target] : targets) {
+        int64_t covered = 0;
+        for (const Slice& s : index[{kind, p.name}]) {
+          const int64_t lo = std::max(s.offset, piece.param_offset);
+          const int64_t hi = std::min(s.offset + s.length, piece.param_offset + piece.length);
+          if (lo >= hi) continue;
+          buffer.resize(static_cast<size_t>(s.length));
+          const std::string path = fmt::format("/{}/{}", kind, s.dataset);
+          H5Handle ds(ST_H5_CHECK(H5Dopen2(open_file(s.file), path.c_str(), H5P_DEFAULT)), H5Dclose);
+          ST_H5_CHECK(H5Dread(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buffer.data()));
+          ST_CHECK(crc32(buffer.data(), buffer.size() * sizeof(float)) == s.crc, ErrorKind::kIo,
+                   "{}/{}: {} of {} (elements {}..{}) fails its checksum: the file is corrupt", dir, s.file, kind,
+                   p.name, s.offset, s.offset + s.length);
+          const at::Tensor src = at::from_blob(buffer.data() + (lo - s.offset), {hi - lo}, at::kFloat);
+          target.narrow(0, piece.shard_offset + (lo - piece.param_offset), hi - lo).copy_(src);
+          covered += hi - lo;
+        }
+        ST_CHECK(covered == piece.length, ErrorKind::kIo, "{} does not hold all of {} for {} (elements {}..{})", dir,
+                 kind, p.name, piece.param_offset, piece.param_offset + piece.length);
+      }
+    }
+  }
+  if (load_optimizer) optimizer->set_step_count(manifest.value("optimizer_step", int64_t{0}));
+  ST_MPI_CHECK(MPI_Barrier(world));
+  TrainingState state;
+  state.step = manifest.at("step");
+  state.epoch = manifest.at("epoch");
+  state.step_in_epoch = manifest.at("step_in_epoch");
+  state.loss_scale = manifest.value("loss_scale", 0.0);
+  state.job_toml = manifest.value("job", "");
+  return state;
+}
+
+}  // namespace shardtune::checkpoint

@@ -1,0 +1,45 @@
+// Sharded checkpoints: every rank of one replica writes the slices of parameters (and AdamW
+// moments) its shards hold into its own HDF5 file, recording each slice's tensor, global element
+// offset, length and CRC-32 in a manifest written last. Loading at any world size or strategy is
+// a different selection of the same slices. A checkpoint is committed atomically: a temporary
+// directory, every file closed and fsynced, all ranks agreeing, the manifest, a rename, `latest`.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "runtime/dist/process_groups.h"
+#include "runtime/fsdp/adamw.h"
+#include "runtime/fsdp/fsdp_llama.h"
+
+namespace shardtune::checkpoint {
+
+inline constexpr int kShardedFormatVersion = 1;
+
+struct TrainingState {
+  int64_t step = 0;           // optimizer steps taken
+  int64_t epoch = 0;          // the epoch the next step belongs to
+  int64_t step_in_epoch = 0;  // steps of that epoch already taken
+  double loss_scale = 0;      // fp16 loss scale (0 when unused)
+  std::string job_toml;       // the resolved job that wrote it
+};
+
+// Collective over the groups' world. Writes <root>/step-NNNNNNN and points <root>/latest at it,
+// then removes committed checkpoints beyond the newest `keep_last`. On any rank's failure every
+// rank throws, and the partial directory is removed. `optimizer` may be null (weights only).
+std::string save_sharded_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, const TrainingState& state,
+                                    dist::ProcessGroups& groups, const std::string& root, int64_t keep_last);
+
+// The newest committed checkpoint under `root` (one whose manifest parses), or nullopt.
+std::optional<std::string> find_latest_checkpoint(const std::string& root);
+
+// Collective. Fills the model's shards (and the optimizer's moments and step, when both the
+// checkpoint and `optimizer` have them) from any sharded checkpoint, whatever world size and
+// strategy wrote it; every slice read is checked against its CRC-32. Returns the training state.
+TrainingState load_sharded_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, const std::string& dir,
+                                      MPI_Comm world);
+
+}  // namespace shardtune::checkpoint
