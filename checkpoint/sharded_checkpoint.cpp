@@ -158,7 +158,7 @@ void prune(const std::string& root, int64_t keep_last) {
   }
 }
 
-json read_manifest(const std::string& dir) {
+json read_manifest_impl(const std::string& dir) {
   const std::string path = dir + "/" + kManifest;
   std::ifstream in(path);
   ST_CHECK(in.good(), ErrorKind::kIo, "{} is not a committed checkpoint: {} is missing", dir, kManifest);
@@ -174,6 +174,43 @@ json read_manifest(const std::string& dir) {
 }
 
 }  // namespace
+
+json read_checkpoint_manifest(const std::string& dir) { return read_manifest_impl(dir); }
+
+VerifyReport verify_sharded_checkpoint(const std::string& dir) {
+  const json manifest = read_manifest_impl(dir);
+  VerifyReport report;
+  H5Handle fapl = file_access();
+  std::map<std::string, H5Handle> files;
+  std::vector<float> buffer;
+  for (const json& s : manifest.at("slices")) {
+    const std::string file = s.at("file"), kind = s.at("kind"), tensor = s.at("tensor"), dataset = s.at("dataset");
+    const int64_t offset = s.at("offset"), length = s.at("length");
+    const std::string where = fmt::format("{}/{}: {} of {} (elements {}..{})", dir, file, kind, tensor, offset, offset + length);
+    try {
+      auto it = files.find(file);
+      if (it == files.end()) {
+        const std::string path = dir + "/" + file;
+        ST_CHECK(fs::exists(path), ErrorKind::kIo, "file missing");
+        it = files.emplace(file, H5Handle(ST_H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get())), H5Fclose)).first;
+      }
+      buffer.resize(static_cast<size_t>(length));
+      H5Handle ds(ST_H5_CHECK(H5Dopen2(it->second.get(), fmt::format("/{}/{}", kind, dataset).c_str(), H5P_DEFAULT)),
+                  H5Dclose);
+      H5Handle space(ST_H5_CHECK(H5Dget_space(ds.get())), H5Sclose);
+      ST_CHECK(H5Sget_simple_extent_npoints(space.get()) == length, ErrorKind::kIo, "the dataset has {} elements",
+               H5Sget_simple_extent_npoints(space.get()));
+      ST_H5_CHECK(H5Dread(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buffer.data()));
+      ST_CHECK(crc32(buffer.data(), buffer.size() * sizeof(float)) == s.at("crc32").get<uint32_t>(), ErrorKind::kIo,
+               "checksum mismatch");
+      report.bytes += length * 4;
+    } catch (const std::exception& e) {
+      report.problems.push_back(fmt::format("{}: {}", where, e.what()));
+    }
+    ++report.slices;
+  }
+  return report;
+}
 
 std::string save_sharded_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, const TrainingState& state,
                                     dist::ProcessGroups& groups, const std::string& root, int64_t keep_last) {
@@ -272,7 +309,7 @@ std::optional<std::string> find_latest_checkpoint(const std::string& root) {
   for (const std::string& name : names) {
     const std::string dir = root + "/" + name;
     try {
-      read_manifest(dir);
+      read_manifest_impl(dir);
       return dir;
     } catch (const common::Error& e) {
       spdlog::warn("skipping {}: {}", dir, e.what());
@@ -283,7 +320,7 @@ std::optional<std::string> find_latest_checkpoint(const std::string& root) {
 
 TrainingState load_sharded_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, const std::string& dir,
                                       MPI_Comm world) {
-  const json manifest = read_manifest(dir);
+  const json manifest = read_manifest_impl(dir);
   // The model's tensors and the checkpoint's must be the same set with the same shapes.
   std::vector<std::string> problems;
   std::map<std::string, std::vector<int64_t>> want;

@@ -8,8 +8,10 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "runtime/dist/process_groups.h"
 #include "runtime/fsdp/adamw.h"
@@ -41,5 +43,17 @@ std::optional<std::string> find_latest_checkpoint(const std::string& root);
 // strategy wrote it; every slice read is checked against its CRC-32. Returns the training state.
 TrainingState load_sharded_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, const std::string& dir,
                                       MPI_Comm world);
+
+// The manifest of a committed checkpoint (throws common::Error(kIo) naming what is wrong).
+nlohmann::json read_checkpoint_manifest(const std::string& dir);
+
+struct VerifyReport {
+  int64_t slices = 0;
+  int64_t bytes = 0;
+  std::vector<std::string> problems;  // each names the file, the tensor and the elements
+};
+
+// Reads every slice of the checkpoint and checks it against its CRC-32; one slice in memory at a time.
+VerifyReport verify_sharded_checkpoint(const std::string& dir);
 
 }  // namespace shardtune::checkpoint

@@ -6,9 +6,9 @@
 #    with losses within 1e-5 of the uninterrupted run;
 #  - files are plain HDF5 that h5py reads, with checksums that are zlib's CRC-32;
 #  - a corrupt slice is refused with the file named; uncommitted directories are never resumed.
-# usage: checkpoint_test.sh SHARDTUNE SOURCE_DIR
+# usage: checkpoint_test.sh SHARDTUNE SOURCE_DIR SHARDTUNE_CKPT
 set -u
-st=$1 src=$2
+st=$1 src=$2 ckpt=$3
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 failures=0
@@ -91,6 +91,11 @@ with h5py.File(f"{d}/{s['file']}", "r+") as f:
     v.view("uint32")[0] ^= 1
     ds[...] = v
 PY
+"$ckpt" verify "$tmp/straight/checkpoints/step-0000020" >/dev/null || fail "shardtune-ckpt verify rejects a good checkpoint"
+"$ckpt" verify "$bad/checkpoints/step-0000020" >"$tmp/verify" 2>&1 && fail "shardtune-ckpt verify accepts a corrupt checkpoint"
+grep -q "BAD .*rank-00001.h5: param of .*checksum mismatch" "$tmp/verify" || fail "verify does not name the bad slice: $(cat "$tmp/verify")"
+[ "$(grep -c '^BAD' "$tmp/verify")" -eq 1 ] || fail "verify should find exactly one bad slice"
+"$ckpt" inspect "$tmp/straight/checkpoints/step-0000020" | grep -q "step 20 .* saved by 4 ranks" || fail "inspect output"
 sum_before=$(md5sum "$bad"/checkpoints/step-0000020/* | md5sum)
 run "$bad" 4 3 30 && fail "a corrupt checkpoint was resumed"
 grep -q "rank-00001.h5.*fails its checksum" "$tmp/log" || fail "the corruption error does not name the file: $(grep -m1 error "$tmp/log")"
