@@ -114,6 +114,67 @@ std::vector<Slice> write_rank_file(fsdp::FsdpLlama& model, fsdp::AdamW* optimize
   return slices;
 }
 
+// A consolidated file: each flat parameter (and moment) gathered in the shard group that holds
+// world rank 0, one at a time, and written there as whole tensors of their own shape. Collective
+// over that shard group; only world rank 0 writes. A failure to write is recorded, not thrown, so
+// that the gathers go on in step on every rank.
+std::vector<Slice> write_full_file(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, dist::Communicator& shard_group,
+                                   bool writer, const std::string& path, const std::string& file_name,
+                                   std::string& failure) {
+  std::vector<Slice> slices;
+  H5Handle file;
+  std::map<std::string, H5Handle> groups;
+  auto guarded = [&](auto&& fn) {
+    if (!writer || !failure.empty()) return;
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+  };
+  guarded([&] {
+    H5Handle fapl = file_access();
+    file = H5Handle(ST_H5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl.get())), H5Fclose);
+    for (const char* kind : kKinds)
+      groups.emplace(kind, H5Handle(ST_H5_CHECK(H5Gcreate2(file.get(), (std::string("/") + kind).c_str(), H5P_DEFAULT,
+                                                           H5P_DEFAULT, H5P_DEFAULT)),
+                                    H5Gclose));
+  });
+  size_t trainable_index = 0;
+  for (fsdp::FlatParam* f : model.flat_params()) {
+    std::vector<std::pair<std::string, at::Tensor>> sources = {{"param", f->shard()}};
+    if (f->trainable() && optimizer != nullptr && optimizer->size() > trainable_index) {
+      sources.emplace_back("exp_avg", optimizer->exp_avg(trainable_index));
+      sources.emplace_back("exp_avg_sq", optimizer->exp_avg_sq(trainable_index));
+    }
+    if (f->trainable()) ++trainable_index;
+    for (const auto& [kind, shard] : sources) {
+      at::Tensor full = at::empty({f->layout().padded_numel()}, shard.options());  // one unit at a time
+      shard_group.all_gather(shard, full);
+      guarded([&] {
+        for (const fsdp::ParamSpan& p : f->layout().params()) {
+          const at::Tensor data = full.narrow(0, p.offset, p.numel).to(at::kFloat).contiguous();
+          std::vector<hsize_t> dims(p.shape.begin(), p.shape.end());
+          H5Handle space(ST_H5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)), H5Sclose);
+          H5Handle ds(ST_H5_CHECK(H5Dcreate2(groups.at(kind).get(), p.name.c_str(), H5T_IEEE_F32LE, space.get(),
+                                             H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)),
+                      H5Dclose);
+          ST_H5_CHECK(H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data_ptr()));
+          ST_H5_CHECK(ds.close());
+          slices.push_back({kind, p.name, file_name, p.name, 0, p.numel,
+                            crc32(data.data_ptr(), static_cast<size_t>(data.nbytes()))});
+        }
+      });
+    }
+  }
+  guarded([&] {
+    for (auto& [kind, g] : groups) ST_H5_CHECK(g.close());
+    ST_H5_CHECK(file.close());
+    fsync_path(path, false);
+  });
+  return slices;
+}
+
 // Every rank's text, concatenated on rank 0 (other ranks get "").
 std::vector<std::string> gather_text(const std::string& mine, MPI_Comm world) {
   int rank = 0, size = 0;
@@ -212,8 +273,8 @@ VerifyReport verify_sharded_checkpoint(const std::string& dir) {
   return report;
 }
 
-std::string save_sharded_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, const TrainingState& state,
-                                    dist::ProcessGroups& groups, const std::string& root, int64_t keep_last) {
+std::string save_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, const TrainingState& state,
+                            dist::ProcessGroups& groups, const std::string& root, int64_t keep_last, bool consolidated) {
   MPI_Comm world = MPI_COMM_WORLD;
   const int rank = groups.world->world_ranks()[static_cast<size_t>(groups.world->rank())];
   const std::string final_dir = root + "/" + step_dir_name(state.step);
@@ -235,11 +296,19 @@ std::string save_sharded_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optimiz
   std::string records;
   int failed = 0;
   if (groups.replicate->rank() == 0) {
-    const std::string file_name = fmt::format("rank-{:05d}.h5", rank);
+    const std::string file_name = consolidated ? "model.h5" : fmt::format("rank-{:05d}.h5", rank);
     try {
+      std::vector<Slice> written;
+      std::string failure;
+      if (consolidated) {
+        written = write_full_file(model, optimizer, *groups.shard, rank == 0, tmp_dir + "/" + file_name, file_name,
+                                  failure);
+        ST_CHECK(failure.empty(), ErrorKind::kIo, "{}", failure);
+      } else {
+        written = write_rank_file(model, optimizer, tmp_dir + "/" + file_name, file_name);
+      }
       json slices = json::array();
-      for (const Slice& s : write_rank_file(model, optimizer, tmp_dir + "/" + file_name, file_name))
-        slices.push_back(slice_json(s));
+      for (const Slice& sl : written) slices.push_back(slice_json(sl));
       records = slices.dump();
     } catch (const std::exception& e) {
       failed = 1;
@@ -258,6 +327,7 @@ std::string save_sharded_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optimiz
         error = fmt::format("checkpoint at step {} failed; nothing was committed: {}", state.step, fmt::join(why, "; "));
       } else {
         json manifest = {{"format", "shardtune-sharded"}, {"version", kShardedFormatVersion},
+                         {"layout", consolidated ? "full" : "sharded"},
                          {"step", state.step},           {"epoch", state.epoch},
                          {"step_in_epoch", state.step_in_epoch}, {"loss_scale", state.loss_scale},
                          {"optimizer_step", optimizer ? optimizer->step_count() : 0},

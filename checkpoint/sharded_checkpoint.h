@@ -1,4 +1,4 @@
-// Sharded checkpoints: every rank of one replica writes the slices of parameters (and AdamW
+// Checkpoints. Sharded: every rank of one replica writes the slices of parameters (and AdamW
 // moments) its shards hold into its own HDF5 file, recording each slice's tensor, global element
 // offset, length and CRC-32 in a manifest written last. Loading at any world size or strategy is
 // a different selection of the same slices. A checkpoint is committed atomically: a temporary
@@ -32,8 +32,12 @@ struct TrainingState {
 // Collective over the groups' world. Writes <root>/step-NNNNNNN and points <root>/latest at it,
 // then removes committed checkpoints beyond the newest `keep_last`. On any rank's failure every
 // rank throws, and the partial directory is removed. `optimizer` may be null (weights only).
-std::string save_sharded_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, const TrainingState& state,
-                                    dist::ProcessGroups& groups, const std::string& root, int64_t keep_last);
+// consolidated (checkpoint_type "full"): one file, model.h5, holding every tensor whole in its own
+// shape, written by world rank 0 while its shard group gathers one flat parameter at a time;
+// otherwise every rank of the first replica writes its own slices. Both load the same way.
+std::string save_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, const TrainingState& state,
+                            dist::ProcessGroups& groups, const std::string& root, int64_t keep_last,
+                            bool consolidated = false);
 
 // The newest committed checkpoint under `root` (one whose manifest parses), or nullopt.
 std::optional<std::string> find_latest_checkpoint(const std::string& root);

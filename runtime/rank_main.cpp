@@ -170,9 +170,10 @@ int run(int argc, char** argv) {
     return train::ResumePoint{state.step, state.epoch, state.step_in_epoch};
   };
   hooks.save = [&](fsdp::AdamW& optimizer, const train::ResumePoint& at) {
-    const std::string dir = checkpoint::save_sharded_checkpoint(
+    const std::string dir = checkpoint::save_checkpoint(
         sharded, job.fsdp.save_optimizer ? &optimizer : nullptr,
-        {at.step, at.epoch, at.step_in_epoch, 0.0, job_toml}, groups, job.checkpoint.dir, job.checkpoint.keep_last);
+        {at.step, at.epoch, at.step_in_epoch, 0.0, job_toml}, groups, job.checkpoint.dir, job.checkpoint.keep_last,
+        job.fsdp.checkpoint_type == job::CheckpointType::kFull);
     spdlog::info("checkpoint committed: {}", dir);
   };
   train::Trainer trainer(job, groups, sharded, train_data, &val_data, hooks);
