@@ -9,6 +9,9 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <csignal>
+#include <cstdlib>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -32,6 +35,15 @@ constexpr const char* kManifest = "manifest.json";
 constexpr const char* kKinds[] = {"param", "exp_avg", "exp_avg_sq"};
 
 std::string step_dir_name(int64_t step) { return fmt::format("step-{:07d}", step); }
+
+// Fault injection for the crash tests: SHARDTUNE_TEST_KILL_AT="<phase>@<step>:<rank>" makes that
+// rank SIGKILL itself when a save of that step reaches that phase. Unset in real runs.
+void kill_point(const char* phase, int64_t step, int rank) {
+  static const char* spec = std::getenv("SHARDTUNE_TEST_KILL_AT");
+  if (spec == nullptr || spec != fmt::format("{}@{}:{}", phase, step, rank)) return;
+  spdlog::default_logger()->flush();
+  ::kill(::getpid(), SIGKILL);
+}
 
 void fsync_path(const std::string& path, bool directory) {
   const int fd = ::open(path.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
@@ -285,6 +297,7 @@ std::string save_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, cons
       fs::create_directories(root);
       fs::remove_all(tmp_dir);  // a previous attempt that died
       fs::create_directories(tmp_dir);
+      kill_point("started", state.step, rank);
     } catch (const std::exception& e) {
       error = fmt::format("cannot prepare {}: {}", tmp_dir, e.what());
     }
@@ -315,6 +328,7 @@ std::string save_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, cons
       records = e.what();
     }
   }
+  kill_point("files-written", state.step, rank);
   int any_failed = 0;
   ST_MPI_CHECK(MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, world));
   const std::vector<std::string> all = gather_text(records, world);
@@ -344,15 +358,18 @@ std::string save_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, cons
         manifest["slices"] = slices;
         write_text_durably(tmp_dir + "/" + kManifest, manifest.dump(1));
         fsync_path(tmp_dir, true);
+        kill_point("manifest-written", state.step, rank);
         fs::remove_all(final_dir);  // only an uncommitted leftover can have this name
         fs::rename(tmp_dir, final_dir);
         fsync_path(root, true);
+        kill_point("renamed", state.step, rank);
         // `latest` moves atomically: a new link, renamed over the old one.
         const std::string link_tmp = root + "/.latest.tmp";
         fs::remove(link_tmp);
         fs::create_directory_symlink(step_dir_name(state.step), link_tmp);
         fs::rename(link_tmp, root + "/latest");
         fsync_path(root, true);
+        kill_point("latest-updated", state.step, rank);
         prune(root, keep_last);
       }
     } catch (const std::exception& e) {

@@ -140,5 +140,22 @@ cp "$part/checkpoints/step-0000020/rank-00000.h5" "$part/checkpoints/step-000003
 run "$part" 4 3 25 || fail "resume next to partial checkpoints failed: $(tail -5 "$tmp/log")"
 grep -q "resuming at step 20" "$part/logs/rank-00000.log" || fail "did not resume from the newest committed checkpoint"
 
+# SIGKILL at every phase of a save (of step 20; step 10 is committed): the job dies, and a new job
+# resumes from a checkpoint that verifies, the new one only if it was committed.
+for point in started:0 files-written:1 manifest-written:0 renamed:0 latest-updated:0; do
+  phase=${point%%:*} who=${point##*:}
+  out="$tmp/kill-$phase"
+  SHARDTUNE_TEST_KILL_AT="$phase@20:$who" run "$out" 4 3 20 && fail "the job survived a SIGKILL at $phase"
+  [ -d "$out/checkpoints/step-0000010" ] || fail "$phase: the earlier checkpoint is gone"
+  run "$out" 4 3 20 || fail "$phase: the job after the crash failed: $(tail -5 "$tmp/log")"
+  case "$phase" in
+    renamed|latest-updated) want=20 ;;
+    *) want=10 ;;
+  esac
+  grep -q "resuming at step $want" "$out/logs/rank-00000.log" || fail "$phase: did not resume at step $want"
+  "$ckpt" verify "$out/checkpoints/step-00000$want" >/dev/null || fail "$phase: the resumed checkpoint does not verify"
+  [ -z "$(ls -A "$out/checkpoints" | grep '^\.tmp')" ] || [ "$want" = 10 ] || fail "$phase: a temporary directory was left"
+done
+
 if [ "$failures" -eq 0 ]; then echo "checkpoint_test: all checks passed"; else echo "checkpoint_test: $failures failure(s)"; fi
 [ "$failures" -eq 0 ]
