@@ -18,6 +18,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/crc32.h"
 #include "checkpoint/h5_check.h"
 #include "checkpoint/h5_handle.h"
@@ -97,7 +98,8 @@ std::vector<Slice> write_rank_file(fsdp::FsdpLlama& model, fsdp::AdamW* optimize
                                   H5Gclose));
   size_t trainable_index = 0;
   for (fsdp::FlatParam* f : model.flat_params()) {
-    std::vector<std::pair<std::string, at::Tensor>> sources = {{"param", f->shard()}};
+    std::vector<std::pair<std::string, at::Tensor>> sources;
+    sources.emplace_back("param", f->shard());
     if (f->trainable() && optimizer != nullptr && optimizer->size() > trainable_index) {
       sources.emplace_back("exp_avg", optimizer->exp_avg(trainable_index));
       sources.emplace_back("exp_avg_sq", optimizer->exp_avg_sq(trainable_index));
@@ -154,7 +156,8 @@ std::vector<Slice> write_full_file(fsdp::FsdpLlama& model, fsdp::AdamW* optimize
   });
   size_t trainable_index = 0;
   for (fsdp::FlatParam* f : model.flat_params()) {
-    std::vector<std::pair<std::string, at::Tensor>> sources = {{"param", f->shard()}};
+    std::vector<std::pair<std::string, at::Tensor>> sources;
+    sources.emplace_back("param", f->shard());
     if (f->trainable() && optimizer != nullptr && optimizer->size() > trainable_index) {
       sources.emplace_back("exp_avg", optimizer->exp_avg(trainable_index));
       sources.emplace_back("exp_avg_sq", optimizer->exp_avg_sq(trainable_index));
@@ -347,6 +350,7 @@ std::string save_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, cons
                          {"optimizer_step", optimizer ? optimizer->step_count() : 0},
                          {"has_optimizer", optimizer != nullptr}, {"world_size", groups.world->size()},
                          {"shard_group_size", groups.shard->size()}, {"job", state.job_toml}};
+        if (!state.model_config.empty()) manifest["model_config"] = json::parse(state.model_config);
         json tensors = json::object();
         for (fsdp::FlatParam* f : model.flat_params())
           for (const fsdp::ParamSpan& p : f->layout().params()) tensors[p.name] = {{"shape", p.shape}, {"dtype", "F32"}};
@@ -426,28 +430,13 @@ TrainingState load_sharded_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optim
     if (!want.count(name)) problems.push_back(fmt::format("unexpected tensor {}", name));
   ST_CHECK(problems.empty(), ErrorKind::kConfig, "{} does not fit the model: {}", dir, fmt::join(problems, "; "));
 
-  std::map<std::pair<std::string, std::string>, std::vector<Slice>> index;
-  for (const json& s : manifest.at("slices")) {
-    Slice slice{s.at("kind"), s.at("tensor"), s.at("file"), s.at("dataset"), s.at("offset"), s.at("length"),
-                s.at("crc32").get<uint32_t>()};
-    index[{slice.kind, slice.tensor}].push_back(std::move(slice));
-  }
   const bool load_optimizer = optimizer != nullptr && manifest.value("has_optimizer", false);
-  H5Handle fapl = file_access();
-  std::map<std::string, H5Handle> files;
-  auto open_file = [&](const std::string& name) -> hid_t {
-    auto it = files.find(name);
-    if (it == files.end()) {
-      const std::string path = dir + "/" + name;
-      ST_CHECK(fs::exists(path), ErrorKind::kIo, "{}: file {} listed in the manifest is missing", dir, name);
-      it = files.emplace(name, H5Handle(ST_H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get())), H5Fclose)).first;
-    }
-    return it->second.get();
-  };
+  CheckpointReader reader(dir);
   std::vector<float> buffer;
   size_t trainable_index = 0;
   for (fsdp::FlatParam* f : model.flat_params()) {
-    std::vector<std::pair<std::string, at::Tensor>> targets = {{"param", f->shard()}};
+    std::vector<std::pair<std::string, at::Tensor>> targets;
+    targets.emplace_back("param", f->shard());
     if (f->trainable() && load_optimizer) {
       targets.emplace_back("exp_avg", optimizer->exp_avg(trainable_index));
       targets.emplace_back("exp_avg_sq", optimizer->exp_avg_sq(trainable_index));
@@ -455,25 +444,10 @@ TrainingState load_sharded_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optim
     if (f->trainable()) ++trainable_index;
     for (const fsdp::ShardPiece& piece : f->layout().pieces_in_shard(f->shard_rank())) {
       const fsdp::ParamSpan& p = f->layout().params()[piece.param];
+      buffer.resize(static_cast<size_t>(piece.length));
       for (auto& [kind, target] : targets) {
-        int64_t covered = 0;
-        for (const Slice& s : index[{kind, p.name}]) {
-          const int64_t lo = std::max(s.offset, piece.param_offset);
-          const int64_t hi = std::min(s.offset + s.length, piece.param_offset + piece.length);
-          if (lo >= hi) continue;
-          buffer.resize(static_cast<size_t>(s.length));
-          const std::string path = fmt::format("/{}/{}", kind, s.dataset);
-          H5Handle ds(ST_H5_CHECK(H5Dopen2(open_file(s.file), path.c_str(), H5P_DEFAULT)), H5Dclose);
-          ST_H5_CHECK(H5Dread(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buffer.data()));
-          ST_CHECK(crc32(buffer.data(), buffer.size() * sizeof(float)) == s.crc, ErrorKind::kIo,
-                   "{}/{}: {} of {} (elements {}..{}) fails its checksum: the file is corrupt", dir, s.file, kind,
-                   p.name, s.offset, s.offset + s.length);
-          const at::Tensor src = at::from_blob(buffer.data() + (lo - s.offset), {hi - lo}, at::kFloat);
-          target.narrow(0, piece.shard_offset + (lo - piece.param_offset), hi - lo).copy_(src);
-          covered += hi - lo;
-        }
-        ST_CHECK(covered == piece.length, ErrorKind::kIo, "{} does not hold all of {} for {} (elements {}..{})", dir,
-                 kind, p.name, piece.param_offset, piece.param_offset + piece.length);
+        reader.read_range(kind, p.name, piece.param_offset, piece.length, buffer.data());
+        target.narrow(0, piece.shard_offset, piece.length).copy_(at::from_blob(buffer.data(), {piece.length}, at::kFloat));
       }
     }
   }

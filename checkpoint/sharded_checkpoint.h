@@ -27,6 +27,7 @@ struct TrainingState {
   int64_t step_in_epoch = 0;  // steps of that epoch already taken
   double loss_scale = 0;      // fp16 loss scale (0 when unused)
   std::string job_toml;       // the resolved job that wrote it
+  std::string model_config;   // the model's config.json, so the checkpoint converts to HF alone
 };
 
 // Collective over the groups' world. Writes <root>/step-NNNNNNN and points <root>/latest at it,

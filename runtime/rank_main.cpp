@@ -17,6 +17,7 @@
 #include "checkpoint/hf_tensor_source.h"
 #include "checkpoint/sharded_checkpoint.h"
 #include "common/job/job_writer.h"
+#include <nlohmann/json.hpp>
 #include "runtime/fsdp/fsdp_llama.h"
 #include "runtime/fsdp/shard_loader.h"
 #include "runtime/job_model.h"
@@ -172,7 +173,7 @@ int run(int argc, char** argv) {
   hooks.save = [&](fsdp::AdamW& optimizer, const train::ResumePoint& at) {
     const std::string dir = checkpoint::save_checkpoint(
         sharded, job.fsdp.save_optimizer ? &optimizer : nullptr,
-        {at.step, at.epoch, at.step_in_epoch, 0.0, job_toml}, groups, job.checkpoint.dir, job.checkpoint.keep_last,
+        {at.step, at.epoch, at.step_in_epoch, 0.0, job_toml, config.to_json().dump()}, groups, job.checkpoint.dir, job.checkpoint.keep_last,
         job.fsdp.checkpoint_type == job::CheckpointType::kFull);
     spdlog::info("checkpoint committed: {}", dir);
   };

@@ -1,6 +1,10 @@
-// shardtune-ckpt: inspects and verifies shardtune checkpoints.
-//   shardtune-ckpt inspect DIR   step, world size, layout, every tensor with shape, dtype and bytes
-//   shardtune-ckpt verify DIR    every slice read back and checked against its CRC-32
+// shardtune-ckpt: inspects, verifies and converts shardtune checkpoints, one tensor at a time.
+//   shardtune-ckpt inspect DIR               step, world size, layout, every tensor
+//   shardtune-ckpt verify DIR                every slice read back and checked against its CRC-32
+//   shardtune-ckpt consolidate DIR OUT       sharded -> full (one file of whole tensors)
+//   shardtune-ckpt export-hf DIR OUT         -> Hugging Face folder (safetensors, index, config.json)
+//   shardtune-ckpt import-hf HF_DIR OUT      Hugging Face folder -> full checkpoint
+//   shardtune-ckpt diff A B                  largest absolute and relative difference per tensor
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -9,6 +13,7 @@
 
 #include "checkpoint/h5_check.h"
 #include "checkpoint/sharded_checkpoint.h"
+#include "tools/ckpt_convert.h"
 
 using namespace shardtune;
 
@@ -50,17 +55,38 @@ int verify(const std::string& dir) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"shardtune-ckpt: inspect and verify shardtune checkpoints"};
+  CLI::App app{"shardtune-ckpt: inspect, verify and convert shardtune checkpoints"};
   app.require_subcommand(1);
   std::string dir;
   auto* ins = app.add_subcommand("inspect", "Step, world size, layout and tensors of a checkpoint");
   ins->add_option("dir", dir, "Checkpoint directory (step-NNNNNNN)")->required();
   auto* ver = app.add_subcommand("verify", "Read every slice back and check its CRC-32");
   ver->add_option("dir", dir, "Checkpoint directory (step-NNNNNNN)")->required();
+  std::string out, dtype = "bf16", tokenizer, other;
+  uint64_t max_shard_bytes = 5'000'000'000;
+  auto* con = app.add_subcommand("consolidate", "Sharded checkpoint -> full checkpoint (one file)");
+  con->add_option("dir", dir, "Checkpoint directory")->required();
+  con->add_option("out", out, "New checkpoint directory")->required();
+  auto* exp = app.add_subcommand("export-hf", "Checkpoint -> Hugging Face safetensors folder");
+  exp->add_option("dir", dir, "Checkpoint directory")->required();
+  exp->add_option("out", out, "New folder")->required();
+  exp->add_option("--dtype", dtype, "Stored dtype")->check(CLI::IsMember({"bf16", "fp32"}));
+  exp->add_option("--max-shard-bytes", max_shard_bytes, "Largest safetensors file (default 5 GB)");
+  exp->add_option("--tokenizer", tokenizer, "Folder whose tokenizer files are copied along");
+  auto* imp = app.add_subcommand("import-hf", "Hugging Face folder -> full checkpoint (weights, step 0)");
+  imp->add_option("dir", dir, "Hugging Face model folder")->required();
+  imp->add_option("out", out, "New checkpoint directory")->required();
+  auto* dif = app.add_subcommand("diff", "Largest absolute and relative difference of every tensor");
+  dif->add_option("a", dir, "Checkpoint directory")->required();
+  dif->add_option("b", other, "Checkpoint directory")->required();
   CLI11_PARSE(app, argc, argv);
   try {
     checkpoint::silence_hdf5_auto_print();
     if (ins->parsed()) return inspect(dir);
+    if (con->parsed()) return (tools::consolidate(dir, out), 0);
+    if (exp->parsed()) return (tools::export_hf(dir, out, dtype, max_shard_bytes, tokenizer), 0);
+    if (imp->parsed()) return (tools::import_hf(dir, out), 0);
+    if (dif->parsed()) return tools::diff(dir, other) == 0.0 ? 0 : 1;
     return verify(dir);
   } catch (const std::exception& e) {
     fmt::print(stderr, "shardtune-ckpt: {}\n", e.what());

@@ -1,0 +1,79 @@
+// Checkpoint reading by element ranges.
+#include "checkpoint/checkpoint_reader.h"
+
+#include <ATen/ops/empty.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "checkpoint/crc32.h"
+#include "checkpoint/h5_check.h"
+#include "checkpoint/sharded_checkpoint.h"
+#include "common/error.h"
+
+namespace shardtune::checkpoint {
+
+using common::ErrorKind;
+
+CheckpointReader::CheckpointReader(const std::string& dir) : dir_(dir), manifest_(read_checkpoint_manifest(dir)) {
+  for (const nlohmann::json& s : manifest_.at("slices")) {
+    index_[{s.at("kind"), s.at("tensor")}].push_back(
+        {s.at("file"), s.at("dataset"), s.at("offset"), s.at("length"), s.at("crc32").get<uint32_t>()});
+  }
+  for (auto& [key, slices] : index_)
+    std::sort(slices.begin(), slices.end(), [](const Slice& a, const Slice& b) { return a.offset < b.offset; });
+  fapl_ = H5Handle(ST_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)), H5Pclose);
+  ST_H5_CHECK(H5Pset_file_locking(fapl_.get(), false, true));
+}
+
+std::vector<int64_t> CheckpointReader::shape(const std::string& tensor) const {
+  return manifest_.at("tensors").at(tensor).at("shape").get<std::vector<int64_t>>();
+}
+
+std::vector<std::string> CheckpointReader::tensor_names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, t] : manifest_.at("tensors").items()) out.push_back(name);
+  return out;
+}
+
+hid_t CheckpointReader::file(const std::string& name) {
+  auto it = files_.find(name);
+  if (it == files_.end()) {
+    const std::string path = dir_ + "/" + name;
+    ST_CHECK(std::filesystem::exists(path), ErrorKind::kIo, "{}: file {} listed in the manifest is missing", dir_, name);
+    it = files_.emplace(name, H5Handle(ST_H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl_.get())), H5Fclose)).first;
+  }
+  return it->second.get();
+}
+
+void CheckpointReader::read_range(const std::string& kind, const std::string& tensor, int64_t offset, int64_t count,
+                                  float* dst) {
+  auto it = index_.find({kind, tensor});
+  ST_CHECK(it != index_.end(), ErrorKind::kIo, "{} holds no {} of {}", dir_, kind, tensor);
+  int64_t covered = 0;
+  for (const Slice& s : it->second) {
+    const int64_t lo = std::max(s.offset, offset), hi = std::min(s.offset + s.length, offset + count);
+    if (lo >= hi) continue;
+    buffer_.resize(static_cast<size_t>(s.length));
+    H5Handle ds(ST_H5_CHECK(H5Dopen2(file(s.file), fmt::format("/{}/{}", kind, s.dataset).c_str(), H5P_DEFAULT)),
+                H5Dclose);
+    ST_H5_CHECK(H5Dread(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buffer_.data()));
+    bytes_read_ += static_cast<uint64_t>(s.length) * 4;
+    ST_CHECK(crc32(buffer_.data(), buffer_.size() * sizeof(float)) == s.crc, ErrorKind::kIo,
+             "{}/{}: {} of {} (elements {}..{}) fails its checksum: the file is corrupt", dir_, s.file, kind, tensor,
+             s.offset, s.offset + s.length);
+    std::copy(buffer_.begin() + (lo - s.offset), buffer_.begin() + (hi - s.offset), dst + (lo - offset));
+    covered += hi - lo;
+  }
+  ST_CHECK(covered == count, ErrorKind::kIo, "{} does not hold all of {} for {} (elements {}..{})", dir_, kind, tensor,
+           offset, offset + count);
+}
+
+at::Tensor CheckpointReader::read_tensor(const std::string& kind, const std::string& tensor) {
+  at::Tensor t = at::empty(shape(tensor), at::kFloat);
+  read_range(kind, tensor, 0, t.numel(), t.data_ptr<float>());
+  return t;
+}
+
+}  // namespace shardtune::checkpoint

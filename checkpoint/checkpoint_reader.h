@@ -1,0 +1,52 @@
+// Reading any range of any tensor out of a committed checkpoint (sharded or full): the manifest
+// says which slices hold it; every slice read is checked against its CRC-32. Memory: one slice.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "checkpoint/h5_handle.h"
+
+namespace shardtune::checkpoint {
+
+class CheckpointReader {
+ public:
+  explicit CheckpointReader(const std::string& dir);
+
+  const std::string& dir() const { return dir_; }
+  const nlohmann::json& manifest() const { return manifest_; }
+  bool has(const std::string& kind, const std::string& tensor) const { return index_.count({kind, tensor}) > 0; }
+  std::vector<int64_t> shape(const std::string& tensor) const;
+  std::vector<std::string> tensor_names() const;  // in manifest order (sorted)
+
+  // Elements [offset, offset + count) of the flattened tensor, as float32, into dst. Throws
+  // common::Error(kIo) naming the file, tensor and elements on a bad checksum or a gap.
+  void read_range(const std::string& kind, const std::string& tensor, int64_t offset, int64_t count, float* dst);
+  // The whole tensor in its shape (float32).
+  at::Tensor read_tensor(const std::string& kind, const std::string& tensor);
+  uint64_t bytes_read() const { return bytes_read_; }
+
+ private:
+  struct Slice {
+    std::string file, dataset;
+    int64_t offset = 0, length = 0;
+    uint32_t crc = 0;
+  };
+  hid_t file(const std::string& name);
+
+  std::string dir_;
+  nlohmann::json manifest_;
+  std::map<std::pair<std::string, std::string>, std::vector<Slice>> index_;
+  H5Handle fapl_;
+  std::map<std::string, H5Handle> files_;
+  std::vector<float> buffer_;
+  uint64_t bytes_read_ = 0;
+};
+
+}  // namespace shardtune::checkpoint

@@ -1,0 +1,80 @@
+// Streaming safetensors writer.
+#include "checkpoint/safetensors_stream_writer.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/safetensors_torch.h"
+#include "common/error.h"
+
+namespace shardtune::checkpoint {
+namespace {
+
+using common::ErrorKind;
+
+void write_all(int fd, const void* data, size_t size, const std::string& path) {
+  const auto* p = static_cast<const char*>(data);
+  while (size > 0) {
+    const ssize_t n = ::write(fd, p, size);
+    if (n < 0 && errno == EINTR) continue;
+    ST_CHECK(n > 0, ErrorKind::kIo, "writing {}: {}", path, std::strerror(errno));
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+}
+
+}  // namespace
+
+SafetensorsStreamWriter::SafetensorsStreamWriter(std::string path, std::vector<StreamedTensor> tensors,
+                                                 const std::map<std::string, std::string>& metadata)
+    : path_(std::move(path)), tmp_(path_ + ".tmp"), tensors_(std::move(tensors)) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  uint64_t offset = 0;
+  for (const StreamedTensor& t : tensors_) {
+    uint64_t bytes = st_dtype_size(t.dtype);
+    for (int64_t d : t.shape) bytes *= static_cast<uint64_t>(d);
+    header[t.name] = {{"dtype", std::string(to_string(t.dtype))}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // as the reference writer pads
+  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  ST_CHECK(fd_ >= 0, ErrorKind::kIo, "cannot create {}: {}", tmp_, std::strerror(errno));
+  uint64_t n = text.size();
+  unsigned char le[8];
+  for (int i = 0; i < 8; ++i) le[i] = static_cast<unsigned char>(n >> (8 * i));
+  write_all(fd_, le, 8, tmp_);
+  write_all(fd_, text.data(), text.size(), tmp_);
+}
+
+SafetensorsStreamWriter::~SafetensorsStreamWriter() {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    ::unlink(tmp_.c_str());
+  }
+}
+
+void SafetensorsStreamWriter::append(const at::Tensor& tensor) {
+  ST_CHECK(next_ < tensors_.size(), ErrorKind::kInternal, "{}: more tensors than declared", path_);
+  const StreamedTensor& t = tensors_[next_++];
+  ST_CHECK(std::vector<int64_t>(tensor.sizes().begin(), tensor.sizes().end()) == t.shape, ErrorKind::kInternal,
+           "{}: tensor {} does not have its declared shape", path_, t.name);
+  const at::Tensor data = tensor.to(to_scalar_type(t.dtype)).contiguous();
+  write_all(fd_, data.data_ptr(), static_cast<size_t>(data.nbytes()), tmp_);
+}
+
+void SafetensorsStreamWriter::finish() {
+  ST_CHECK(next_ == tensors_.size(), ErrorKind::kInternal, "{}: {} of {} tensors written", path_, next_, tensors_.size());
+  ST_CHECK(::fsync(fd_) == 0, ErrorKind::kIo, "fsync of {}: {}", tmp_, std::strerror(errno));
+  ::close(fd_);
+  fd_ = -1;
+  ST_CHECK(::rename(tmp_.c_str(), path_.c_str()) == 0, ErrorKind::kIo, "cannot rename {}: {}", tmp_, std::strerror(errno));
+}
+
+}  // namespace shardtune::checkpoint

@@ -1,0 +1,42 @@
+// Writes one safetensors file tensor by tensor: the header (every name, dtype and shape, known up
+// front) first, then each tensor's bytes as it comes, so a shard of any size needs one tensor of
+// memory. Committed by rename when finished; an unfinished file is removed.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "checkpoint/safetensors_dtype.h"
+
+namespace shardtune::checkpoint {
+
+struct StreamedTensor {
+  std::string name;
+  StDtype dtype;
+  std::vector<int64_t> shape;
+};
+
+class SafetensorsStreamWriter {
+ public:
+  SafetensorsStreamWriter(std::string path, std::vector<StreamedTensor> tensors,
+                          const std::map<std::string, std::string>& metadata = {});
+  ~SafetensorsStreamWriter();
+  SafetensorsStreamWriter(const SafetensorsStreamWriter&) = delete;
+  SafetensorsStreamWriter& operator=(const SafetensorsStreamWriter&) = delete;
+
+  // The next tensor, in the order given; converted to its declared dtype.
+  void append(const at::Tensor& tensor);
+  // After the last tensor: fsync and rename into place.
+  void finish();
+
+ private:
+  std::string path_, tmp_;
+  std::vector<StreamedTensor> tensors_;
+  size_t next_ = 0;
+  int fd_ = -1;
+};
+
+}  // namespace shardtune::checkpoint

@@ -1,0 +1,18 @@
+// shardtune-ckpt's conversions, each streaming one tensor at a time: consolidate (sharded → full),
+// export-hf (→ a Hugging Face safetensors folder), import-hf (Hugging Face folder → full), diff.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace shardtune::tools {
+
+void consolidate(const std::string& src, const std::string& out);
+void export_hf(const std::string& src, const std::string& out, const std::string& dtype, uint64_t max_shard_bytes,
+               const std::string& tokenizer_dir);
+void import_hf(const std::string& hf_dir, const std::string& out);
+// Prints the largest absolute and relative difference of every parameter; returns the largest
+// absolute difference over all (infinity when the tensor sets or shapes differ).
+double diff(const std::string& a, const std::string& b);
+
+}  // namespace shardtune::tools
