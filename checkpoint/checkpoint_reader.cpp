@@ -42,7 +42,10 @@ hid_t CheckpointReader::file(const std::string& name) {
   if (it == files_.end()) {
     const std::string path = dir_ + "/" + name;
     ST_CHECK(std::filesystem::exists(path), ErrorKind::kIo, "{}: file {} listed in the manifest is missing", dir_, name);
-    it = files_.emplace(name, H5Handle(ST_H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl_.get())), H5Fclose)).first;
+    const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl_.get());
+    if (id < 0)
+      common::raise(ErrorKind::kIo, fmt::format("cannot open {} (truncated or not HDF5?): {}", path, take_hdf5_error_stack()));
+    it = files_.emplace(name, H5Handle(id, H5Fclose)).first;
   }
   return it->second.get();
 }

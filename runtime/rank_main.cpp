@@ -14,6 +14,7 @@
 #include "runtime/dist/mpi_runtime.h"
 #include "runtime/dist/process_groups.h"
 #include "runtime/dist/topology.h"
+#include "checkpoint/h5_check.h"
 #include "checkpoint/hf_tensor_source.h"
 #include "checkpoint/sharded_checkpoint.h"
 #include "common/job/job_writer.h"
@@ -79,6 +80,7 @@ void check_launch_matches_job(const dist::Topology& topo, const job::Job& job) {
 int run(int argc, char** argv) {
   const Args args = parse_args(argc, argv);
   const dist::Topology topo = dist::discover_topology(MPI_COMM_WORLD);
+  checkpoint::silence_hdf5_auto_print();  // HDF5 errors are reported in our own messages
   common::set_process_identity({topo.host, topo.rank, topo.world_size, topo.node, topo.local_rank});
 
   job::Diagnostics warnings;

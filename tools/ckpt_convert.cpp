@@ -21,6 +21,8 @@
 #include "checkpoint/safetensors_torch.h"
 #include "checkpoint/sharded_checkpoint.h"
 #include "common/error.h"
+#include "runtime/fsdp/llama_units.h"
+#include "runtime/fsdp/shard_layout.h"
 #include "runtime/model/llama.h"
 
 namespace shardtune::tools {
@@ -117,6 +119,70 @@ void consolidate(const std::string& src, const std::string& out) {
         progress.add(static_cast<uint64_t>(numel(reader.shape(name))) * 4);
       }
   writer.commit();
+}
+
+void reshard(const std::string& src, const std::string& out, int world_size) {
+  ST_CHECK(world_size >= 1, ErrorKind::kUsage, "--world-size must be at least 1, got {}", world_size);
+  checkpoint::CheckpointReader reader(src);
+  json manifest = reader.manifest();
+  ST_CHECK(manifest.contains("model_config"), ErrorKind::kConfig,
+           "{} records no model config.json: its FSDP units cannot be laid out", src);
+  model::LlamaForCausalLM skeleton(model::LlamaConfig::from_json(manifest.at("model_config"), src + "/manifest.json"),
+                                   at::TensorOptions().device(at::kMeta));
+  ST_CHECK(!fs::exists(out), ErrorKind::kIo, "{} exists already: choose a new directory", out);
+  const std::string tmp = out + ".tmp";
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  std::vector<fsdp::FlatLayout> layouts;
+  uint64_t total = 0;
+  for (const auto& unit : fsdp::llama_units(skeleton)) {
+    std::vector<fsdp::FlatLayout::Entry> entries;
+    for (const model::NamedParam& p : unit) entries.push_back({p.name, p.tensor->sizes().vec()});
+    layouts.emplace_back(entries, world_size);
+    total += static_cast<uint64_t>(layouts.back().numel()) * 4;
+  }
+  std::vector<std::string> kinds;
+  for (const char* kind : {"param", "exp_avg", "exp_avg_sq"})
+    if (reader.has(kind, layouts.front().params().front().name)) kinds.emplace_back(kind);
+  Progress progress(total * kinds.size());
+  json slices = json::array();
+  std::vector<float> buffer;
+  for (int r = 0; r < world_size; ++r) {
+    const std::string file_name = fmt::format("rank-{:05d}.h5", r);
+    H5Handle fapl(ST_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)), H5Pclose);
+    ST_H5_CHECK(H5Pset_file_locking(fapl.get(), false, true));
+    H5Handle file(ST_H5_CHECK(H5Fcreate((tmp + "/" + file_name).c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl.get())),
+                  H5Fclose);
+    for (const std::string& kind : kinds) {
+      H5Handle group(ST_H5_CHECK(H5Gcreate2(file.get(), ("/" + kind).c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)),
+                     H5Gclose);
+      for (const fsdp::FlatLayout& layout : layouts) {
+        for (const fsdp::ShardPiece& piece : layout.pieces_in_shard(r)) {
+          const fsdp::ParamSpan& p = layout.params()[piece.param];
+          buffer.resize(static_cast<size_t>(piece.length));
+          reader.read_range(kind, p.name, piece.param_offset, piece.length, buffer.data());
+          const std::string dataset = fmt::format("{}@{}", p.name, piece.param_offset);
+          const hsize_t dims[1] = {static_cast<hsize_t>(piece.length)};
+          H5Handle space(ST_H5_CHECK(H5Screate_simple(1, dims, nullptr)), H5Sclose);
+          H5Handle ds(ST_H5_CHECK(H5Dcreate2(group.get(), dataset.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT,
+                                             H5P_DEFAULT, H5P_DEFAULT)),
+                      H5Dclose);
+          ST_H5_CHECK(H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buffer.data()));
+          slices.push_back({{"kind", kind}, {"tensor", p.name}, {"file", file_name}, {"dataset", dataset},
+                            {"offset", piece.param_offset}, {"length", piece.length},
+                            {"crc32", checkpoint::crc32(buffer.data(), buffer.size() * sizeof(float))}});
+          progress.add(static_cast<uint64_t>(piece.length) * 4);
+        }
+      }
+    }
+    ST_H5_CHECK(file.close());
+  }
+  manifest["slices"] = slices;
+  manifest["layout"] = "sharded";
+  manifest["world_size"] = world_size;
+  manifest["shard_group_size"] = world_size;
+  std::ofstream(tmp + "/manifest.json") << manifest.dump(1);
+  fs::rename(tmp, out);
 }
 
 void export_hf(const std::string& src, const std::string& out, const std::string& dtype, uint64_t max_shard_bytes,

@@ -2,6 +2,7 @@
 //   shardtune-ckpt inspect DIR               step, world size, layout, every tensor
 //   shardtune-ckpt verify DIR                every slice read back and checked against its CRC-32
 //   shardtune-ckpt consolidate DIR OUT       sharded -> full (one file of whole tensors)
+//   shardtune-ckpt reshard DIR OUT -w M      sharded, laid out for M ranks
 //   shardtune-ckpt export-hf DIR OUT         -> Hugging Face folder (safetensors, index, config.json)
 //   shardtune-ckpt import-hf HF_DIR OUT      Hugging Face folder -> full checkpoint
 //   shardtune-ckpt diff A B                  largest absolute and relative difference per tensor
@@ -67,6 +68,11 @@ int main(int argc, char** argv) {
   auto* con = app.add_subcommand("consolidate", "Sharded checkpoint -> full checkpoint (one file)");
   con->add_option("dir", dir, "Checkpoint directory")->required();
   con->add_option("out", out, "New checkpoint directory")->required();
+  int world_size = 0;
+  auto* res = app.add_subcommand("reshard", "Rewrite a checkpoint laid out for M ranks (FULL_SHARD)");
+  res->add_option("dir", dir, "Checkpoint directory")->required();
+  res->add_option("out", out, "New checkpoint directory")->required();
+  res->add_option("-w,--world-size", world_size, "Ranks of the new layout")->required()->check(CLI::Range(1, 1 << 20));
   auto* exp = app.add_subcommand("export-hf", "Checkpoint -> Hugging Face safetensors folder");
   exp->add_option("dir", dir, "Checkpoint directory")->required();
   exp->add_option("out", out, "New folder")->required();
@@ -84,6 +90,7 @@ int main(int argc, char** argv) {
     checkpoint::silence_hdf5_auto_print();
     if (ins->parsed()) return inspect(dir);
     if (con->parsed()) return (tools::consolidate(dir, out), 0);
+    if (res->parsed()) return (tools::reshard(dir, out, world_size), 0);
     if (exp->parsed()) return (tools::export_hf(dir, out, dtype, max_shard_bytes, tokenizer), 0);
     if (imp->parsed()) return (tools::import_hf(dir, out), 0);
     if (dif->parsed()) return tools::diff(dir, other) == 0.0 ? 0 : 1;

@@ -15,6 +15,7 @@
 
 #include "checkpoint/safetensors_torch.h"
 #include "common/error.h"
+#include "runtime/fsdp/llama_units.h"
 #include "runtime/model/init.h"
 #include "runtime/model/llama.h"
 
@@ -52,14 +53,7 @@ int main(int argc, char** argv) {
     ST_CHECK(!fs::exists(fs::path(out) / "model.safetensors.index.json"), common::ErrorKind::kIo,
              "{} already holds a model", out);
     model::LlamaForCausalLM skeleton(c, at::TensorOptions().device(at::kMeta));
-    // Units: the embedding, each block, the final norm and head.
-    std::vector<std::vector<model::NamedParam>> units(static_cast<size_t>(c.num_hidden_layers) + 2);
-    for (const model::NamedParam& p : skeleton.named_parameters()) {
-      size_t unit = units.size() - 1;
-      if (p.name == "model.embed_tokens.weight") unit = 0;
-      else if (p.name.rfind("model.layers.", 0) == 0) unit = 1 + std::stoul(p.name.substr(13));
-      units[unit].push_back(p);
-    }
+    const std::vector<std::vector<model::NamedParam>> units = fsdp::llama_units(skeleton);
     nlohmann::json weight_map = nlohmann::json::object();
     uint64_t total = 0;
     for (size_t u = 0; u < units.size(); ++u) {

@@ -9,13 +9,9 @@
 #include <cmath>
 
 #include "common/error.h"
+#include "runtime/fsdp/llama_units.h"
 
 namespace shardtune::fsdp {
-namespace {
-
-bool starts_with(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
-
-}  // namespace
 
 FsdpLlama::FsdpLlama(model::LlamaForCausalLM& model, dist::ProcessGroups& groups, const FsdpOptions& options,
                      const std::set<std::string>& frozen)
@@ -27,19 +23,7 @@ FsdpLlama::FsdpLlama(model::LlamaForCausalLM& model, dist::ProcessGroups& groups
            "FSDP options shard over {} ranks but the shard group has {}", options.shard_size, groups.shard->size());
   const int shard_rank = groups.shard->rank();
 
-  // Sort every parameter into its unit, by Hugging Face name.
-  std::vector<std::vector<model::NamedParam>> block_params(static_cast<size_t>(model.num_layers()));
-  std::vector<model::NamedParam> embed_params, head_params;
-  for (const model::NamedParam& p : model.named_parameters()) {
-    if (p.name == "model.embed_tokens.weight") {
-      embed_params.push_back(p);
-    } else if (starts_with(p.name, "model.layers.")) {
-      const size_t layer = std::stoul(p.name.substr(13));
-      block_params.at(layer).push_back(p);
-    } else {
-      head_params.push_back(p);  // model.norm.weight, lm_head.weight
-    }
-  }
+  const std::vector<std::vector<model::NamedParam>> units = llama_units(model);
   auto make_unit = [&](const std::string& name, const std::vector<model::NamedParam>& params) {
     auto unit = std::make_unique<FsdpUnit>(name, &context_);
     for (bool trainable : {true, false}) {
@@ -57,9 +41,9 @@ FsdpLlama::FsdpLlama(model::LlamaForCausalLM& model, dist::ProcessGroups& groups
     }
     return unit;
   };
-  embed_ = make_unit("embed", embed_params);
-  for (size_t i = 0; i < block_params.size(); ++i) blocks_.push_back(make_unit(fmt::format("block{}", i), block_params[i]));
-  head_ = make_unit("head", head_params);
+  embed_ = make_unit("embed", units.front());
+  for (size_t i = 1; i + 1 < units.size(); ++i) blocks_.push_back(make_unit(fmt::format("block{}", i - 1), units[i]));
+  head_ = make_unit("head", units.back());
   if (model.config().tie_word_embeddings)
     for (auto& f : embed_->flats()) head_->add_dependency(f.get());
   if (padding_ > 0)

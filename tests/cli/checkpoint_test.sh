@@ -133,6 +133,25 @@ PY
 "$ckpt" import-hf "$tmp/hf" "$tmp/imported" 2>/dev/null || fail "import-hf failed"
 "$ckpt" diff "$tmp/imported" "$c20" >/dev/null || fail "import-hf of the export differs from the checkpoint"
 "$ckpt" diff "$tmp/straight/checkpoints/step-0000010" "$c20" >/dev/null && fail "diff found no difference between steps 10 and 20"
+# reshard 4 -> 1, 2, 3, 8: M files, the same tensors to the byte (parameters and moments).
+for m in 1 2 3 8; do
+  "$ckpt" reshard "$c20" "$tmp/reshard$m" -w "$m" 2>/dev/null || fail "reshard to $m failed"
+  [ "$(ls "$tmp/reshard$m" | grep -c '^rank-.*\.h5$')" -eq "$m" ] || fail "reshard to $m: not $m files"
+  "$ckpt" diff "$c20" "$tmp/reshard$m" >/dev/null || fail "reshard to $m changed the parameters"
+  "$ckpt" consolidate "$tmp/reshard$m" "$tmp/reshard$m-full" 2>/dev/null
+  $py - "$tmp/consolidated/model.h5" "$tmp/reshard$m-full/model.h5" <<'PY' || fail "reshard to $m changed the optimizer state"
+import sys, h5py, numpy
+with h5py.File(sys.argv[1], "r") as a, h5py.File(sys.argv[2], "r") as b:
+    for kind in ("param", "exp_avg", "exp_avg_sq"):
+        for name in a[kind]:
+            assert numpy.array_equal(a[kind][name][()], b[kind][name][()]), (kind, name)
+PY
+done
+# A job of 2 ranks resumes from the checkpoint resharded for 2.
+mkdir -p "$tmp/fromreshard/checkpoints" && cp -r "$tmp/reshard2" "$tmp/fromreshard/checkpoints/step-0000020"
+run "$tmp/fromreshard" 2 6 25 || fail "resume from a resharded checkpoint: $(tail -5 "$tmp/log")"
+grep -q "resuming at step 20" "$tmp/fromreshard/logs/rank-00000.log" || fail "did not resume from the resharded checkpoint"
+
 # The exported folder is a model shardtune trains from.
 "$st" run "$src/configs/tiny-cpu.toml" -n 2 --set model.preset=none --set "model.path=$tmp/hf" --set model.init=pretrained \
   --set train.max_train_step=2 --set "job.output_dir=$tmp/fromhf" >"$tmp/log" 2>&1 || fail "training from the exported folder: $(tail -3 "$tmp/log")"
@@ -160,6 +179,20 @@ sum_before=$(md5sum "$bad"/checkpoints/step-0000020/* | md5sum)
 run "$bad" 4 3 30 && fail "a corrupt checkpoint was resumed"
 grep -q "rank-00001.h5.*fails its checksum" "$tmp/log" || fail "the corruption error does not name the file: $(grep -m1 error "$tmp/log")"
 [ "$sum_before" = "$(md5sum "$bad"/checkpoints/step-0000020/* | md5sum)" ] || fail "the failed resume changed the checkpoint"
+
+# A truncated rank file, and a missing one: refused, naming the file.
+trunc="$tmp/truncated"
+mkdir -p "$trunc" && cp -r "$tmp/straight/checkpoints" "$trunc/"
+truncate -s 4096 "$trunc/checkpoints/step-0000020/rank-00002.h5"
+"$ckpt" verify "$trunc/checkpoints/step-0000020" >"$tmp/verify" 2>&1 && fail "verify accepts a truncated file"
+grep -q "rank-00002.h5" "$tmp/verify" || fail "verify does not name the truncated file"
+run "$trunc" 4 3 30 && fail "a truncated checkpoint was resumed"
+grep -q "rank-00002.h5" "$tmp/log" || fail "the truncation error does not name the file"
+gone="$tmp/missingfile"
+mkdir -p "$gone" && cp -r "$tmp/straight/checkpoints" "$gone/"
+rm "$gone/checkpoints/step-0000020/rank-00003.h5"
+run "$gone" 4 3 30 && fail "a checkpoint with a missing file was resumed"
+grep -q "rank-00003.h5 listed in the manifest is missing" "$tmp/log" || fail "the missing file is not named"
 
 # Uncommitted directories (no manifest, or a temporary one) are never resumed.
 part="$tmp/partial"
