@@ -24,6 +24,7 @@
 #include "checkpoint/h5_handle.h"
 #include "common/error.h"
 #include "runtime/dist/mpi_check.h"
+#include "runtime/dist/mpi_text.h"
 
 namespace shardtune::checkpoint {
 namespace {
@@ -85,6 +86,20 @@ json slice_json(const Slice& s) {
           {"offset", s.offset}, {"length", s.length}, {"crc32", s.crc}};
 }
 
+// What a checkpoint holds of one flat parameter: its shard, and AdamW's moments of it when the
+// optimizer is given and the parameter trains. `trainable_index` counts trainable flats seen.
+std::vector<std::pair<std::string, at::Tensor>> state_of(fsdp::FlatParam* f, fsdp::AdamW* optimizer,
+                                                         size_t& trainable_index) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  out.emplace_back("param", f->shard());
+  if (f->trainable() && optimizer != nullptr && optimizer->size() > trainable_index) {
+    out.emplace_back("exp_avg", optimizer->exp_avg(trainable_index));
+    out.emplace_back("exp_avg_sq", optimizer->exp_avg_sq(trainable_index));
+  }
+  if (f->trainable()) ++trainable_index;
+  return out;
+}
+
 // Writes this rank's slices; returns their records.
 std::vector<Slice> write_rank_file(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, const std::string& path,
                                    const std::string& file_name) {
@@ -98,13 +113,7 @@ std::vector<Slice> write_rank_file(fsdp::FsdpLlama& model, fsdp::AdamW* optimize
                                   H5Gclose));
   size_t trainable_index = 0;
   for (fsdp::FlatParam* f : model.flat_params()) {
-    std::vector<std::pair<std::string, at::Tensor>> sources;
-    sources.emplace_back("param", f->shard());
-    if (f->trainable() && optimizer != nullptr && optimizer->size() > trainable_index) {
-      sources.emplace_back("exp_avg", optimizer->exp_avg(trainable_index));
-      sources.emplace_back("exp_avg_sq", optimizer->exp_avg_sq(trainable_index));
-    }
-    if (f->trainable()) ++trainable_index;
+    const auto sources = state_of(f, optimizer, trainable_index);
     for (const fsdp::ShardPiece& piece : f->layout().pieces_in_shard(f->shard_rank())) {
       const fsdp::ParamSpan& p = f->layout().params()[piece.param];
       for (const auto& [kind, tensor] : sources) {
@@ -156,13 +165,7 @@ std::vector<Slice> write_full_file(fsdp::FsdpLlama& model, fsdp::AdamW* optimize
   });
   size_t trainable_index = 0;
   for (fsdp::FlatParam* f : model.flat_params()) {
-    std::vector<std::pair<std::string, at::Tensor>> sources;
-    sources.emplace_back("param", f->shard());
-    if (f->trainable() && optimizer != nullptr && optimizer->size() > trainable_index) {
-      sources.emplace_back("exp_avg", optimizer->exp_avg(trainable_index));
-      sources.emplace_back("exp_avg_sq", optimizer->exp_avg_sq(trainable_index));
-    }
-    if (f->trainable()) ++trainable_index;
+    const auto sources = state_of(f, optimizer, trainable_index);
     for (const auto& [kind, shard] : sources) {
       at::Tensor full = at::empty({f->layout().padded_numel()}, shard.options());  // one unit at a time
       shard_group.all_gather(shard, full);
@@ -188,36 +191,6 @@ std::vector<Slice> write_full_file(fsdp::FsdpLlama& model, fsdp::AdamW* optimize
     fsync_path(path, false);
   });
   return slices;
-}
-
-// Every rank's text, concatenated on rank 0 (other ranks get "").
-std::vector<std::string> gather_text(const std::string& mine, MPI_Comm world) {
-  int rank = 0, size = 0;
-  ST_MPI_CHECK(MPI_Comm_rank(world, &rank));
-  ST_MPI_CHECK(MPI_Comm_size(world, &size));
-  const int len = static_cast<int>(mine.size());
-  std::vector<int> lens(static_cast<size_t>(size)), offsets(static_cast<size_t>(size));
-  ST_MPI_CHECK(MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, world));
-  std::string all;
-  if (rank == 0) {
-    int total = 0;
-    for (int i = 0; i < size; ++i) offsets[static_cast<size_t>(i)] = std::exchange(total, total + lens[static_cast<size_t>(i)]);
-    all.resize(static_cast<size_t>(total));
-  }
-  ST_MPI_CHECK(MPI_Gatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), offsets.data(), MPI_CHAR, 0, world));
-  std::vector<std::string> out;
-  if (rank == 0)
-    for (int i = 0; i < size; ++i)
-      out.push_back(all.substr(static_cast<size_t>(offsets[static_cast<size_t>(i)]), static_cast<size_t>(lens[static_cast<size_t>(i)])));
-  return out;
-}
-
-std::string broadcast_text(std::string text, MPI_Comm world) {
-  int64_t n = static_cast<int64_t>(text.size());
-  ST_MPI_CHECK(MPI_Bcast(&n, 1, MPI_INT64_T, 0, world));
-  text.resize(static_cast<size_t>(n));
-  if (n > 0) ST_MPI_CHECK(MPI_Bcast(text.data(), static_cast<int>(n), MPI_CHAR, 0, world));
-  return text;
 }
 
 void prune(const std::string& root, int64_t keep_last) {
@@ -305,7 +278,7 @@ std::string save_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, cons
       error = fmt::format("cannot prepare {}: {}", tmp_dir, e.what());
     }
   }
-  error = broadcast_text(error, world);
+  error = dist::broadcast_text(error, world);
   ST_CHECK(error.empty(), ErrorKind::kIo, "{}", error);
 
   // One replica writes: the others hold the same shards.
@@ -334,7 +307,7 @@ std::string save_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, cons
   kill_point("files-written", state.step, rank);
   int any_failed = 0;
   ST_MPI_CHECK(MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, world));
-  const std::vector<std::string> all = gather_text(records, world);
+  const std::vector<std::string> all = dist::gather_text(records, world);
   if (rank == 0) {
     try {
       if (any_failed) {
@@ -384,7 +357,7 @@ std::string save_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, cons
       fs::remove_all(tmp_dir, ec);
     }
   }
-  error = broadcast_text(error, world);
+  error = dist::broadcast_text(error, world);
   ST_CHECK(error.empty(), ErrorKind::kIo, "{}", error);
   return final_dir;
 }
@@ -435,13 +408,7 @@ TrainingState load_sharded_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optim
   std::vector<float> buffer;
   size_t trainable_index = 0;
   for (fsdp::FlatParam* f : model.flat_params()) {
-    std::vector<std::pair<std::string, at::Tensor>> targets;
-    targets.emplace_back("param", f->shard());
-    if (f->trainable() && load_optimizer) {
-      targets.emplace_back("exp_avg", optimizer->exp_avg(trainable_index));
-      targets.emplace_back("exp_avg_sq", optimizer->exp_avg_sq(trainable_index));
-    }
-    if (f->trainable()) ++trainable_index;
+    auto targets = state_of(f, load_optimizer ? optimizer : nullptr, trainable_index);
     for (const fsdp::ShardPiece& piece : f->layout().pieces_in_shard(f->shard_rank())) {
       const fsdp::ParamSpan& p = f->layout().params()[piece.param];
       buffer.resize(static_cast<size_t>(piece.length));

@@ -16,6 +16,7 @@
 
 #include "common/error.h"
 #include "runtime/dist/mpi_check.h"
+#include "runtime/dist/mpi_text.h"
 
 namespace shardtune::fsdp {
 namespace {
@@ -55,15 +56,6 @@ std::string check_source(const checkpoint::TensorSource& source, model::LlamaFor
   if (problems.empty()) return "";
   return fmt::format("the weights do not match the model ({} problem(s)):\n  {}", problems.size(),
                      fmt::join(problems, "\n  "));
-}
-
-// Rank 0's verdict, on every rank.
-std::string broadcast_text(std::string text, MPI_Comm world) {
-  int64_t size = static_cast<int64_t>(text.size());
-  ST_MPI_CHECK(MPI_Bcast(&size, 1, MPI_INT64_T, 0, world));
-  text.resize(static_cast<size_t>(size));
-  if (size > 0) ST_MPI_CHECK(MPI_Bcast(text.data(), static_cast<int>(size), MPI_CHAR, 0, world));
-  return text;
 }
 
 // Waits without spinning: ranks waiting for their turn must leave the cores to the reader (on a
@@ -117,7 +109,7 @@ void validate_source(model::LlamaForCausalLM& model, const SourceFactory& open_s
       problem = e.what();
     }
   }
-  problem = broadcast_text(problem, world);
+  problem = dist::broadcast_text(problem, world);
   if (!problem.empty()) common::raise(ErrorKind::kConfig, problem);
 }
 
