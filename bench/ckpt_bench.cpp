@@ -102,7 +102,9 @@ int main(int argc, char** argv) {
     if (rank == 0) ::sync();
     MPI_Barrier(MPI_COMM_WORLD);
     auto start = Clock::now();
-    const std::string dir = checkpoint::save_checkpoint(model, nullptr, {1, 0, 1}, groups, root, 1, full);
+    checkpoint::TrainingState state;
+    state.step = 1;
+    const std::string dir = checkpoint::save_checkpoint(model, nullptr, state, groups, root, 1, full);
     MPI_Barrier(MPI_COMM_WORLD);
     const double save = seconds_since(start);
     const uint64_t bytes = dir_bytes(dir);
