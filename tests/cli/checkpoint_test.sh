@@ -194,6 +194,34 @@ rm "$gone/checkpoints/step-0000020/rank-00003.h5"
 run "$gone" 4 3 30 && fail "a checkpoint with a missing file was resumed"
 grep -q "rank-00003.h5 listed in the manifest is missing" "$tmp/log" || fail "the missing file is not named"
 
+# Disk full during a save: the checkpoint directory on a 2 MiB tmpfs holds the step-10 checkpoint
+# but not a second one. Every rank fails with the same error, nothing partial is left, and the
+# step-10 checkpoint still verifies. (Needs a private mount namespace: skipped where not allowed.)
+full_disk="$tmp/diskfull"
+mkdir -p "$full_disk/checkpoints"
+if unshare --mount --propagation private true 2>/dev/null; then
+  export -f run
+  export st src tmp
+  unshare --mount --propagation private bash -c '
+    mount -t tmpfs -o size=2m tmpfs "$0/checkpoints" || exit 3
+    run "$0" 4 3 20; rc=$?
+    ls -A "$0/checkpoints" > "$0/listing"
+    "$1" verify "$0/checkpoints/step-0000010" > "$0/verify" 2>&1 || echo unverified >> "$0/listing"
+    exit $rc' "$full_disk" "$ckpt"
+  rc=$?
+  if [ "$rc" -eq 3 ]; then
+    echo "disk-full check skipped: cannot mount a tmpfs here"
+  else
+    [ "$rc" -ne 0 ] || fail "a save onto a full disk did not fail the job"
+    grep -q "checkpoint at step 20 failed; nothing was committed" "$tmp/log" || fail "no clear disk-full error: $(grep -m2 -i error "$tmp/log")"
+    [ "$(grep -c "checkpoint at step 20 failed" "$full_disk"/logs/rank-0000*.log | awk -F: '{s+=$2} END {print s}')" -ge 4 ] \
+      || fail "not every rank reported the failed save"
+    grep -q "^\.tmp" "$full_disk/listing" && fail "a partial checkpoint directory was left on the full disk"
+    grep -q unverified "$full_disk/listing" && fail "the step-10 checkpoint no longer verifies"
+    grep -q "^step-0000010$" "$full_disk/listing" || fail "the step-10 checkpoint is gone"
+  fi
+fi
+
 # Uncommitted directories (no manifest, or a temporary one) are never resumed.
 part="$tmp/partial"
 mkdir -p "$part" && cp -r "$tmp/resumed/checkpoints" "$part/"
