@@ -18,6 +18,7 @@ class LossScaler {
       : scale_(initial_scale), growth_interval_(growth_interval) {}
 
   double scale() const { return scale_; }
+  void set_scale(double scale) { scale_ = scale; }  // when resuming from a checkpoint
 
   // Collective over `world`. Unscales the gradient shards and returns true when the step may be
   // taken; returns false (and zeroes nothing: the caller zeroes gradients) when any rank saw an

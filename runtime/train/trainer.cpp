@@ -95,13 +95,15 @@ TrainSummary Trainer::run() {
   if (hooks_.resume)
     if (std::optional<ResumePoint> r = hooks_.resume(optimizer)) {
       from = *r;
+      if (step_options.loss_scaler != nullptr && from.loss_scale > 0) scaler.set_scale(from.loss_scale);
       spdlog::info("resuming at step {} (epoch {}, step {} of it)", from.step, from.epoch + 1, from.step_in_epoch);
     }
   const int64_t every = job_.checkpoint.every_steps;
   auto save = [&](int64_t steps_taken, int64_t epoch, int64_t next_in_epoch) {
     if (!hooks_.save) return;
     const bool epoch_done = next_in_epoch == order.steps_per_epoch();
-    hooks_.save(optimizer, {steps_taken, epoch_done ? epoch + 1 : epoch, epoch_done ? 0 : next_in_epoch});
+    hooks_.save(optimizer, {steps_taken, epoch_done ? epoch + 1 : epoch, epoch_done ? 0 : next_in_epoch,
+                            step_options.loss_scaler != nullptr ? scaler.scale() : 0.0});
   };
 
   TrainSummary summary;

@@ -22,6 +22,7 @@ struct ResumePoint {
   int64_t step = 0;
   int64_t epoch = 0;
   int64_t step_in_epoch = 0;
+  double loss_scale = 0;  // fp16's dynamic loss scale; 0 when unused
 };
 
 // How the loop reaches checkpoints without depending on their format: `resume` loads the model's
