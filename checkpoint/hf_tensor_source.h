@@ -20,6 +20,7 @@ class HfTensorSource final : public TensorSource {
   std::vector<SourceTensor> tensors() const override;
   void read(const std::string& name, int64_t offset, int64_t count, at::ScalarType dtype, void* dst) override;
   uint64_t bytes_read() const override { return bytes_read_; }
+  std::string location(const std::string& name) const override { return folder_.file_of(name).path(); }
 
  private:
   int fd_of(const std::string& path);

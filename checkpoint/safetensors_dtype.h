@@ -65,4 +65,9 @@ constexpr std::size_t st_dtype_size(StDtype d) {
   return 0;
 }
 
+// Weights of these dtypes can be trained; integer and 8-bit ones (quantized checkpoints) cannot.
+constexpr bool is_trainable_dtype(StDtype t) {
+  return t == StDtype::kF32 || t == StDtype::kF16 || t == StDtype::kBF16 || t == StDtype::kF64;
+}
+
 }  // namespace shardtune::checkpoint

@@ -26,6 +26,8 @@ class TensorSource {
   // Elements [offset, offset + count) of `name`, flattened in row-major order, converted to `dtype`,
   // written to `dst`. Reads only those bytes.
   virtual void read(const std::string& name, int64_t offset, int64_t count, at::ScalarType dtype, void* dst) = 0;
+  // Where a tensor is stored (a file path), for error messages; "" when the source cannot say.
+  virtual std::string location(const std::string& name) const { return {}; }
   // Bytes read from storage so far.
   virtual uint64_t bytes_read() const = 0;
 };

@@ -25,39 +25,6 @@ using Clock = std::chrono::steady_clock;
 using common::ErrorKind;
 constexpr int64_t kMessageBytes = int64_t(1) << 30;  // MPI counts are ints: send in pieces
 
-bool is_float(checkpoint::StDtype t) {
-  using checkpoint::StDtype;
-  return t == StDtype::kF32 || t == StDtype::kF16 || t == StDtype::kBF16 || t == StDtype::kF64;
-}
-
-// Every problem with the source, as one message ("" when none).
-std::string check_source(const checkpoint::TensorSource& source, model::LlamaForCausalLM& model) {
-  std::map<std::string, checkpoint::SourceTensor> have;
-  for (const checkpoint::SourceTensor& t : source.tensors()) have.emplace(t.name, t);
-  std::vector<std::string> problems;
-  std::set<std::string> needed;
-  for (const model::NamedParam& p : model.named_parameters()) {
-    const std::vector<int64_t> shape(p.tensor->sizes().begin(), p.tensor->sizes().end());
-    needed.insert(p.name);
-    auto it = have.find(p.name);
-    if (it == have.end()) {
-      problems.push_back(fmt::format("missing tensor {} (shape [{}])", p.name, fmt::join(shape, ", ")));
-    } else if (it->second.shape != shape) {
-      problems.push_back(fmt::format("{} has shape [{}] but config.json implies [{}]", p.name,
-                                     fmt::join(it->second.shape, ", "), fmt::join(shape, ", ")));
-    } else if (!is_float(it->second.dtype)) {
-      problems.push_back(fmt::format("{} is stored as {}: only F32, F16, BF16 and F64 weights can be trained",
-                                     p.name, checkpoint::to_string(it->second.dtype)));
-    }
-  }
-  for (const auto& [name, t] : have)
-    if (!needed.count(name) && !(name == "lm_head.weight" && model.config().tie_word_embeddings))
-      problems.push_back(fmt::format("unexpected tensor {}", name));
-  if (problems.empty()) return "";
-  return fmt::format("the weights do not match the model ({} problem(s)):\n  {}", problems.size(),
-                     fmt::join(problems, "\n  "));
-}
-
 // Waits without spinning: ranks waiting for their turn must leave the cores to the reader (on a
 // node with fewer cores than ranks, busy-waiting receivers starve it).
 void wait_politely(MPI_Request& request) {
@@ -98,13 +65,47 @@ std::string duration_text(double seconds) {
 
 }  // namespace
 
+std::vector<std::string> weight_mismatches(model::LlamaForCausalLM& model, const checkpoint::TensorSource& source) {
+  std::map<std::string, checkpoint::SourceTensor> have;
+  for (const checkpoint::SourceTensor& t : source.tensors()) have.emplace(t.name, t);
+  auto where = [&](const std::string& name) {
+    const std::string file = source.location(name);
+    return file.empty() ? std::string() : " in " + file;
+  };
+  std::vector<std::string> problems;
+  std::set<std::string> needed;
+  for (const model::NamedParam& p : model.named_parameters()) {
+    const std::vector<int64_t> shape(p.tensor->sizes().begin(), p.tensor->sizes().end());
+    needed.insert(p.name);
+    auto it = have.find(p.name);
+    if (it == have.end()) {
+      problems.push_back(fmt::format("missing tensor {} (shape [{}])", p.name, fmt::join(shape, ", ")));
+      continue;
+    }
+    if (it->second.shape != shape)
+      problems.push_back(fmt::format("{} has shape [{}]{}, but config.json implies [{}]", p.name,
+                                     fmt::join(it->second.shape, ", "), where(p.name), fmt::join(shape, ", ")));
+    if (!checkpoint::is_trainable_dtype(it->second.dtype))
+      problems.push_back(fmt::format("{} is stored as {}{}: only F32, F16, BF16 and F64 weights can be trained "
+                                     "(quantized checkpoints are not supported)",
+                                     p.name, checkpoint::to_string(it->second.dtype), where(p.name)));
+  }
+  for (const auto& [name, t] : have)
+    if (!needed.count(name) && !(name == "lm_head.weight" && model.config().tie_word_embeddings))
+      problems.push_back(fmt::format("unexpected tensor {}{} (not part of this Llama config)", name, where(name)));
+  return problems;
+}
+
 void validate_source(model::LlamaForCausalLM& model, const SourceFactory& open_source, MPI_Comm world) {
   int world_rank = 0;
   ST_MPI_CHECK(MPI_Comm_rank(world, &world_rank));
   std::string problem;
   if (world_rank == 0) {
     try {
-      problem = check_source(*open_source(), model);
+      const std::vector<std::string> problems = weight_mismatches(model, *open_source());
+      if (!problems.empty())
+        problem = fmt::format("the weights do not match the model ({} problem(s)):\n  {}", problems.size(),
+                              fmt::join(problems, "\n  "));
     } catch (const std::exception& e) {
       problem = e.what();
     }

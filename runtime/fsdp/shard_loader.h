@@ -26,6 +26,11 @@ struct LoadStats {
 
 using SourceFactory = std::function<std::unique_ptr<checkpoint::TensorSource>()>;
 
+// Every way the source's tensors differ from the model's parameters: missing, misshapen, of a dtype
+// that cannot be trained, or extra (an lm_head.weight beside tied embeddings is allowed). Each
+// names the tensor and, where the source can say, its file. Empty when they match.
+std::vector<std::string> weight_mismatches(model::LlamaForCausalLM& model, const checkpoint::TensorSource& source);
+
 // Collective over `world`, before anything is allocated: world rank 0 opens the source and checks
 // it against the model's parameters (every missing, extra or misshapen tensor, every non-float
 // dtype); every rank throws the same common::Error(kConfig) when anything is wrong.

@@ -134,9 +134,10 @@ TEST(ShardLoader, BadFoldersFailOnEveryRankBeforeAnythingIsAllocated) {
 
   model::LlamaConfig wider = cfg;
   wider.intermediate_size = 192;
-  EXPECT_NE(error_on_every_rank(missing, wider).find("model.layers.0.mlp.up_proj.weight has shape [160, 64] but "
-                                                     "config.json implies [192, 64]"),
-            std::string::npos);
+  const std::string misshapen = error_on_every_rank(missing, wider);
+  EXPECT_NE(misshapen.find("model.layers.0.mlp.up_proj.weight has shape [160, 64] in " + missing), std::string::npos)
+      << misshapen;
+  EXPECT_NE(misshapen.find(", but config.json implies [192, 64]"), std::string::npos) << misshapen;
 
   const std::string ints = shared_dir("ints");
   write_folder(ints, cfg, at::kInt);
