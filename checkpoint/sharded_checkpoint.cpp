@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/checkpoint_reader.h"
@@ -100,17 +101,31 @@ std::vector<std::pair<std::string, at::Tensor>> state_of(fsdp::FlatParam* f, fsd
   return out;
 }
 
+// A new checkpoint file with its three groups (/param, /exp_avg, /exp_avg_sq).
+struct CheckpointFile {
+  H5Handle file;
+  std::map<std::string, H5Handle> groups;
+
+  explicit CheckpointFile(const std::string& path) {
+    H5Handle fapl = file_access();
+    file = H5Handle(ST_H5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl.get())), H5Fclose);
+    for (const char* kind : kKinds)
+      groups.emplace(kind, H5Handle(ST_H5_CHECK(H5Gcreate2(file.get(), (std::string("/") + kind).c_str(), H5P_DEFAULT,
+                                                           H5P_DEFAULT, H5P_DEFAULT)),
+                                    H5Gclose));
+  }
+  // Closes the groups and the file, reporting (not swallowing) failures such as a full disk.
+  void close() {
+    for (auto& [kind, g] : groups) ST_H5_CHECK(g.close());
+    ST_H5_CHECK(file.close());
+  }
+};
+
 // Writes this rank's slices; returns their records.
 std::vector<Slice> write_rank_file(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, const std::string& path,
                                    const std::string& file_name) {
   std::vector<Slice> slices;
-  H5Handle fapl = file_access();
-  H5Handle file(ST_H5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl.get())), H5Fclose);
-  std::map<std::string, H5Handle> groups;
-  for (const char* kind : kKinds)
-    groups.emplace(kind, H5Handle(ST_H5_CHECK(H5Gcreate2(file.get(), (std::string("/") + kind).c_str(), H5P_DEFAULT,
-                                                         H5P_DEFAULT, H5P_DEFAULT)),
-                                  H5Gclose));
+  CheckpointFile out(path);
   size_t trainable_index = 0;
   for (fsdp::FlatParam* f : model.flat_params()) {
     const auto sources = state_of(f, optimizer, trainable_index);
@@ -122,7 +137,7 @@ std::vector<Slice> write_rank_file(fsdp::FsdpLlama& model, fsdp::AdamW* optimize
                 piece.length, crc32(data.data_ptr(), static_cast<size_t>(data.nbytes()))};
         const hsize_t dims[1] = {static_cast<hsize_t>(piece.length)};
         H5Handle space(ST_H5_CHECK(H5Screate_simple(1, dims, nullptr)), H5Sclose);
-        H5Handle ds(ST_H5_CHECK(H5Dcreate2(groups.at(kind).get(), s.dataset.c_str(), H5T_IEEE_F32LE, space.get(),
+        H5Handle ds(ST_H5_CHECK(H5Dcreate2(out.groups.at(kind).get(), s.dataset.c_str(), H5T_IEEE_F32LE, space.get(),
                                            H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)),
                     H5Dclose);
         ST_H5_CHECK(H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data_ptr()));
@@ -131,8 +146,7 @@ std::vector<Slice> write_rank_file(fsdp::FsdpLlama& model, fsdp::AdamW* optimize
       }
     }
   }
-  for (auto& [kind, g] : groups) ST_H5_CHECK(g.close());
-  ST_H5_CHECK(file.close());
+  out.close();
   fsync_path(path, false);
   return slices;
 }
@@ -145,8 +159,7 @@ std::vector<Slice> write_full_file(fsdp::FsdpLlama& model, fsdp::AdamW* optimize
                                    bool writer, const std::string& path, const std::string& file_name,
                                    std::string& failure) {
   std::vector<Slice> slices;
-  H5Handle file;
-  std::map<std::string, H5Handle> groups;
+  std::optional<CheckpointFile> out;
   auto guarded = [&](auto&& fn) {
     if (!writer || !failure.empty()) return;
     try {
@@ -155,14 +168,7 @@ std::vector<Slice> write_full_file(fsdp::FsdpLlama& model, fsdp::AdamW* optimize
       failure = e.what();
     }
   };
-  guarded([&] {
-    H5Handle fapl = file_access();
-    file = H5Handle(ST_H5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl.get())), H5Fclose);
-    for (const char* kind : kKinds)
-      groups.emplace(kind, H5Handle(ST_H5_CHECK(H5Gcreate2(file.get(), (std::string("/") + kind).c_str(), H5P_DEFAULT,
-                                                           H5P_DEFAULT, H5P_DEFAULT)),
-                                    H5Gclose));
-  });
+  guarded([&] { out.emplace(path); });
   size_t trainable_index = 0;
   for (fsdp::FlatParam* f : model.flat_params()) {
     const auto sources = state_of(f, optimizer, trainable_index);
@@ -174,7 +180,7 @@ std::vector<Slice> write_full_file(fsdp::FsdpLlama& model, fsdp::AdamW* optimize
           const at::Tensor data = full.narrow(0, p.offset, p.numel).to(at::kFloat).contiguous();
           std::vector<hsize_t> dims(p.shape.begin(), p.shape.end());
           H5Handle space(ST_H5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)), H5Sclose);
-          H5Handle ds(ST_H5_CHECK(H5Dcreate2(groups.at(kind).get(), p.name.c_str(), H5T_IEEE_F32LE, space.get(),
+          H5Handle ds(ST_H5_CHECK(H5Dcreate2(out->groups.at(kind).get(), p.name.c_str(), H5T_IEEE_F32LE, space.get(),
                                              H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)),
                       H5Dclose);
           ST_H5_CHECK(H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data_ptr()));
@@ -186,8 +192,7 @@ std::vector<Slice> write_full_file(fsdp::FsdpLlama& model, fsdp::AdamW* optimize
     }
   }
   guarded([&] {
-    for (auto& [kind, g] : groups) ST_H5_CHECK(g.close());
-    ST_H5_CHECK(file.close());
+    out->close();
     fsync_path(path, false);
   });
   return slices;
