@@ -11,10 +11,10 @@
 
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <vector>
 
 #include "checkpoint/hf_tensor_source.h"
+#include "common/process_memory.h"
 #include "checkpoint/safetensors_torch.h"
 #include "runtime/dist/mpi_runtime.h"
 #include "runtime/fsdp/shard_loader.h"
@@ -25,15 +25,6 @@ namespace fs = std::filesystem;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-int64_t status_bytes(const char* key) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind(key, 0) == 0) return std::stoll(line.substr(std::strlen(key))) * 1024;
-  return 0;
-}
-void reset_peak() { std::ofstream("/proc/self/clear_refs") << "5"; }
 
 std::vector<fs::path> weight_files(const std::string& dir) {
   std::vector<fs::path> out;
@@ -68,12 +59,12 @@ double raw_read_bandwidth(const std::string& dir) {
 
 // The naive way: this process reads the whole model into memory. Returns its peak growth.
 int64_t naive_peak_growth(const std::string& dir) {
-  reset_peak();
-  const int64_t before = status_bytes("VmRSS:");
+  common::reset_peak_resident();
+  const int64_t before = common::resident_bytes();
   const checkpoint::HfFolder folder = checkpoint::HfFolder::open(dir);
   std::vector<at::Tensor> all;
   for (const std::string& name : folder.tensor_names()) all.push_back(checkpoint::read_tensor(folder.file_of(name), name));
-  return status_bytes("VmHWM:") - before;
+  return common::peak_resident_bytes() - before;
 }
 
 }  // namespace
@@ -118,14 +109,14 @@ int main(int argc, char** argv) {
   const fsdp::FsdpOptions options = fsdp::fsdp_options_from_job(job, world);
   dist::ProcessGroups groups = dist::make_mpi_groups(MPI_COMM_WORLD, options.shard_size, 3600.0);
   MPI_Barrier(MPI_COMM_WORLD);
-  reset_peak();
-  const int64_t before = status_bytes("VmRSS:");
+  common::reset_peak_resident();
+  const int64_t before = common::resident_bytes();
   model::LlamaForCausalLM skeleton(config, at::TensorOptions().device(at::kMeta));
   const checkpoint::HfFolderSourceFactory source{dir};
   fsdp::validate_source(skeleton, source, MPI_COMM_WORLD);
   fsdp::FsdpLlama sharded(skeleton, groups, options);
   const fsdp::LoadStats stats = fsdp::load_shards(sharded, source, MPI_COMM_WORLD);
-  const int64_t growth = status_bytes("VmHWM:") - before;
+  const int64_t growth = common::peak_resident_bytes() - before;
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 0) {
     drop_from_cache(dir);

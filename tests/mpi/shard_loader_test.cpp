@@ -7,10 +7,10 @@
 #include <unistd.h>
 
 #include <filesystem>
-#include <fstream>
 #include <optional>
 
 #include "checkpoint/hf_tensor_source.h"
+#include "common/process_memory.h"
 #include "checkpoint/hf_writer.h"
 #include "checkpoint/safetensors_torch.h"
 #include "common/error.h"
@@ -155,16 +155,6 @@ TEST(ShardLoader, BadFoldersFailOnEveryRankBeforeAnythingIsAllocated) {
     for (const std::string& d : {missing, ints, shard_gone}) fs::remove_all(d);
 }
 
-// Peak resident memory since the last reset, in bytes.
-int64_t status_bytes(const char* key) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind(key, 0) == 0) return std::stoll(line.substr(std::strlen(key))) * 1024;
-  return 0;
-}
-void reset_peak() { std::ofstream("/proc/self/clear_refs") << "5"; }
-
 struct Peak {
   int64_t growth;        // VmHWM - VmRSS before the load
   int64_t shard_bytes;   // this rank's shards
@@ -175,13 +165,13 @@ Peak measure_load(const std::string& dir, const model::LlamaConfig& cfg) {
   const fsdp::FsdpOptions options = options_for(job::ShardingStrategy::kFullShard, 0);
   dist::ProcessGroups groups = dist::make_mpi_groups(MPI_COMM_WORLD, options.shard_size, 120.0);
   MPI_Barrier(MPI_COMM_WORLD);
-  reset_peak();
-  const int64_t before = status_bytes("VmRSS:");
+  common::reset_peak_resident();
+  const int64_t before = common::resident_bytes();
   model::LlamaForCausalLM m(cfg, at::TensorOptions().device(at::kMeta));
   fsdp::validate_source(m, hf_source(dir), MPI_COMM_WORLD);
   fsdp::FsdpLlama sharded(m, groups, options);
   fsdp::load_shards(sharded, hf_source(dir), MPI_COMM_WORLD);
-  Peak p{status_bytes("VmHWM:") - before, 0, 0};
+  Peak p{common::peak_resident_bytes() - before, 0, 0};
   for (fsdp::FlatParam* f : sharded.flat_params()) {
     p.shard_bytes += f->shard().nbytes();
     p.largest_unit = std::max<int64_t>(p.largest_unit, f->layout().padded_numel() * f->shard().element_size());
