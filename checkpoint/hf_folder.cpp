@@ -8,10 +8,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <optional>
-#include <set>
 #include <sstream>
 
+#include "checkpoint/strict_json.h"
 #include "common/error.h"
 
 namespace shardtune::checkpoint {
@@ -28,17 +27,7 @@ constexpr uintmax_t kMaxJsonFileBytes = 100'000'000;
   common::raise(common::ErrorKind::kIo, message, loc);
 }
 
-std::string json_quoted(std::string_view s) {
-  return json(std::string(s)).dump(-1, ' ', false, json::error_handler_t::replace);
-}
-
-// "an array", "a number": a JSON value's type for an error message.
-std::string described(const json& v) {
-  return v.is_object() || v.is_array() ? fmt::format("an {}", v.type_name()) : fmt::format("a {}", v.type_name());
-}
-
-// Parses a JSON file, rejecting duplicate keys (nlohmann would keep the last one silently, and a
-// tensor listed twice in an index is exactly the kind of mistake to report).
+// Parses a JSON file, rejecting duplicate keys.
 json read_json_file(const fs::path& path) {
   std::error_code ec;
   const uintmax_t size = fs::file_size(path, ec);
@@ -53,22 +42,10 @@ json read_json_file(const fs::path& path) {
   text << in.rdbuf();
   if (in.bad()) fail(fmt::format("{}: read failed", path.string()));
 
-  std::vector<std::set<std::string>> open_objects;
-  std::optional<std::string> duplicate;
-  json::parser_callback_t on_event = [&](int /*depth*/, json::parse_event_t event, json& parsed) {
-    if (event == json::parse_event_t::object_start) {
-      open_objects.emplace_back();
-    } else if (event == json::parse_event_t::object_end) {
-      if (!open_objects.empty()) open_objects.pop_back();
-    } else if (event == json::parse_event_t::key && !open_objects.empty() && !duplicate) {
-      const auto& key = parsed.get_ref<const std::string&>();
-      if (!open_objects.back().insert(key).second) duplicate = key;
-    }
-    return true;
-  };
-  json out;
+  const std::string contents = text.str();
+  StrictJson parsed;
   try {
-    out = json::parse(text.str(), on_event);
+    parsed = parse_json_strict(contents.data(), contents.data() + contents.size());
   } catch (const json::parse_error& e) {
     // nlohmann counts bytes from 1; report a 0-based offset.
     fail(fmt::format("{}: not valid JSON at byte {}: {}", path.string(), e.byte > 0 ? e.byte - 1 : 0, e.what()));
@@ -76,7 +53,9 @@ json read_json_file(const fs::path& path) {
     // Not only syntax: a number too large for a double, for one, is an out_of_range error.
     fail(fmt::format("{}: not valid JSON: {}", path.string(), e.what()));
   }
-  if (duplicate) fail(fmt::format("{}: the key {} appears twice in one object", path.string(), json_quoted(*duplicate)));
+  if (parsed.duplicate)
+    fail(fmt::format("{}: the key {} appears twice in one object", path.string(), json_quoted(parsed.duplicate->second)));
+  json out = std::move(parsed.value);
   if (!out.is_object()) fail(fmt::format("{}: the top level is {}, expected an object", path.string(), described(out)));
   return out;
 }

@@ -11,10 +11,10 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <set>
 #include <source_location>
 #include <tuple>
 
+#include "checkpoint/strict_json.h"
 #include "common/error.h"
 
 namespace shardtune::checkpoint {
@@ -26,17 +26,6 @@ using nlohmann::json;
 static_assert(std::endian::native == std::endian::little, "safetensors I/O assumes a little-endian host");
 
 constexpr std::string_view kMetadataKey = "__metadata__";
-
-// A name as JSON spells it: quoted, with control characters escaped, so that a hostile name
-// cannot break the error message apart.
-std::string json_quoted(std::string_view s) {
-  return json(std::string(s)).dump(-1, ' ', false, json::error_handler_t::replace);
-}
-
-// "an array", "a number": a JSON value's type for an error message.
-std::string described(const json& v) {
-  return v.is_object() || v.is_array() ? fmt::format("an {}", v.type_name()) : fmt::format("a {}", v.type_name());
-}
 
 // A JSON value for an error message, cut short: a corrupt shape may have millions of entries.
 std::string brief(const json& v) {
@@ -105,22 +94,9 @@ class HeaderChecker {
   // the last value: two entries for one tensor name mean the file cannot be trusted.
   json parse_json(uint64_t n) {
     const char* begin = reinterpret_cast<const char*>(file_.data()) + 8;
-    std::vector<std::set<std::string>> open_objects;
-    std::optional<std::pair<int, std::string>> duplicate;
-    json::parser_callback_t on_event = [&](int depth, json::parse_event_t event, json& parsed) {
-      if (event == json::parse_event_t::object_start) {
-        open_objects.emplace_back();
-      } else if (event == json::parse_event_t::object_end) {
-        if (!open_objects.empty()) open_objects.pop_back();
-      } else if (event == json::parse_event_t::key && !open_objects.empty() && !duplicate) {
-        const auto& key = parsed.get_ref<const std::string&>();
-        if (!open_objects.back().insert(key).second) duplicate.emplace(depth, key);
-      }
-      return true;
-    };
-    json root;
+    StrictJson parsed;
     try {
-      root = json::parse(begin, begin + n, on_event);
+      parsed = parse_json_strict(begin, begin + n);
     } catch (const json::parse_error& e) {
       // nlohmann counts bytes from 1; report 0-based offsets like every other offset here.
       const uint64_t at = e.byte > 0 ? e.byte - 1 : 0;
@@ -130,14 +106,14 @@ class HeaderChecker {
       // Not only syntax: a number too large for a double, for one, is an out_of_range error.
       fail(fmt::format("the header JSON (file bytes [8, {})) is not valid: {}", 8 + n, e.what()));
     }
-    if (duplicate) {
+    if (const auto& duplicate = parsed.duplicate) {
       if (duplicate->first == 1) {
         fail(fmt::format("tensor {} is listed twice in the header; each tensor name may appear once",
                          json_quoted(duplicate->second)));
       }
       fail(fmt::format("the header JSON has the key {} twice in one object", json_quoted(duplicate->second)));
     }
-    return root;
+    return std::move(parsed.value);
   }
 
   std::map<std::string, std::string> check_metadata(const json& value) const {

@@ -13,28 +13,14 @@
 
 #include "common/error.h"
 
+#include "tests/unit/temp_dir.h"
+
 namespace shardtune::checkpoint {
 namespace {
 
 namespace fs = std::filesystem;
 
-// A fresh directory per test, removed afterwards.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "h5_check_test.XXXXXX").string();
-    if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using testing_support::TempDir;
 
 class H5CheckTest : public ::testing::Test {
  protected:
@@ -42,7 +28,7 @@ class H5CheckTest : public ::testing::Test {
 };
 
 TEST_F(H5CheckTest, MissingFileThrowsWithHdf5Stack) {
-  TempDir dir;
+  TempDir dir("h5_check_test");
   const std::string path = (dir.path() / "no_such_checkpoint.h5").string();
   try {
     ST_H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
@@ -63,14 +49,14 @@ TEST_F(H5CheckTest, MissingFileThrowsWithHdf5Stack) {
 }
 
 TEST_F(H5CheckTest, ReportedStackIsClearedAfterwards) {
-  TempDir dir;
+  TempDir dir("h5_check_test");
   const std::string path = (dir.path() / "missing.h5").string();
   EXPECT_THROW(ST_H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT)), common::Error);
   EXPECT_EQ(take_hdf5_error_stack(), "(HDF5 recorded no error stack)");
 }
 
 TEST_F(H5CheckTest, SuccessReturnsTheId) {
-  TempDir dir;
+  TempDir dir("h5_check_test");
   const std::string path = (dir.path() / "created.h5").string();
   const hid_t file = ST_H5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT));
   EXPECT_GE(file, 0);

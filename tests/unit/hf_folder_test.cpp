@@ -16,28 +16,15 @@
 #include "checkpoint/safetensors_torch.h"
 #include "common/error.h"
 
+#include "tests/unit/temp_dir.h"
+
 namespace shardtune::checkpoint {
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "hf_folder_test.XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string path(const std::string& name = "") const { return name.empty() ? path_.string() : (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
+using testing_support::TempDir;
 
 std::string read_text(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -85,8 +72,8 @@ std::vector<std::pair<std::string, at::Tensor>> model_tensors() {
 }
 
 TEST(HfFolderTest, ShardsLikeTransformersAndReadsBackBitIdentical) {
-  TempDir tmp;
-  const std::string dir = tmp.path("model");
+  TempDir tmp("hf_folder_test");
+  const std::string dir = tmp.file("model");
   const auto tensors = model_tensors();
   write_hf_folder(dir, tensors, kConfig, "", 1000);
 
@@ -143,14 +130,14 @@ TEST(HfFolderTest, ShardsLikeTransformersAndReadsBackBitIdentical) {
 }
 
 TEST(HfFolderTest, SingleFileFolderWithConfigAndTokenizer) {
-  TempDir tmp;
-  const fs::path tok = tmp.path("tokenizer_src");
+  TempDir tmp("hf_folder_test");
+  const fs::path tok = tmp.file("tokenizer_src");
   fs::create_directories(tok);
   write_text(tok / "tokenizer.json", R"({"model": {"type": "BPE"}})");
   write_text(tok / "tokenizer_config.json", R"({"bos_token": "<s>"})");
   write_text(tok / "special_tokens_map.json", "{}");
   write_text(tok / "README.md", "not a tokenizer file");
-  const std::string dir = tmp.path("model");
+  const std::string dir = tmp.file("model");
   const auto tensors = model_tensors();
   write_hf_folder(dir, tensors, kConfig, tok.string());
 
@@ -182,7 +169,7 @@ TEST(HfFolderTest, SingleFileFolderWithConfigAndTokenizer) {
 class HfFolderErrorTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = tmp_.path("model");
+    dir_ = tmp_.file("model");
     fs::create_directories(dir_);
     write_text(dir_ / "config.json", kConfig.dump());
     a_ = randn({4}, at::kFloat);
@@ -207,7 +194,7 @@ class HfFolderErrorTest : public ::testing::Test {
   }
   std::string index_path() const { return (dir_ / "model.safetensors.index.json").string(); }
 
-  TempDir tmp_;
+  TempDir tmp_{"hf_folder_test"};
   fs::path dir_;
   at::Tensor a_, b_;
 };

@@ -24,27 +24,14 @@
 #include "checkpoint/safetensors_torch.h"
 #include "common/error.h"
 
+#include "tests/unit/temp_dir.h"
+
 namespace shardtune::checkpoint {
 namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "safetensors_test.XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
+using testing_support::TempDir;
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -121,7 +108,7 @@ std::vector<std::pair<std::string, at::Tensor>> every_dtype() {
 }
 
 TEST(SafetensorsTest, RoundTripEveryDtypeBitIdentical) {
-  TempDir dir;
+  TempDir dir("safetensors_test");
   const std::string path = dir.file("all.safetensors");
   const auto tensors = every_dtype();
   write_safetensors(path, tensors);
@@ -171,7 +158,7 @@ TEST(SafetensorsTest, DtypeNamesAndSizes) {
 // The exact bytes the reference implementation writes for one F32 tensor: the header is padded
 // with spaces to a multiple of 8 and "__metadata__" comes first when present.
 TEST(SafetensorsTest, MatchesReferenceLayoutByteForByte) {
-  TempDir dir;
+  TempDir dir("safetensors_test");
   at::Tensor w = at::empty({2}, at::TensorOptions().dtype(at::kFloat));
   w.data_ptr<float>()[0] = 1.0f;
   w.data_ptr<float>()[1] = -2.0f;
@@ -188,7 +175,7 @@ TEST(SafetensorsTest, MatchesReferenceLayoutByteForByte) {
 }
 
 TEST(SafetensorsTest, MetadataRoundTrip) {
-  TempDir dir;
+  TempDir dir("safetensors_test");
   const std::string path = dir.file("meta.safetensors");
   const std::map<std::string, std::string> metadata{{"format", "pt"}, {"step", "1200"}, {"note", "ünïcode \"quoted\""}};
   write_safetensors(path, {{"x", at::randn({2, 2}, at::TensorOptions().dtype(at::kFloat))}}, metadata);
@@ -196,7 +183,7 @@ TEST(SafetensorsTest, MetadataRoundTrip) {
 }
 
 TEST(SafetensorsTest, ReadsAByteRangeOfOneTensor) {
-  TempDir dir;
+  TempDir dir("safetensors_test");
   const std::string path = dir.file("range.safetensors");
   at::Tensor a = at::randint(0, 1000, {100}, at::TensorOptions().dtype(at::kInt));
   at::Tensor b = at::randn({10}, at::TensorOptions().dtype(at::kDouble));
@@ -234,7 +221,7 @@ TEST(SafetensorsTest, ReadsAByteRangeOfOneTensor) {
 }
 
 TEST(SafetensorsTest, WriterRejectsWhatTheFormatCannotHold) {
-  TempDir dir;
+  TempDir dir("safetensors_test");
   const std::string path = dir.file("bad.safetensors");
   const at::Tensor x = at::randn({2}, at::TensorOptions().dtype(at::kFloat));
   auto expect_error = [&](const std::vector<std::pair<std::string, at::Tensor>>& tensors, const std::string& want) {
@@ -254,7 +241,7 @@ TEST(SafetensorsTest, WriterRejectsWhatTheFormatCannotHold) {
 }
 
 TEST(SafetensorsTest, BoolBytesOtherThanZeroOrOneAreRejected) {
-  TempDir dir;
+  TempDir dir("safetensors_test");
   const std::string path = dir.file("bool.safetensors");
   const std::string header = R"({"b":{"dtype":"BOOL","shape":[3],"data_offsets":[0,3]}})";
   write_file(path, le64(header.size()) + header + std::string("\x01\x00\x07", 3));
@@ -332,7 +319,7 @@ std::vector<CorruptCase> corrupt_corpus() {
 }
 
 TEST(SafetensorsTest, CorruptFilesGiveErrorsNamingFileAndProblem) {
-  TempDir dir;
+  TempDir dir("safetensors_test");
   for (const CorruptCase& c : corrupt_corpus()) {
     SCOPED_TRACE(c.name);
     const std::string path = dir.file(c.name + ".safetensors");
@@ -356,7 +343,7 @@ TEST(SafetensorsTest, CorruptFilesGiveErrorsNamingFileAndProblem) {
 }
 
 TEST(SafetensorsTest, AcceptsEdgeCasesTheReferenceAccepts) {
-  TempDir dir;
+  TempDir dir("safetensors_test");
   // Padding spaces after the JSON, an empty file of tensors, and empty tensors sharing an offset.
   const std::string path = dir.file("edge.safetensors");
   write_file(path, raw_file(R"({"a":{"dtype":"F32","shape":[0],"data_offsets":[0,0]},)"
@@ -387,7 +374,7 @@ std::pair<uint64_t, uint64_t> hwm_and_rss() {
 // Reading one small tensor of a file with a 256 MB neighbour must not read or allocate the
 // neighbour. Measured in a forked child so that the parent's allocations do not blur the peak.
 TEST(SafetensorsMemoryTest, ReadingOneTensorDoesNotLoadTheRest) {
-  TempDir dir;
+  TempDir dir("safetensors_test");
   const std::string path = dir.file("big.safetensors");
   constexpr uint64_t kLarge = 256ull << 20;
   {

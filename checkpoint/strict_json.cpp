@@ -1,0 +1,39 @@
+// Strict JSON parsing and quoting for error messages.
+#include "checkpoint/strict_json.h"
+
+#include <fmt/format.h>
+
+#include <set>
+#include <vector>
+
+namespace shardtune::checkpoint {
+
+using nlohmann::json;
+
+StrictJson parse_json_strict(const char* begin, const char* end) {
+  StrictJson out;
+  std::vector<std::set<std::string>> open_objects;
+  json::parser_callback_t on_event = [&](int depth, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::object_start) {
+      open_objects.emplace_back();
+    } else if (event == json::parse_event_t::object_end) {
+      if (!open_objects.empty()) open_objects.pop_back();
+    } else if (event == json::parse_event_t::key && !open_objects.empty() && !out.duplicate) {
+      const auto& key = parsed.get_ref<const std::string&>();
+      if (!open_objects.back().insert(key).second) out.duplicate.emplace(depth, key);
+    }
+    return true;
+  };
+  out.value = json::parse(begin, end, on_event);
+  return out;
+}
+
+std::string json_quoted(std::string_view s) {
+  return json(std::string(s)).dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string described(const json& v) {
+  return v.is_object() || v.is_array() ? fmt::format("an {}", v.type_name()) : fmt::format("a {}", v.type_name());
+}
+
+}  // namespace shardtune::checkpoint
