@@ -9,13 +9,16 @@
 #include "common/error.h"
 #include "common/job/job_loader.h"
 #include "common/job/job_writer.h"
+#include "common/exit_codes.h"
 #include "launcher/local_run.h"
+#include "launcher/status.h"
+#include "launcher/submit.h"
 
 namespace {
 
 using namespace shardtune;
 
-constexpr int kJobErrorExit = 2;
+constexpr int kJobErrorExit = common::kExitJobError;
 
 // Loads and validates; prints warnings to stderr. Throws JobError listing every error.
 job::Job resolve(const std::string& path, const std::vector<std::string>& overrides) {
@@ -65,6 +68,11 @@ int cmd_run(const std::string& path, std::vector<std::string> overrides, int ran
   launcher::exec_argv(argv);
 }
 
+int cmd_submit(const std::string& path, const std::vector<std::string>& overrides, bool dry_run) {
+  const job::Job job = launcher::with_absolute_paths(resolve(path, overrides), std::filesystem::current_path().string());
+  return launcher::submit(job, {sibling_executable("shardtune-rank"), dry_run});
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -85,12 +93,28 @@ int main(int argc, char** argv) {
   run->add_option("--set", overrides, "Override a field: section.key=value (repeatable)");
   run->add_flag("--dry-run", dry_run, "Print the mpirun command instead of running it");
 
+  auto* submit = app.add_subcommand("submit", "Validate the job, write its sbatch script and submit it; prints the job id");
+  submit->add_option("job", path, "Job file (TOML)")->required();
+  submit->add_option("--set", overrides, "Override a field: section.key=value (repeatable)");
+  submit->add_flag("--dry-run", dry_run, "Print the sbatch script and the exact sbatch argv; write and submit nothing");
+
+  std::string status_target = ".";
+  int log_lines = 10;
+  auto* status = app.add_subcommand("status", "Show a job's Slurm state, last step, last checkpoint and rank-0 log");
+  status->add_option("output_dir", status_target, "The job's output directory, or its job file (default: .)");
+  status->add_option("--lines", log_lines, "Lines of the rank-0 log to show")->check(CLI::Range(0, 10000));
+
   auto* schema = app.add_subcommand("schema", "Print the job-file reference (docs/job-file.md)");
 
   CLI11_PARSE(app, argc, argv);
   try {
     if (validate->parsed()) return cmd_validate(path, overrides);
     if (run->parsed()) return cmd_run(path, overrides, ranks, dry_run);
+    if (submit->parsed()) return cmd_submit(path, overrides, dry_run);
+    if (status->parsed()) {
+      std::cout << launcher::status_report(status_target, log_lines);
+      return 0;
+    }
     if (schema->parsed()) {
       std::cout << job::schema_markdown();
       return 0;

@@ -1,13 +1,16 @@
 // shardtune-rank: one MPI rank of a job. Bootstraps MPI, finds its node and device, builds the
 // world, shard and replicate communicators, and checks them (preflight).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "common/error.h"
+#include "common/exit_codes.h"
 #include "common/job/job_loader.h"
 #include "common/job/schema.h"
 #include "common/log.h"
@@ -23,7 +26,9 @@
 #include "runtime/fsdp/shard_loader.h"
 #include "runtime/job_model.h"
 #include "runtime/preflight.h"
+#include "runtime/train/stop_request.h"
 #include "runtime/train/trainer.h"
+#include "slurm/slurm_env.h"
 #ifdef SHARDTUNE_HAVE_NCCL
 #include "runtime/dist/cuda_check.h"
 #include "runtime/nccl_preflight.h"
@@ -64,20 +69,41 @@ int visible_gpus() {
 #endif
 }
 
-// The job's layout must be what MPI actually started: a mismatch means a wrong launch line.
-void check_launch_matches_job(const dist::Topology& topo, const job::Job& job) {
-  const int64_t expected = job.slurm.world_size();
-  ST_CHECK(topo.world_size == expected, common::ErrorKind::kConfig,
-           "the job asks for {} ranks ([slurm] nodes {} x ntasks_per_node {}) but MPI started {} on {} node(s). "
-           "HINT: start the job with `shardtune run` or `shardtune submit`",
-           expected, job.slurm.nodes, job.slurm.ranks_per_node(), topo.world_size, topo.num_nodes);
-  ST_CHECK(topo.num_nodes == job.slurm.nodes && topo.uniform, common::ErrorKind::kConfig,
-           "the job asks for {} node(s) x {} ranks, but MPI placed {} ranks on {} node(s){}", job.slurm.nodes,
-           job.slurm.ranks_per_node(), topo.world_size, topo.num_nodes,
-           topo.uniform ? "" : " with a different number of ranks on some nodes");
+// The job's layout must be what MPI and Slurm actually started: a mismatch means a wrong launch
+// line or allocation. Every rank sees the same problems except GPU visibility; all report.
+void check_placement(const dist::Topology& topo, const job::Job& job) {
+  const slurm::Placement placement{topo.world_size, topo.num_nodes, topo.uniform, topo.local_size, topo.node_hosts,
+                                   visible_gpus()};
+  const slurm::SlurmEnv env = slurm::read_slurm_env([](const char* name) { return std::getenv(name); });
+  if (env.in_job)
+    spdlog::info("Slurm job {}{}: nodes {}", env.job_id,
+                 env.restart_count > 0 ? fmt::format(" (restart {})", env.restart_count) : "", env.node_list);
+  const std::vector<std::string> problems = slurm::placement_problems(job, placement, env);
+  ST_CHECK(problems.empty(), common::ErrorKind::kConfig, "the ranks do not match the job: {}",
+           fmt::format("{}", fmt::join(problems, "; ")));
+}
+
+// Which hosts each shard group spans: HSDP wants each group inside one node.
+void log_shard_groups(const dist::GroupLayout& layout, const dist::Topology& topo) {
+  if (topo.rank != 0 || layout.num_shard_groups() == 1) return;
+  for (int g = 0; g < layout.num_shard_groups(); ++g) {
+    const std::vector<int> members = layout.shard_group_members(g);
+    std::vector<std::string> hosts;
+    for (int r : members) {
+      const std::string& h = topo.node_hosts.at(static_cast<size_t>(topo.rank_nodes.at(static_cast<size_t>(r))));
+      if (std::find(hosts.begin(), hosts.end(), h) == hosts.end()) hosts.push_back(h);
+    }
+    if (hosts.size() == 1) {
+      spdlog::info("shard group {}: ranks {}-{} on {}", g, members.front(), members.back(), hosts.front());
+    } else {
+      spdlog::warn("shard group {}: ranks {}-{} span {} nodes ({}): its all-gathers cross the network", g,
+                   members.front(), members.back(), hosts.size(), fmt::join(hosts, ", "));
+    }
+  }
 }
 
 int run(int argc, char** argv) {
+  train::install_stop_handlers();
   const Args args = parse_args(argc, argv);
   const dist::Topology topo = dist::discover_topology(MPI_COMM_WORLD);
   checkpoint::silence_hdf5_auto_print();  // HDF5 errors are reported in our own messages
@@ -90,15 +116,16 @@ int run(int argc, char** argv) {
   } catch (const job::JobError& e) {
     // Every rank reads the same file and fails alike: rank 0 reports, all leave without an abort.
     if (topo.rank == 0) fmt::print(stderr, "{}", e.what());
-    return 2;
+    return common::kExitJobError;
   }
   const std::string log_file = common::init_logging({job.job.output_dir});
   if (topo.rank == 0)
     for (const auto& w : warnings.all()) spdlog::warn("{}", job::format(w));
-  spdlog::info("job '{}': {} ranks on {} node(s), {} per node; logs of every rank under {}/logs", job.job.name,
-               topo.world_size, topo.num_nodes, topo.local_size, job.job.output_dir);
+  spdlog::info("job '{}': {} ranks on {} node(s) ({}), {} per node; logs of every rank under {}/logs", job.job.name,
+               topo.world_size, topo.num_nodes, fmt::join(topo.node_hosts, ", "), topo.local_size,
+               job.job.output_dir);
   spdlog::debug("local rank {}/{}; log file {}", topo.local_rank, topo.local_size, log_file);
-  check_launch_matches_job(topo, job);
+  check_placement(topo, job);
 
   const dist::DeviceChoice device = dist::choose_device(topo.local_rank, topo.local_size, visible_gpus());
   spdlog::info("device: {}", device.reason);
@@ -109,6 +136,7 @@ int run(int argc, char** argv) {
                job::enum_name(job.fsdp.sharding_strategy), groups.layout.num_shard_groups(),
                groups.layout.shard_size(), groups.layout.replicate_size(), job.launch.collective_timeout_s);
 
+  log_shard_groups(groups.layout, topo);
   const runtime::PreflightReport report = runtime::run_preflight(groups);
   if (!report.summary.empty()) spdlog::error("preflight: {}", report.summary);
   ST_CHECK(report.failures == 0, common::ErrorKind::kInternal,
@@ -181,6 +209,11 @@ int run(int argc, char** argv) {
   };
   train::Trainer trainer(job, groups, sharded, train_data, &val_data, hooks);
   const train::TrainSummary summary = trainer.run();
+  if (summary.stop_signal != 0) {
+    spdlog::warn("stopped on signal {} after {} step(s) with a committed checkpoint: exit {} asks for a requeue",
+                 summary.stop_signal, summary.steps, common::kExitRequeue);
+    return common::kExitRequeue;
+  }
   if (summary.losses.empty()) {
     spdlog::info("done: nothing left to train");
   } else {

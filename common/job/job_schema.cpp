@@ -4,6 +4,7 @@
 
 #include "common/job/field_builder.h"
 #include "common/job/slurm_time.h"
+#include "common/shell_words.h"
 
 namespace shardtune::job {
 namespace detail {
@@ -114,6 +115,10 @@ bool is_one_line(const std::string& s) {
   return true;
 }
 
+// Values written into #SBATCH lines: empty (the option is left out) or one sbatch word.
+constexpr const char* kSbatchWord = "one word of printable ASCII without spaces, quotes, '\\', '#', '$' or '`'";
+bool is_empty_or_sbatch_word(const std::string& s) { return s.empty() || common::is_sbatch_word(s); }
+
 bool all_one_line(const std::vector<std::string>& v) {
   for (const std::string& s : v)
     if (!is_one_line(s)) return false;
@@ -130,8 +135,10 @@ std::vector<SectionSpec> build_schema() {
                  [](const std::string& v) { return v.empty() || is_simple_name(v); });
     s.field("output_dir", &JobSection::output_dir,
             "Directory for logs, the sbatch script, the resolved job file and checkpoints. "
-            "Default: runs/<name>.")
-        .require("one line without control characters", is_one_line);
+            "Default: runs/<name>. Slurm writes its log there, so it is one word of printable ASCII "
+            "without '%'.")
+        .require("a path of printable ASCII without spaces, quotes, '\\', '#', '$', '`' or '%'",
+                 [](const std::string& v) { return v.empty() || common::is_sbatch_path(v); });
   }
   {
     SectionBuilder<SlurmSection> s(schema, "slurm", "The Slurm allocation: each becomes an #SBATCH line.",
@@ -147,32 +154,33 @@ std::vector<SectionSpec> build_schema() {
             "CPU cores per rank (data loading threads run on them). Exported as SRUN_CPUS_PER_TASK.")
         .in_range(1, 1024);
     s.field("partition", &SlurmSection::partition, "Partition (--partition); empty: the cluster's default.")
-        .require("one line without control characters", is_one_line);
+        .require(kSbatchWord, is_empty_or_sbatch_word);
     s.field("account", &SlurmSection::account, "Account to charge (--account); empty: none.")
-        .require("one line without control characters", is_one_line);
+        .require(kSbatchWord, is_empty_or_sbatch_word);
     s.field("qos", &SlurmSection::qos, "Quality of service (--qos); empty: none.")
-        .require("one line without control characters", is_one_line);
+        .require(kSbatchWord, is_empty_or_sbatch_word);
     s.field("time", &SlurmSection::time,
             "Time limit in a Slurm format (minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS); "
             "empty: the partition's limit.")
         .require("a Slurm time limit such as \"04:00:00\" or \"2-00:00:00\"",
                  [](const std::string& t) { return t.empty() || parse_slurm_time(t).has_value(); });
     s.field("constraint", &SlurmSection::constraint, "Node features (--constraint), e.g. \"h100\"; empty: none.")
-        .require("one line without control characters", is_one_line);
+        .require(kSbatchWord, is_empty_or_sbatch_word);
     s.field("exclusive", &SlurmSection::exclusive, "Ask for whole nodes (--exclusive).");
     s.field("mail_user", &SlurmSection::mail_user, "Address for Slurm's e-mails (--mail-user); empty: none.")
-        .require("one line without control characters", is_one_line);
+        .require(kSbatchWord, is_empty_or_sbatch_word);
     s.field("mail_type", &SlurmSection::mail_type,
             "When Slurm sends e-mail (--mail-type), e.g. \"END,FAIL\"; empty: never.")
-        .require("one line without control characters", is_one_line);
+        .require(kSbatchWord, is_empty_or_sbatch_word);
     s.field("extra_sbatch_options", &SlurmSection::extra_sbatch_options,
             "More sbatch options, one per element, each written as its own #SBATCH line "
             "(e.g. [\"--reservation=big\"]).")
-        .require("options that start with '-' and hold no control characters",
+        .require("options that start with '-', each one word of printable ASCII without spaces, quotes, "
+                 "'\\', '#', '$' or '`'",
                  [](const std::vector<std::string>& v) {
                    for (const std::string& o : v)
-                     if (o.empty() || o[0] != '-') return false;
-                   return all_one_line(v);
+                     if (o.empty() || o[0] != '-' || !common::is_sbatch_word(o)) return false;
+                   return true;
                  });
     s.field("signal_lead_s", &SlurmSection::signal_lead_s,
             "Seconds before the time limit at which Slurm sends USR1, so the job can checkpoint and "

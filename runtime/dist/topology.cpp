@@ -40,6 +40,19 @@ Topology discover_topology(MPI_Comm world) {
   std::array<char, 256> host{};
   gethostname(host.data(), host.size() - 1);
   t.host = host.data();
+
+  // Every rank's hostname, node index and local rank; the nodes' hostnames come from their leaders.
+  struct Record {
+    std::array<char, 256> host;
+    int node, local_rank;
+  };
+  Record mine{host, t.node, t.local_rank};
+  std::vector<Record> all(static_cast<size_t>(t.world_size));
+  ST_MPI_CHECK(MPI_Allgather(&mine, sizeof(Record), MPI_BYTE, all.data(), sizeof(Record), MPI_BYTE, world));
+  t.node_hosts.assign(static_cast<size_t>(t.num_nodes), std::string());
+  for (const Record& r : all) t.rank_nodes.push_back(r.node);
+  for (const Record& r : all)
+    if (r.local_rank == 0 && r.node >= 0 && r.node < t.num_nodes) t.node_hosts[static_cast<size_t>(r.node)] = r.host.data();
   return t;
 }
 

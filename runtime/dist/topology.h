@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <string>
+#include <vector>
 
 namespace shardtune::dist {
 
@@ -17,6 +18,8 @@ struct Topology {
   int local_size = 1;
   std::string host;
   bool uniform = true;  // every node runs the same number of ranks
+  std::vector<std::string> node_hosts;  // hostname of each node (of its local rank 0), by node index
+  std::vector<int> rank_nodes;          // node index of every rank, by world rank
 };
 
 // Collective over `world`.

@@ -15,6 +15,7 @@
 #include "runtime/model/loss.h"
 #include "runtime/train/data_order.h"
 #include "runtime/train/lr_schedule.h"
+#include "runtime/train/stop_request.h"
 #include "runtime/train/train_step.h"
 
 namespace shardtune::train {
@@ -36,6 +37,13 @@ Batch collate(const Dataset& data, const std::vector<int64_t>& indices) {
     std::copy(s.labels.begin(), s.labels.end(), batch.labels.data_ptr<int64_t>() + i * t);
   }
   return batch;
+}
+
+// The stop signal any rank received (the largest signal number), agreed by all ranks.
+int agreed_stop_signal(dist::Communicator& world) {
+  at::Tensor flag = at::full({1}, static_cast<double>(stop_signal()), at::kDouble);
+  world.all_reduce(flag, dist::ReduceOp::kMax);
+  return static_cast<int>(flag.item<double>());
 }
 
 std::string duration_text(double seconds) {
@@ -129,8 +137,14 @@ TrainSummary Trainer::run() {
         metrics << fmt::format("{{\"step\": {}, \"epoch\": {}, \"loss\": {}, \"lr\": {}, \"step_seconds\": {:.4f}}}\n",
                                step + 1, epoch + 1, r.loss, step_options.lr, seconds)
                 << std::flush;
-      if (every > 0 && (step + 1) % every == 0 && step + 1 < total_steps) save(step + 1, epoch, s + 1);
-      if (step + 1 == total_steps) save(step + 1, epoch, s + 1);
+      const bool saved = (every > 0 && (step + 1) % every == 0) || step + 1 == total_steps;
+      if (saved) save(step + 1, epoch, s + 1);
+      if (step + 1 < total_steps) summary.stop_signal = agreed_stop_signal(*groups_.world);
+      if (summary.stop_signal != 0) {
+        spdlog::warn("signal {} asked the job to stop: {} after step {}", summary.stop_signal,
+                     hooks_.save ? "checkpointing" : "stopping", step + 1);
+        if (!saved) save(step + 1, epoch, s + 1);
+      }
       if ((step + 1) % job_.metrics.log_every_steps == 0 || step + 1 == total_steps) {
         const double per_step = window_seconds / static_cast<double>(window_steps);
         spdlog::info("step {}/{} | epoch {}/{} | loss {:.4f} | lr {:.3e} | {:.0f} tok/s | {:.3f} s/step | ETA {}",
@@ -140,7 +154,12 @@ TrainSummary Trainer::run() {
         window_seconds = 0;
         window_steps = 0;
       }
+      if (summary.stop_signal != 0) {
+        ++step;
+        break;
+      }
     }
+    if (summary.stop_signal != 0) break;
     if (t.run_validation && val_ != nullptr) {
       summary.last_val_loss = validate();
       spdlog::info("epoch {} validation: loss {:.4f}, perplexity {:.3f}", epoch + 1, summary.last_val_loss,

@@ -1,6 +1,8 @@
 // The training loop: epochs over the data in the global order, optimizer steps of sharded
 // training, the learning-rate schedule, validation after each epoch (loss and perplexity), and a
 // progress line on rank 0 (step, loss, learning rate, tokens per second, time per step, ETA).
+// After each step the ranks agree on whether any of them was asked to stop (stop_request.h); if
+// so they checkpoint together and return early.
 #pragma once
 
 #include <cstdint>
@@ -38,6 +40,7 @@ struct TrainSummary {
   std::vector<double> losses;  // per optimizer step, averaged over ranks
   double last_val_loss = 0;    // 0 when validation did not run
   double tokens_per_second = 0;
+  int stop_signal = 0;  // non-zero: the ranks stopped early on this signal, after a checkpoint
 };
 
 class Trainer {

@@ -1,0 +1,86 @@
+#include "launcher/status.h"
+
+#include <fmt/format.h>
+
+#include <deque>
+#include <filesystem>
+#include <fstream>
+
+#include "common/error.h"
+#include "common/job/job_loader.h"
+#include "launcher/submit.h"
+#include "slurm/job_state.h"
+
+namespace shardtune::launcher {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::deque<std::string> tail(const std::string& path, size_t lines) {
+  std::deque<std::string> out;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    out.push_back(line);
+    if (out.size() > lines) out.pop_front();
+  }
+  return out;
+}
+
+// The last line of metrics.jsonl, e.g. {"step": 120, "epoch": 1, "loss": 0.53, ...}.
+std::string last_metrics(const std::string& output_dir) {
+  const std::deque<std::string> last = tail(output_dir + "/metrics.jsonl", 1);
+  return last.empty() ? "none yet" : last.back();
+}
+
+std::string last_checkpoint(const std::string& checkpoint_dir) {
+  std::error_code ec;
+  const fs::path target = fs::read_symlink(fs::path(checkpoint_dir) / "latest", ec);
+  if (ec) return fmt::format("none under {}", checkpoint_dir);
+  return (fs::path(checkpoint_dir) / target).lexically_normal().string();
+}
+
+}  // namespace
+
+std::string status_report(const std::string& target, int log_lines) {
+  std::string output_dir = target;
+  std::string job_file = target + "/job.toml";
+  if (fs::is_regular_file(target)) {
+    job_file = target;
+    output_dir = job::load_job_or_throw(target, {}, nullptr).job.output_dir;
+  }
+  ST_CHECK(fs::is_directory(output_dir), common::ErrorKind::kUsage,
+           "{} is not a job's output directory (no such directory)", output_dir);
+  std::string checkpoint_dir = output_dir + "/checkpoints";
+  std::string name = "?";
+  const std::string resolved = output_dir + "/job.toml";
+  if (fs::is_regular_file(resolved)) {
+    const job::Job job = job::load_job_or_throw(resolved, {}, nullptr);
+    checkpoint_dir = job.checkpoint.dir;
+    name = job.job.name;
+  }
+  std::string report = fmt::format("job:             {} ({})\n", name, output_dir);
+  const std::string id = last_job_id(output_dir);
+  if (id.empty()) {
+    report += "slurm job:       none submitted from this directory\n";
+  } else {
+    const slurm::JobInfo info = slurm::query_job(id);
+    if (!info.known) {
+      report += fmt::format("slurm job:       {} (no longer known to slurmctld; see {}/slurm-{}.out)\n", id,
+                            output_dir, id);
+    } else {
+      report += fmt::format("slurm job:       {} {} (reason {}, run time {}, restarts {}, exit code {}, nodes {})\n",
+                            id, info.field("JobState"), info.field("Reason"), info.field("RunTime"),
+                            info.field("Restarts"), info.field("ExitCode"), info.field("NodeList"));
+    }
+  }
+  report += fmt::format("last step:       {}\n", last_metrics(output_dir));
+  report += fmt::format("last checkpoint: {}\n", last_checkpoint(checkpoint_dir));
+  const std::string log = output_dir + "/logs/rank-00000.log";
+  const std::deque<std::string> lines = tail(log, static_cast<size_t>(log_lines));
+  report += fmt::format("rank-0 log:      {}{}\n", log, lines.empty() ? " (empty or missing)" : "");
+  for (const std::string& l : lines) report += "  " + l + "\n";
+  return report;
+}
+
+}  // namespace shardtune::launcher

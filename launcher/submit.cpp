@@ -1,0 +1,97 @@
+#include "launcher/submit.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "common/error.h"
+#include "common/job/job_writer.h"
+#include "launcher/local_run.h"
+#include "slurm/command.h"
+#include "slurm/job_state.h"
+#include "slurm/sbatch_script.h"
+
+namespace shardtune::launcher {
+namespace {
+
+namespace fs = std::filesystem;
+using common::ErrorKind;
+
+std::string absolute(const std::string& path, const std::string& cwd) {
+  if (path.empty()) return path;
+  fs::path p(path);
+  if (p.is_relative()) p = fs::path(cwd) / p;
+  return p.lexically_normal().string();
+}
+
+std::string trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+void refuse_if_active(const std::string& output_dir) {
+  const std::string previous = last_job_id(output_dir);
+  if (previous.empty()) return;
+  const std::string state = slurm::query_job_state(previous);
+  ST_CHECK(!slurm::is_active_state(state), ErrorKind::kUsage,
+           "Slurm job {} of {} is still {}: a second job would write the same checkpoints. HINT: wait for it, or "
+           "`scancel {}`",
+           previous, output_dir, state, previous);
+}
+
+}  // namespace
+
+job::Job with_absolute_paths(job::Job job, const std::string& cwd) {
+  job.job.output_dir = absolute(job.job.output_dir, cwd);
+  job.checkpoint.dir = absolute(job.checkpoint.dir, cwd);
+  return job;
+}
+
+std::string script_path(const job::Job& job) { return job.job.output_dir + "/shardtune.sbatch"; }
+std::string resolved_job_path(const job::Job& job) { return job.job.output_dir + "/job.toml"; }
+std::string job_ids_path(const std::string& output_dir) { return output_dir + "/slurm-job-ids"; }
+
+std::string last_job_id(const std::string& output_dir) {
+  std::ifstream in(job_ids_path(output_dir));
+  std::string line, last;
+  while (std::getline(in, line))
+    if (!trim(line).empty()) last = trim(line);
+  return last;
+}
+
+int submit(const job::Job& job, const SubmitOptions& options) {
+  const std::string script = slurm::sbatch_script(job, {options.rank_exe, resolved_job_path(job)});
+  const std::vector<std::string> argv = slurm::sbatch_argv(script_path(job));
+  if (options.dry_run) {
+    std::cout << script << "\n# sbatch argv, one element per line:\n";
+    for (const std::string& a : argv) std::cout << "#   " << a << "\n";
+    std::cout << "# " << slurm::command_line(argv) << "\n";
+    return 0;
+  }
+  refuse_if_active(job.job.output_dir);
+  write_file_atomically(resolved_job_path(job), job::to_toml(job));
+  write_file_atomically(script_path(job), script);
+  fs::permissions(script_path(job), fs::perms::owner_exec | fs::perms::group_exec, fs::perm_options::add);
+
+  const slurm::CommandResult r = slurm::run_command(argv);
+  if (r.exit_code != 0) {
+    std::cerr << fmt::format("shardtune: {} failed (exit {}): {}", slurm::command_line(argv), r.exit_code, r.err);
+    return 1;
+  }
+  // --parsable prints "<id>" or "<id>;<cluster>".
+  const std::string out = trim(r.out);
+  const std::string id = out.substr(0, out.find(';'));
+  ST_CHECK(!id.empty() && id.find_first_not_of("0123456789") == std::string::npos, ErrorKind::kIo,
+           "sbatch printed no job id: \"{}\"", out);
+  std::ofstream ids(job_ids_path(job.job.output_dir), std::ios::app);
+  ids << id << "\n";
+  ST_CHECK(ids.flush(), ErrorKind::kIo, "cannot append to {}", job_ids_path(job.job.output_dir));
+  std::cerr << fmt::format("shardtune: submitted job {} ({}); log: {}\n", id, slurm::command_line(argv),
+                           fmt::format("{}/slurm-{}.out", job.job.output_dir, id));
+  std::cout << id << "\n";
+  return 0;
+}
+
+}  // namespace shardtune::launcher

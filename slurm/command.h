@@ -1,0 +1,22 @@
+// Slurm's commands (sbatch, squeue, scontrol) run by argv, never through a shell.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace shardtune::slurm {
+
+struct CommandResult {
+  int exit_code = 0;  // 128 + signal when the command was killed
+  std::string out;
+  std::string err;
+};
+
+// Runs argv[0] (searched in PATH) with the given arguments and waits for it. Throws
+// common::Error(kIo) when it cannot be started at all.
+CommandResult run_command(const std::vector<std::string>& argv);
+
+// "sbatch --parsable /x/y.sh": for messages.
+std::string command_line(const std::vector<std::string>& argv);
+
+}  // namespace shardtune::slurm

@@ -1,0 +1,46 @@
+#include "slurm/job_state.h"
+
+#include <set>
+#include <sstream>
+
+#include "slurm/command.h"
+
+namespace shardtune::slurm {
+
+std::string JobInfo::field(const std::string& key) const {
+  const auto it = fields.find(key);
+  return it == fields.end() ? "" : it->second;
+}
+
+JobInfo parse_scontrol_job(const std::string& text) {
+  JobInfo info;
+  std::istringstream words(text.substr(0, text.find('\n')));
+  std::string word;
+  while (words >> word) {
+    const size_t eq = word.find('=');
+    if (eq == std::string::npos || eq == 0) continue;
+    info.fields.emplace(word.substr(0, eq), word.substr(eq + 1));  // the first of repeated keys wins
+  }
+  info.known = info.fields.count("JobState") > 0;
+  return info;
+}
+
+JobInfo query_job(const std::string& job_id) {
+  const CommandResult r = run_command({"scontrol", "show", "job", "-o", job_id});
+  if (r.exit_code != 0) return {};
+  return parse_scontrol_job(r.out);
+}
+
+std::string query_job_state(const std::string& job_id) {
+  const JobInfo info = query_job(job_id);
+  return info.known ? info.field("JobState") : "UNKNOWN";
+}
+
+bool is_active_state(const std::string& state) {
+  static const std::set<std::string> active = {"PENDING",  "RUNNING",  "REQUEUED",  "REQUEUE_HOLD", "REQUEUE_FED",
+                                               "CONFIGURING", "COMPLETING", "SUSPENDED", "RESIZING", "SIGNALING",
+                                               "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD"};
+  return active.count(state) > 0;
+}
+
+}  // namespace shardtune::slurm

@@ -1,0 +1,183 @@
+#include "slurm/sbatch_script.h"
+
+#include <fmt/format.h>
+
+#include "common/error.h"
+#include "common/exit_codes.h"
+#include "common/shell_words.h"
+
+namespace shardtune::slurm {
+namespace {
+
+using common::ErrorKind;
+using common::shell_quote;
+
+std::string quoted_words(const std::vector<std::string>& words) {
+  std::string out;
+  for (const std::string& w : words) out += " " + shell_quote(w);
+  return out;
+}
+
+void require_absolute(const std::string& what, const std::string& path) {
+  ST_CHECK(!path.empty() && path[0] == '/', ErrorKind::kConfig, "{} must be an absolute path for a batch job: \"{}\"",
+           what, path);
+}
+
+// The command line that starts every rank, as bash array elements.
+std::string launcher_words(const job::Job& job, const ScriptPaths& paths) {
+  const int64_t nodes = job.slurm.nodes, per_node = job.slurm.ranks_per_node();
+  std::vector<std::string> words;
+  if (job.launch.launcher == job::Launcher::kSrun) {
+    words = {"srun", "--mpi=" + job.launch.srun_mpi, "--kill-on-bad-exit=1", fmt::format("--nodes={}", nodes),
+             fmt::format("--ntasks-per-node={}", per_node), fmt::format("--ntasks={}", nodes * per_node)};
+    words.insert(words.end(), job.launch.extra_srun_options.begin(), job.launch.extra_srun_options.end());
+  } else {
+    words = {"mpirun", "-np", std::to_string(nodes * per_node), "--map-by", fmt::format("ppr:{}:node", per_node)};
+    words.insert(words.end(), job.launch.extra_mpirun_options.begin(), job.launch.extra_mpirun_options.end());
+  }
+  words.push_back(paths.rank_exe);
+  words.push_back(paths.job_file);
+  return quoted_words(words);
+}
+
+// The script's body: plain bash, the job's values only as single-quoted words or integers.
+constexpr const char* kBody = R"SH(set -uo pipefail
+
+readonly CHECKPOINT_DIR={checkpoint_dir}
+readonly MAX_REQUEUES={max_requeues}
+readonly REQUEUE_EXIT={requeue_exit}
+export SRUN_CPUS_PER_TASK={cpus_per_task}
+ranks=({launcher})
+
+say() {{ echo "shardtune[batch] $(date '+%F %T'): $*"; }}
+
+# The step of the committed checkpoint `latest` points at; 0 when there is none.
+last_checkpoint_step() {{
+  local name
+  name=$(readlink -- "$CHECKPOINT_DIR/latest" 2>/dev/null) || {{ echo 0; return; }}
+  name=${{name##*/}}
+  name=${{name#step-}}
+  if [[ "$name" =~ ^[0-9]+$ ]]; then echo $((10#$name)); else echo 0; fi
+}}
+
+restarts=${{SLURM_RESTART_COUNT:-0}}
+start_step=$(last_checkpoint_step)
+say "job ${{SLURM_JOB_ID:-?}} (start $((restarts + 1))): ${{SLURM_JOB_NUM_NODES:-?}} node(s) ${{SLURM_JOB_NODELIST:-?}}; last checkpoint: step $start_step"
+
+# Slurm's stop signal (USR1 at the time limit's lead, TERM on preemption or scancel) reaches
+# this shell; the ranks get USR1, checkpoint at their next step boundary and exit $REQUEUE_EXIT.
+ranks_pid=""
+interrupted=0
+forward() {{
+  interrupted=1
+  say "received SIG$1: the ranks checkpoint at their next step boundary and stop"
+  if [[ -n "$ranks_pid" ]]; then kill -USR1 "$ranks_pid" 2>/dev/null || true; fi
+}}
+trap 'forward USR1' USR1
+trap 'forward TERM' TERM
+
+say "starting the ranks: ${{ranks[*]}}"
+"${{ranks[@]}}" &
+ranks_pid=$!
+while :; do
+  interrupted=0
+  wait "$ranks_pid"
+  rc=$?
+  # A trapped signal ends `wait` early with a status above 128: wait again for the ranks.
+  if (( interrupted && rc > 128 )); then continue; fi
+  break
+done
+end_step=$(last_checkpoint_step)
+
+if (( rc == 0 )); then
+  say "the ranks finished; last checkpoint: step $end_step"
+  exit 0
+fi
+# scancel sends TERM too: a cancelled job stays cancelled.
+job_state=$(scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null | grep -o 'JobState=[A-Z_]*')
+if [[ "$job_state" == "JobState=CANCELLED" ]]; then
+  say "the job was cancelled (ranks' exit $rc); last committed checkpoint: step $end_step"
+  exit "$rc"
+fi
+if (( rc != REQUEUE_EXIT )); then
+  say "the ranks failed (exit $rc); last committed checkpoint: step $end_step; not requeueing"
+  exit "$rc"
+fi
+if (( end_step <= start_step )); then
+  say "the ranks stopped without a new checkpoint (still step $start_step): not requeueing"
+  exit "$rc"
+fi
+if (( restarts >= MAX_REQUEUES )); then
+  say "checkpoint at step $end_step, but the job was requeued $restarts time(s) already (max_requeues = $MAX_REQUEUES): not requeueing"
+  exit "$rc"
+fi
+say "checkpoint at step $end_step: requeueing job $SLURM_JOB_ID ($((restarts + 1)) of $MAX_REQUEUES)"
+if ! scontrol requeue "$SLURM_JOB_ID"; then
+  say "scontrol requeue failed"
+  exit "$rc"
+fi
+exit 0
+)SH";
+
+}  // namespace
+
+std::string slurm_log_pattern(const job::Job& job) { return job.job.output_dir + "/slurm-%j.out"; }
+
+std::vector<std::string> sbatch_options(const job::Job& job) {
+  const job::SlurmSection& s = job.slurm;
+  std::vector<std::string> o = {
+      "--job-name=" + job.job.name,
+      fmt::format("--nodes={}", s.nodes),
+      fmt::format("--ntasks-per-node={}", s.ranks_per_node()),
+      fmt::format("--cpus-per-task={}", s.cpus_per_task),
+  };
+  if (s.gpus_per_node > 0) o.push_back(fmt::format("--gpus-per-node={}", s.gpus_per_node));
+  auto optional = [&](const char* option, const std::string& value) {
+    if (!value.empty()) o.push_back(fmt::format("--{}={}", option, value));
+  };
+  optional("time", s.time);
+  optional("partition", s.partition);
+  optional("account", s.account);
+  optional("qos", s.qos);
+  optional("constraint", s.constraint);
+  optional("mail-user", s.mail_user);
+  optional("mail-type", s.mail_type);
+  if (s.exclusive) o.emplace_back("--exclusive");
+  o.push_back(fmt::format("--signal=B:USR1@{}", s.signal_lead_s));
+  o.emplace_back("--requeue");
+  o.emplace_back("--open-mode=append");
+  o.push_back("--output=" + slurm_log_pattern(job));
+  o.push_back("--error=" + slurm_log_pattern(job));
+  o.insert(o.end(), s.extra_sbatch_options.begin(), s.extra_sbatch_options.end());
+  return o;
+}
+
+std::string sbatch_script(const job::Job& job, const ScriptPaths& paths) {
+  require_absolute("[job] output_dir", job.job.output_dir);
+  require_absolute("[checkpoint] dir", job.checkpoint.dir);
+  require_absolute("the shardtune-rank executable", paths.rank_exe);
+  require_absolute("the resolved job file", paths.job_file);
+  ST_CHECK(common::is_sbatch_path(job.job.output_dir), ErrorKind::kConfig,
+           "[job] output_dir \"{}\" cannot be given to sbatch: use printable ASCII without spaces, quotes, '\\', "
+           "'#', '$', '`' or '%'",
+           job.job.output_dir);
+  std::string script = "#!/bin/bash\n";
+  script += fmt::format("# shardtune batch script of job '{}', generated from the resolved job file {}.\n",
+                        job.job.name, paths.job_file);
+  script += "# `shardtune submit` rewrites it; change the job file instead.\n";
+  for (const std::string& option : sbatch_options(job)) {
+    ST_CHECK(common::is_sbatch_word(option), ErrorKind::kConfig,
+             "the sbatch option \"{}\" is not one plain word: it cannot be written as an #SBATCH line", option);
+    script += "#SBATCH " + option + "\n";
+  }
+  script += fmt::format(kBody, fmt::arg("checkpoint_dir", shell_quote(job.checkpoint.dir)),
+                        fmt::arg("max_requeues", job.slurm.max_requeues),
+                        fmt::arg("requeue_exit", common::kExitRequeue),
+                        fmt::arg("cpus_per_task", job.slurm.cpus_per_task),
+                        fmt::arg("launcher", launcher_words(job, paths)));
+  return script;
+}
+
+std::vector<std::string> sbatch_argv(const std::string& script_path) { return {"sbatch", "--parsable", script_path}; }
+
+}  // namespace shardtune::slurm

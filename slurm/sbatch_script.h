@@ -1,0 +1,32 @@
+// The sbatch script: a pure function of the resolved job. `#SBATCH` lines come from [slurm];
+// the body starts the ranks (srun or mpirun, per [launch]), forwards Slurm's stop signal to
+// them, and requeues the job from the batch shell when the ranks exit with the requeue code
+// after making progress, at most [slurm] max_requeues times.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/job/job.h"
+
+namespace shardtune::slurm {
+
+struct ScriptPaths {
+  std::string rank_exe;  // absolute path of shardtune-rank
+  std::string job_file;  // absolute path of the resolved job file the ranks read
+};
+
+// Throws common::Error(kConfig) if a value cannot be written safely (the job schema already
+// rejects such values; this is the second line of defence). Paths in the job must be absolute.
+std::string sbatch_script(const job::Job& job, const ScriptPaths& paths);
+
+// The `#SBATCH` options of the script, in order, without the "#SBATCH " prefix.
+std::vector<std::string> sbatch_options(const job::Job& job);
+
+// Where Slurm writes the batch script's output (%j: the job id).
+std::string slurm_log_pattern(const job::Job& job);
+
+// The exact argv that submits the script.
+std::vector<std::string> sbatch_argv(const std::string& script_path);
+
+}  // namespace shardtune::slurm
