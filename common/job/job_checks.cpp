@@ -5,6 +5,7 @@
 
 #include "common/job/schema.h"
 #include "common/job/slurm_time.h"
+#include "common/shell_words.h"
 
 namespace shardtune::job {
 namespace {
@@ -111,7 +112,8 @@ void check_data(const Job& job, Checker& c) {
 }  // namespace
 
 void resolve_defaults(Job& job) {
-  if (job.job.output_dir.empty() && !job.job.name.empty()) job.job.output_dir = "runs/" + job.job.name;
+  // From a valid name only: a bad name is reported once, as itself.
+  if (job.job.output_dir.empty() && common::is_sbatch_path(job.job.name)) job.job.output_dir = "runs/" + job.job.name;
   if (job.checkpoint.dir.empty() && !job.job.output_dir.empty()) job.checkpoint.dir = job.job.output_dir + "/checkpoints";
   if (job.slurm.ntasks_per_node == 0) job.slurm.ntasks_per_node = job.slurm.ranks_per_node();
   if (job.fsdp.sharding_strategy == ShardingStrategy::kHybridShard && job.fsdp.hsdp_shard_size == 0)

@@ -5,7 +5,7 @@
 # Every daemon listens on 127.0.0.1 on its own port. All state lives under DIR (never under
 # /tmp, which each node has privately).
 #
-#   cluster.sh start DIR [NODES]   start (default 2 nodes, 2 CPUs each); prints `export SLURM_CONF=...`
+#   cluster.sh start DIR [NODES]   start (default 2 nodes, 4 CPUs each); prints `export SLURM_CONF=...`
 #   cluster.sh stop DIR            stop everything started for DIR, jobs included
 #
 # Stopping kills each node's namespace as a whole, so no process of any job outlives the cluster.
@@ -29,7 +29,7 @@ free_port_block() {  # prints a base port with NODES+1 consecutive free ports on
 write_conf() {
   local dir=$1 nodes=$2 base=$3 n
   cat >"$dir/slurm.conf" <<EOF
-ClusterName=st${base}
+ClusterName=shardtune-test
 SlurmctldHost=$(hostname)(127.0.0.1)
 SlurmctldPort=${base}
 AuthType=auth/munge
@@ -60,9 +60,11 @@ SlurmdTimeout=60
 SlurmctldTimeout=60
 MessageTimeout=30
 TmpFS=/tmp
+# Nodes of 4 CPUs on whatever this machine has: ranks may share cores.
+SlurmdParameters=config_overrides
 EOF
   for n in $(seq 1 "$nodes"); do
-    echo "NodeName=n${n} NodeHostname=localhost NodeAddr=127.0.0.1 Port=$(( base + n )) CPUs=2 RealMemory=4000 State=UNKNOWN" \
+    echo "NodeName=n${n} NodeHostname=localhost NodeAddr=127.0.0.1 Port=$(( base + n )) CPUs=4 RealMemory=4000 State=UNKNOWN" \
       >>"$dir/slurm.conf"
   done
   echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES" >>"$dir/slurm.conf"
@@ -85,6 +87,7 @@ start() {
   for exe in munged mungekey slurmctld slurmd unshare ss; do
     command -v "$exe" >/dev/null || [[ -x "/usr/sbin/$exe" ]] || die "$exe is not installed (scripts/setup.sh installs it)"
   done
+  rm -rf "$dir"/{state,spool,log}  # a fresh cluster: no jobs or node states of an earlier one
   mkdir -p "$dir"/{munge,state,run,log}
   chmod 0700 "$dir/munge"
   for n in $(seq 1 "$nodes"); do mkdir -p "$dir/spool/n$n"; done
@@ -98,7 +101,8 @@ start() {
   wait_for 10 munged test -S "$dir/munge/munge.socket" || die "munged did not start: $(tail -3 "$dir/log/munged.log")"
 
   export SLURM_CONF="$dir/slurm.conf"
-  /usr/sbin/slurmctld -f "$SLURM_CONF" -i
+  /usr/sbin/slurmctld -f "$SLURM_CONF" -i ||
+    { tail -5 "$dir/log/slurmctld.log" >&2; stop "$dir"; die "slurmctld did not start"; }
   for n in $(seq 1 "$nodes"); do
     # The node's init is bash: it reaps orphans (slurmstepd daemonizes), and when it dies the
     # kernel kills every process in the node's PID namespace.

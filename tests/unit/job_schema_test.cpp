@@ -84,7 +84,7 @@ TEST(JobSchema, BadOverridesAreReportedWithTheArgument) {
 TEST(JobSchema, ResolvedJobParsesBackToTheSameJob) {
   const std::string text = std::string(kMinimal) +
                            "\n[data]\nprompt_template = \"### Q:\\n{prompt}\\t\\\"x\\\"\\n### A:\"\n"
-                           "[train]\nlr = 2.5e-5\nweight_decay = 0.1\n[slurm]\nextra_sbatch_options = [\"--comment=a b\"]\n";
+                           "[train]\nlr = 2.5e-5\nweight_decay = 0.1\n[slurm]\nextra_sbatch_options = [\"--comment=a_b\"]\n";
   const Job job = parse_ok(text).job;
   const std::string resolved = to_toml(job);
   const Job again = parse_ok(resolved).job;

@@ -1,0 +1,191 @@
+#!/usr/bin/env bash
+# End-to-end tests of `shardtune submit` on the real Slurm cluster of cluster.sh (2 nodes).
+# usage: e2e_test.sh SCENARIO CLUSTER_DIR WORK_DIR SHARDTUNE SOURCE_DIR
+#   srun_2x2 | mpirun_2x2   2 nodes x 2 ranks complete; loss falls; a sharded checkpoint is committed
+#   hsdp                    HYBRID_SHARD with one shard group per node
+#   requeue                 USR1 -> checkpoint -> requeue -> resume -> finish, bitwise equal to a straight run
+#   resize                  stopped without requeue, resubmitted as 1 node x 3 ranks: resumes and completes
+#   kill9                   kill -9 of one rank: FAILED within 60 s, no rank left, rank named, checkpoint intact
+#   hostile                 invalid jobs and hostile strings never reach sbatch or a shell
+set -u
+scenario=$1 cluster=$2 work=$3 st=$4 src=$5
+source "$cluster/run/cluster.env" || { echo "FAIL: no cluster in $cluster (cluster.sh start)"; exit 1; }
+ckpt_tool=$(dirname "$st")/shardtune-ckpt
+py=/usr/bin/python3
+# mpirun inside the allocation: as root, and with its traffic on loopback.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+mpirun_opts='launch.extra_mpirun_options=["--mca","btl","self,vader,tcp","--mca","btl_tcp_if_include","lo","--mca","oob_tcp_if_include","lo","--bind-to","none"]'
+out_root="$work/$scenario"
+rm -rf "$out_root"
+mkdir -p "$out_root"
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+state() { scontrol show job -o "$1" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2; }
+field() { scontrol show job -o "$1" 2>/dev/null | tr ' ' '\n' | grep "^$2=" | head -1 | cut -d= -f2-; }
+
+wait_state() {  # wait_state JOB SECONDS STATE...: succeeds when the job reaches one of the states
+  local job=$1 seconds=$2 s
+  shift 2
+  local deadline=$((SECONDS + seconds))
+  while ((SECONDS < deadline)); do
+    s=$(state "$job")
+    for want in "$@"; do [[ "$s" == "$want" ]] && return 0; done
+    sleep 1
+  done
+  echo "job $job is $(state "$job") after $seconds s, not $*" >&2
+  return 1
+}
+
+wait_steps() {  # wait_steps OUT N SECONDS: until metrics.jsonl has N lines
+  local deadline=$((SECONDS + $3))
+  while ((SECONDS < deadline)); do
+    [[ -f "$1/metrics.jsonl" ]] && (($(wc -l <"$1/metrics.jsonl") >= $2)) && return 0
+    sleep 0.5
+  done
+  return 1
+}
+
+submit() {  # submit OUT [--set ...]: prints the job id
+  local out=$1
+  shift
+  "$st" submit "$src/tests/slurm/tiny-2x2.toml" --set "job.output_dir=$out" "$@" 2>>"$out_root/submit.err"
+}
+
+show_log() { echo "--- $1"; tail -n 30 "$1"; }
+
+# A completed job: COMPLETED, loss fell, a committed sharded checkpoint that verifies, N ranks on M nodes.
+check_completed() {  # check_completed OUT JOB RANKS NODES_TEXT
+  local out=$1 job=$2 ranks=$3 nodes=$4
+  wait_state "$job" 300 COMPLETED FAILED CANCELLED TIMEOUT || true
+  [[ "$(state "$job")" == COMPLETED ]] || { fail "job $job ended $(state "$job")"; show_log "$out/slurm-$job.out"; return; }
+  $py - "$out/metrics.jsonl" <<'PY' || fail "the loss did not fall"
+import json, sys
+losses = [json.loads(l)["loss"] for l in open(sys.argv[1])]
+print(f"loss {losses[0]:.3f} -> {losses[-1]:.3f} over {len(losses)} steps")
+sys.exit(0 if losses[-1] < 0.5 * losses[0] else 1)
+PY
+  [[ -L "$out/checkpoints/latest" ]] || fail "no committed checkpoint"
+  "$ckpt_tool" verify "$out/checkpoints/latest" >/dev/null || fail "the last checkpoint does not verify"
+  grep -q "checkpoint_type = \"sharded\"" "$out/job.toml" || fail "the job was not sharded"
+  grep -q "job 'tiny-2x2': $ranks ranks on $nodes" "$out/slurm-$job.out" ||
+    fail "the log does not show $ranks ranks on $nodes"
+}
+
+case "$scenario" in
+srun_2x2 | mpirun_2x2)
+  out="$out_root/run"
+  extra=()
+  [[ $scenario == mpirun_2x2 ]] && extra=(--set launch.launcher=mpirun --set "$mpirun_opts")
+  job=$(submit "$out" "${extra[@]}") || fail "submit failed: $(cat "$out_root/submit.err")"
+  check_completed "$out" "$job" 4 "2 node(s) (n1, n2)"
+  [[ $scenario == mpirun_2x2 ]] && ! grep -q "starting the ranks: mpirun" "$out/slurm-$job.out" && fail "not started by mpirun"
+  [[ $scenario == srun_2x2 ]] && ! grep -q "starting the ranks: srun --mpi=pmix" "$out/slurm-$job.out" && fail "not started by srun"
+  ;;
+
+hsdp)
+  out="$out_root/run"
+  job=$(submit "$out" --set fsdp.sharding_strategy=HYBRID_SHARD) || fail "submit failed"
+  check_completed "$out" "$job" 4 "2 node(s) (n1, n2)"
+  grep -q "HYBRID_SHARD: 2 shard group(s) of 2 rank(s), replicated 2x" "$out/slurm-$job.out" || fail "not 2 shard groups of 2"
+  grep -q "shard group 0: ranks 0-1 on n1" "$out/slurm-$job.out" || fail "shard group 0 is not node n1"
+  grep -q "shard group 1: ranks 2-3 on n2" "$out/slurm-$job.out" || fail "shard group 1 is not node n2"
+  ;;
+
+requeue)
+  # The same job twice: straight through, and stopped by USR1 (what Slurm sends at the time
+  # limit's lead, or on preemption), requeued and resumed. Final parameters and moments must be
+  # bitwise equal: same world size, same data order.
+  common=(--set train.max_train_step=400 --set fsdp.save_optimizer=true --set train.lr_scheduler=step)
+  straight=$(submit "$out_root/straight" "${common[@]}") || fail "submit failed"
+  wait_state "$straight" 300 COMPLETED FAILED CANCELLED || true
+  [[ "$(state "$straight")" == COMPLETED ]] || fail "the straight run ended $(state "$straight")"
+
+  out="$out_root/stopped"
+  job=$(submit "$out" "${common[@]}") || fail "submit failed"
+  wait_steps "$out" 150 120 || fail "no progress"
+  scancel --signal=USR1 --batch "$job"
+  wait_state "$job" 120 PENDING || { fail "not requeued"; show_log "$out/slurm-$job.out"; }
+  [[ "$(field "$job" Restarts)" == 1 ]] || fail "restarts = $(field "$job" Restarts), expected 1"
+  # Slurm holds a requeued job back (BeginTime, ~2 min); start it now, but not within the second
+  # of the requeue, whose revoked credential would refuse the new start.
+  sleep 3
+  scontrol update JobId="$job" StartTime=now
+  wait_state "$job" 300 COMPLETED FAILED CANCELLED || true
+  [[ "$(state "$job")" == COMPLETED ]] || { fail "the requeued job ended $(state "$job")"; show_log "$out/slurm-$job.out"; }
+  log="$out/slurm-$job.out"
+  grep -q "received SIGUSR1" "$log" || fail "the batch script did not see USR1"
+  grep -q "signal 10 asked the job to stop" "$log" || fail "the ranks did not stop on the signal"
+  grep -q "requeueing job $job (1 of 3)" "$log" || fail "the batch script did not requeue"
+  grep -q "(start 2)" "$log" || fail "no second start in the same log"
+  grep -q "resuming at step" "$log" || fail "the second start did not resume"
+  stopped_at=$(grep -o "stop: checkpointing after step [0-9]*" "$log" | head -1 | grep -o "[0-9]*$")
+  echo "stopped after step $stopped_at, requeued, resumed, finished"
+  slices() {
+    $py - "$1/checkpoints/step-0000400/manifest.json" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+for s in sorted(m["slices"], key=lambda s: (s["kind"], s["tensor"], s["offset"])):
+    print(s["kind"], s["tensor"], s["offset"], s["crc32"])
+PY
+  }
+  a=$(slices "$out_root/straight") b=$(slices "$out")
+  [[ -n "$a" && "$a" == "$b" ]] || fail "final parameters differ from the uninterrupted run"
+  [[ "$(echo "$a" | grep -c '^exp_avg ')" -gt 0 ]] || fail "no optimizer moments compared"
+  ;;
+
+resize)
+  # Stopped with no requeues allowed, then resubmitted as 1 node x 3 ranks.
+  out="$out_root/run"
+  job=$(submit "$out" --set train.max_train_step=600 --set slurm.max_requeues=0) || fail "submit failed"
+  wait_steps "$out" 120 120 || fail "no progress"
+  scancel --signal=USR1 --batch "$job"
+  wait_state "$job" 120 FAILED COMPLETED CANCELLED PENDING || true
+  [[ "$(state "$job")" == FAILED ]] || fail "the stopped job is $(state "$job"), expected FAILED (no requeue allowed)"
+  grep -q "max_requeues = 0): not requeueing" "$out/slurm-$job.out" || fail "the batch script did not explain"
+  at=$(readlink "$out/checkpoints/latest")
+  job2=$(submit "$out" --set train.max_train_step=600 --set slurm.nodes=1 --set slurm.ntasks_per_node=3) ||
+    fail "resubmit failed: $(tail -3 "$out_root/submit.err")"
+  wait_state "$job2" 300 COMPLETED FAILED CANCELLED || true
+  [[ "$(state "$job2")" == COMPLETED ]] || { fail "the resubmitted job ended $(state "$job2")"; show_log "$out/slurm-$job2.out"; }
+  grep -q "job 'tiny-2x2': 3 ranks on 1 node(s)" "$out/slurm-$job2.out" || fail "not 3 ranks on 1 node"
+  grep -q "resuming at step $((10#${at#step-})) " "$out/slurm-$job2.out" || fail "did not resume from $at"
+  [[ "$(readlink "$out/checkpoints/latest")" == step-0000600 ]] || fail "no final checkpoint at step 600"
+  ;;
+
+kill9)
+  out="$out_root/run"
+  job=$(submit "$out" --set train.max_train_step=100000 --set checkpoint.every_steps=50) || fail "submit failed"
+  wait_steps "$out" 120 120 || fail "no progress"
+  victim=$(pgrep -f "shardtune-rank $out/job.toml" | sed -n 3p)
+  [[ -n "$victim" ]] || fail "no rank process found"
+  committed=$(readlink "$out/checkpoints/latest")
+  start=$SECONDS
+  kill -9 "$victim"
+  wait_state "$job" 60 FAILED COMPLETED CANCELLED || true
+  took=$((SECONDS - start))
+  [[ "$(state "$job")" == FAILED ]] || fail "job is $(state "$job") $took s after kill -9, expected FAILED within 60 s"
+  echo "kill -9 of pid $victim: job FAILED after $took s"
+  sleep 2
+  left=$(pgrep -af "shardtune-rank $out/job.toml")
+  [[ -z "$left" ]] || fail "processes left: $left"
+  grep -Eq "task [0-9]+: Killed" "$out/slurm-$job.out" || fail "the log does not name the killed rank"
+  grep -q "the ranks failed (exit" "$out/slurm-$job.out" || fail "the batch script did not report the failure"
+  latest=$(readlink "$out/checkpoints/latest")
+  [[ -n "$latest" ]] || fail "no committed checkpoint"
+  "$ckpt_tool" verify "$out/checkpoints/latest" >/dev/null || fail "the last committed checkpoint $latest is damaged"
+  echo "last committed checkpoint $latest (was $committed at the kill) verifies"
+  ;;
+
+hostile)
+  bash "$src/tests/slurm/hostile_test.sh" "$st" "$src" "$out_root" || failures=$((failures + 1))
+  ;;
+
+*)
+  echo "unknown scenario $scenario"
+  exit 2
+  ;;
+esac
+
+((failures == 0)) && echo "PASS: $scenario" || echo "$failures failure(s) in $scenario"
+exit $((failures > 0))
