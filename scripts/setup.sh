@@ -13,7 +13,7 @@ packages=(
   libhdf5-openmpi-dev hdf5-tools            # parallel HDF5, h5dump/h5ls
   python3-h5py                              # reads checkpoints back in tests
   libtomlplusplus-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libcli11-dev libgtest-dev zlib1g-dev
-  slurm-wlm munge                           # the local test cluster
+  slurm-wlm munge iproute2 util-linux       # the local test cluster (ss, unshare)
   clang libclang-rt-14-dev                  # libFuzzer for the parser fuzz tests
 )
 

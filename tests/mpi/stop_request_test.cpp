@@ -1,0 +1,55 @@
+// A stop request on one rank stops every rank at the same step boundary, after one checkpoint,
+// and the run resumes from it exactly where it stopped.
+#include <gtest/gtest.h>
+
+#include <csignal>
+
+#include "runtime/fsdp/fsdp_llama.h"
+#include "runtime/model/init.h"
+#include "runtime/train/dataset.h"
+#include "runtime/train/stop_request.h"
+#include "runtime/train/trainer.h"
+
+namespace shardtune {
+namespace {
+
+TEST(StopRequest, OneRanksSignalStopsEveryRankAtTheSameStepAfterOneSave) {
+  int rank = 0, world = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  job::Job job;
+  job.slurm.ntasks_per_node = world;
+  job.train.batch_size_training = 2;
+  job.train.num_epochs = 1;
+  job.train.max_train_step = 50;
+  job.train.mixed_precision = false;
+  job.train.run_validation = false;
+  job.checkpoint.every_steps = 4;
+  job.metrics.jsonl = false;
+  job.metrics.log_every_steps = 100;
+
+  dist::ProcessGroups groups = dist::make_mpi_groups(MPI_COMM_WORLD, world, 60.0);
+  model::LlamaForCausalLM m(model::LlamaConfig::tiny(), at::TensorOptions().dtype(at::kFloat));
+  model::init_weights(m, 1);
+  fsdp::FsdpLlama sharded(m, groups, fsdp::fsdp_options_from_job(job, world));
+  const train::SyntheticCopyDataset data(4096, 16, 256, 3);
+
+  // The last rank is signalled during step 6 (a real SIGUSR1, through the installed handler).
+  train::install_stop_handlers();
+  std::vector<int64_t> saved_at;
+  train::CheckpointHooks hooks;
+  hooks.save = [&](fsdp::AdamW&, const train::ResumePoint& at) {
+    saved_at.push_back(at.step);
+    if (at.step == 4 && rank == world - 1) std::raise(SIGUSR1);  // arrives between boundaries 4 and 5
+  };
+  train::Trainer trainer(job, groups, sharded, data, nullptr, hooks);
+  const train::TrainSummary summary = trainer.run();
+
+  EXPECT_EQ(summary.stop_signal, SIGUSR1);
+  EXPECT_EQ(summary.steps, 4);  // the signal came during the save after step 4: stop right there
+  EXPECT_EQ(saved_at, std::vector<int64_t>({4})) << "one save only: the one the signal interrupted";
+  EXPECT_EQ(train::stop_signal(), rank == world - 1 ? SIGUSR1 : 0);
+}
+
+}  // namespace
+}  // namespace shardtune

@@ -1,0 +1,177 @@
+// The sbatch script as a pure function of the job, shell quoting checked by a real bash, the
+// placement checks, and scontrol's output parsed.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "common/error.h"
+#include "common/job/job_loader.h"
+#include "common/shell_words.h"
+#include "slurm/command.h"
+#include "slurm/job_state.h"
+#include "slurm/sbatch_script.h"
+#include "slurm/slurm_env.h"
+
+namespace shardtune::slurm {
+namespace {
+
+job::Job load(const std::string& extra) {
+  const std::string text = "[job]\nname = \"t\"\noutput_dir = \"/scratch/runs/t\"\n[model]\npreset = \"tiny\"\n"
+                           "init = \"random\"\n" + extra;
+  const job::LoadedJob loaded = job::parse_job(text, "job.toml", {});
+  EXPECT_FALSE(loaded.diagnostics.has_errors()) << loaded.diagnostics.to_string();
+  return loaded.job;
+}
+
+const ScriptPaths kPaths{"/opt/st/bin/shardtune-rank", "/scratch/runs/t/job.toml"};
+
+TEST(SbatchScript, OptionsComeFromTheSlurmSectionInOrder) {
+  const job::Job job = load(
+      "[slurm]\nnodes = 4\ngpus_per_node = 8\ncpus_per_task = 12\npartition = \"gpu\"\naccount = \"proj-1\"\n"
+      "qos = \"high\"\ntime = \"2-00:00:00\"\nconstraint = \"h100&ib\"\nexclusive = true\nmail_user = \"a@b.org\"\n"
+      "mail_type = \"END,FAIL\"\nsignal_lead_s = 600\nextra_sbatch_options = [\"--reservation=big\"]\n");
+  const std::vector<std::string> expected = {
+      "--job-name=t", "--nodes=4", "--ntasks-per-node=8", "--cpus-per-task=12", "--gpus-per-node=8",
+      "--time=2-00:00:00", "--partition=gpu", "--account=proj-1", "--qos=high", "--constraint=h100&ib",
+      "--mail-user=a@b.org", "--mail-type=END,FAIL", "--exclusive", "--signal=B:USR1@600", "--requeue",
+      "--open-mode=append", "--output=/scratch/runs/t/slurm-%j.out", "--error=/scratch/runs/t/slurm-%j.out",
+      "--reservation=big"};
+  EXPECT_EQ(sbatch_options(job), expected);
+  EXPECT_EQ(sbatch_argv("/scratch/runs/t/shardtune.sbatch"),
+            (std::vector<std::string>{"sbatch", "--parsable", "/scratch/runs/t/shardtune.sbatch"}));
+}
+
+TEST(SbatchScript, IsAPureFunctionOfTheJob) {
+  const job::Job job = load("[slurm]\nnodes = 2\nntasks_per_node = 2\n");
+  EXPECT_EQ(sbatch_script(job, kPaths), sbatch_script(job, kPaths));
+  const std::string script = sbatch_script(job, kPaths);
+  EXPECT_EQ(script.rfind("#!/bin/bash\n", 0), 0u);
+  EXPECT_NE(script.find("export SRUN_CPUS_PER_TASK=1\n"), std::string::npos);
+  EXPECT_NE(script.find("readonly REQUEUE_EXIT=75\n"), std::string::npos);
+  EXPECT_NE(script.find("readonly MAX_REQUEUES=3\n"), std::string::npos);
+  EXPECT_NE(script.find("ranks=( 'srun' '--mpi=pmix' '--kill-on-bad-exit=1' '--nodes=2' '--ntasks-per-node=2' "
+                        "'--ntasks=4' '/opt/st/bin/shardtune-rank' '/scratch/runs/t/job.toml')"),
+            std::string::npos);
+  EXPECT_NE(script.find("scontrol requeue \"$SLURM_JOB_ID\""), std::string::npos);
+}
+
+TEST(SbatchScript, MpirunLaunchPlacesRanksPerNode) {
+  const job::Job job = load("[slurm]\nnodes = 3\ngpus_per_node = 4\n[launch]\nlauncher = \"mpirun\"\n"
+                            "extra_mpirun_options = [\"--mca\", \"btl_tcp_if_include\", \"ib0\"]\n");
+  EXPECT_NE(sbatch_script(job, kPaths).find("ranks=( 'mpirun' '-np' '12' '--map-by' 'ppr:4:node' '--mca' "
+                                            "'btl_tcp_if_include' 'ib0' '/opt/st/bin/shardtune-rank'"),
+            std::string::npos);
+}
+
+// Runs `script` through bash: -n (syntax) and, for the probe, the assignments only.
+int bash_n(const std::string& script) {
+  const auto path = std::filesystem::temp_directory_path() / "shardtune_script_test.sh";
+  std::ofstream(path) << script;
+  const CommandResult r = run_command({"bash", "-n", path.string()});
+  std::filesystem::remove(path);
+  return r.exit_code;
+}
+
+TEST(SbatchScript, PassesBashSyntaxCheckWithHostileButValidValues) {
+  job::Job job = load("[slurm]\nnodes = 2\n");
+  job.checkpoint.dir = "/x/it's \"a\" $(reboot) `reboot`; \\ dir";
+  job.launch.extra_srun_options = {"--comment=a b", "$(reboot)", "'"};
+  const std::string script = sbatch_script(job, kPaths);
+  EXPECT_EQ(bash_n(script), 0);
+  // The shell reads the checkpoint directory back exactly, without running anything.
+  const std::string line = script.substr(script.find("readonly CHECKPOINT_DIR="));
+  const std::string assignment = line.substr(0, line.find('\n'));
+  const CommandResult r = run_command({"bash", "-c", assignment + "\nprintf %s \"$CHECKPOINT_DIR\""});
+  EXPECT_EQ(r.out, job.checkpoint.dir);
+}
+
+TEST(SbatchScript, RefusesUnsafeValuesEvenIfTheSchemaMissedThem) {
+  job::Job job = load("");
+  job.slurm.partition = "gpu\n#SBATCH --wrap=evil";
+  EXPECT_THROW(sbatch_script(job, kPaths), common::Error);
+  job = load("");
+  job.job.output_dir = "/scratch/my runs";
+  EXPECT_THROW(sbatch_script(job, kPaths), common::Error);
+  job = load("");
+  job.job.output_dir = "runs/t";  // relative: the batch job's cwd is not the user's
+  EXPECT_THROW(sbatch_script(job, kPaths), common::Error);
+}
+
+TEST(ShellWords, QuoteRoundTripsThroughBash) {
+  for (const std::string s : {"", "plain", "it's", "a b", "$(x)", "`x`", "\\n", "'\"'", "\n\t", "ü€"}) {
+    const CommandResult r = run_command({"bash", "-c", "printf %s " + common::shell_quote(s)});
+    EXPECT_EQ(r.out, s);
+  }
+  EXPECT_THROW(common::shell_quote(std::string("a\0b", 3)), common::Error);
+  EXPECT_TRUE(common::is_sbatch_word("--constraint=h100&ib"));
+  for (const char* bad : {"", "a b", "a'b", "a\"b", "a\\b", "a#b", "a$b", "a`b", "a\nb", "\xc3\xbc"})
+    EXPECT_FALSE(common::is_sbatch_word(bad)) << bad;
+  EXPECT_FALSE(common::is_sbatch_path("/x/50%j"));
+}
+
+TEST(Command, RunsByArgvAndReportsExitCodes) {
+  const CommandResult r = run_command({"sh", "-c", "printf out; printf err >&2; exit 3"});
+  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_EQ(r.out, "out");
+  EXPECT_EQ(r.err, "err");
+  EXPECT_EQ(run_command({"printf", "%s", "a;b $(c)"}).out, "a;b $(c)");
+  EXPECT_THROW(run_command({"/nonexistent/shardtune-no-such-command"}), common::Error);
+  EXPECT_EQ(command_line({"sbatch", "--parsable", "/a b/x.sh"}), "sbatch --parsable '/a b/x.sh'");
+}
+
+Placement placement(int world, int nodes, std::vector<std::string> hosts, int gpus = 0) {
+  return {world, nodes, true, world / nodes, std::move(hosts), gpus};
+}
+
+TEST(SlurmEnv, ConsistentPlacementHasNoProblems) {
+  const job::Job job = load("[slurm]\nnodes = 2\nntasks_per_node = 2\n");
+  const SlurmEnv env = read_slurm_env([](const char* name) -> const char* {
+    const std::string n = name;
+    if (n == "SLURM_JOB_ID") return "42";
+    if (n == "SLURM_JOB_NUM_NODES") return "2";
+    if (n == "SLURM_JOB_NODELIST") return "n[1-2]";
+    if (n == "SLURM_RESTART_COUNT") return "1";
+    return nullptr;
+  });
+  EXPECT_TRUE(env.in_job);
+  EXPECT_EQ(env.restart_count, 1);
+  EXPECT_TRUE(placement_problems(job, placement(4, 2, {"n1", "n2"}), env).empty());
+}
+
+TEST(SlurmEnv, EveryMismatchIsExplained) {
+  const job::Job job = load("[slurm]\nnodes = 2\ngpus_per_node = 4\n");
+  SlurmEnv env;
+  env.in_job = true;
+  env.job_id = "7";
+  env.num_nodes = 3;
+  env.node_list = "g[1-3]";
+  auto problems = placement_problems(job, placement(6, 2, {"g1", "g1"}, 2), env);
+  ASSERT_EQ(problems.size(), 4u);
+  EXPECT_NE(problems[0].find("asks for 2 node(s) but Slurm job 7 has 3 (g[1-3])"), std::string::npos);
+  EXPECT_NE(problems[1].find("2 node(s) x 4 rank(s) = 8 but MPI started 6"), std::string::npos);
+  EXPECT_NE(problems[2].find("same hostname \"g1\": nodes 0, 1"), std::string::npos);
+  EXPECT_NE(problems[3].find("3 ranks run on this node but only 2 GPUs are visible"), std::string::npos);
+  problems = placement_problems(job, placement(8, 2, {"g1", "g2"}, 0), SlurmEnv{});
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].find("asks for 4 GPU(s) per node but this rank sees none"), std::string::npos);
+}
+
+TEST(JobState, ParsesScontrolOneLineOutput) {
+  const JobInfo info = parse_scontrol_job(
+      "JobId=12 JobName=tiny UserId=root(0) JobState=PENDING Reason=BeginTime Dependency=(null) Requeue=1 "
+      "Restarts=1 BatchFlag=1 ExitCode=0:0 RunTime=00:00:00 NodeList=(null) Command=/a b/x.sh\n");
+  EXPECT_TRUE(info.known);
+  EXPECT_EQ(info.field("JobState"), "PENDING");
+  EXPECT_EQ(info.field("Reason"), "BeginTime");
+  EXPECT_EQ(info.field("Restarts"), "1");
+  EXPECT_TRUE(is_active_state("PENDING"));
+  EXPECT_TRUE(is_active_state("REQUEUED"));
+  EXPECT_FALSE(is_active_state("COMPLETED"));
+  EXPECT_FALSE(is_active_state("UNKNOWN"));
+  EXPECT_FALSE(parse_scontrol_job("slurm_load_jobs error: Invalid job id specified\n").known);
+}
+
+}  // namespace
+}  // namespace shardtune::slurm
