@@ -4,6 +4,7 @@
 #   srun_2x2 | mpirun_2x2   2 nodes x 2 ranks complete; loss falls; a sharded checkpoint is committed
 #   hsdp                    HYBRID_SHARD with one shard group per node
 #   requeue                 USR1 -> checkpoint -> requeue -> resume -> finish, bitwise equal to a straight run
+#   time_limit              a real 1-minute limit: Slurm's USR1 lead signal, requeue, resume, completion
 #   resize                  stopped without requeue, resubmitted as 1 node x 3 ranks: resumes and completes
 #   kill9                   kill -9 of one rank: FAILED within 60 s, no rank left, rank named, checkpoint intact
 #   hostile                 invalid jobs and hostile strings never reach sbatch or a shell
@@ -132,6 +133,31 @@ PY
   a=$(slices "$out_root/straight") b=$(slices "$out")
   [[ -n "$a" && "$a" == "$b" ]] || fail "final parameters differ from the uninterrupted run"
   [[ "$(echo "$a" | grep -c '^exp_avg ')" -gt 0 ]] || fail "no optimizer moments compared"
+  ;;
+
+time_limit)
+  # Slurm itself sends USR1 signal_lead_s before the limit (its check runs every ~30 s, so the
+  # signal comes 0-30 s after the lead time). Requeued jobs are started at once when held back.
+  out="$out_root/run"
+  job=$(submit "$out" --set slurm.time=1 --set slurm.signal_lead_s=45 --set train.max_train_step=1000 \
+    --set checkpoint.every_steps=0) || fail "submit failed"
+  deadline=$((SECONDS + 400))
+  while ((SECONDS < deadline)); do
+    s=$(state "$job")
+    [[ "$s" == COMPLETED || "$s" == FAILED || "$s" == CANCELLED || "$s" == TIMEOUT ]] && break
+    if [[ "$s" == PENDING && "$(field "$job" Reason)" == BeginTime ]]; then
+      sleep 3
+      scontrol update JobId="$job" StartTime=now
+    fi
+    sleep 1
+  done
+  log="$out/slurm-$job.out"
+  [[ "$s" == COMPLETED ]] || { fail "the job ended $s"; show_log "$log"; }
+  grep -q "received SIGUSR1" "$log" || fail "Slurm's time-limit signal did not arrive"
+  grep -q "requeueing job $job" "$log" || fail "the job did not requeue itself at its time limit"
+  grep -q "resuming at step" "$log" || fail "the requeued job did not resume"
+  [[ "$(readlink "$out/checkpoints/latest")" == step-0001000 ]] || fail "no final checkpoint at step 1000"
+  echo "time limit: $(grep -c 'received SIGUSR1' "$log") signal(s), $(grep -c 'requeueing job' "$log") requeue(s), completed"
   ;;
 
 resize)
