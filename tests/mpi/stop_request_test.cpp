@@ -1,5 +1,5 @@
-// A stop request on one rank stops every rank at the same step boundary, after one checkpoint,
-// and the run resumes from it exactly where it stopped.
+// A stop request on one rank stops every rank at the same step boundary, after one checkpoint;
+// further signals (SIGTERM twice) neither kill the process nor change the request.
 #include <gtest/gtest.h>
 
 #include <csignal>
@@ -40,7 +40,11 @@ TEST(StopRequest, OneRanksSignalStopsEveryRankAtTheSameStepAfterOneSave) {
   train::CheckpointHooks hooks;
   hooks.save = [&](fsdp::AdamW&, const train::ResumePoint& at) {
     saved_at.push_back(at.step);
-    if (at.step == 4 && rank == world - 1) std::raise(SIGUSR1);  // arrives between boundaries 4 and 5
+    if (at.step == 4 && rank == world - 1) {
+      std::raise(SIGUSR1);  // arrives between boundaries 4 and 5
+      std::raise(SIGTERM);  // and more, as at a real time limit: they change nothing
+      std::raise(SIGTERM);
+    }
   };
   train::Trainer trainer(job, groups, sharded, data, nullptr, hooks);
   const train::TrainSummary summary = trainer.run();
