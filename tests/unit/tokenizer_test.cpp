@@ -1,0 +1,112 @@
+// Tokenizer pieces on hand-made inputs: merge order, ignore_merges, byte fallback, added tokens
+// with lstrip/rstrip, UTF-8 repair as browsers do it, and the Unicode white-space rewrite.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "runtime/data/regex_split.h"
+#include "runtime/data/tokenizer.h"
+#include "runtime/data/utf8.h"
+
+namespace shardtune::data {
+namespace {
+
+using nlohmann::json;
+
+// A SentencePiece-style BPE over "a", "b", "c" with merges ab (rank 0), bc (rank 1), abc (rank 2).
+json toy(bool ignore_merges = false) {
+  json vocab = {{"<unk>", 0}, {"<s>", 1}, {"a", 3}, {"b", 4}, {"c", 5}, {"ab", 6}, {"bc", 7}, {"abc", 8},
+                {"\xe2\x96\x81", 9}, {"ca", 10}};
+  for (int b = 0; b < 256; ++b) vocab[fmt::format("<0x{:02X}>", b)] = 100 + b;
+  return {{"added_tokens", json::array({{{"id", 1}, {"content", "<s>"}, {"special", true}, {"normalized", false}},
+                                        {{"id", 400}, {"content", "<T>"}, {"special", true}, {"normalized", false},
+                                         {"lstrip", true}, {"rstrip", true}}})},
+          {"normalizer", nullptr},
+          {"pre_tokenizer", nullptr},
+          {"decoder", {{"type", "Sequence"}, {"decoders", json::array({{{"type", "ByteFallback"}}, {{"type", "Fuse"}}})}}},
+          {"model",
+           {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", "<unk>"}, {"byte_fallback", true},
+            {"ignore_merges", ignore_merges}, {"vocab", vocab},
+            {"merges", json::array({"a b", "b c", "ab c", "c a"})}}}};
+}
+
+Tokenizer make(const json& j) { return Tokenizer::from_json(j.dump(), "toy.json"); }
+
+TEST(Bpe, LowestRankMergesFirstLeftmostOnTies) {
+  const Tokenizer t = make(toy());
+  EXPECT_EQ(t.encode("abc"), (std::vector<int32_t>{8}));      // ab, then ab+c
+  EXPECT_EQ(t.encode("bca"), (std::vector<int32_t>{7, 3}));   // bc (1) before ca (3)
+  EXPECT_EQ(t.encode("cab"), (std::vector<int32_t>{5, 6}));   // ab (0) before ca (3)
+  EXPECT_EQ(t.encode("abab"), (std::vector<int32_t>{6, 6}));
+  EXPECT_EQ(t.encode("caca"), (std::vector<int32_t>{10, 10}));
+}
+
+TEST(Bpe, UnknownCharactersFallBackToBytes) {
+  const Tokenizer t = make(toy());
+  // "é" is C3 A9: not in the vocabulary, so its bytes.
+  EXPECT_EQ(t.encode("a\xc3\xa9"), (std::vector<int32_t>{3, 100 + 0xC3, 100 + 0xA9}));
+  EXPECT_EQ(t.decode(t.encode("a\xc3\xa9")), "a\xc3\xa9");
+}
+
+TEST(AddedTokens, AreFoundInRawTextAndStripTheirNeighbours) {
+  const Tokenizer t = make(toy());
+  EXPECT_EQ(t.encode("a<s>b"), (std::vector<int32_t>{3, 1, 4}));
+  EXPECT_EQ(t.encode("a  <T>  b"), (std::vector<int32_t>{3, 400, 4}));  // lstrip and rstrip
+  EXPECT_EQ(t.encode("<s<s>"), (std::vector<int32_t>{100 + '<', 100 + 's', 1}));
+  EXPECT_TRUE(t.is_added_token(400));
+  EXPECT_FALSE(t.is_added_token(3));
+}
+
+TEST(Bpe, IgnoreMergesTakesWholeWordsFromTheVocabulary) {
+  json j = toy(true);
+  j["model"]["merges"] = json::array({"a b", "b c"});  // "abc" is in the vocabulary but unreachable by merges
+  EXPECT_EQ(make(j).encode("abc"), (std::vector<int32_t>{8}));
+  j["model"]["ignore_merges"] = false;
+  EXPECT_EQ(make(j).encode("abc"), (std::vector<int32_t>{6, 5}));
+}
+
+TEST(TokenizerFile, UnsupportedPartsAndBrokenMergesAreRefusedByName) {
+  json j = toy();
+  j["normalizer"] = {{"type", "NFKC"}};
+  try {
+    make(j);
+    FAIL() << "NFKC accepted";
+  } catch (const common::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("toy.json: normalizer {\"type\":\"NFKC\"} is not supported"), std::string::npos)
+        << e.what();
+  }
+  j = toy();
+  j["model"]["merges"].push_back("x y");
+  EXPECT_THROW(make(j), common::Error);
+  EXPECT_THROW(Tokenizer::from_json("{not json", "bad.json"), common::Error);
+}
+
+TEST(Utf8, InvalidBytesBecomeReplacementCharactersAsBrowsersDecodeThem) {
+  const std::string r = "\xEF\xBF\xBD";
+  EXPECT_EQ(repair_utf8("ok"), "ok");
+  EXPECT_EQ(repair_utf8("\xff"), r);
+  EXPECT_EQ(repair_utf8("\xc3"), r);                  // truncated at the end
+  EXPECT_EQ(repair_utf8("\xe2\x82"), r);              // one U+FFFD for the maximal subpart
+  EXPECT_EQ(repair_utf8("\xe2\x82x"), r + "x");
+  EXPECT_EQ(repair_utf8("\xc0\xaf"), r + r);          // overlong: each byte
+  EXPECT_EQ(repair_utf8("\xed\xa0\x80"), r + r + r);  // a surrogate
+  EXPECT_EQ(repair_utf8("\xf4\x90\x80\x80"), r + r + r + r);
+  EXPECT_EQ(repair_utf8("a\xc3(b"), "a" + r + "(b");
+  EXPECT_TRUE(is_valid_utf8("\xf0\x9f\x98\x80"));
+}
+
+TEST(RegexSplit, WhiteSpaceIsUnicodeWhiteSpaceAndPiecesCoverTheText) {
+  const RegexSplitter split(R"(\s+|\S+)");
+  std::vector<std::string_view> pieces;
+  const std::string text = "a\xe1\xa0\x8e" "b\xe3\x80\x80" "c";  // U+180E is not white space; U+3000 is
+  split.split(text, pieces);
+  ASSERT_EQ(pieces.size(), 3u);
+  EXPECT_EQ(pieces[0], "a\xe1\xa0\x8e" "b");
+  EXPECT_EQ(pieces[1], "\xe3\x80\x80");
+  EXPECT_EQ(pieces[2], "c");
+  EXPECT_THROW(RegexSplitter("(unclosed"), common::Error);
+}
+
+}  // namespace
+}  // namespace shardtune::data
