@@ -1,0 +1,230 @@
+#include "runtime/data/records.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "common/error.h"
+#include "runtime/data/utf8.h"
+
+namespace shardtune::data {
+namespace {
+
+using common::ErrorKind;
+using nlohmann::json;
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  ST_CHECK(in, ErrorKind::kConfig, "cannot read the data file {}", path);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+int64_t line_of(const std::string& text, size_t offset) {
+  return 1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(std::min(offset, text.size())), '\n');
+}
+
+class Collector {
+ public:
+  Collector(const std::vector<std::string>& required, const std::vector<std::string>& may_be_empty, bool skip_bad)
+      : required_(required), may_be_empty_(may_be_empty), skip_bad_(skip_bad) {}
+
+  void bad(const std::string& where, const std::string& why) {
+    const std::string message = fmt::format("{}: {}", where, why);
+    ST_CHECK(skip_bad_, ErrorKind::kConfig, "bad record at {} (set [data] on_bad_record = \"skip\" to skip such records)",
+             message);
+    ++out.skipped;
+    if (out.skip_reasons.size() < 5) out.skip_reasons.push_back(message);
+  }
+
+  void add(Record r) {
+    for (const std::string& f : required_) {
+      const auto it = r.fields.find(f);
+      if (it == r.fields.end()) return bad(r.where, fmt::format("no field \"{}\"", f));
+      if (it->second.empty() && std::find(may_be_empty_.begin(), may_be_empty_.end(), f) == may_be_empty_.end())
+        return bad(r.where, fmt::format("field \"{}\" is empty", f));
+    }
+    for (const auto& [k, v] : r.fields)
+      if (!is_valid_utf8(v)) return bad(r.where, fmt::format("field \"{}\" is not UTF-8", k));
+    out.records.push_back(std::move(r));
+  }
+
+  // A JSON object's scalar fields as text.
+  void add_object(const json& object, const std::string& where) {
+    if (!object.is_object()) return bad(where, fmt::format("a record must be a JSON object, not {}", object.type_name()));
+    Record r{{}, where};
+    for (const auto& [k, v] : object.items()) {
+      if (v.is_string()) r.fields[k] = v.get<std::string>();
+      else if (v.is_number() || v.is_boolean()) r.fields[k] = v.dump();
+      else if (v.is_null()) r.fields[k] = "";
+    }
+    add(std::move(r));
+  }
+
+  RecordFile out;
+
+ private:
+  const std::vector<std::string>& required_;
+  const std::vector<std::string>& may_be_empty_;
+  bool skip_bad_;
+};
+
+// Byte offsets where each top-level element of a JSON array starts (to name its line).
+std::vector<size_t> array_element_offsets(const std::string& text) {
+  std::vector<size_t> starts;
+  int depth = 0;
+  bool in_string = false, escaped = false, expect = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == ' ' || c == '\n' || c == '\r' || c == '\t') continue;
+    if (depth == 1 && expect) {
+      starts.push_back(i);
+      expect = false;
+    }
+    if (c == '"') in_string = true;
+    else if (c == '[' || c == '{') {
+      if (++depth == 1 && c == '[') expect = true;
+    } else if (c == ']' || c == '}') --depth;
+    else if (c == ',' && depth == 1) expect = true;
+  }
+  return starts;
+}
+
+}  // namespace
+
+RecordFormat record_format_of(const std::string& path) {
+  auto ends_with = [&](const char* s) {
+    const std::string suffix = s;
+    return path.size() >= suffix.size() && path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  if (ends_with(".json")) return RecordFormat::kJson;
+  if (ends_with(".jsonl") || ends_with(".ndjson")) return RecordFormat::kJsonLines;
+  if (ends_with(".csv")) return RecordFormat::kCsv;
+  common::raise(ErrorKind::kConfig,
+                fmt::format("{}: unknown data file type: name it .json (an array of records), .jsonl or .csv", path));
+}
+
+std::vector<std::pair<int64_t, std::vector<std::string>>> parse_csv(const std::string& text, const std::string& name) {
+  std::vector<std::pair<int64_t, std::vector<std::string>>> rows;
+  std::vector<std::string> row;
+  std::string field;
+  int64_t line = 1, row_line = 1;
+  bool quoted = false, field_started = false;
+  size_t quote_line = 0;
+  auto end_field = [&] {
+    row.push_back(std::move(field));
+    field.clear();
+    field_started = false;
+  };
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < text.size() && text[i + 1] == '"') {
+        field += '"';
+        ++i;
+      } else if (c == '"') {
+        quoted = false;
+      } else {
+        if (c == '\n') ++line;
+        field += c;
+      }
+      continue;
+    }
+    if (c == '"' && !field_started) {
+      quoted = field_started = true;
+      quote_line = static_cast<size_t>(line);
+    } else if (c == ',') {
+      end_field();
+    } else if (c == '\n' || c == '\r') {
+      if (c == '\r' && i + 1 < text.size() && text[i + 1] == '\n') ++i;
+      end_field();
+      if (!(row.size() == 1 && row[0].empty())) rows.emplace_back(row_line, std::move(row));
+      row.clear();
+      row_line = ++line;
+    } else {
+      field += c;
+      field_started = true;
+    }
+  }
+  ST_CHECK(!quoted, ErrorKind::kConfig, "{}:{}: a quoted CSV field is never closed", name, quote_line);
+  if (field_started || !row.empty()) {
+    end_field();
+    rows.emplace_back(row_line, std::move(row));
+  }
+  return rows;
+}
+
+RecordFile read_records(const std::string& path, const std::vector<std::string>& required,
+                        const std::vector<std::string>& may_be_empty, bool skip_bad) {
+  const std::string text = read_text(path);
+  Collector c(required, may_be_empty, skip_bad);
+  switch (record_format_of(path)) {
+    case RecordFormat::kJson: {
+      json all;
+      try {
+        all = json::parse(text);
+      } catch (const json::parse_error& e) {
+        common::raise(ErrorKind::kConfig, fmt::format("{}:{}: not valid JSON: {}", path, line_of(text, e.byte), e.what()));
+      }
+      ST_CHECK(all.is_array(), ErrorKind::kConfig, "{}: expected a JSON array of records, found {}", path, all.type_name());
+      const std::vector<size_t> starts = array_element_offsets(text);
+      for (size_t i = 0; i < all.size(); ++i)
+        c.add_object(all[i], fmt::format("{}:{}", path, i < starts.size() ? line_of(text, starts[i]) : 0));
+      break;
+    }
+    case RecordFormat::kJsonLines: {
+      int64_t line = 0;
+      size_t start = 0;
+      while (start <= text.size()) {
+        size_t end = text.find('\n', start);
+        if (end == std::string::npos) end = text.size();
+        ++line;
+        const std::string_view content(text.data() + start, end - start);
+        const std::string where = fmt::format("{}:{}", path, line);
+        if (content.find_first_not_of(" \t\r") != std::string_view::npos) {
+          if (!is_valid_utf8(content)) {
+            c.bad(where, "the line is not UTF-8");
+          } else {
+            try {
+              c.add_object(json::parse(content), where);
+            } catch (const json::parse_error& e) {
+              c.bad(where, fmt::format("not valid JSON ({})", e.what()));
+            }
+          }
+        }
+        start = end + 1;
+      }
+      break;
+    }
+    case RecordFormat::kCsv: {
+      const auto rows = parse_csv(text, path);
+      ST_CHECK(!rows.empty(), ErrorKind::kConfig, "{}: empty CSV file: expected a header row", path);
+      const std::vector<std::string>& header = rows[0].second;
+      for (size_t r = 1; r < rows.size(); ++r) {
+        const auto& [line, cells] = rows[r];
+        const std::string where = fmt::format("{}:{}", path, line);
+        if (cells.size() != header.size()) {
+          c.bad(where, fmt::format("{} field(s), the header has {}", cells.size(), header.size()));
+          continue;
+        }
+        Record rec{{}, where};
+        for (size_t k = 0; k < header.size(); ++k) rec.fields[header[k]] = cells[k];
+        c.add(std::move(rec));
+      }
+      break;
+    }
+  }
+  return std::move(c.out);
+}
+
+}  // namespace shardtune::data

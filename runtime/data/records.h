@@ -1,0 +1,39 @@
+// Records of the files users bring: a JSON array of objects (alpaca), JSON Lines, or CSV with a
+// header row. Every record remembers where it came from (file:line), so a bad one is reported
+// precisely; on_bad_record decides whether it stops the job or is skipped and counted.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace shardtune::data {
+
+struct Record {
+  std::map<std::string, std::string> fields;  // every string field of the record (numbers as text)
+  std::string where;                          // "file:line"
+};
+
+struct RecordFile {
+  std::vector<Record> records;
+  int64_t skipped = 0;
+  std::vector<std::string> skip_reasons;  // the first few, for the log
+};
+
+enum class RecordFormat { kJson, kJsonLines, kCsv };
+
+// By extension: .json -> kJson, .jsonl/.ndjson -> kJsonLines, .csv -> kCsv. Throws otherwise.
+RecordFormat record_format_of(const std::string& path);
+
+// Reads every record. `required` fields must be present and (except those in `may_be_empty`)
+// non-empty. A malformed line, a missing or empty field, or text that is not UTF-8 is an error
+// naming file:line (skip_bad = false: throws common::Error(kConfig)), or is skipped and counted.
+RecordFile read_records(const std::string& path, const std::vector<std::string>& required,
+                        const std::vector<std::string>& may_be_empty, bool skip_bad);
+
+// Pure: RFC 4180 CSV (quoted fields may hold commas, quotes as "", and newlines). Each row with
+// the 1-based line it starts on. Throws on an unterminated quote.
+std::vector<std::pair<int64_t, std::vector<std::string>>> parse_csv(const std::string& text, const std::string& name);
+
+}  // namespace shardtune::data

@@ -1,0 +1,117 @@
+// Data files, prompts and packing on hand-made inputs: every bad record named by file:line,
+// skipped or fatal as configured; prompt tokens masked; positions restarting per example.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "runtime/data/packing.h"
+#include "runtime/data/records.h"
+#include "runtime/data/sft_examples.h"
+
+namespace shardtune::data {
+namespace {
+
+std::string write(const std::string& name, const std::string& text) {
+  const auto dir = std::filesystem::temp_directory_path() / "shardtune_data_test";
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / name).string();
+  std::ofstream(path, std::ios::binary) << text;
+  return path;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const common::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Records, JsonArrayRecordsKnowTheirLines) {
+  const std::string path = write("a.json",
+                                 "[\n  {\"instruction\": \"Add\", \"input\": \"\", \"output\": \"2\"},\n"
+                                 "  {\"instruction\": \"Sub\",\n   \"input\": \"x\", \"output\": 3}\n]\n");
+  const RecordFile f = read_records(path, {"instruction", "input", "output"}, {"input"}, false);
+  ASSERT_EQ(f.records.size(), 2u);
+  EXPECT_EQ(f.records[0].where, path + ":2");
+  EXPECT_EQ(f.records[1].where, path + ":3");
+  EXPECT_EQ(f.records[1].fields.at("output"), "3");
+}
+
+TEST(Records, BadJsonLinesAreNamedAndEitherStopOrAreSkipped) {
+  const std::string path = write("b.jsonl",
+                                 "{\"prompt\": \"a\", \"response\": \"b\"}\n"
+                                 "{\"prompt\": \"a\", \"response\": \n"        // line 2: malformed
+                                 "{\"prompt\": \"a\"}\n"                       // line 3: missing field
+                                 "{\"prompt\": \"a\", \"response\": \"\"}\n"   // line 4: empty response
+                                 "{\"prompt\": \"\xff\", \"response\": \"b\"}\n"  // line 5: not UTF-8
+                                 "\n"
+                                 "[1, 2]\n"                                    // line 7: not an object
+                                 "{\"prompt\": \"c\", \"response\": \"d\"}\n");
+  const std::string error = error_of([&] { read_records(path, {"prompt", "response"}, {}, false); });
+  EXPECT_NE(error.find(path + ":2: not valid JSON"), std::string::npos) << error;
+  EXPECT_NE(error.find("on_bad_record = \"skip\""), std::string::npos) << error;
+  const RecordFile f = read_records(path, {"prompt", "response"}, {}, true);
+  ASSERT_EQ(f.records.size(), 2u);
+  EXPECT_EQ(f.records[1].where, path + ":8");
+  EXPECT_EQ(f.skipped, 5);
+  ASSERT_EQ(f.skip_reasons.size(), 5u);
+  EXPECT_NE(f.skip_reasons[1].find(":3: no field \"response\""), std::string::npos);
+  EXPECT_NE(f.skip_reasons[2].find(":4: field \"response\" is empty"), std::string::npos);
+  EXPECT_NE(f.skip_reasons[3].find(":5: the line is not UTF-8"), std::string::npos);
+  EXPECT_NE(f.skip_reasons[4].find(":7: a record must be a JSON object"), std::string::npos);
+}
+
+TEST(Records, CsvFollowsRfc4180) {
+  const auto rows = parse_csv("input,target\n\"a, \"\"quoted\"\"\nline\",b\r\nc,d\n\ne,f", "x.csv");
+  ASSERT_EQ(rows.size(), 4u);
+  EXPECT_EQ(rows[1].first, 2);
+  EXPECT_EQ(rows[1].second, (std::vector<std::string>{"a, \"quoted\"\nline", "b"}));
+  EXPECT_EQ(rows[2].first, 4);
+  EXPECT_EQ(rows[3].second, (std::vector<std::string>{"e", "f"}));
+  EXPECT_NE(error_of([] { parse_csv("a,b\n\"open,c\n", "y.csv"); }).find("y.csv:2: a quoted CSV field is never closed"),
+            std::string::npos);
+  const std::string path = write("g.csv", "input,target\nfoo,bar\nonly-one\n");
+  EXPECT_NE(error_of([&] { read_records(path, {"input", "target"}, {}, false); }).find(":3: 1 field(s), the header has 2"),
+            std::string::npos);
+}
+
+TEST(Prompts, TemplatesFillFieldsAndFormatsPickTheirs) {
+  Record r{{{"instruction", "Add 2 and 3"}, {"input", ""}, {"output", "5"}}, "f.json:4"};
+  EXPECT_EQ(fill_template("Q: {instruction} {{literal}}", r), "Q: Add 2 and 3 {literal}");
+  EXPECT_NE(error_of([&] { fill_template("{missing}", r); }).find("f.json:4: the prompt template uses {missing}"),
+            std::string::npos);
+  job::DataSection d;
+  d.format = job::DataFormat::kAlpaca;
+  const PromptFormat alpaca = prompt_format(d);
+  EXPECT_EQ(alpaca.response_field, "output");
+  EXPECT_NE(alpaca.prompt(r).find("### Instruction:\nAdd 2 and 3\n\n### Response:\n"), std::string::npos);
+  EXPECT_EQ(alpaca.prompt(r).find("### Input:"), std::string::npos);
+  r.fields["input"] = "ctx";
+  EXPECT_NE(alpaca.prompt(r).find("### Input:\nctx\n\n### Response:\n"), std::string::npos);
+  d.format = job::DataFormat::kJsonl;
+  d.prompt_field = "q";
+  d.response_field = "a";
+  d.prompt_template = "Question: {q}\nAnswer: ";
+  const PromptFormat custom = prompt_format(d);
+  EXPECT_EQ(custom.required, (std::vector<std::string>{"q", "a"}));
+  EXPECT_EQ(custom.prompt(Record{{{"q", "why"}, {"a", "because"}}, ""}), "Question: why\nAnswer: ");
+}
+
+TEST(Packing, PositionsRestartPerExampleAndTheTailIsPadding) {
+  // Two examples of 3 and 4 tokens (prompt masked) into rows of 5.
+  const std::vector<Example> examples = {{{1, 10, 11}, {-100, -100, 11}}, {{1, 20, 21, 22}, {-100, 20, 21, 22}}};
+  const PackedRows p = pack(examples, 5, 0);
+  ASSERT_EQ(p.rows(), 2);
+  EXPECT_EQ(p.ids, (std::vector<int32_t>{1, 10, 11, 1, 20, /**/ 21, 22, 0, 0, 0}));
+  EXPECT_EQ(p.labels, (std::vector<int32_t>{-100, -100, 11, -100, 20, /**/ 21, 22, -100, -100, -100}));
+  // Row 0: example 1 at 0..2, example 2 starts at 0 again; row 1: its continuation restarts, then padding.
+  EXPECT_EQ(p.positions, (std::vector<int32_t>{0, 1, 2, 0, 1, /**/ 0, 1, 0, 1, 2}));
+}
+
+}  // namespace
+}  // namespace shardtune::data
