@@ -4,12 +4,24 @@
 #include <spdlog/spdlog.h>
 
 #include "checkpoint/hf_model_io.h"
+#include "runtime/data/tokenizer.h"
+#include "runtime/job_data.h"
 #include "runtime/model/init.h"
 
 namespace shardtune::runtime {
 
 model::LlamaConfig model_config(const job::Job& job) {
-  if (job.model.preset == job::ModelPreset::kTiny) return model::LlamaConfig::tiny();
+  if (job.model.preset == job::ModelPreset::kTiny) {
+    model::LlamaConfig c = model::LlamaConfig::tiny();
+    // The debug model takes the vocabulary of the job's tokenizer, if it has one.
+    if (const std::string path = tokenizer_path(job); !path.empty()) {
+      const data::Tokenizer tokenizer = data::Tokenizer::from_file(path);
+      c.vocab_size = tokenizer.vocab_size();
+      if (auto bos = tokenizer.bos_id()) c.bos_token_id = *bos;
+      if (auto eos = tokenizer.eos_id()) c.eos_token_ids = {*eos};
+    }
+    return c;
+  }
   return model::LlamaConfig::from_file(job.model.path + "/config.json");
 }
 
@@ -22,7 +34,7 @@ bool streams_weights(const job::Job& job, const model::LlamaConfig& config) {
 std::unique_ptr<model::LlamaForCausalLM> build_model(const job::Job& job) {
   const at::TensorOptions fp32 = at::TensorOptions().dtype(at::kFloat);
   if (job.model.preset == job::ModelPreset::kTiny) {
-    auto m = std::make_unique<model::LlamaForCausalLM>(model::LlamaConfig::tiny(), fp32);
+    auto m = std::make_unique<model::LlamaForCausalLM>(model_config(job), fp32);
     model::init_weights(*m, static_cast<uint64_t>(job.train.seed));
     return m;
   }

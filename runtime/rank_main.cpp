@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 #include "runtime/fsdp/fsdp_llama.h"
 #include "runtime/fsdp/shard_loader.h"
+#include "runtime/job_data.h"
 #include "runtime/job_model.h"
 #include "runtime/preflight.h"
 #include "runtime/train/stop_request.h"
@@ -175,15 +176,7 @@ int run(int argc, char** argv) {
   spdlog::info("model: {:.1f}M parameters ({} frozen tensors), {} units; {} bytes of shards per rank",
                static_cast<double>(model->config().num_parameters()) / 1e6, frozen.size(),
                model->num_layers() + 2, sharded.persistent_bytes());
-  ST_CHECK(job.data.format == job::DataFormat::kSynthetic, common::ErrorKind::kConfig,
-           "[data] format \"{}\": only \"synthetic\" data is available in this build",
-           job::enum_name(job.data.format));
-  // The synthetic data is generated on the fly: a fixed size keeps its order independent of the
-  // run's length and world size.
-  const train::SyntheticCopyDataset train_data(1 << 16, job.train.context_length, model->config().vocab_size,
-                                               static_cast<uint64_t>(job.train.seed));
-  const train::SyntheticCopyDataset val_data(job.train.val_batch_size * topo.world_size * 8, job.train.context_length,
-                                             model->config().vocab_size, static_cast<uint64_t>(job.train.seed) + 1);
+  const runtime::JobData data = runtime::load_job_data(job, config, topo.world_size);
   const std::string job_toml = job::to_toml(job);
   train::CheckpointHooks hooks;
   hooks.resume = [&](fsdp::AdamW& optimizer) -> std::optional<train::ResumePoint> {
@@ -207,7 +200,7 @@ int run(int argc, char** argv) {
         job.fsdp.checkpoint_type == job::CheckpointType::kFull);
     spdlog::info("checkpoint committed: {}", dir);
   };
-  train::Trainer trainer(job, groups, sharded, train_data, &val_data, hooks);
+  train::Trainer trainer(job, groups, sharded, *data.train, data.val.get(), hooks);
   const train::TrainSummary summary = trainer.run();
   if (summary.stop_signal != 0) {
     spdlog::warn("stopped on signal {} after {} step(s) with a committed checkpoint: exit {} asks for a requeue",

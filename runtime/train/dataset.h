@@ -9,7 +9,8 @@ namespace shardtune::train {
 
 struct Sample {
   std::vector<int64_t> input_ids;
-  std::vector<int64_t> labels;  // -100 where no loss is taken
+  std::vector<int64_t> labels;        // -100 where no loss is taken
+  std::vector<int64_t> position_ids;  // restarting per packed document; empty: 0..T-1
 };
 
 class Dataset {

@@ -28,6 +28,7 @@ Batch collate(const Dataset& data, const std::vector<int64_t>& indices) {
   const Sample first = data.get(indices.at(0));
   const int64_t t = static_cast<int64_t>(first.input_ids.size());
   Batch batch{at::empty({b, t}, at::kLong), at::empty({b, t}, at::kLong), {}};
+  if (!first.position_ids.empty()) batch.position_ids = at::empty({b, t}, at::kLong);
   for (int64_t i = 0; i < b; ++i) {
     const Sample s = i == 0 ? first : data.get(indices[static_cast<size_t>(i)]);
     ST_CHECK(static_cast<int64_t>(s.input_ids.size()) == t && s.labels.size() == s.input_ids.size(),
@@ -35,6 +36,11 @@ Batch collate(const Dataset& data, const std::vector<int64_t>& indices) {
              s.input_ids.size(), t);
     std::copy(s.input_ids.begin(), s.input_ids.end(), batch.input_ids.data_ptr<int64_t>() + i * t);
     std::copy(s.labels.begin(), s.labels.end(), batch.labels.data_ptr<int64_t>() + i * t);
+    if (batch.position_ids.defined()) {
+      ST_CHECK(static_cast<int64_t>(s.position_ids.size()) == t, common::ErrorKind::kInternal,
+               "sample {} has {} positions for {} tokens", indices[static_cast<size_t>(i)], s.position_ids.size(), t);
+      std::copy(s.position_ids.begin(), s.position_ids.end(), batch.position_ids.data_ptr<int64_t>() + i * t);
+    }
   }
   return batch;
 }

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The user's data end to end, through `shardtune run`:
+#  - the tiny example fine-tunes on its alpaca file (configs/data) and the loss falls;
+#  - a bad record stops the job before training with file:line named, or is skipped and counted
+#    with on_bad_record = "skip".
+# usage: data_test.sh SHARDTUNE SOURCE_DIR
+set -u
+st=$1 src=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+cd "$src" || exit 1
+
+"$st" run configs/tiny-alpaca.toml -n 2 --set "job.output_dir=$tmp/alpaca" --set train.max_train_step=40 \
+  --set checkpoint.every_steps=0 >"$tmp/log" 2>&1 || fail "the alpaca job failed: $(tail -5 "$tmp/log")"
+/usr/bin/python3 - "$tmp/alpaca/metrics.jsonl" <<'PY' || fail "the loss did not fall on the alpaca data"
+import json, sys
+losses = [json.loads(l)["loss"] for l in open(sys.argv[1])]
+first, last = sum(losses[:3]) / 3, sum(losses[-3:]) / 3
+print(f"alpaca: loss {first:.3f} -> {last:.3f} over {len(losses)} steps")
+sys.exit(0 if len(losses) == 40 and last < 0.6 * first else 1)
+PY
+grep -q "training data: 1900 examples" "$tmp/log" || fail "the split is not 1900 training examples"
+
+# A broken record at line 3 of a JSON Lines file.
+printf '%s\n' '{"prompt": "Say hi.", "response": "hi"}' '{"prompt": "Say yo.", "response": "yo"}' \
+  '{"prompt": "broken", "response": ' >"$tmp/bad.jsonl"
+for i in $(seq 1 200); do echo "{\"prompt\": \"Say $i.\", \"response\": \"$i\"}"; done >>"$tmp/bad.jsonl"
+common=(--set data.format=jsonl --set "data.train_file=$tmp/bad.jsonl" --set train.max_train_step=2
+        --set data.tokenizer=configs/data/tiny-tokenizer/tokenizer.json --set train.context_length=32)
+if "$st" run configs/tiny-alpaca.toml -n 2 --set "job.output_dir=$tmp/bad" "${common[@]}" >"$tmp/log" 2>&1; then
+  fail "a malformed record did not stop the job"
+fi
+grep -q "bad record at $tmp/bad.jsonl:3: not valid JSON" "$tmp/log" || fail "the error does not name bad.jsonl:3: $(grep -m1 rror "$tmp/log")"
+"$st" run configs/tiny-alpaca.toml -n 2 --set "job.output_dir=$tmp/skip" "${common[@]}" --set data.on_bad_record=skip \
+  >"$tmp/log" 2>&1 || fail "skip: the job failed: $(tail -3 "$tmp/log")"
+grep -q "skipped 1 bad record(s) of 203" "$tmp/log" || fail "skip: the skipped record is not counted"
+
+((failures == 0)) && echo "PASS"
+exit $((failures > 0))
