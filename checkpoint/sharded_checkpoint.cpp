@@ -324,7 +324,7 @@ std::string save_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, cons
         json manifest = {{"format", "shardtune-sharded"}, {"version", kShardedFormatVersion},
                          {"layout", consolidated ? "full" : "sharded"},
                          {"step", state.step},           {"epoch", state.epoch},
-                         {"step_in_epoch", state.step_in_epoch}, {"loss_scale", state.loss_scale},
+                         {"sample_in_epoch", state.sample_in_epoch}, {"loss_scale", state.loss_scale},
                          {"optimizer_step", optimizer ? optimizer->step_count() : 0},
                          {"has_optimizer", optimizer != nullptr}, {"world_size", groups.world->size()},
                          {"shard_group_size", groups.shard->size()}, {"job", state.job_toml}};
@@ -428,7 +428,7 @@ TrainingState load_sharded_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optim
   TrainingState state;
   state.step = manifest.at("step");
   state.epoch = manifest.at("epoch");
-  state.step_in_epoch = manifest.at("step_in_epoch");
+  state.sample_in_epoch = manifest.at("sample_in_epoch");
   state.loss_scale = manifest.value("loss_scale", 0.0);
   state.job_toml = manifest.value("job", "");
   return state;

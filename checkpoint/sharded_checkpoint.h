@@ -24,7 +24,7 @@ inline constexpr int kShardedFormatVersion = 1;
 struct TrainingState {
   int64_t step = 0;           // optimizer steps taken
   int64_t epoch = 0;          // the epoch the next step belongs to
-  int64_t step_in_epoch = 0;  // steps of that epoch already taken
+  int64_t sample_in_epoch = 0;  // samples of that epoch's global order already trained on
   double loss_scale = 0;      // fp16 loss scale (0 when unused)
   std::string job_toml;       // the resolved job that wrote it
   std::string model_config;   // the model's config.json, so the checkpoint converts to HF alone

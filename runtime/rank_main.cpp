@@ -191,12 +191,12 @@ int run(int argc, char** argv) {
     const checkpoint::TrainingState state =
         checkpoint::load_sharded_checkpoint(sharded, &optimizer, *dir, MPI_COMM_WORLD);
     spdlog::info("loaded checkpoint {}", *dir);
-    return train::ResumePoint{state.step, state.epoch, state.step_in_epoch, state.loss_scale};
+    return train::ResumePoint{state.step, state.epoch, state.sample_in_epoch, state.loss_scale};
   };
   hooks.save = [&](fsdp::AdamW& optimizer, const train::ResumePoint& at) {
     const std::string dir = checkpoint::save_checkpoint(
         sharded, job.fsdp.save_optimizer ? &optimizer : nullptr,
-        {at.step, at.epoch, at.step_in_epoch, at.loss_scale, job_toml, config.to_json().dump()}, groups, job.checkpoint.dir, job.checkpoint.keep_last,
+        {at.step, at.epoch, at.sample_in_epoch, at.loss_scale, job_toml, config.to_json().dump()}, groups, job.checkpoint.dir, job.checkpoint.keep_last,
         job.fsdp.checkpoint_type == job::CheckpointType::kFull);
     spdlog::info("checkpoint committed: {}", dir);
   };

@@ -238,7 +238,7 @@ void import_hf(const std::string& hf_dir, const std::string& out) {
   const checkpoint::HfFolder folder = checkpoint::HfFolder::open(hf_dir);
   const model::LlamaConfig cfg = model::LlamaConfig::from_json(folder.config(), hf_dir + "/config.json");
   json manifest = {{"format", "shardtune-sharded"}, {"version", checkpoint::kShardedFormatVersion},
-                   {"step", 0}, {"epoch", 0}, {"step_in_epoch", 0}, {"loss_scale", 0.0}, {"optimizer_step", 0},
+                   {"step", 0}, {"epoch", 0}, {"sample_in_epoch", 0}, {"loss_scale", 0.0}, {"optimizer_step", 0},
                    {"has_optimizer", false}, {"world_size", 1}, {"shard_group_size", 1}, {"job", ""},
                    {"model_config", cfg.to_json()}};
   json tensors = json::object();

@@ -23,8 +23,8 @@ namespace {
 int inspect(const std::string& dir) {
   const nlohmann::json m = checkpoint::read_checkpoint_manifest(dir);
   fmt::print("{}: shardtune sharded checkpoint, format version {}\n", dir, m.at("version").get<int>());
-  fmt::print("step {} (epoch {}, step {} of it); saved by {} ranks in shard groups of {}; optimizer state: {}\n",
-             m.at("step").get<int64_t>(), m.at("epoch").get<int64_t>() + 1, m.at("step_in_epoch").get<int64_t>(),
+  fmt::print("step {} (epoch {}, {} samples into it); saved by {} ranks in shard groups of {}; optimizer state: {}\n",
+             m.at("step").get<int64_t>(), m.at("epoch").get<int64_t>() + 1, m.at("sample_in_epoch").get<int64_t>(),
              m.at("world_size").get<int>(), m.at("shard_group_size").get<int>(),
              m.value("has_optimizer", false) ? "yes" : "no");
   std::map<std::string, int64_t> files;

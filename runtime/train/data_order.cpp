@@ -23,11 +23,13 @@ std::vector<int64_t> DataOrder::permutation(int64_t epoch) const {
   return p;
 }
 
-std::vector<int64_t> DataOrder::samples(const std::vector<int64_t>& permutation, int64_t step, int micro,
+std::vector<int64_t> DataOrder::samples(const std::vector<int64_t>& permutation, int64_t first, int micro,
                                         int accumulation, int rank, int ranks) const {
   const int64_t per_rank = global_batch_ / (static_cast<int64_t>(accumulation) * ranks);
-  const int64_t first = step * global_batch_ + (static_cast<int64_t>(micro) * ranks + rank) * per_rank;
-  return std::vector<int64_t>(permutation.begin() + first, permutation.begin() + first + per_rank);
+  const int64_t start = first + (static_cast<int64_t>(micro) * ranks + rank) * per_rank;
+  ST_CHECK(start >= 0 && start + per_rank <= dataset_size_, common::ErrorKind::kInternal,
+           "samples {}..{} are outside the epoch of {}", start, start + per_rank, dataset_size_);
+  return std::vector<int64_t>(permutation.begin() + start, permutation.begin() + start + per_rank);
 }
 
 }  // namespace shardtune::train

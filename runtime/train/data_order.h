@@ -15,10 +15,13 @@ class DataOrder {
   int64_t steps_per_epoch() const { return dataset_size_ / global_batch_; }
   // The permutation of epoch `epoch`.
   std::vector<int64_t> permutation(int64_t epoch) const;
-  // Sample indices of micro-batch `micro` (of `accumulation`) of step `step` for `rank` of
-  // `ranks` data-parallel ranks, given the epoch's permutation.
-  std::vector<int64_t> samples(const std::vector<int64_t>& permutation, int64_t step, int micro, int accumulation,
+  // Sample indices of micro-batch `micro` (of `accumulation`) of the step whose global batch
+  // starts at position `first` of the epoch's permutation, for `rank` of `ranks` data-parallel
+  // ranks. Positions, not step numbers, so another global batch size continues the same order.
+  std::vector<int64_t> samples(const std::vector<int64_t>& permutation, int64_t first, int micro, int accumulation,
                                int rank, int ranks) const;
+  int64_t global_batch() const { return global_batch_; }
+  int64_t dataset_size() const { return dataset_size_; }
 
  private:
   int64_t dataset_size_;

@@ -110,13 +110,17 @@ TrainSummary Trainer::run() {
     if (std::optional<ResumePoint> r = hooks_.resume(optimizer)) {
       from = *r;
       if (step_options.loss_scaler != nullptr && from.loss_scale > 0) scaler.set_scale(from.loss_scale);
-      spdlog::info("resuming at step {} (epoch {}, step {} of it)", from.step, from.epoch + 1, from.step_in_epoch);
+      spdlog::info("resuming at step {} (epoch {}, at sample {} of its {} in the global order)", from.step, from.epoch + 1,
+                   from.sample_in_epoch, order.dataset_size());
     }
   const int64_t every = job_.checkpoint.every_steps;
-  auto save = [&](int64_t steps_taken, int64_t epoch, int64_t next_in_epoch) {
+  // Where the epoch's global order stands is a sample position, so a resume with another
+  // global batch (another world size) continues it exactly.
+  const int64_t epoch_samples = order.dataset_size();
+  auto save = [&](int64_t steps_taken, int64_t epoch, int64_t next_sample) {
     if (!hooks_.save) return;
-    const bool epoch_done = next_in_epoch == order.steps_per_epoch();
-    hooks_.save(optimizer, {steps_taken, epoch_done ? epoch + 1 : epoch, epoch_done ? 0 : next_in_epoch,
+    const bool epoch_done = next_sample + global_batch > epoch_samples;
+    hooks_.save(optimizer, {steps_taken, epoch_done ? epoch + 1 : epoch, epoch_done ? 0 : next_sample,
                             step_options.loss_scaler != nullptr ? scaler.scale() : 0.0});
   };
 
@@ -127,12 +131,13 @@ TrainSummary Trainer::run() {
   int64_t step = from.step;
   for (int64_t epoch = from.epoch; epoch < t.num_epochs && step < total_steps; ++epoch) {
     const std::vector<int64_t> permutation = order.permutation(epoch);
-    const int64_t first = epoch == from.epoch ? from.step_in_epoch : 0;
-    for (int64_t s = first; s < order.steps_per_epoch() && step < total_steps; ++s, ++step) {
+    const int64_t first = epoch == from.epoch ? from.sample_in_epoch : 0;
+    for (int64_t cursor = first; cursor + global_batch <= epoch_samples && step < total_steps;
+         cursor += global_batch, ++step) {
       const auto step_start = Clock::now();
       std::vector<Batch> micro;
       for (int m = 0; m < accumulation; ++m)
-        micro.push_back(collate(train_, order.samples(permutation, s, m, accumulation, rank, ranks)));
+        micro.push_back(collate(train_, order.samples(permutation, cursor, m, accumulation, rank, ranks)));
       step_options.lr = schedule.lr(step, epoch);
       const StepResult r = train_step(model_, optimizer, micro, step_options, *groups_.world);
       summary.losses.push_back(r.loss);
@@ -140,16 +145,17 @@ TrainSummary Trainer::run() {
       window_seconds += seconds;
       ++window_steps;
       if (metrics.is_open())
-        metrics << fmt::format("{{\"step\": {}, \"epoch\": {}, \"loss\": {}, \"lr\": {}, \"step_seconds\": {:.4f}}}\n",
-                               step + 1, epoch + 1, r.loss, step_options.lr, seconds)
+        metrics << fmt::format("{{\"step\": {}, \"epoch\": {}, \"samples\": [{}, {}], \"loss\": {}, \"lr\": {}, "
+                               "\"step_seconds\": {:.4f}}}\n",
+                               step + 1, epoch + 1, cursor, cursor + global_batch, r.loss, step_options.lr, seconds)
                 << std::flush;
       const bool saved = (every > 0 && (step + 1) % every == 0) || step + 1 == total_steps;
-      if (saved) save(step + 1, epoch, s + 1);
+      if (saved) save(step + 1, epoch, cursor + global_batch);
       if (step + 1 < total_steps) summary.stop_signal = agreed_stop_signal(*groups_.world);
       if (summary.stop_signal != 0) {
         spdlog::warn("signal {} asked the job to stop: {} after step {}", summary.stop_signal,
                      hooks_.save ? "checkpointing" : "stopping", step + 1);
-        if (!saved) save(step + 1, epoch, s + 1);
+        if (!saved) save(step + 1, epoch, cursor + global_batch);
       }
       if ((step + 1) % job_.metrics.log_every_steps == 0 || step + 1 == total_steps) {
         const double per_step = window_seconds / static_cast<double>(window_steps);

@@ -23,7 +23,7 @@ namespace shardtune::train {
 struct ResumePoint {
   int64_t step = 0;
   int64_t epoch = 0;
-  int64_t step_in_epoch = 0;
+  int64_t sample_in_epoch = 0;  // position in the epoch's global sample order
   double loss_scale = 0;  // fp16's dynamic loss scale; 0 when unused
 };
 

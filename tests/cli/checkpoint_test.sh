@@ -64,6 +64,29 @@ sys.exit(0 if worst < 1e-5 else 1)
 PY
 done
 
+# Another global batch: the same 3 samples per rank at 2 and 3 ranks (global batch 6 and 9
+# instead of 12). The global order continues at the sample the checkpoint stopped at, with
+# nothing skipped or repeated.
+for ranks in 2 3; do
+  out="$tmp/gb$ranks"
+  mkdir -p "$out"
+  cp -r "$tmp/resumed/checkpoints" "$out/"
+  rm -rf "$out/checkpoints/step-0000020"
+  ln -sfn step-0000010 "$out/checkpoints/latest"
+  run "$out" "$ranks" 3 20 || fail "resume at $ranks ranks, batch 3: $(tail -5 "$tmp/log")"
+  $py - "$tmp/resumed/metrics.jsonl" "$out/metrics.jsonl" "$ranks" <<'PY' || fail "the global order did not continue at $ranks ranks"
+import json, sys
+before = [json.loads(l)["samples"] for l in open(sys.argv[1])][:10]
+after = [json.loads(l)["samples"] for l in open(sys.argv[2])]
+width = 3 * int(sys.argv[3])
+ranges = before + after
+assert before[-1][1] == 120 and after[0][0] == 120, (before[-1], after[0])
+assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:])), "a gap or an overlap in the global order"
+assert all(b - a == width for a, b in after), after
+print(f"resumed at {sys.argv[3]} ranks: samples {after[0][0]}..{after[-1][1]} follow 0..120 in steps of {width}")
+PY
+done
+
 # Standard HDF5, real CRC-32: h5py reads a slice, zlib checks it against the manifest.
 $py - "$tmp/straight/checkpoints/step-0000020" <<'PY' || fail "h5py could not read the checkpoint back"
 import json, sys, zlib, h5py, numpy

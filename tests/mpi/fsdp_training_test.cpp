@@ -89,7 +89,7 @@ fsdp::FsdpOptions options_for(job::ShardingStrategy strategy, int hsdp_shard, bo
 
 std::vector<train::Batch> copy_task_batches(const train::Dataset& data, const train::DataOrder& order, int64_t step,
                                             int rank, int ranks) {
-  const std::vector<int64_t> idx = order.samples(order.permutation(0), step, 0, 1, rank, ranks);
+  const std::vector<int64_t> idx = order.samples(order.permutation(0), step * order.global_batch(), 0, 1, rank, ranks);
   train::Batch b{at::empty({static_cast<int64_t>(idx.size()), 0}, at::kLong), {}, {}};
   std::vector<at::Tensor> ids, labels;
   const int64_t t = static_cast<int64_t>(data.get(0).input_ids.size());

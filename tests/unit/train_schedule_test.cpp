@@ -57,7 +57,7 @@ TEST(DataOrder, GlobalBatchesDoNotDependOnHowTheyAreSplit) {
         std::multiset<int64_t> got;
         for (int m = 0; m < accumulation; ++m)
           for (int r = 0; r < ranks; ++r)
-            for (int64_t i : order.samples(perm, step, m, accumulation, r, ranks)) got.insert(i);
+            for (int64_t i : order.samples(perm, step * order.global_batch(), m, accumulation, r, ranks)) got.insert(i);
         EXPECT_EQ(std::set<int64_t>(got.begin(), got.end()), want) << ranks << " ranks, " << accumulation;
         EXPECT_EQ(got.size(), want.size());
       }
