@@ -4,12 +4,15 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <numeric>
 #include <random>
 
 #include "common/error.h"
 #include "common/job/schema.h"
-#include "runtime/data/packing.h"
+#include "runtime/data/packed_rows.h"
+#include "runtime/data/token_file.h"
 #include "runtime/data/records.h"
 #include "runtime/data/sft_examples.h"
 #include "runtime/data/tokenizer.h"
@@ -31,24 +34,102 @@ data::RecordFile read(const job::Job& job, const data::PromptFormat& format, con
   return f;
 }
 
-std::unique_ptr<train::Dataset> packed(const std::vector<data::Record>& records, const data::PromptFormat& format,
-                                       const data::Tokenizer& tokenizer, const job::Job& job,
-                                       const model::LlamaConfig& config, const char* what) {
-  data::ExampleOptions options;
-  options.bos = tokenizer.bos_id().value_or(static_cast<int32_t>(config.bos_token_id));
-  options.eos = tokenizer.eos_id().value_or(config.eos_token_ids.empty() ? -1 : static_cast<int32_t>(config.eos_token_ids[0]));
+// What a token file was made from: the data file (size, modification time), the tokenizer file,
+// the prompt format, the special tokens and the validation split. Any change makes another file.
+std::string cache_key(const job::Job& job, const std::string& data_file, const data::ExampleOptions& options) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const auto size = fs::file_size(data_file, ec);
+  const auto mtime = fs::last_write_time(data_file, ec).time_since_epoch().count();
+  std::ifstream in(tokenizer_path(job), std::ios::binary);
+  std::ostringstream tok;
+  tok << in.rdbuf();
+  return fmt::format("data={} size={} mtime={}; tokenizer={:016x}; format={} prompt_field={} response_field={} "
+                     "template={:016x}; bos={} eos={}; val_file={} val_fraction={} seed={}",
+                     fs::absolute(data_file).string(), size, mtime, data::fingerprint(tok.str()),
+                     job::enum_name(job.data.format), job.data.prompt_field, job.data.response_field,
+                     data::fingerprint(job.data.prompt_template), options.bos, options.eos, job.data.val_file,
+                     job.data.val_fraction, job.train.seed);
+}
+
+// One token file: next to the data file, or under the output directory when that folder cannot
+// be written.
+struct TokenCache {
+  std::string what, key;
+  std::vector<std::string> paths;
+
+  TokenCache(const job::Job& job, const std::string& data_file, const std::string& key_, const char* what_)
+      : what(what_), key(key_) {
+    namespace fs = std::filesystem;
+    const std::string name = fmt::format(".{}.{}.{:016x}.tokens", fs::path(data_file).filename().string(), what,
+                                         data::fingerprint(key));
+    paths = {(fs::path(data_file).parent_path() / name).string(), job.job.output_dir + "/token-cache/" + name};
+  }
+
+  std::shared_ptr<const data::TokenFile> open() const {
+    for (const std::string& p : paths)
+      if (auto f = data::TokenFile::open(p, key)) return f;
+    return nullptr;
+  }
+
+  void write(const std::vector<data::Example>& examples) const {
+    for (const std::string& p : paths) {
+      try {
+        std::filesystem::create_directories(std::filesystem::path(p).parent_path());
+        data::TokenFile::write(p, key, examples);
+        return;
+      } catch (const std::exception& e) {
+        spdlog::warn("cannot cache the {} tokens at {}: {}", what, p, e.what());
+      }
+    }
+    common::raise(ErrorKind::kIo, fmt::format("cannot write the tokenized {} data anywhere ({} or {})", what, paths[0],
+                                              paths[1]));
+  }
+};
+
+std::vector<data::Example> tokenize(const std::vector<data::Record>& records, const data::PromptFormat& format,
+                                    const data::Tokenizer& tokenizer, const data::ExampleOptions& options) {
   std::vector<data::Example> examples;
   examples.reserve(records.size());
-  int64_t tokens = 0, learned = 0;
-  for (const data::Record& r : records) {
+  for (const data::Record& r : records)
     examples.push_back(data::make_example(tokenizer, format.prompt(r), r.fields.at(format.response_field), options));
-    tokens += static_cast<int64_t>(examples.back().ids.size());
-    learned += std::count_if(examples.back().labels.begin(), examples.back().labels.end(),
-                             [](int32_t l) { return l != data::kIgnoreLabel; });
+  return examples;
+}
+
+// Reads, splits and tokenizes the records; writes the token files.
+void build_token_files(const job::Job& job, const data::Tokenizer& tokenizer, const data::ExampleOptions& options,
+                       const TokenCache& train_cache, const TokenCache* val_cache) {
+  const data::PromptFormat format = data::prompt_format(job.data);
+  std::vector<data::Record> train_records = read(job, format, job.data.train_file).records;
+  std::vector<data::Record> val_records;
+  if (!job.data.val_file.empty()) {
+    val_records = read(job, format, job.data.val_file).records;
+  } else if (job.data.val_fraction > 0 && train_records.size() >= 2) {
+    // A seeded split of the records: the same at every world size.
+    std::vector<size_t> order(train_records.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), std::mt19937_64(static_cast<uint64_t>(job.train.seed)));
+    const size_t n_val =
+        std::max<size_t>(1, static_cast<size_t>(job.data.val_fraction * static_cast<double>(order.size())));
+    std::vector<bool> is_val(order.size(), false);
+    for (size_t i = 0; i < n_val; ++i) is_val[order[i]] = true;
+    std::vector<data::Record> kept;
+    for (size_t i = 0; i < train_records.size(); ++i)
+      (is_val[i] ? val_records : kept).push_back(std::move(train_records[i]));
+    train_records = std::move(kept);
   }
-  data::PackedRows rows = data::pack(examples, job.train.context_length, options.eos >= 0 ? options.eos : 0);
-  spdlog::info("{} data: {} examples, {} tokens ({} learned, the rest prompt), packed into {} rows of {}", what,
-               examples.size(), tokens, learned, rows.rows(), job.train.context_length);
+  train_cache.write(tokenize(train_records, format, tokenizer, options));
+  if (val_cache != nullptr) val_cache->write(tokenize(val_records, format, tokenizer, options));
+}
+
+std::unique_ptr<train::Dataset> packed(std::shared_ptr<const data::TokenFile> tokens, const job::Job& job,
+                                       const data::ExampleOptions& options, const char* what, bool cached) {
+  int64_t learned = 0;
+  for (const int32_t l : tokens->labels()) learned += l != data::kIgnoreLabel;
+  data::PackedRowView rows(tokens, job.train.context_length, options.eos >= 0 ? options.eos : 0);
+  spdlog::info("{} data: {} examples, {} tokens ({} learned, the rest prompt), packed into {} rows of {}{}", what,
+               tokens->num_examples(), tokens->num_tokens(), learned, rows.rows(), job.train.context_length,
+               cached ? " (tokens cached by an earlier run)" : "");
   return std::make_unique<train::PackedDataset>(std::move(rows));
 }
 
@@ -60,7 +141,8 @@ std::string tokenizer_path(const job::Job& job) {
   return job.model.path.empty() ? "" : job.model.path + "/tokenizer.json";
 }
 
-JobData load_job_data(const job::Job& job, const model::LlamaConfig& config, int world_size) {
+JobData load_job_data(const job::Job& job, const model::LlamaConfig& config, const DataContext& context) {
+  const int world_size = context.world_size;
   JobData out;
   const job::TrainSection& t = job.train;
   if (job.data.format == job::DataFormat::kSynthetic) {
@@ -77,26 +159,29 @@ JobData load_job_data(const job::Job& job, const model::LlamaConfig& config, int
   ST_CHECK(tokenizer.vocab_size() <= config.vocab_size, ErrorKind::kConfig,
            "{} has {} tokens but the model's vocabulary has {}: a tokenizer of another model?", tok_path,
            tokenizer.vocab_size(), config.vocab_size);
-  const data::PromptFormat format = data::prompt_format(job.data);
+  data::ExampleOptions options;
+  options.bos = tokenizer.bos_id().value_or(static_cast<int32_t>(config.bos_token_id));
+  options.eos = tokenizer.eos_id().value_or(config.eos_token_ids.empty() ? -1 : static_cast<int32_t>(config.eos_token_ids[0]));
 
-  std::vector<data::Record> train_records = read(job, format, job.data.train_file).records;
-  std::vector<data::Record> val_records;
-  if (!job.data.val_file.empty()) {
-    val_records = read(job, format, job.data.val_file).records;
-  } else if (job.data.val_fraction > 0 && train_records.size() >= 2) {
-    // A seeded split of the records: the same on every rank and at every world size.
-    std::vector<size_t> order(train_records.size());
-    std::iota(order.begin(), order.end(), 0);
-    std::shuffle(order.begin(), order.end(), std::mt19937_64(static_cast<uint64_t>(t.seed)));
-    const size_t n_val = std::max<size_t>(1, static_cast<size_t>(job.data.val_fraction * static_cast<double>(order.size())));
-    std::vector<bool> is_val(order.size(), false);
-    for (size_t i = 0; i < n_val; ++i) is_val[order[i]] = true;
-    std::vector<data::Record> kept;
-    for (size_t i = 0; i < train_records.size(); ++i) (is_val[i] ? val_records : kept).push_back(std::move(train_records[i]));
-    train_records = std::move(kept);
+  const std::string key = cache_key(job, job.data.train_file, options);
+  const TokenCache train_cache(job, job.data.train_file, key, "training");
+  const bool want_val = !job.data.val_file.empty() || job.data.val_fraction > 0;
+  const TokenCache val_cache(job, job.data.val_file.empty() ? job.data.train_file : job.data.val_file, key, "validation");
+  std::shared_ptr<const data::TokenFile> train_tokens = train_cache.open();
+  std::shared_ptr<const data::TokenFile> val_tokens = want_val ? val_cache.open() : nullptr;
+  const bool cached = train_tokens != nullptr && (!want_val || val_tokens != nullptr);
+  if (!cached) {
+    // Rank 0 reads and tokenizes; every rank then maps the token files it wrote.
+    if (context.rank == 0) build_token_files(job, tokenizer, options, train_cache, want_val ? &val_cache : nullptr);
+    context.barrier();
+    train_tokens = train_cache.open();
+    val_tokens = want_val ? val_cache.open() : nullptr;
+    ST_CHECK(train_tokens != nullptr && (!want_val || val_tokens != nullptr), ErrorKind::kIo,
+             "rank {} cannot read the token files rank 0 wrote (under {} or {})", context.rank,
+             std::filesystem::path(train_cache.paths[0]).parent_path().string(), job.job.output_dir + "/token-cache");
   }
-  out.train = packed(train_records, format, tokenizer, job, config, "training");
-  if (!val_records.empty()) out.val = packed(val_records, format, tokenizer, job, config, "validation");
+  out.train = packed(train_tokens, job, options, "training", cached);
+  if (val_tokens != nullptr && val_tokens->num_examples() > 0) out.val = packed(val_tokens, job, options, "validation", cached);
 
   const int64_t global_batch = t.batch_size_training * world_size * t.gradient_accumulation_steps;
   ST_CHECK(out.train->size() >= global_batch, ErrorKind::kConfig,

@@ -2,6 +2,7 @@
 // prompt, tokenized by the model's tokenizer, masked, and packed into context_length rows.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -19,8 +20,16 @@ struct JobData {
   std::unique_ptr<train::Dataset> val;  // null when there is none
 };
 
-// Every rank builds the same datasets. Throws common::Error(kConfig) naming the file, the line
-// or the setting when the data cannot make one global batch.
-JobData load_job_data(const job::Job& job, const model::LlamaConfig& config, int world_size);
+struct DataContext {
+  int rank = 0;
+  int world_size = 1;
+  std::function<void()> barrier;  // all ranks
+};
+
+// Every rank builds the same datasets. The tokenized examples are cached in a token file next to
+// the data file (or under output_dir), written by rank 0 and mapped by every rank; a later job
+// with the same data, tokenizer and prompt format maps it without tokenizing. Throws
+// common::Error(kConfig) naming the file, the line or the setting when the data is unusable.
+JobData load_job_data(const job::Job& job, const model::LlamaConfig& config, const DataContext& context);
 
 }  // namespace shardtune::runtime

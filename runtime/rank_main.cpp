@@ -14,6 +14,7 @@
 #include "common/job/job_loader.h"
 #include "common/job/schema.h"
 #include "common/log.h"
+#include "runtime/dist/mpi_check.h"
 #include "runtime/dist/mpi_runtime.h"
 #include "runtime/dist/process_groups.h"
 #include "runtime/dist/topology.h"
@@ -176,7 +177,8 @@ int run(int argc, char** argv) {
   spdlog::info("model: {:.1f}M parameters ({} frozen tensors), {} units; {} bytes of shards per rank",
                static_cast<double>(model->config().num_parameters()) / 1e6, frozen.size(),
                model->num_layers() + 2, sharded.persistent_bytes());
-  const runtime::JobData data = runtime::load_job_data(job, config, topo.world_size);
+  const runtime::JobData data = runtime::load_job_data(
+      job, config, {topo.rank, topo.world_size, [] { ST_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); }});
   const std::string job_toml = job::to_toml(job);
   train::CheckpointHooks hooks;
   hooks.resume = [&](fsdp::AdamW& optimizer) -> std::optional<train::ResumePoint> {

@@ -1,18 +1,12 @@
 #include "runtime/train/packed_dataset.h"
 
-#include "common/error.h"
-
 namespace shardtune::train {
 
 Sample PackedDataset::get(int64_t index) const {
-  ST_CHECK(index >= 0 && index < size(), common::ErrorKind::kInternal, "row {} of {}", index, size());
-  const auto begin = static_cast<std::ptrdiff_t>(index * rows_.context_length);
-  const auto end = begin + static_cast<std::ptrdiff_t>(rows_.context_length);
-  Sample s;
-  s.input_ids.assign(rows_.ids.begin() + begin, rows_.ids.begin() + end);
-  s.labels.assign(rows_.labels.begin() + begin, rows_.labels.begin() + end);
-  s.position_ids.assign(rows_.positions.begin() + begin, rows_.positions.begin() + end);
-  return s;
+  const auto t = static_cast<size_t>(rows_.context_length());
+  std::vector<int32_t> ids(t), labels(t), positions(t);
+  rows_.row(index, ids.data(), labels.data(), positions.data());
+  return Sample{{ids.begin(), ids.end()}, {labels.begin(), labels.end()}, {positions.begin(), positions.end()}};
 }
 
 }  // namespace shardtune::train

@@ -1,19 +1,19 @@
-// Packed rows of tokenized examples (runtime/data/packing.h) as training samples.
+// Packed rows of tokenized examples (runtime/data/packed_rows.h) as training samples.
 #pragma once
 
-#include "runtime/data/packing.h"
+#include "runtime/data/packed_rows.h"
 #include "runtime/train/dataset.h"
 
 namespace shardtune::train {
 
 class PackedDataset : public Dataset {
  public:
-  explicit PackedDataset(data::PackedRows rows) : rows_(std::move(rows)) {}
+  explicit PackedDataset(data::PackedRowView rows) : rows_(std::move(rows)) {}
   int64_t size() const override { return rows_.rows(); }
   Sample get(int64_t index) const override;
 
  private:
-  data::PackedRows rows_;
+  data::PackedRowView rows_;
 };
 
 }  // namespace shardtune::train

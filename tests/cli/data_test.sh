@@ -23,6 +23,23 @@ sys.exit(0 if len(losses) == 40 and last < 0.6 * first else 1)
 PY
 grep -q "training data: 1900 examples" "$tmp/log" || fail "the split is not 1900 training examples"
 
+# The tokens are cached next to the data: a second job maps them; a changed file is tokenized anew.
+cp configs/data/tiny-alpaca.json "$tmp/train.json"
+again=(--set "data.train_file=$tmp/train.json" --set train.max_train_step=2)
+"$st" run configs/tiny-alpaca.toml -n 2 --set "job.output_dir=$tmp/c1" "${again[@]}" >"$tmp/log" 2>&1 || fail "cache run 1"
+grep -q "cached by an earlier run" "$tmp/log" && fail "the first run claims cached tokens"
+ls "$tmp"/.train.json.training.*.tokens >/dev/null 2>&1 || fail "no token file next to the data"
+"$st" run configs/tiny-alpaca.toml -n 2 --set "job.output_dir=$tmp/c2" "${again[@]}" >"$tmp/log" 2>&1 || fail "cache run 2"
+grep -q "training data: 1900 examples, .* (tokens cached by an earlier run)" "$tmp/log" || fail "the second run tokenized again"
+/usr/bin/python3 - "$tmp/train.json" <<'PY'
+import json, sys
+records = json.load(open(sys.argv[1]))
+json.dump(records[:1000], open(sys.argv[1], "w"))
+PY
+"$st" run configs/tiny-alpaca.toml -n 2 --set "job.output_dir=$tmp/c3" "${again[@]}" >"$tmp/log" 2>&1 || fail "cache run 3"
+grep -q "training data: 950 examples, [0-9]* tokens ([0-9]* learned, the rest prompt), packed into [0-9]* rows of 128$" "$tmp/log" ||
+  fail "a changed data file did not invalidate the cached tokens: $(grep 'training data' "$tmp/log")"
+
 # A broken record at line 3 of a JSON Lines file.
 printf '%s\n' '{"prompt": "Say hi.", "response": "hi"}' '{"prompt": "Say yo.", "response": "yo"}' \
   '{"prompt": "broken", "response": ' >"$tmp/bad.jsonl"

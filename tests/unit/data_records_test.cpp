@@ -7,7 +7,9 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "runtime/data/packed_rows.h"
 #include "runtime/data/packing.h"
+#include "runtime/data/token_file.h"
 #include "runtime/data/records.h"
 #include "runtime/data/sft_examples.h"
 
@@ -111,6 +113,46 @@ TEST(Packing, PositionsRestartPerExampleAndTheTailIsPadding) {
   EXPECT_EQ(p.labels, (std::vector<int32_t>{-100, -100, 11, -100, 20, /**/ 21, 22, -100, -100, -100}));
   // Row 0: example 1 at 0..2, example 2 starts at 0 again; row 1: its continuation restarts, then padding.
   EXPECT_EQ(p.positions, (std::vector<int32_t>{0, 1, 2, 0, 1, /**/ 0, 1, 0, 1, 2}));
+}
+
+TEST(TokenFile, MappedRowsEqualInMemoryPackingAndStaleFilesAreIgnored) {
+  // Random examples, including empty and longer-than-a-row ones.
+  std::vector<Example> examples;
+  uint32_t state = 12345;
+  auto next = [&] { return state = state * 1664525u + 1013904223u; };
+  for (int e = 0; e < 200; ++e) {
+    Example ex;
+    const int n = static_cast<int>(next() % 40);
+    for (int i = 0; i < n; ++i) {
+      ex.ids.push_back(static_cast<int32_t>(next() % 500));
+      ex.labels.push_back(i < n / 3 ? kIgnoreLabel : ex.ids.back());
+    }
+    examples.push_back(ex);
+  }
+  const std::string path = write("x.tokens", "");
+  TokenFile::write(path, "key-1", examples);
+  EXPECT_EQ(TokenFile::open(path, "key-2"), nullptr);
+  const auto mapped = TokenFile::open(path, "key-1");
+  ASSERT_NE(mapped, nullptr);
+  EXPECT_EQ(mapped->num_examples(), 200);
+  for (const int64_t t : {1, 7, 16, 33}) {
+    const PackedRows reference = pack(examples, t, 7);
+    for (const auto& tokens : {mapped, TokenFile::from_examples(examples)}) {
+      const PackedRowView view(tokens, t, 7);
+      ASSERT_EQ(view.rows(), reference.rows()) << t;
+      std::vector<int32_t> ids(static_cast<size_t>(t)), labels(ids.size()), positions(ids.size());
+      for (int64_t r = 0; r < view.rows(); ++r) {
+        view.row(r, ids.data(), labels.data(), positions.data());
+        const auto at = reference.ids.begin() + r * t;
+        ASSERT_TRUE(std::equal(ids.begin(), ids.end(), at)) << "ids of row " << r << " at " << t;
+        ASSERT_TRUE(std::equal(labels.begin(), labels.end(), reference.labels.begin() + r * t)) << r;
+        ASSERT_TRUE(std::equal(positions.begin(), positions.end(), reference.positions.begin() + r * t)) << r;
+      }
+    }
+  }
+  // A damaged file is an error, not garbage.
+  std::filesystem::resize_file(path, 100);
+  EXPECT_THROW(TokenFile::open(path, "key-1"), common::Error);
 }
 
 }  // namespace

@@ -1,0 +1,136 @@
+#include "runtime/data/token_file.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "common/error.h"
+
+namespace shardtune::data {
+namespace {
+
+using common::ErrorKind;
+
+constexpr char kMagic[8] = {'S', 'T', 'T', 'O', 'K', 'v', '1', '\n'};
+
+// Layout: magic[8], key length u64, key bytes padded to 8, examples u64, tokens u64,
+// offsets i64[examples + 1], ids i32[tokens], labels i32[tokens].
+size_t padded(size_t n) { return (n + 7) / 8 * 8; }
+
+void write_all(int fd, const void* data, size_t size, const std::string& path) {
+  const char* p = static_cast<const char*>(data);
+  while (size > 0) {
+    const ssize_t n = ::write(fd, p, size);
+    if (n < 0 && errno == EINTR) continue;
+    ST_CHECK(n > 0, ErrorKind::kIo, "cannot write {}: {}", path, std::strerror(errno));
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+}
+
+}  // namespace
+
+uint64_t fingerprint(std::string_view bytes, uint64_t seed) {
+  uint64_t h = seed;
+  for (const char c : bytes) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+void TokenFile::write(const std::string& path, const std::string& key, const std::vector<Example>& examples) {
+  std::vector<int64_t> offsets{0};
+  for (const Example& e : examples) offsets.push_back(offsets.back() + static_cast<int64_t>(e.ids.size()));
+  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  ST_CHECK(fd >= 0, ErrorKind::kIo, "cannot create {}: {}", tmp, std::strerror(errno));
+  try {
+    write_all(fd, kMagic, sizeof kMagic, tmp);
+    const uint64_t header[1] = {key.size()};
+    write_all(fd, header, sizeof header, tmp);
+    std::string k = key;
+    k.resize(padded(key.size()), '\0');
+    write_all(fd, k.data(), k.size(), tmp);
+    const uint64_t counts[2] = {examples.size(), static_cast<uint64_t>(offsets.back())};
+    write_all(fd, counts, sizeof counts, tmp);
+    write_all(fd, offsets.data(), offsets.size() * sizeof(int64_t), tmp);
+    for (const Example& e : examples) write_all(fd, e.ids.data(), e.ids.size() * sizeof(int32_t), tmp);
+    for (const Example& e : examples) write_all(fd, e.labels.data(), e.labels.size() * sizeof(int32_t), tmp);
+    ST_CHECK(::fsync(fd) == 0, ErrorKind::kIo, "cannot fsync {}: {}", tmp, std::strerror(errno));
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    common::raise(ErrorKind::kIo, fmt::format("cannot rename {} to {}: {}", tmp, path, std::strerror(err)));
+  }
+}
+
+std::shared_ptr<const TokenFile> TokenFile::open(const std::string& path, const std::string& key) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return nullptr;
+  struct stat st {};
+  ::fstat(fd, &st);
+  const auto size = static_cast<size_t>(st.st_size);
+  void* map = size > 0 ? ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
+  ::close(fd);
+  ST_CHECK(map != MAP_FAILED, ErrorKind::kIo, "cannot map {} ({} bytes): {}", path, size, std::strerror(errno));
+  std::shared_ptr<TokenFile> f(new TokenFile());
+  f->map_ = map;
+  f->map_size_ = size;
+  const char* base = static_cast<const char*>(map);
+  auto need = [&](size_t end, const char* what) {
+    ST_CHECK(end <= size, ErrorKind::kIo, "{} is damaged: it ends inside its {} ({} bytes): delete it to tokenize again",
+             path, what, size);
+  };
+  need(16, "header");
+  ST_CHECK(std::memcmp(base, kMagic, sizeof kMagic) == 0, ErrorKind::kIo,
+           "{} is not a shardtune token file: delete it to tokenize again", path);
+  uint64_t key_size = 0;
+  std::memcpy(&key_size, base + 8, 8);
+  need(16 + padded(key_size) + 16, "header");
+  if (std::string_view(base + 16, key_size) != key) return nullptr;  // made for other data or settings
+  size_t at = 16 + padded(key_size);
+  uint64_t counts[2];
+  std::memcpy(counts, base + at, sizeof counts);
+  at += sizeof counts;
+  need(at + (counts[0] + 1) * 8 + counts[1] * 8, "arrays");
+  f->offsets_ = {reinterpret_cast<const int64_t*>(base + at), counts[0] + 1};
+  at += (counts[0] + 1) * 8;
+  f->ids_ = {reinterpret_cast<const int32_t*>(base + at), counts[1]};
+  at += counts[1] * 4;
+  f->labels_ = {reinterpret_cast<const int32_t*>(base + at), counts[1]};
+  ST_CHECK(f->offsets_.front() == 0 && static_cast<uint64_t>(f->offsets_.back()) == counts[1], ErrorKind::kIo,
+           "{} is damaged: its offsets do not cover its {} tokens", path, counts[1]);
+  return f;
+}
+
+std::shared_ptr<const TokenFile> TokenFile::from_examples(const std::vector<Example>& examples) {
+  std::shared_ptr<TokenFile> f(new TokenFile());
+  f->owned_offsets_.push_back(0);
+  for (const Example& e : examples) {
+    f->owned_ids_.insert(f->owned_ids_.end(), e.ids.begin(), e.ids.end());
+    f->owned_labels_.insert(f->owned_labels_.end(), e.labels.begin(), e.labels.end());
+    f->owned_offsets_.push_back(static_cast<int64_t>(f->owned_ids_.size()));
+  }
+  f->ids_ = f->owned_ids_;
+  f->labels_ = f->owned_labels_;
+  f->offsets_ = f->owned_offsets_;
+  return f;
+}
+
+TokenFile::~TokenFile() {
+  if (map_ != nullptr) ::munmap(map_, map_size_);
+}
+
+}  // namespace shardtune::data

@@ -1,0 +1,51 @@
+// Tokenized examples on disk: every example's ids and labels back to back, with the offsets
+// where each starts. Written once per (data file, tokenizer, prompt format) next to the data
+// file, so a requeued or resubmitted job does not tokenize again; read through mmap, so every
+// rank of a node shares one copy in the page cache and host memory stays bounded however large
+// the data is. Packed rows are views of it (packed_rows.h).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "runtime/data/sft_examples.h"
+
+namespace shardtune::data {
+
+class TokenFile {
+ public:
+  // Writes atomically (temporary file, fsync, rename). `key` identifies what was tokenized.
+  static void write(const std::string& path, const std::string& key, const std::vector<Example>& examples);
+  // nullptr when the file is missing or was made for another key; throws common::Error(kIo) when
+  // it is damaged (wrong size or magic).
+  static std::shared_ptr<const TokenFile> open(const std::string& path, const std::string& key);
+  // In memory, for tests and small data.
+  static std::shared_ptr<const TokenFile> from_examples(const std::vector<Example>& examples);
+
+  ~TokenFile();
+  TokenFile(const TokenFile&) = delete;
+  TokenFile& operator=(const TokenFile&) = delete;
+
+  int64_t num_examples() const { return static_cast<int64_t>(offsets_.size()) - 1; }
+  int64_t num_tokens() const { return offsets_.empty() ? 0 : offsets_.back(); }
+  std::span<const int32_t> ids() const { return ids_; }
+  std::span<const int32_t> labels() const { return labels_; }
+  std::span<const int64_t> offsets() const { return offsets_; }  // num_examples + 1, from 0
+
+ private:
+  TokenFile() = default;
+  void* map_ = nullptr;
+  size_t map_size_ = 0;
+  std::vector<int32_t> owned_ids_, owned_labels_;
+  std::vector<int64_t> owned_offsets_;
+  std::span<const int32_t> ids_, labels_;
+  std::span<const int64_t> offsets_;
+};
+
+// 64-bit FNV-1a: a stable fingerprint for cache keys.
+uint64_t fingerprint(std::string_view bytes, uint64_t seed = 1469598103934665603ull);
+
+}  // namespace shardtune::data
