@@ -45,10 +45,10 @@ std::string cache_key(const job::Job& job, const std::string& data_file, const d
   std::ostringstream tok;
   tok << in.rdbuf();
   return fmt::format("data={} size={} mtime={}; tokenizer={:016x}; format={} prompt_field={} response_field={} "
-                     "template={:016x}; bos={} eos={}; val_file={} val_fraction={} seed={}",
+                     "template={:016x}; bos={} eos={} max_tokens={}; val_file={} val_fraction={} seed={}",
                      fs::absolute(data_file).string(), size, mtime, data::fingerprint(tok.str()),
                      job::enum_name(job.data.format), job.data.prompt_field, job.data.response_field,
-                     data::fingerprint(job.data.prompt_template), options.bos, options.eos, job.data.val_file,
+                     data::fingerprint(job.data.prompt_template), options.bos, options.eos, options.max_tokens, job.data.val_file,
                      job.data.val_fraction, job.train.seed);
 }
 
@@ -162,6 +162,7 @@ JobData load_job_data(const job::Job& job, const model::LlamaConfig& config, con
   data::ExampleOptions options;
   options.bos = tokenizer.bos_id().value_or(static_cast<int32_t>(config.bos_token_id));
   options.eos = tokenizer.eos_id().value_or(config.eos_token_ids.empty() ? -1 : static_cast<int32_t>(config.eos_token_ids[0]));
+  if (job.data.long_examples == job::LongExamples::kTruncate) options.max_tokens = t.context_length;
 
   const std::string key = cache_key(job, job.data.train_file, options);
   const TokenCache train_cache(job, job.data.train_file, key, "training");

@@ -15,6 +15,7 @@ enum class ModelPreset { kNone, kTiny };
 enum class PeftMethod { kNone, kLora };
 enum class DataFormat { kSynthetic, kAlpaca, kSamsum, kGrammar, kJsonl };
 enum class BadRecordPolicy { kError, kSkip };
+enum class LongExamples { kSplit, kTruncate };
 enum class BatchingStrategy { kPacking, kPadding };
 enum class LrScheduler { kStep, kCosine };
 enum class ShardingStrategy { kFullShard, kShardGradOp, kNoShard, kHybridShard };
@@ -81,6 +82,7 @@ struct DataSection {
   std::string response_field = "response";
   std::string prompt_template;
   BadRecordPolicy on_bad_record = BadRecordPolicy::kError;
+  LongExamples long_examples = LongExamples::kSplit;
 };
 
 struct TrainSection {

@@ -44,6 +44,11 @@ struct EnumNames<BadRecordPolicy> {
       {{BadRecordPolicy::kError, "error"}, {BadRecordPolicy::kSkip, "skip"}}};
 };
 template <>
+struct EnumNames<LongExamples> {
+  static constexpr std::array<std::pair<LongExamples, std::string_view>, 2> kNames{
+      {{LongExamples::kSplit, "split"}, {LongExamples::kTruncate, "truncate"}}};
+};
+template <>
 struct EnumNames<BatchingStrategy> {
   static constexpr std::array<std::pair<BatchingStrategy, std::string_view>, 2> kNames{
       {{BatchingStrategy::kPacking, "packing"}, {BatchingStrategy::kPadding, "padding"}}};
@@ -89,6 +94,7 @@ template std::string_view enum_name(ModelPreset);
 template std::string_view enum_name(PeftMethod);
 template std::string_view enum_name(DataFormat);
 template std::string_view enum_name(BadRecordPolicy);
+template std::string_view enum_name(LongExamples);
 template std::string_view enum_name(BatchingStrategy);
 template std::string_view enum_name(LrScheduler);
 template std::string_view enum_name(ShardingStrategy);
@@ -253,6 +259,9 @@ std::vector<SectionSpec> build_schema() {
             "Template for the prompt, with {field} placeholders; empty: the format's own template.");
     s.field("on_bad_record", &DataSection::on_bad_record,
             "A malformed record stops the job (error) or is skipped and counted (skip).");
+    s.field("long_examples", &DataSection::long_examples,
+            "An example longer than context_length: split (its rest continues in the next row, positions "
+            "restarting) or truncate (cut to context_length tokens; with padding, always truncated).");
   }
   {
     SectionBuilder<TrainSection> s(schema, "train", "The training run (llama-recipes' names and defaults).",
