@@ -17,6 +17,7 @@
 #include "runtime/data/sft_examples.h"
 #include "runtime/data/tokenizer.h"
 #include "runtime/train/packed_dataset.h"
+#include "runtime/train/padded_dataset.h"
 
 namespace shardtune::runtime {
 namespace {
@@ -122,11 +123,19 @@ void build_token_files(const job::Job& job, const data::Tokenizer& tokenizer, co
   if (val_cache != nullptr) val_cache->write(tokenize(val_records, format, tokenizer, options));
 }
 
-std::unique_ptr<train::Dataset> packed(std::shared_ptr<const data::TokenFile> tokens, const job::Job& job,
-                                       const data::ExampleOptions& options, const char* what, bool cached) {
+std::unique_ptr<train::Dataset> batched(std::shared_ptr<const data::TokenFile> tokens, const job::Job& job,
+                                        const data::ExampleOptions& options, const char* what, bool cached) {
   int64_t learned = 0;
   for (const int32_t l : tokens->labels()) learned += l != data::kIgnoreLabel;
-  data::PackedRowView rows(tokens, job.train.context_length, options.eos >= 0 ? options.eos : 0);
+  const int64_t pad = options.eos >= 0 ? options.eos : 0;
+  if (job.train.batching_strategy == job::BatchingStrategy::kPadding) {
+    spdlog::info("{} data: {} examples, {} tokens ({} learned, the rest prompt), at most {} per example, batched by "
+                 "length and padded{}",
+                 what, tokens->num_examples(), tokens->num_tokens(), learned, job.train.context_length,
+                 cached ? " (tokens cached by an earlier run)" : "");
+    return std::make_unique<train::PaddedDataset>(std::move(tokens), pad);
+  }
+  data::PackedRowView rows(tokens, job.train.context_length, static_cast<int32_t>(pad));
   spdlog::info("{} data: {} examples, {} tokens ({} learned, the rest prompt), packed into {} rows of {}{}", what,
                tokens->num_examples(), tokens->num_tokens(), learned, rows.rows(), job.train.context_length,
                cached ? " (tokens cached by an earlier run)" : "");
@@ -162,7 +171,8 @@ JobData load_job_data(const job::Job& job, const model::LlamaConfig& config, con
   data::ExampleOptions options;
   options.bos = tokenizer.bos_id().value_or(static_cast<int32_t>(config.bos_token_id));
   options.eos = tokenizer.eos_id().value_or(config.eos_token_ids.empty() ? -1 : static_cast<int32_t>(config.eos_token_ids[0]));
-  if (job.data.long_examples == job::LongExamples::kTruncate) options.max_tokens = t.context_length;
+  const bool padding = t.batching_strategy == job::BatchingStrategy::kPadding;
+  if (padding || job.data.long_examples == job::LongExamples::kTruncate) options.max_tokens = t.context_length;
 
   const std::string key = cache_key(job, job.data.train_file, options);
   const TokenCache train_cache(job, job.data.train_file, key, "training");
@@ -181,15 +191,18 @@ JobData load_job_data(const job::Job& job, const model::LlamaConfig& config, con
              "rank {} cannot read the token files rank 0 wrote (under {} or {})", context.rank,
              std::filesystem::path(train_cache.paths[0]).parent_path().string(), job.job.output_dir + "/token-cache");
   }
-  out.train = packed(train_tokens, job, options, "training", cached);
-  if (val_tokens != nullptr && val_tokens->num_examples() > 0) out.val = packed(val_tokens, job, options, "validation", cached);
+  out.train = batched(train_tokens, job, options, "training", cached);
+  if (val_tokens != nullptr && val_tokens->num_examples() > 0)
+    out.val = batched(val_tokens, job, options, "validation", cached);
 
   const int64_t global_batch = t.batch_size_training * world_size * t.gradient_accumulation_steps;
   ST_CHECK(out.train->size() >= global_batch, ErrorKind::kConfig,
-           "{} packs into {} rows of {} tokens, fewer than one global batch of {} ({} per rank x {} ranks x {} "
-           "accumulation). HINT: more data, a smaller batch_size_training or context_length",
-           job.data.train_file, out.train->size(), t.context_length, global_batch, t.batch_size_training, world_size,
-           t.gradient_accumulation_steps);
+           "{} gives {} training samples ({}), fewer than one global batch of {} ({} per rank x {} ranks x {} "
+           "accumulation). HINT: more data, or a smaller batch_size_training or context_length",
+           job.data.train_file, out.train->size(),
+           t.batching_strategy == job::BatchingStrategy::kPadding ? "one per example"
+                                                                  : fmt::format("rows of {} tokens", t.context_length),
+           global_batch, t.batch_size_training, world_size, t.gradient_accumulation_steps);
   return out;
 }
 

@@ -1,6 +1,7 @@
 // Seeded global data order.
 #include "runtime/train/data_order.h"
 
+#include <algorithm>
 #include <numeric>
 #include <random>
 
@@ -8,8 +9,10 @@
 
 namespace shardtune::train {
 
-DataOrder::DataOrder(int64_t dataset_size, int64_t global_batch, uint64_t seed)
-    : dataset_size_(dataset_size), global_batch_(global_batch), seed_(seed) {
+DataOrder::DataOrder(int64_t dataset_size, int64_t global_batch, uint64_t seed, std::vector<int64_t> lengths)
+    : dataset_size_(dataset_size), global_batch_(global_batch), seed_(seed), lengths_(std::move(lengths)) {
+  ST_CHECK(lengths_.empty() || static_cast<int64_t>(lengths_.size()) == dataset_size, common::ErrorKind::kInternal,
+           "{} lengths for {} samples", lengths_.size(), dataset_size);
   ST_CHECK(global_batch > 0 && dataset_size >= global_batch, common::ErrorKind::kConfig,
            "the training data has {} samples, fewer than one global batch of {}", dataset_size, global_batch);
 }
@@ -20,6 +23,14 @@ std::vector<int64_t> DataOrder::permutation(int64_t epoch) const {
   // Fisher-Yates with a 64-bit Mersenne Twister: its output sequence is fixed by the standard.
   std::mt19937_64 rng(seed_ * 1000003ull + static_cast<uint64_t>(epoch));
   for (size_t i = p.size() - 1; i > 0; --i) std::swap(p[i], p[rng() % (i + 1)]);
+  if (!lengths_.empty()) {
+    for (size_t w = 0; w < p.size(); w += kLengthWindow) {
+      const auto end = p.begin() + static_cast<std::ptrdiff_t>(std::min(p.size(), w + kLengthWindow));
+      std::stable_sort(p.begin() + static_cast<std::ptrdiff_t>(w), end, [&](int64_t a, int64_t b) {
+        return lengths_[static_cast<size_t>(a)] > lengths_[static_cast<size_t>(b)];
+      });
+    }
+  }
   return p;
 }
 

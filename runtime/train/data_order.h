@@ -10,7 +10,12 @@ namespace shardtune::train {
 
 class DataOrder {
  public:
-  DataOrder(int64_t dataset_size, int64_t global_batch, uint64_t seed);
+  // With `lengths` (one per sample), each epoch's shuffled order is sorted by length, longest
+  // first, within consecutive windows of kLengthWindow samples, so that a global batch holds
+  // samples of similar length (little padding). The window does not depend on the batch size, so
+  // the order is the same at every world size.
+  DataOrder(int64_t dataset_size, int64_t global_batch, uint64_t seed, std::vector<int64_t> lengths = {});
+  static constexpr int64_t kLengthWindow = 1024;
 
   int64_t steps_per_epoch() const { return dataset_size_ / global_batch_; }
   // The permutation of epoch `epoch`.
@@ -27,6 +32,7 @@ class DataOrder {
   int64_t dataset_size_;
   int64_t global_batch_;
   uint64_t seed_;
+  std::vector<int64_t> lengths_;
 };
 
 }  // namespace shardtune::train

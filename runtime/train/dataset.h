@@ -18,6 +18,10 @@ class Dataset {
   virtual ~Dataset() = default;
   virtual int64_t size() const = 0;
   virtual Sample get(int64_t index) const = 0;
+  // Samples of different lengths are padded to the longest of their micro-batch with this id
+  // (label -100). Their lengths let the data order group samples of similar length.
+  virtual int64_t pad_id() const { return 0; }
+  virtual std::vector<int64_t> lengths() const { return {}; }  // empty: every sample has the same length
 };
 
 // A learnable task: [BOS, x1..xk, SEP, x1..xk] with the loss on the copy only. Samples depend

@@ -23,17 +23,23 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The samples of a micro-batch as tensors; shorter samples are padded at the end to the longest
+// (pad id, label -100): a causal model never lets real tokens see the padding after them.
 Batch collate(const Dataset& data, const std::vector<int64_t>& indices) {
   const int64_t b = static_cast<int64_t>(indices.size());
-  const Sample first = data.get(indices.at(0));
-  const int64_t t = static_cast<int64_t>(first.input_ids.size());
-  Batch batch{at::empty({b, t}, at::kLong), at::empty({b, t}, at::kLong), {}};
-  if (!first.position_ids.empty()) batch.position_ids = at::empty({b, t}, at::kLong);
+  std::vector<Sample> samples;
+  int64_t t = 0;
+  for (const int64_t index : indices) {
+    samples.push_back(data.get(index));
+    t = std::max(t, static_cast<int64_t>(samples.back().input_ids.size()));
+  }
+  Batch batch{at::full({b, t}, data.pad_id(), at::kLong), at::full({b, t}, model::kIgnoreIndex, at::kLong), {}};
+  if (!samples[0].position_ids.empty()) batch.position_ids = at::empty({b, t}, at::kLong);
   for (int64_t i = 0; i < b; ++i) {
-    const Sample s = i == 0 ? first : data.get(indices[static_cast<size_t>(i)]);
-    ST_CHECK(static_cast<int64_t>(s.input_ids.size()) == t && s.labels.size() == s.input_ids.size(),
-             common::ErrorKind::kInternal, "sample {} has {} tokens, the batch {}", indices[static_cast<size_t>(i)],
-             s.input_ids.size(), t);
+    const Sample& s = samples[static_cast<size_t>(i)];
+    ST_CHECK(s.labels.size() == s.input_ids.size() && (!batch.position_ids.defined() || static_cast<int64_t>(s.input_ids.size()) == t),
+             common::ErrorKind::kInternal, "sample {} has {} tokens and {} labels; the batch {} tokens",
+             indices[static_cast<size_t>(i)], s.input_ids.size(), s.labels.size(), t);
     std::copy(s.input_ids.begin(), s.input_ids.end(), batch.input_ids.data_ptr<int64_t>() + i * t);
     std::copy(s.labels.begin(), s.labels.end(), batch.labels.data_ptr<int64_t>() + i * t);
     if (batch.position_ids.defined()) {
@@ -86,7 +92,7 @@ TrainSummary Trainer::run() {
   const int ranks = groups_.world->size(), rank = groups_.world->rank();
   const int accumulation = static_cast<int>(t.gradient_accumulation_steps);
   const int64_t global_batch = t.batch_size_training * ranks * accumulation;
-  const DataOrder order(train_.size(), global_batch, static_cast<uint64_t>(t.seed));
+  const DataOrder order(train_.size(), global_batch, static_cast<uint64_t>(t.seed), train_.lengths());
   int64_t total_steps = order.steps_per_epoch() * t.num_epochs;
   if (t.max_train_step > 0) total_steps = std::min(total_steps, t.max_train_step);
   const LrSchedule schedule(t, total_steps);
@@ -99,11 +105,10 @@ TrainSummary Trainer::run() {
 
   std::ofstream metrics;
   if (rank == 0 && job_.metrics.jsonl) metrics.open(job_.job.output_dir + "/metrics.jsonl", std::ios::app);
-  const int64_t tokens_per_step = global_batch * static_cast<int64_t>(train_.get(0).input_ids.size());
   spdlog::info("training: {} steps ({} per epoch, {} epoch(s)), global batch {} = {} per rank x {} ranks x {} "
-               "accumulation, {} tokens per step",
+               "accumulation",
                total_steps, order.steps_per_epoch(), t.num_epochs, global_batch, t.batch_size_training, ranks,
-               accumulation, tokens_per_step);
+               accumulation);
 
   ResumePoint from;
   if (hooks_.resume)
@@ -127,7 +132,7 @@ TrainSummary Trainer::run() {
   TrainSummary summary;
   const auto start = Clock::now();
   double window_seconds = 0;
-  int64_t window_steps = 0;
+  int64_t window_steps = 0, window_tokens = 0, total_tokens = 0;  // this rank's tokens, padding included
   int64_t step = from.step;
   for (int64_t epoch = from.epoch; epoch < t.num_epochs && step < total_steps; ++epoch) {
     const std::vector<int64_t> permutation = order.permutation(epoch);
@@ -144,6 +149,7 @@ TrainSummary Trainer::run() {
       const double seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
       window_seconds += seconds;
       ++window_steps;
+      for (const Batch& b : micro) window_tokens += b.input_ids.numel();
       if (metrics.is_open())
         metrics << fmt::format("{{\"step\": {}, \"epoch\": {}, \"samples\": [{}, {}], \"loss\": {}, \"lr\": {}, "
                                "\"step_seconds\": {:.4f}}}\n",
@@ -161,10 +167,12 @@ TrainSummary Trainer::run() {
         const double per_step = window_seconds / static_cast<double>(window_steps);
         spdlog::info("step {}/{} | epoch {}/{} | loss {:.4f} | lr {:.3e} | {:.0f} tok/s | {:.3f} s/step | ETA {}",
                      step + 1, total_steps, epoch + 1, t.num_epochs, r.loss, step_options.lr,
-                     static_cast<double>(tokens_per_step) / per_step, per_step,
+                     static_cast<double>(window_tokens * ranks) / window_seconds, per_step,
                      duration_text(per_step * static_cast<double>(total_steps - step - 1)));
+        total_tokens += window_tokens;
         window_seconds = 0;
         window_steps = 0;
+        window_tokens = 0;
       }
       if (summary.stop_signal != 0) {
         ++step;
@@ -180,7 +188,8 @@ TrainSummary Trainer::run() {
   }
   summary.steps = step - from.step;
   const double total_seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  summary.tokens_per_second = static_cast<double>(tokens_per_step * summary.steps) / std::max(total_seconds, 1e-9);
+  total_tokens += window_tokens;
+  summary.tokens_per_second = static_cast<double>(total_tokens * ranks) / std::max(total_seconds, 1e-9);
   return summary;
 }
 

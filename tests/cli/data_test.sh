@@ -40,6 +40,22 @@ PY
 grep -q "training data: 950 examples, [0-9]* tokens ([0-9]* learned, the rest prompt), packed into [0-9]* rows of 128$" "$tmp/log" ||
   fail "a changed data file did not invalidate the cached tokens: $(grep 'training data' "$tmp/log")"
 
+# Padding instead of packing: one example per sample, batches of similar length padded to their
+# longest. Batches of one length hold similar tasks, so training losses jump between windows:
+# the held-out loss is the measure here.
+"$st" run configs/tiny-alpaca.toml -n 2 --set "job.output_dir=$tmp/padding" --set train.max_train_step=60 \
+  --set train.batching_strategy=padding --set train.batch_size_training=8 --set checkpoint.every_steps=0 \
+  >"$tmp/log" 2>&1 || fail "the padding job failed: $(tail -5 "$tmp/log")"
+grep -q "training data: 1900 examples, .* batched by length and padded" "$tmp/log" || fail "not batched by length"
+val=$(sed -n 's/.*epoch 1 validation: loss \([0-9.]*\),.*/\1/p' "$tmp/log")
+/usr/bin/python3 - "$tmp/padding/metrics.jsonl" "$val" <<'PY' || fail "the held-out loss did not fall with padding"
+import json, sys
+first = json.loads(open(sys.argv[1]).readline())["loss"]
+val = float(sys.argv[2])
+print(f"padding: first training loss {first:.3f}, held-out loss after 60 steps {val:.3f}")
+sys.exit(0 if val < 0.6 * first else 1)
+PY
+
 # A broken record at line 3 of a JSON Lines file.
 printf '%s\n' '{"prompt": "Say hi.", "response": "hi"}' '{"prompt": "Say yo.", "response": "yo"}' \
   '{"prompt": "broken", "response": ' >"$tmp/bad.jsonl"

@@ -65,6 +65,23 @@ TEST(DataOrder, GlobalBatchesDoNotDependOnHowTheyAreSplit) {
   }
 }
 
+TEST(DataOrder, LengthGroupingSortsWithinFixedWindowsIndependentOfTheBatch) {
+  std::vector<int64_t> lengths;
+  for (int64_t i = 0; i < 3000; ++i) lengths.push_back((i * 7919) % 257);
+  const DataOrder a(3000, 8, 5, lengths), b(3000, 24, 5, lengths);
+  const auto p = a.permutation(2);
+  EXPECT_EQ(p, b.permutation(2)) << "the order must not depend on the global batch";
+  EXPECT_EQ(std::set<int64_t>(p.begin(), p.end()).size(), 3000u);
+  EXPECT_NE(p, a.permutation(3));
+  for (size_t w = 0; w < p.size(); w += DataOrder::kLengthWindow) {
+    const size_t end = std::min(p.size(), w + DataOrder::kLengthWindow);
+    for (size_t i = w + 1; i < end; ++i)
+      ASSERT_GE(lengths[static_cast<size_t>(p[i - 1])], lengths[static_cast<size_t>(p[i])]) << "window at " << w;
+  }
+  // Without lengths, the same seed gives a plain shuffle.
+  EXPECT_NE(DataOrder(3000, 8, 5).permutation(2), p);
+}
+
 TEST(SyntheticCopyDataset, TheSecondHalfCopiesTheFirstAndOnlyItCounts) {
   const SyntheticCopyDataset data(10, 12, 256, 1);
   const Sample s = data.get(4);
