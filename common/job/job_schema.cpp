@@ -288,7 +288,8 @@ std::vector<SectionSpec> build_schema() {
             "Validation batches per evaluation; 0: the whole validation set.")
         .at_least(0);
     s.field("num_workers_dataloader", &TrainSection::num_workers_dataloader,
-            "Threads preparing batches ahead of training, per rank.")
+            "Steps of batches collated ahead of training, each on its own thread, per rank (memory: that many "
+            "steps of batches); 0: collated on the training thread.")
         .in_range(0, 256);
     s.field("lr", &TrainSection::lr, "Peak learning rate.").positive();
     s.field("weight_decay", &TrainSection::weight_decay, "AdamW decoupled weight decay.").at_least(0.0);

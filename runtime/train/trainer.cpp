@@ -15,6 +15,7 @@
 #include "runtime/model/loss.h"
 #include "runtime/train/data_order.h"
 #include "runtime/train/lr_schedule.h"
+#include "runtime/train/prefetch.h"
 #include "runtime/train/stop_request.h"
 #include "runtime/train/train_step.h"
 
@@ -137,12 +138,25 @@ TrainSummary Trainer::run() {
   for (int64_t epoch = from.epoch; epoch < t.num_epochs && step < total_steps; ++epoch) {
     const std::vector<int64_t> permutation = order.permutation(epoch);
     const int64_t first = epoch == from.epoch ? from.sample_in_epoch : 0;
+    // Collating reads only the dataset and this epoch's permutation: safe on other threads.
+    Prefetcher prefetch(
+        [&](int64_t cursor) {
+          std::vector<Batch> micro;
+          for (int m = 0; m < accumulation; ++m)
+            micro.push_back(collate(train_, order.samples(permutation, cursor, m, accumulation, rank, ranks)));
+          return micro;
+        },
+        static_cast<int>(t.num_workers_dataloader));
     for (int64_t cursor = first; cursor + global_batch <= epoch_samples && step < total_steps;
          cursor += global_batch, ++step) {
       const auto step_start = Clock::now();
-      std::vector<Batch> micro;
-      for (int m = 0; m < accumulation; ++m)
-        micro.push_back(collate(train_, order.samples(permutation, cursor, m, accumulation, rank, ranks)));
+      std::vector<int64_t> upcoming;
+      for (int64_t k = 1; k <= t.num_workers_dataloader; ++k) {
+        const int64_t next = cursor + k * global_batch;
+        if (next + global_batch > epoch_samples || step + k >= total_steps) break;
+        upcoming.push_back(next);
+      }
+      std::vector<Batch> micro = prefetch.take(cursor, upcoming);
       step_options.lr = schedule.lr(step, epoch);
       const StepResult r = train_step(model_, optimizer, micro, step_options, *groups_.world);
       summary.losses.push_back(r.loss);
