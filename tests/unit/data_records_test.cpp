@@ -10,6 +10,7 @@
 #include "runtime/data/packed_rows.h"
 #include "runtime/data/packing.h"
 #include "runtime/data/token_file.h"
+#include "runtime/data/tokenizer.h"
 #include "runtime/data/records.h"
 #include "runtime/data/sft_examples.h"
 
@@ -102,6 +103,23 @@ TEST(Prompts, TemplatesFillFieldsAndFormatsPickTheirs) {
   const PromptFormat custom = prompt_format(d);
   EXPECT_EQ(custom.required, (std::vector<std::string>{"q", "a"}));
   EXPECT_EQ(custom.prompt(Record{{{"q", "why"}, {"a", "because"}}, ""}), "Question: why\nAnswer: ");
+}
+
+TEST(Examples, BosAndPromptAreMaskedResponseAndEosAreLearned) {
+  const nlohmann::json j = {
+      {"added_tokens", nlohmann::json::array({{{"id", 1}, {"content", "<s>"}, {"special", true}},
+                                              {{"id", 2}, {"content", "</s>"}, {"special", true}}})},
+      {"normalizer", nullptr},
+      {"pre_tokenizer", nullptr},
+      {"decoder", nullptr},
+      {"model", {{"type", "BPE"}, {"vocab", {{"a", 3}, {"b", 4}, {"c", 5}, {"ab", 6}}}, {"merges", {"a b"}}}}};
+  const Tokenizer tok = Tokenizer::from_json(j.dump(), "toy.json");
+  const Example e = make_example(tok, "aba", "cab", {1, 2, 0});
+  EXPECT_EQ(e.ids, (std::vector<int32_t>{1, 6, 3, 5, 6, 2}));
+  EXPECT_EQ(e.labels, (std::vector<int32_t>{-100, -100, -100, 5, 6, 2}));
+  const Example cut = make_example(tok, "aba", "cab", {1, 2, 4});  // truncated to 4 tokens
+  EXPECT_EQ(cut.ids, (std::vector<int32_t>{1, 6, 3, 5}));
+  EXPECT_EQ(cut.labels, (std::vector<int32_t>{-100, -100, -100, 5}));
 }
 
 TEST(Packing, PositionsRestartPerExampleAndTheTailIsPadding) {
