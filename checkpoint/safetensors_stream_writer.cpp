@@ -11,22 +11,12 @@
 
 #include "checkpoint/safetensors_torch.h"
 #include "common/error.h"
+#include "common/file_io.h"
 
 namespace shardtune::checkpoint {
 namespace {
 
 using common::ErrorKind;
-
-void write_all(int fd, const void* data, size_t size, const std::string& path) {
-  const auto* p = static_cast<const char*>(data);
-  while (size > 0) {
-    const ssize_t n = ::write(fd, p, size);
-    if (n < 0 && errno == EINTR) continue;
-    ST_CHECK(n > 0, ErrorKind::kIo, "writing {}: {}", path, std::strerror(errno));
-    p += n;
-    size -= static_cast<size_t>(n);
-  }
-}
 
 }  // namespace
 
@@ -49,8 +39,8 @@ SafetensorsStreamWriter::SafetensorsStreamWriter(std::string path, std::vector<S
   uint64_t n = text.size();
   unsigned char le[8];
   for (int i = 0; i < 8; ++i) le[i] = static_cast<unsigned char>(n >> (8 * i));
-  write_all(fd_, le, 8, tmp_);
-  write_all(fd_, text.data(), text.size(), tmp_);
+  common::write_all(fd_, le, 8, tmp_);
+  common::write_all(fd_, text.data(), text.size(), tmp_);
 }
 
 SafetensorsStreamWriter::~SafetensorsStreamWriter() {
@@ -66,7 +56,7 @@ void SafetensorsStreamWriter::append(const at::Tensor& tensor) {
   ST_CHECK(std::vector<int64_t>(tensor.sizes().begin(), tensor.sizes().end()) == t.shape, ErrorKind::kInternal,
            "{}: tensor {} does not have its declared shape", path_, t.name);
   const at::Tensor data = tensor.to(to_scalar_type(t.dtype)).contiguous();
-  write_all(fd_, data.data_ptr(), static_cast<size_t>(data.nbytes()), tmp_);
+  common::write_all(fd_, data.data_ptr(), static_cast<size_t>(data.nbytes()), tmp_);
 }
 
 void SafetensorsStreamWriter::finish() {

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "common/error.h"
+#include "common/file_io.h"
 #include "common/job/schema.h"
 #include "runtime/data/packed_rows.h"
 #include "runtime/data/token_file.h"
@@ -42,12 +43,10 @@ std::string cache_key(const job::Job& job, const std::string& data_file, const d
   std::error_code ec;
   const auto size = fs::file_size(data_file, ec);
   const auto mtime = fs::last_write_time(data_file, ec).time_since_epoch().count();
-  std::ifstream in(tokenizer_path(job), std::ios::binary);
-  std::ostringstream tok;
-  tok << in.rdbuf();
+  const std::string tokenizer_bytes = common::read_file(tokenizer_path(job), ErrorKind::kConfig, "the tokenizer");
   return fmt::format("data={} size={} mtime={}; tokenizer={:016x}; format={} prompt_field={} response_field={} "
                      "template={:016x}; bos={} eos={} max_tokens={}; val_file={} val_fraction={} seed={}",
-                     fs::absolute(data_file).string(), size, mtime, data::fingerprint(tok.str()),
+                     fs::absolute(data_file).string(), size, mtime, data::fingerprint(tokenizer_bytes),
                      job::enum_name(job.data.format), job.data.prompt_field, job.data.response_field,
                      data::fingerprint(job.data.prompt_template), options.bos, options.eos, options.max_tokens, job.data.val_file,
                      job.data.val_fraction, job.train.seed);

@@ -7,22 +7,16 @@
 
 #include <algorithm>
 #include <chrono>
-#include <fstream>
 #include <iostream>
-#include <sstream>
 
-#include "common/error.h"
+#include "common/file_io.h"
 #include "runtime/data/tokenizer.h"
 #include "runtime/data/utf8.h"
 
 namespace {
 
 std::vector<std::string> read_lines(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  ST_CHECK(in, shardtune::common::ErrorKind::kIo, "cannot read {}", path);
-  std::ostringstream s;
-  s << in.rdbuf();
-  const std::string text = s.str();
+  const std::string text = shardtune::common::read_file(path);
   std::vector<std::string> lines;
   size_t start = 0;
   for (size_t nl; (nl = text.find('\n', start)) != std::string::npos; start = nl + 1)

@@ -3,11 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "common/error.h"
+#include "common/file_io.h"
 #include "runtime/data/utf8.h"
 
 namespace shardtune::data {
@@ -15,14 +14,6 @@ namespace {
 
 using common::ErrorKind;
 using nlohmann::json;
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  ST_CHECK(in, ErrorKind::kConfig, "cannot read the data file {}", path);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 int64_t line_of(const std::string& text, size_t offset) {
   return 1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(std::min(offset, text.size())), '\n');
@@ -166,7 +157,7 @@ std::vector<std::pair<int64_t, std::vector<std::string>>> parse_csv(const std::s
 
 RecordFile read_records(const std::string& path, const std::vector<std::string>& required,
                         const std::vector<std::string>& may_be_empty, bool skip_bad) {
-  const std::string text = read_text(path);
+  const std::string text = common::read_file(path, ErrorKind::kConfig, "the data file");
   Collector c(required, may_be_empty, skip_bad);
   switch (record_format_of(path)) {
     case RecordFormat::kJson: {

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "common/file_io.h"
 
 namespace shardtune::data {
 namespace {
@@ -21,17 +22,6 @@ constexpr char kMagic[8] = {'S', 'T', 'T', 'O', 'K', 'v', '1', '\n'};
 // Layout: magic[8], key length u64, key bytes padded to 8, examples u64, tokens u64,
 // offsets i64[examples + 1], ids i32[tokens], labels i32[tokens].
 size_t padded(size_t n) { return (n + 7) / 8 * 8; }
-
-void write_all(int fd, const void* data, size_t size, const std::string& path) {
-  const char* p = static_cast<const char*>(data);
-  while (size > 0) {
-    const ssize_t n = ::write(fd, p, size);
-    if (n < 0 && errno == EINTR) continue;
-    ST_CHECK(n > 0, ErrorKind::kIo, "cannot write {}: {}", path, std::strerror(errno));
-    p += n;
-    size -= static_cast<size_t>(n);
-  }
-}
 
 }  // namespace
 
@@ -51,17 +41,17 @@ void TokenFile::write(const std::string& path, const std::string& key, const std
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   ST_CHECK(fd >= 0, ErrorKind::kIo, "cannot create {}: {}", tmp, std::strerror(errno));
   try {
-    write_all(fd, kMagic, sizeof kMagic, tmp);
+    common::write_all(fd, kMagic, sizeof kMagic, tmp);
     const uint64_t header[1] = {key.size()};
-    write_all(fd, header, sizeof header, tmp);
+    common::write_all(fd, header, sizeof header, tmp);
     std::string k = key;
     k.resize(padded(key.size()), '\0');
-    write_all(fd, k.data(), k.size(), tmp);
+    common::write_all(fd, k.data(), k.size(), tmp);
     const uint64_t counts[2] = {examples.size(), static_cast<uint64_t>(offsets.back())};
-    write_all(fd, counts, sizeof counts, tmp);
-    write_all(fd, offsets.data(), offsets.size() * sizeof(int64_t), tmp);
-    for (const Example& e : examples) write_all(fd, e.ids.data(), e.ids.size() * sizeof(int32_t), tmp);
-    for (const Example& e : examples) write_all(fd, e.labels.data(), e.labels.size() * sizeof(int32_t), tmp);
+    common::write_all(fd, counts, sizeof counts, tmp);
+    common::write_all(fd, offsets.data(), offsets.size() * sizeof(int64_t), tmp);
+    for (const Example& e : examples) common::write_all(fd, e.ids.data(), e.ids.size() * sizeof(int32_t), tmp);
+    for (const Example& e : examples) common::write_all(fd, e.labels.data(), e.labels.size() * sizeof(int32_t), tmp);
     ST_CHECK(::fsync(fd) == 0, ErrorKind::kIo, "cannot fsync {}: {}", tmp, std::strerror(errno));
   } catch (...) {
     ::close(fd);

@@ -3,11 +3,10 @@
 #include <fmt/format.h>
 
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "common/error.h"
+#include "common/file_io.h"
 #include "runtime/data/added_tokens.h"
 #include "runtime/data/bpe.h"
 #include "runtime/data/regex_split.h"
@@ -58,14 +57,6 @@ struct DecoderStep {
   std::string a, b;
   int start = 0, stop = 0;
 };
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  ST_CHECK(in, ErrorKind::kConfig, "cannot read {}", path);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 [[noreturn]] void unsupported(const std::string& name, const std::string& where, const json& node) {
   common::raise(ErrorKind::kConfig, fmt::format("{}: {} {} is not supported (supported: the parts Llama 2 and Llama 3 "
@@ -220,8 +211,8 @@ Tokenizer::~Tokenizer() = default;
 
 Tokenizer Tokenizer::from_file(const std::string& tokenizer_json) {
   const std::filesystem::path config = std::filesystem::path(tokenizer_json).parent_path() / "tokenizer_config.json";
-  return from_json(read_file(tokenizer_json), tokenizer_json,
-                   std::filesystem::exists(config) ? read_file(config.string()) : std::string());
+  return from_json(common::read_file(tokenizer_json, ErrorKind::kConfig, "the tokenizer"), tokenizer_json,
+                   std::filesystem::exists(config) ? common::read_file(config.string(), ErrorKind::kConfig) : std::string());
 }
 
 Tokenizer Tokenizer::from_json(std::string_view text, const std::string& name, std::string_view config_text) {

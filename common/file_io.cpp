@@ -1,0 +1,33 @@
+#include "common/file_io.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace shardtune::common {
+
+std::string read_file(const std::string& path, ErrorKind kind, const std::string& what) {
+  std::ifstream in(path, std::ios::binary);
+  const std::string name = what.empty() ? path : what + " " + path;
+  ST_CHECK(in, kind, "cannot read {}: {}", name, std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  ST_CHECK(!in.bad(), kind, "cannot read {}: the read failed", name);
+  return text.str();
+}
+
+void write_all(int fd, const void* data, size_t size, const std::string& path) {
+  const auto* p = static_cast<const char*>(data);
+  while (size > 0) {
+    const ssize_t n = ::write(fd, p, size);
+    if (n < 0 && errno == EINTR) continue;
+    ST_CHECK(n > 0, ErrorKind::kIo, "cannot write {}: {}", path, std::strerror(errno));
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+}
+
+}  // namespace shardtune::common

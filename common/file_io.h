@@ -1,0 +1,17 @@
+// Whole-file reads and complete writes, with errors that name the file.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "common/error.h"
+
+namespace shardtune::common {
+
+// The bytes of `path`. Throws Error(kind) "cannot read <what> <path>: <reason>".
+std::string read_file(const std::string& path, ErrorKind kind = ErrorKind::kIo, const std::string& what = "");
+
+// Writes all `size` bytes to `fd` (retrying short writes and EINTR). Throws Error(kIo) naming `path`.
+void write_all(int fd, const void* data, size_t size, const std::string& path);
+
+}  // namespace shardtune::common
