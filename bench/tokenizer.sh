@@ -9,7 +9,7 @@ ref=$build/tokenizer-reference
 work=$build/tokenizer-bench
 mkdir -p "$work"
 cp "$root/tests/tokenizer/reference.mjs" "$ref/"
-/usr/bin/python3 "$root/tests/tokenizer/make_corpus.py" "$root" "$work/corpus.txt" 10000 >/dev/null
+/usr/bin/python3 "$root/tests/tokenizer/make_corpus.py" "$work/corpus.txt" 10000 >/dev/null
 rate() { sed 's/.*"tokens_per_second": *\([0-9.e+]*\).*/\1/'; }
 for name in llama3 llama2; do
   models=$ref/node_modules/@lenml/tokenizer-$name/models

@@ -52,3 +52,9 @@ if(SHARDTUNE_WITH_NCCL)
     endif()
   endif()
 endif()
+
+# Tokenizers: PCRE2 (Unicode regex of tokenizer.json pre-tokenizers) and SentencePiece
+# (tokenizer.model files). Debian: libpcre2-dev, libsentencepiece-dev.
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET GLOBAL libpcre2-8)
+pkg_check_modules(SENTENCEPIECE REQUIRED IMPORTED_TARGET GLOBAL sentencepiece)

@@ -7,9 +7,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <iostream>
 
 #include "common/file_io.h"
+#include "runtime/data/sentencepiece_model.h"
 #include "runtime/data/tokenizer.h"
 #include "runtime/data/utf8.h"
 
@@ -33,15 +35,24 @@ int main(int argc, char** argv) {
   int repeat = 0;
   bool check_roundtrip = false, skip_special_lines = false;
   app.add_option("tokenizer", tokenizer_path, "tokenizer.json")->required();
-  app.add_option("lines", lines_path, "Text file: one input per line")->required();
+  std::string write_json;
+  app.add_option("lines", lines_path, "Text file: one input per line");
+  app.add_option("--write-json", write_json,
+                 "Convert a SentencePiece tokenizer.model to this tokenizer.json (as transformers converts Llama's) "
+                 "and exit");
   app.add_option("--bench", repeat, "Print only tokens/s over this many passes")->check(CLI::Range(1, 1000));
   app.add_flag("--check-roundtrip", check_roundtrip, "Exit 1 unless decode(encode(line)) == line for every line");
   app.add_flag("--roundtrip-skip-special", skip_special_lines,
-               "Leave lines holding special tokens out of the round-trip check (SentencePiece-style tokenizers "
-               "prepend a space to the text after each one)");
+               "SentencePiece style: leave out of the round-trip check the lines that hold special tokens (a space "
+               "is prepended to the text after each) or U+2581 (the format's own symbol for a space)");
   CLI11_PARSE(app, argc, argv);
   try {
     using namespace shardtune::data;
+    if (!write_json.empty()) {
+      std::ofstream(write_json, std::ios::binary) << SentencePieceModel(tokenizer_path).to_tokenizer_json();
+      return 0;
+    }
+    ST_CHECK(!lines_path.empty(), shardtune::common::ErrorKind::kUsage, "no lines file given");
     const Tokenizer tokenizer = Tokenizer::from_file(tokenizer_path);
     const std::vector<std::string> lines = read_lines(lines_path);
     if (repeat > 0) {
@@ -62,7 +73,8 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < lines.size(); ++i) {
       const std::vector<int32_t> ids = tokenizer.encode(lines[i]);
       out += fmt::format("[{}]\n", fmt::join(ids, ","));
-      const bool special = std::any_of(ids.begin(), ids.end(), [&](int32_t id) { return tokenizer.is_added_token(id); });
+      const bool special = std::any_of(ids.begin(), ids.end(), [&](int32_t id) { return tokenizer.is_added_token(id); }) ||
+                           lines[i].find("\xe2\x96\x81") != std::string::npos;
       if (check_roundtrip && !(skip_special_lines && special) && tokenizer.decode(ids) != repair_utf8(lines[i])) {
         if (++mismatches <= 5) std::cerr << fmt::format("line {}: decode(encode(x)) != x\n", i + 1);
       }

@@ -4,16 +4,20 @@
 # 7B's ids), both shipped on npm, and on the example job's own small tokenizer (configs/data): a corpus of 10,000 lines must give identical ids, and
 # decode(encode(x)) == x (for SentencePiece style: on lines without special tokens, as that
 # format prepends a space after each special token).
-# usage: exactness_test.sh SHARDTUNE_TOKENIZE SOURCE_DIR REFERENCE_DIR WORK_DIR
+# A SentencePiece tokenizer.model (Llama 2's format): a BPE model with Llama 2's settings is trained
+# on part of the corpus; libsentencepiece encoding it (shardtune's .model path) must give the ids
+# the JavaScript reference gives on its conversion to tokenizer.json (shardtune-tokenize
+# --write-json, as transformers converts Llama's), and so must shardtune on that conversion.
+# usage: exactness_test.sh SHARDTUNE_TOKENIZE SOURCE_DIR REFERENCE_DIR WORK_DIR TRAIN_SENTENCEPIECE
 set -u
-tok=$1 src=$2 ref=$3 work=$4
+tok=$1 src=$2 ref=$3 work=$4 train_sp=$5
 [[ -d "$ref/node_modules/@huggingface/tokenizers" ]] ||
   { echo "FAIL: the npm reference is not installed in $ref: run scripts/setup.sh (needs npm)"; exit 1; }
 mkdir -p "$work"
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 cp "$src/tests/tokenizer/reference.mjs" "$ref/"
-/usr/bin/python3 "$src/tests/tokenizer/make_corpus.py" "$src" "$work/corpus.txt" 10000 || fail "no corpus"
+/usr/bin/python3 "$src/tests/tokenizer/make_corpus.py" "$work/corpus.txt" 10000 || fail "no corpus"
 for name in llama3 llama2 tiny; do
   models="$ref/node_modules/@lenml/tokenizer-$name/models"
   [[ $name == tiny ]] && models="$src/configs/data/tiny-tokenizer"  # the example job's own
@@ -33,5 +37,32 @@ for name in llama3 llama2 tiny; do
     echo "$name: $lines lines, $(grep -o '[0-9]\+' "$work/reference-$name.txt" | wc -l) ids, identical to @huggingface/tokenizers"
   fi
 done
+
+# SentencePiece: train, convert, compare.
+sp="$work/sentencepiece"
+mkdir -p "$sp"
+/usr/bin/python3 - "$work/corpus.txt" "$sp/train.txt" <<'PY'
+import sys
+lines = [l for l in open(sys.argv[1], "rb").read().split(b"\n")[:6000] if l]
+open(sys.argv[2], "wb").write(b"\n".join(l.decode("utf-8", "replace").encode() for l in lines) + b"\n")
+PY
+"$train_sp" "$sp/train.txt" "$sp/tokenizer" 3000 2>"$sp/train.log" || fail "sentencepiece training failed: $(tail -3 "$sp/train.log")"
+"$tok" "$sp/tokenizer.model" --write-json "$sp/tokenizer.json" || fail "no tokenizer.json from the model"
+echo '{"bos_token": "<s>", "eos_token": "</s>", "clean_up_tokenization_spaces": false}' >"$sp/tokenizer_config.json"
+node "$ref/reference.mjs" "$sp/tokenizer.json" "$sp/tokenizer_config.json" "$work/corpus.txt" >"$sp/reference.txt" ||
+  fail "sentencepiece: the reference failed"
+"$tok" "$sp/tokenizer.model" "$work/corpus.txt" --check-roundtrip --roundtrip-skip-special >"$sp/model.txt" ||
+  fail "sentencepiece .model: decode(encode(x)) != x"
+"$tok" "$sp/tokenizer.json" "$work/corpus.txt" >"$sp/json.txt" || fail "sentencepiece json failed"
+for ours in model json; do
+  differ=$(diff "$sp/reference.txt" "$sp/$ours.txt" | grep -c '^<')
+  if ((differ > 0)); then
+    fail "sentencepiece ($ours): $differ lines give other ids than the reference; first:"
+    diff "$sp/reference.txt" "$sp/$ours.txt" | head -4
+  else
+    echo "sentencepiece tokenizer.$ours: $(wc -l <"$sp/reference.txt") lines identical to @huggingface/tokenizers on the converted file"
+  fi
+done
+
 ((failures == 0)) && echo "PASS"
 exit $((failures > 0))
