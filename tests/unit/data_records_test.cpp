@@ -103,6 +103,17 @@ TEST(Prompts, TemplatesFillFieldsAndFormatsPickTheirs) {
   const PromptFormat custom = prompt_format(d);
   EXPECT_EQ(custom.required, (std::vector<std::string>{"q", "a"}));
   EXPECT_EQ(custom.prompt(Record{{{"q", "why"}, {"a", "because"}}, ""}), "Question: why\nAnswer: ");
+  d.prompt_template.clear();
+  d.format = job::DataFormat::kSamsum;
+  const PromptFormat samsum = prompt_format(d);
+  EXPECT_EQ(samsum.required, (std::vector<std::string>{"dialogue", "summary"}));
+  EXPECT_EQ(samsum.prompt(Record{{{"dialogue", "A: hi\nB: yo"}, {"summary", "greetings"}}, ""}),
+            "Summarize this dialog:\nA: hi\nB: yo\n---\nSummary:\n");
+  d.format = job::DataFormat::kGrammar;
+  const PromptFormat grammar = prompt_format(d);
+  EXPECT_EQ(grammar.response_field, "target");
+  EXPECT_EQ(grammar.prompt(Record{{{"input", "he go"}, {"target", "he goes"}}, ""}),
+            "Correct this to standard English: he go\n---\nCorrected: ");
 }
 
 TEST(Examples, BosAndPromptAreMaskedResponseAndEosAreLearned) {
