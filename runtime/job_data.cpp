@@ -19,6 +19,7 @@
 #include "runtime/data/tokenizer.h"
 #include "runtime/train/packed_dataset.h"
 #include "runtime/train/padded_dataset.h"
+#include "slurm/command.h"
 
 namespace shardtune::runtime {
 namespace {
@@ -146,7 +147,26 @@ std::unique_ptr<train::Dataset> batched(std::shared_ptr<const data::TokenFile> t
 std::string tokenizer_path(const job::Job& job) {
   if (job.data.format == job::DataFormat::kSynthetic) return "";
   if (!job.data.tokenizer.empty()) return job.data.tokenizer;
-  return job.model.path.empty() ? "" : job.model.path + "/tokenizer.json";
+  if (job.model.path.empty()) return "";
+  const std::string json = job.model.path + "/tokenizer.json", model = job.model.path + "/tokenizer.model";
+  return !std::filesystem::exists(json) && std::filesystem::exists(model) ? model : json;
+}
+
+void prepare_tokenizer(job::Job& job, const DataContext& context, const std::string& tool) {
+  const std::string path = tokenizer_path(job);
+  if (path.size() < 6 || path.compare(path.size() - 6, 6, ".model") != 0) return;
+  const std::string converted = job.job.output_dir + "/tokenizer/tokenizer.json";
+  std::string error;
+  if (context.rank == 0) {
+    std::filesystem::create_directories(job.job.output_dir + "/tokenizer");
+    const slurm::CommandResult r = slurm::run_command({tool, path, "--write-json", converted});
+    if (r.exit_code != 0) error = fmt::format("cannot convert {} to tokenizer.json: {}", path, r.err);
+    else spdlog::info("converted the SentencePiece model {} to {}", path, converted);
+  }
+  context.barrier();
+  ST_CHECK(context.all_agree(error.empty()), ErrorKind::kConfig, "{}",
+           error.empty() ? "rank 0 could not convert the SentencePiece tokenizer (see its log)" : error);
+  job.data.tokenizer = converted;
 }
 
 JobData load_job_data(const job::Job& job, const model::LlamaConfig& config, const DataContext& context) {
@@ -179,7 +199,9 @@ JobData load_job_data(const job::Job& job, const model::LlamaConfig& config, con
   const TokenCache val_cache(job, job.data.val_file.empty() ? job.data.train_file : job.data.val_file, key, "validation");
   std::shared_ptr<const data::TokenFile> train_tokens = train_cache.open();
   std::shared_ptr<const data::TokenFile> val_tokens = want_val ? val_cache.open() : nullptr;
-  const bool cached = train_tokens != nullptr && (!want_val || val_tokens != nullptr);
+  // Collective: another job may be writing the same token files right now, so ranks could see
+  // them differently; all tokenize-or-map decisions must be the same.
+  const bool cached = context.all_agree(train_tokens != nullptr && (!want_val || val_tokens != nullptr));
   if (!cached) {
     // Rank 0 reads and tokenizes; every rank then maps the token files it wrote.
     if (context.rank == 0) build_token_files(job, tokenizer, options, train_cache, want_val ? &val_cache : nullptr);

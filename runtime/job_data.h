@@ -12,8 +12,16 @@
 
 namespace shardtune::runtime {
 
-// [data] tokenizer, or tokenizer.json of the model folder; empty for synthetic data.
+// [data] tokenizer, or the model folder's tokenizer.json (else its tokenizer.model); empty for
+// synthetic data.
 std::string tokenizer_path(const job::Job& job);
+
+struct DataContext;
+
+// A SentencePiece tokenizer.model is converted to <output_dir>/tokenizer.json by rank 0 (with
+// shardtune-tokenize, `tool`; libsentencepiece cannot share a process with LibTorch) and the job
+// points at the conversion. Collective. Nothing changes for a tokenizer.json.
+void prepare_tokenizer(job::Job& job, const DataContext& context, const std::string& tool);
 
 struct JobData {
   std::unique_ptr<train::Dataset> train;
@@ -23,7 +31,8 @@ struct JobData {
 struct DataContext {
   int rank = 0;
   int world_size = 1;
-  std::function<void()> barrier;  // all ranks
+  std::function<void()> barrier;        // all ranks
+  std::function<bool(bool)> all_agree;  // all ranks: true when every rank passes true
 };
 
 // Every rank builds the same datasets. The tokenized examples are cached in a token file next to

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,14 @@ Args parse_args(int argc, char** argv) {
   ST_CHECK(!args.job_path.empty(), common::ErrorKind::kUsage,
            "no job file. Usage: shardtune-rank JOB.toml [--set section.key=value]...");
   return args;
+}
+
+// A program installed beside shardtune-rank.
+std::string sibling_executable(const std::string& name) {
+  std::error_code ec;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  ST_CHECK(!ec, common::ErrorKind::kIo, "cannot find the shardtune-rank executable: {}", ec.message());
+  return (self.parent_path() / name).string();
 }
 
 int visible_gpus() {
@@ -158,6 +167,14 @@ int run(int argc, char** argv) {
 
   // Either every rank builds the full model and keeps its shards, or the model is built without
   // weights and each rank receives only its shards from the readers.
+  const runtime::DataContext data_context{
+      topo.rank, topo.world_size, [] { ST_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); },
+      [](bool mine) {
+        int in = mine ? 1 : 0, all = 0;
+        ST_MPI_CHECK(MPI_Allreduce(&in, &all, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD));
+        return all != 0;
+      }};
+  runtime::prepare_tokenizer(job, data_context, sibling_executable("shardtune-tokenize"));
   const model::LlamaConfig config = runtime::model_config(job);
   const bool stream = runtime::streams_weights(job, config);
   std::unique_ptr<model::LlamaForCausalLM> model =
@@ -177,8 +194,7 @@ int run(int argc, char** argv) {
   spdlog::info("model: {:.1f}M parameters ({} frozen tensors), {} units; {} bytes of shards per rank",
                static_cast<double>(model->config().num_parameters()) / 1e6, frozen.size(),
                model->num_layers() + 2, sharded.persistent_bytes());
-  const runtime::JobData data = runtime::load_job_data(
-      job, config, {topo.rank, topo.world_size, [] { ST_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); }});
+  const runtime::JobData data = runtime::load_job_data(job, config, data_context);
   const std::string job_toml = job::to_toml(job);
   train::CheckpointHooks hooks;
   hooks.resume = [&](fsdp::AdamW& optimizer) -> std::optional<train::ResumePoint> {

@@ -7,7 +7,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
+#include <functional>
+#include <optional>
 #include <iostream>
 
 #include "common/file_io.h"
@@ -49,18 +52,42 @@ int main(int argc, char** argv) {
   try {
     using namespace shardtune::data;
     if (!write_json.empty()) {
-      std::ofstream(write_json, std::ios::binary) << SentencePieceModel(tokenizer_path).to_tokenizer_json();
+      const SentencePieceModel model(tokenizer_path);
+      std::ofstream(write_json, std::ios::binary) << model.to_tokenizer_json();
+      // BOS and EOS beside it, unless that folder already says.
+      const auto config = std::filesystem::path(write_json).parent_path() / "tokenizer_config.json";
+      if (!std::filesystem::exists(config)) {
+        std::ofstream(config) << fmt::format("{{\"bos_token\": \"{}\", \"eos_token\": \"{}\"}}\n",
+                                             model.bos_id() >= 0 ? model.piece(model.bos_id()) : "",
+                                             model.eos_id() >= 0 ? model.piece(model.eos_id()) : "");
+      }
       return 0;
     }
     ST_CHECK(!lines_path.empty(), shardtune::common::ErrorKind::kUsage, "no lines file given");
-    const Tokenizer tokenizer = Tokenizer::from_file(tokenizer_path);
+    // A tokenizer.json through shardtune's tokenizer; a tokenizer.model through libsentencepiece.
+    std::function<std::vector<int32_t>(const std::string&)> encode;
+    std::function<std::string(const std::vector<int32_t>&)> decode;
+    std::function<bool(int32_t)> is_special;
+    std::optional<Tokenizer> tokenizer;
+    std::optional<SentencePieceModel> model;
+    if (tokenizer_path.size() > 6 && tokenizer_path.compare(tokenizer_path.size() - 6, 6, ".model") == 0) {
+      model.emplace(tokenizer_path);
+      encode = [&](const std::string& t) { return model->encode(t); };
+      decode = [&](const std::vector<int32_t>& ids) { return model->decode(ids); };
+      is_special = [&](int32_t id) { return model->is_control(id) || model->is_unknown(id); };
+    } else {
+      tokenizer.emplace(Tokenizer::from_file(tokenizer_path));
+      encode = [&](const std::string& t) { return tokenizer->encode(t); };
+      decode = [&](const std::vector<int32_t>& ids) { return tokenizer->decode(ids); };
+      is_special = [&](int32_t id) { return tokenizer->is_added_token(id); };
+    }
     const std::vector<std::string> lines = read_lines(lines_path);
     if (repeat > 0) {
       int64_t tokens = 0, bytes = 0;
       const auto start = std::chrono::steady_clock::now();
       for (int r = 0; r < repeat; ++r)
         for (const std::string& line : lines) {
-          tokens += static_cast<int64_t>(tokenizer.encode(line).size());
+          tokens += static_cast<int64_t>(encode(line).size());
           bytes += static_cast<int64_t>(line.size());
         }
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -71,11 +98,11 @@ int main(int argc, char** argv) {
     int mismatches = 0;
     std::string out;
     for (size_t i = 0; i < lines.size(); ++i) {
-      const std::vector<int32_t> ids = tokenizer.encode(lines[i]);
+      const std::vector<int32_t> ids = encode(lines[i]);
       out += fmt::format("[{}]\n", fmt::join(ids, ","));
-      const bool special = std::any_of(ids.begin(), ids.end(), [&](int32_t id) { return tokenizer.is_added_token(id); }) ||
+      const bool special = std::any_of(ids.begin(), ids.end(), is_special) ||
                            lines[i].find("\xe2\x96\x81") != std::string::npos;
-      if (check_roundtrip && !(skip_special_lines && special) && tokenizer.decode(ids) != repair_utf8(lines[i])) {
+      if (check_roundtrip && !(skip_special_lines && special) && decode(ids) != repair_utf8(lines[i])) {
         if (++mismatches <= 5) std::cerr << fmt::format("line {}: decode(encode(x)) != x\n", i + 1);
       }
     }

@@ -9,6 +9,8 @@
 #include <unordered_map>
 
 #include "common/error.h"
+#include "runtime/data/added_tokens.h"
+#include "runtime/data/utf8.h"
 
 namespace shardtune::data {
 
@@ -17,27 +19,64 @@ using common::ErrorKind;
 struct SentencePieceModel::Impl {
   sentencepiece::SentencePieceProcessor sp;
   std::string path;
+  AddedTokenSplitter control;
 };
 
 SentencePieceModel::SentencePieceModel(const std::string& path) : impl_(std::make_unique<Impl>()) {
   impl_->path = path;
   const auto status = impl_->sp.Load(path);
   ST_CHECK(status.ok(), ErrorKind::kConfig, "{}: not a SentencePiece model: {}", path, status.ToString());
+  std::vector<AddedToken> control;
+  for (int32_t id = 0; id < size(); ++id)
+    if (is_control(id) || is_unknown(id)) control.push_back({piece(id), id, true, false, false, false});
+  impl_->control = AddedTokenSplitter(control);
 }
 
 SentencePieceModel::~SentencePieceModel() = default;
 
 std::vector<int32_t> SentencePieceModel::encode(std::string_view text) const {
-  std::vector<int> ids;
-  const auto status = impl_->sp.Encode(std::string(text), &ids);
-  ST_CHECK(status.ok(), ErrorKind::kInternal, "{}: SentencePiece encode failed: {}", impl_->path, status.ToString());
-  return {ids.begin(), ids.end()};
+  std::string repaired;
+  if (!is_valid_utf8(text)) {
+    repaired = repair_utf8(text);
+    text = repaired;
+  }
+  std::vector<int32_t> out;
+  for (const Section& s : impl_->control.split(text)) {
+    if (s.added_id >= 0) {
+      out.push_back(s.added_id);
+      continue;
+    }
+    if (s.text.empty()) continue;
+    std::vector<int> ids;
+    const auto status = impl_->sp.Encode(std::string(s.text), &ids);
+    ST_CHECK(status.ok(), ErrorKind::kInternal, "{}: SentencePiece encode failed: {}", impl_->path, status.ToString());
+    out.insert(out.end(), ids.begin(), ids.end());
+  }
+  return out;
 }
 
 std::string SentencePieceModel::decode(const std::vector<int32_t>& ids) const {
   std::string text;
-  const auto status = impl_->sp.Decode(std::vector<int>(ids.begin(), ids.end()), &text);
-  ST_CHECK(status.ok(), ErrorKind::kInternal, "{}: SentencePiece decode failed: {}", impl_->path, status.ToString());
+  std::vector<int> run;
+  auto flush = [&] {
+    if (run.empty()) return;
+    std::string part;
+    const auto status = impl_->sp.Decode(run, &part);
+    ST_CHECK(status.ok(), ErrorKind::kInternal, "{}: SentencePiece decode failed: {}", impl_->path, status.ToString());
+    text += part;
+    run.clear();
+  };
+  for (const int32_t id : ids) {
+    ST_CHECK(id >= 0 && id < size(), ErrorKind::kUsage, "token id {} is outside the vocabulary of {} (size {})", id,
+             impl_->path, size());
+    if (is_control(id) || is_unknown(id)) {
+      flush();
+      text += piece(id);
+    } else {
+      run.push_back(id);
+    }
+  }
+  flush();
   return text;
 }
 

@@ -1,6 +1,8 @@
 // SentencePiece `tokenizer.model` files (Llama 2), through Debian's libsentencepiece, and their
 // conversion to a Hugging Face tokenizer.json the way transformers converts Llama's (vocabulary
 // with scores, merges recovered from the vocabulary, Prepend/Replace normalizer, byte fallback).
+// Tools only: libsentencepiece's protobuf clashes with LibTorch's in one process, so the ranks
+// read the converted tokenizer.json.
 #pragma once
 
 #include <cstdint>
@@ -17,8 +19,10 @@ class SentencePieceModel {
   explicit SentencePieceModel(const std::string& path);
   ~SentencePieceModel();
 
-  // Ids of `text` (the dummy "▁" prefix added as the model says; no BOS/EOS).
+  // Ids of `text` (no BOS/EOS). Control tokens written in the text (<s>) are recognised first, as
+  // Hugging Face's tokenizers do; each stretch between them gets the model's dummy prefix.
   std::vector<int32_t> encode(std::string_view text) const;
+  // Control tokens as written; the stretches between them decoded by libsentencepiece.
   std::string decode(const std::vector<int32_t>& ids) const;
 
   int32_t size() const;

@@ -10,7 +10,6 @@
 #include "runtime/data/added_tokens.h"
 #include "runtime/data/bpe.h"
 #include "runtime/data/regex_split.h"
-#include "runtime/data/sentencepiece_model.h"
 #include "runtime/data/utf8.h"
 
 namespace shardtune::data {
@@ -75,7 +74,6 @@ std::string string_pattern(const std::string& name, const json& pattern) {
 struct Tokenizer::Impl {
   std::string name;
   std::unique_ptr<BpeModel> model;
-  std::unique_ptr<SentencePieceModel> sentencepiece;  // a tokenizer.model: libsentencepiece encodes
   std::vector<AddedToken> added;
   AddedTokenSplitter raw_splitter, normalized_splitter;
   std::vector<NormalizerStep> normalizer;
@@ -212,8 +210,11 @@ Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
 Tokenizer Tokenizer::from_file(const std::string& tokenizer_json) {
-  if (tokenizer_json.size() > 6 && tokenizer_json.compare(tokenizer_json.size() - 6, 6, ".model") == 0)
-    return from_sentencepiece(tokenizer_json);
+  ST_CHECK(!(tokenizer_json.size() > 6 && tokenizer_json.compare(tokenizer_json.size() - 6, 6, ".model") == 0),
+           ErrorKind::kConfig,
+           "{} is a SentencePiece model: convert it once with `shardtune-tokenize {} --write-json tokenizer.json` "
+           "(shardtune-rank does this itself for [data] tokenizer)",
+           tokenizer_json, tokenizer_json);
   const std::filesystem::path config = std::filesystem::path(tokenizer_json).parent_path() / "tokenizer_config.json";
   return from_json(common::read_file(tokenizer_json, ErrorKind::kConfig, "the tokenizer"), tokenizer_json,
                    std::filesystem::exists(config) ? common::read_file(config.string(), ErrorKind::kConfig) : std::string());
@@ -296,28 +297,6 @@ Tokenizer Tokenizer::from_json(std::string_view text, const std::string& name, s
   return Tokenizer(std::move(impl));
 }
 
-Tokenizer Tokenizer::from_sentencepiece(const std::string& path) {
-  auto impl = std::make_unique<Impl>();
-  impl->name = path;
-  impl->sentencepiece = std::make_unique<SentencePieceModel>(path);
-  const SentencePieceModel& sp = *impl->sentencepiece;
-  std::vector<AddedToken> control;
-  impl->id_to_token.resize(static_cast<size_t>(sp.size()));
-  impl->is_added.assign(static_cast<size_t>(sp.size()), false);
-  for (int32_t id = 0; id < sp.size(); ++id) {
-    impl->id_to_token[static_cast<size_t>(id)] = sp.piece(id);
-    if (sp.is_control(id) || sp.is_unknown(id)) {
-      control.push_back({sp.piece(id), id, true, false, false, false});
-      impl->is_added[static_cast<size_t>(id)] = true;
-    }
-  }
-  impl->added = control;
-  impl->raw_splitter = AddedTokenSplitter(control);
-  if (sp.bos_id() >= 0) impl->bos = sp.bos_id();
-  if (sp.eos_id() >= 0) impl->eos = sp.eos_id();
-  return Tokenizer(std::move(impl));
-}
-
 std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
   const Impl& t = *impl_;
   std::string repaired;
@@ -332,11 +311,6 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
       continue;
     }
     if (raw.text.empty()) continue;
-    if (t.sentencepiece) {
-      const std::vector<int32_t> ids = t.sentencepiece->encode(raw.text);
-      out.insert(out.end(), ids.begin(), ids.end());
-      continue;
-    }
     const std::string normalized = t.normalize(raw.text);
     if (t.normalized_splitter.empty()) {
       t.encode_plain(normalized, out);
@@ -352,27 +326,6 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
 
 std::string Tokenizer::decode(std::span<const int32_t> ids) const {
   const Impl& t = *impl_;
-  if (t.sentencepiece) {
-    // Control tokens as written; the runs between them decoded by libsentencepiece.
-    std::string text;
-    std::vector<int32_t> run;
-    auto flush = [&] {
-      if (!run.empty()) text += t.sentencepiece->decode(run);
-      run.clear();
-    };
-    for (const int32_t id : ids) {
-      ST_CHECK(id >= 0 && id < vocab_size(), ErrorKind::kUsage, "token id {} is outside the vocabulary of {} (size {})",
-               id, t.name, vocab_size());
-      if (t.is_added[static_cast<size_t>(id)]) {
-        flush();
-        text += t.id_to_token[static_cast<size_t>(id)];
-      } else {
-        run.push_back(id);
-      }
-    }
-    flush();
-    return text;
-  }
   std::vector<std::string> tokens;
   std::vector<bool> added;
   for (const int32_t id : ids) {

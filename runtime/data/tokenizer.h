@@ -4,7 +4,8 @@
 // byte fallback, unk), and the decoder (ByteLevel; Replace, ByteFallback, Fuse, Strip). This
 // covers Llama 3 / 3.1 / 3.2 (byte-level BPE) and Llama 2 / Mistral style tokenizer.json files
 // (SentencePiece-style BPE with byte fallback). Anything else is refused by name. A SentencePiece
-// tokenizer.model is read by libsentencepiece instead (sentencepiece_model.h).
+// tokenizer.model is converted to tokenizer.json first (sentencepiece_model.h): libsentencepiece
+// links a protobuf that clashes with LibTorch's, so it stays out of the ranks.
 #pragma once
 
 #include <cstdint>
@@ -23,10 +24,6 @@ class Tokenizer {
   // common::Error(kConfig) naming the file and the unsupported or malformed part.
   static Tokenizer from_file(const std::string& tokenizer_json);
   static Tokenizer from_json(std::string_view json, const std::string& name, std::string_view config_json = {});
-  // A SentencePiece tokenizer.model (Llama 2), encoded by libsentencepiece; control tokens such
-  // as <s> written in the text are recognised as in Hugging Face's tokenizers. from_file picks
-  // this for a path ending in ".model".
-  static Tokenizer from_sentencepiece(const std::string& tokenizer_model);
 
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;

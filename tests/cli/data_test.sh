@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The user's data end to end, through `shardtune run`:
 #  - the tiny example fine-tunes on its alpaca file (configs/data) and the loss falls;
+#  - a tokenizer.model is converted and used;
 #  - a bad record stops the job before training with file:line named, or is skipped and counted
 #    with on_bad_record = "skip".
 # usage: data_test.sh SHARDTUNE SOURCE_DIR
@@ -55,6 +56,20 @@ val = float(sys.argv[2])
 print(f"padding: first training loss {first:.3f}, held-out loss after 60 steps {val:.3f}")
 sys.exit(0 if val < 0.6 * first else 1)
 PY
+
+# A SentencePiece tokenizer.model (Llama 2's format): rank 0 converts it to tokenizer.json under
+# the output directory, and the job trains with it.
+/usr/bin/python3 - configs/data/tiny-alpaca.json "$tmp/sp-train.txt" <<'PY'
+import json, sys
+with open(sys.argv[2], "w") as out:
+    for r in json.load(open(sys.argv[1])):
+        out.write(" ".join(r.values()) + "\n")
+PY
+"$(dirname "$st")/train_sentencepiece" "$tmp/sp-train.txt" "$tmp/sp" 600 2>"$tmp/sp.log" || fail "cannot train a SentencePiece model: $(tail -2 "$tmp/sp.log")"
+"$st" run configs/tiny-alpaca.toml -n 2 --set "job.output_dir=$tmp/sp-run" --set "data.tokenizer=$tmp/sp.model" \
+  --set train.max_train_step=4 --set checkpoint.every_steps=0 >"$tmp/log" 2>&1 || fail "the tokenizer.model job failed: $(tail -5 "$tmp/log")"
+grep -q "converted the SentencePiece model $tmp/sp.model to $tmp/sp-run/tokenizer/tokenizer.json" "$tmp/log" ||
+  fail "tokenizer.model was not converted"
 
 # A broken record at line 3 of a JSON Lines file.
 printf '%s\n' '{"prompt": "Say hi.", "response": "hi"}' '{"prompt": "Say yo.", "response": "yo"}' \
