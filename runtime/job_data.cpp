@@ -37,19 +37,25 @@ data::RecordFile read(const job::Job& job, const data::PromptFormat& format, con
   return f;
 }
 
-// What a token file was made from: the data file (size, modification time), the tokenizer file,
-// the prompt format, the special tokens and the validation split. Any change makes another file.
-std::string cache_key(const job::Job& job, const std::string& data_file, const data::ExampleOptions& options) {
+// What a token file was made from: the data files (path, size, modification time), the tokenizer
+// file, the prompt format, the special tokens and the validation split. Any change makes another
+// file.
+std::string file_stamp(const std::string& path) {
   namespace fs = std::filesystem;
+  if (path.empty()) return "none";
   std::error_code ec;
-  const auto size = fs::file_size(data_file, ec);
-  const auto mtime = fs::last_write_time(data_file, ec).time_since_epoch().count();
+  const auto size = fs::file_size(path, ec);
+  const auto mtime = fs::last_write_time(path, ec).time_since_epoch().count();
+  return fmt::format("{} size={} mtime={}", fs::absolute(path).string(), size, mtime);
+}
+
+std::string cache_key(const job::Job& job, const data::ExampleOptions& options) {
   const std::string tokenizer_bytes = common::read_file(tokenizer_path(job), ErrorKind::kConfig, "the tokenizer");
-  return fmt::format("data={} size={} mtime={}; tokenizer={:016x}; format={} prompt_field={} response_field={} "
-                     "template={:016x}; bos={} eos={} max_tokens={}; val_file={} val_fraction={} seed={}",
-                     fs::absolute(data_file).string(), size, mtime, data::fingerprint(tokenizer_bytes),
+  return fmt::format("data={}; val_file={}; tokenizer={:016x}; format={} prompt_field={} response_field={} "
+                     "template={:016x}; bos={} eos={} max_tokens={}; val_fraction={} seed={}",
+                     file_stamp(job.data.train_file), file_stamp(job.data.val_file), data::fingerprint(tokenizer_bytes),
                      job::enum_name(job.data.format), job.data.prompt_field, job.data.response_field,
-                     data::fingerprint(job.data.prompt_template), options.bos, options.eos, options.max_tokens, job.data.val_file,
+                     data::fingerprint(job.data.prompt_template), options.bos, options.eos, options.max_tokens,
                      job.data.val_fraction, job.train.seed);
 }
 
@@ -193,7 +199,7 @@ JobData load_job_data(const job::Job& job, const model::LlamaConfig& config, con
   const bool padding = t.batching_strategy == job::BatchingStrategy::kPadding;
   if (padding || job.data.long_examples == job::LongExamples::kTruncate) options.max_tokens = t.context_length;
 
-  const std::string key = cache_key(job, job.data.train_file, options);
+  const std::string key = cache_key(job, options);
   const TokenCache train_cache(job, job.data.train_file, key, "training");
   const bool want_val = !job.data.val_file.empty() || job.data.val_fraction > 0;
   const TokenCache val_cache(job, job.data.val_file.empty() ? job.data.train_file : job.data.val_file, key, "validation");
