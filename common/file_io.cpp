@@ -1,9 +1,11 @@
 #include "common/file_io.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -17,6 +19,30 @@ std::string read_file(const std::string& path, ErrorKind kind, const std::string
   text << in.rdbuf();
   ST_CHECK(!in.bad(), kind, "cannot read {}: the read failed", name);
   return text.str();
+}
+
+void write_file_atomically(const std::string& path, const std::string& text) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(fs::path(path).parent_path(), ec);
+  ST_CHECK(!ec, ErrorKind::kIo, "cannot create the directory of {}: {}", path, ec.message());
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  ST_CHECK(fd >= 0, ErrorKind::kIo, "cannot write {}: {}", tmp, std::strerror(errno));
+  try {
+    write_all(fd, text.data(), text.size(), tmp);
+    ST_CHECK(::fsync(fd) == 0, ErrorKind::kIo, "cannot fsync {}: {}", tmp, std::strerror(errno));
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    raise(ErrorKind::kIo, fmt::format("cannot rename {} to {}: {}", tmp, path, std::strerror(err)));
+  }
 }
 
 void write_all(int fd, const void* data, size_t size, const std::string& path) {

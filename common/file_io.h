@@ -11,6 +11,10 @@ namespace shardtune::common {
 // The bytes of `path`. Throws Error(kind) "cannot read <what> <path>: <reason>".
 std::string read_file(const std::string& path, ErrorKind kind = ErrorKind::kIo, const std::string& what = "");
 
+// Writes `text` to `path` atomically: parent directories created, a temporary file written and
+// fsynced, then renamed over `path`. On failure `path` is untouched and no temporary file is left.
+void write_file_atomically(const std::string& path, const std::string& text);
+
 // Writes all `size` bytes to `fd` (retrying short writes and EINTR). Throws Error(kIo) naming `path`.
 void write_all(int fd, const void* data, size_t size, const std::string& path);
 

@@ -33,37 +33,6 @@ std::vector<std::string> local_run_overrides(int ranks) {
   return {"slurm.nodes=1", fmt::format("slurm.ntasks_per_node={}", ranks), "slurm.gpus_per_node=0"};
 }
 
-void write_file_atomically(const std::string& path, const std::string& text) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  fs::create_directories(fs::path(path).parent_path(), ec);
-  ST_CHECK(!ec, ErrorKind::kIo, "cannot create the directory of {}: {}", path, ec.message());
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  ST_CHECK(fd >= 0, ErrorKind::kIo, "cannot write {}: {}", tmp, std::strerror(errno));
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      common::raise(ErrorKind::kIo, fmt::format("cannot write {}: {}", tmp, std::strerror(err)));
-    }
-    done += static_cast<size_t>(n);
-  }
-  const bool synced = ::fsync(fd) == 0;
-  const int sync_errno = errno;
-  ::close(fd);
-  if (!synced) {
-    ::unlink(tmp.c_str());
-    common::raise(ErrorKind::kIo, fmt::format("cannot fsync {}: {}", tmp, std::strerror(sync_errno)));
-  }
-  ST_CHECK(::rename(tmp.c_str(), path.c_str()) == 0, ErrorKind::kIo, "cannot rename {} to {}: {}", tmp, path,
-           std::strerror(errno));
-}
-
 void exec_argv(const std::vector<std::string>& argv) {
   std::vector<char*> c_argv;
   for (const std::string& a : argv) c_argv.push_back(const_cast<char*>(a.c_str()));

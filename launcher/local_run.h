@@ -20,9 +20,6 @@ std::vector<std::string> local_mpirun_argv(const job::Job& job, const LocalRunOp
 // The --set overrides that make a job a one-node local run of `ranks` ranks.
 std::vector<std::string> local_run_overrides(int ranks);
 
-// Writes `text` to `path` atomically (temporary file, fsync, rename).
-void write_file_atomically(const std::string& path, const std::string& text);
-
 // Replaces this process with argv[0] (looked up in PATH). Returns only by throwing.
 [[noreturn]] void exec_argv(const std::vector<std::string>& argv);
 

@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "common/error.h"
+#include "common/file_io.h"
 #include "common/job/job_loader.h"
 #include "common/job/job_writer.h"
 #include "common/exit_codes.h"
@@ -63,7 +64,7 @@ int cmd_run(const std::string& path, std::vector<std::string> overrides, int ran
     std::cout << line << "\n";
     return 0;
   }
-  launcher::write_file_atomically(resolved_path, job::to_toml(job));
+  common::write_file_atomically(resolved_path, job::to_toml(job));
   std::cerr << "shardtune: " << line << "\n";
   launcher::exec_argv(argv);
 }

@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "common/error.h"
+#include "common/file_io.h"
 #include "common/job/job_writer.h"
 #include "launcher/local_run.h"
 #include "slurm/command.h"
@@ -71,8 +72,8 @@ int submit(const job::Job& job, const SubmitOptions& options) {
     return 0;
   }
   refuse_if_active(job.job.output_dir);
-  write_file_atomically(resolved_job_path(job), job::to_toml(job));
-  write_file_atomically(script_path(job), script);
+  common::write_file_atomically(resolved_job_path(job), job::to_toml(job));
+  common::write_file_atomically(script_path(job), script);
   fs::permissions(script_path(job), fs::perms::owner_exec | fs::perms::group_exec, fs::perm_options::add);
 
   const slurm::CommandResult r = slurm::run_command(argv);

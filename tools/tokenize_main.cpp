@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
-#include <fstream>
+#include <nlohmann/json.hpp>
 #include <functional>
 #include <optional>
 #include <iostream>
@@ -53,13 +53,14 @@ int main(int argc, char** argv) {
     using namespace shardtune::data;
     if (!write_json.empty()) {
       const SentencePieceModel model(tokenizer_path);
-      std::ofstream(write_json, std::ios::binary) << model.to_tokenizer_json();
+      shardtune::common::write_file_atomically(write_json, model.to_tokenizer_json());
       // BOS and EOS beside it, unless that folder already says.
       const auto config = std::filesystem::path(write_json).parent_path() / "tokenizer_config.json";
       if (!std::filesystem::exists(config)) {
-        std::ofstream(config) << fmt::format("{{\"bos_token\": \"{}\", \"eos_token\": \"{}\"}}\n",
-                                             model.bos_id() >= 0 ? model.piece(model.bos_id()) : "",
-                                             model.eos_id() >= 0 ? model.piece(model.eos_id()) : "");
+        shardtune::common::write_file_atomically(
+            config.string(), nlohmann::json{{"bos_token", model.bos_id() >= 0 ? model.piece(model.bos_id()) : ""},
+                                            {"eos_token", model.eos_id() >= 0 ? model.piece(model.eos_id()) : ""}}
+                                 .dump());
       }
       return 0;
     }

@@ -43,7 +43,7 @@ constexpr const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}
 
 struct NormalizerStep {
   enum Kind { kPrepend, kReplace } kind;
-  std::string a, b;  // prepend: a; replace: a -> b
+  std::string a = {}, b = {};  // prepend: a; replace: a -> b
 };
 
 struct PreTokenizerStep {
@@ -54,7 +54,7 @@ struct PreTokenizerStep {
 
 struct DecoderStep {
   enum Kind { kByteLevel, kReplace, kByteFallback, kFuse, kStrip } kind;
-  std::string a, b;
+  std::string a = {}, b = {};
   int start = 0, stop = 0;
 };
 

@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "common/job/job_loader.h"
+#include "common/file_io.h"
 #include "launcher/local_run.h"
 
 namespace shardtune::launcher {
@@ -36,14 +37,14 @@ TEST(LocalRun, AtomicWriteReplacesWholeFilesAndReportsFailures) {
   const auto dir = std::filesystem::temp_directory_path() / "shardtune_launcher_test";
   std::filesystem::remove_all(dir);
   const std::string path = (dir / "sub" / "job.toml").string();
-  write_file_atomically(path, "first\n");
-  write_file_atomically(path, "second\n");
+  common::write_file_atomically(path, "first\n");
+  common::write_file_atomically(path, "second\n");
   std::ifstream in(path);
   std::string line;
   std::getline(in, line);
   EXPECT_EQ(line, "second");
   EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
-  EXPECT_THROW(write_file_atomically("/proc/version/job.toml", "x"), common::Error);
+  EXPECT_THROW(common::write_file_atomically("/proc/version/job.toml", "x"), common::Error);
   std::filesystem::remove_all(dir);
 }
 
