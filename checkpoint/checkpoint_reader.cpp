@@ -9,6 +9,7 @@
 
 #include "checkpoint/crc32.h"
 #include "checkpoint/h5_check.h"
+#include "checkpoint/h5_range.h"
 #include "checkpoint/sharded_checkpoint.h"
 #include "common/error.h"
 
@@ -77,6 +78,49 @@ at::Tensor CheckpointReader::read_tensor(const std::string& kind, const std::str
   at::Tensor t = at::empty(shape(tensor), at::kFloat);
   read_range(kind, tensor, 0, t.numel(), t.data_ptr<float>());
   return t;
+}
+
+CheckpointReader::Stream CheckpointReader::stream(const std::string& kind, const std::string& tensor) {
+  auto it = index_.find({kind, tensor});
+  ST_CHECK(it != index_.end(), ErrorKind::kIo, "{} holds no {} of {}", dir_, kind, tensor);
+  int64_t numel = 1;
+  for (int64_t d : shape(tensor)) numel *= d;
+  return Stream(*this, kind, tensor, it->second, numel);
+}
+
+CheckpointReader::Stream::Stream(CheckpointReader& reader, std::string kind, std::string tensor,
+                                 const std::vector<Slice>& slices, int64_t numel)
+    : reader_(reader), kind_(std::move(kind)), tensor_(std::move(tensor)), slices_(slices), numel_(numel) {}
+
+int64_t CheckpointReader::Stream::read(float* dst, int64_t max) {
+  while (slice_ < slices_.size() && slices_[slice_].length == 0) ++slice_;
+  if (done_ == numel_ || max <= 0) return 0;
+  ST_CHECK(slice_ < slices_.size() && slices_[slice_].offset + in_slice_ == done_, ErrorKind::kIo,
+           "{} does not hold all of {} for {}: nothing holds element {}", reader_.dir_, kind_, tensor_, done_);
+  const Slice& s = slices_[slice_];
+  const std::string where = fmt::format("{}/{}: {} of {} (elements {}..{})", reader_.dir_, s.file, kind_, tensor_,
+                                        s.offset, s.offset + s.length);
+  if (in_slice_ == 0) {
+    dataset_ = H5Handle(ST_H5_CHECK(H5Dopen2(reader_.file(s.file), fmt::format("/{}/{}", kind_, s.dataset).c_str(),
+                                             H5P_DEFAULT)),
+                        H5Dclose);
+    const int64_t stored = dataset_numel(dataset_.get());
+    ST_CHECK(stored == s.length, ErrorKind::kIo, "{}: the dataset holds {} elements", where, stored);
+    crc_ = 0;
+  }
+  const int64_t n = std::min({max, s.length - in_slice_, numel_ - done_});
+  read_flat_range(dataset_.get(), in_slice_, n, dst);
+  crc_ = crc32(dst, static_cast<size_t>(n) * sizeof(float), crc_);
+  reader_.bytes_read_ += static_cast<uint64_t>(n) * 4;
+  in_slice_ += n;
+  done_ += n;
+  if (in_slice_ == s.length) {
+    ST_CHECK(crc_ == s.crc, ErrorKind::kIo, "{} fails its checksum: the file is corrupt", where);
+    dataset_ = H5Handle();
+    in_slice_ = 0;
+    ++slice_;
+  }
+  return n;
 }
 
 }  // namespace shardtune::checkpoint

@@ -1,5 +1,7 @@
 // Reading any range of any tensor out of a committed checkpoint (sharded or full): the manifest
-// says which slices hold it; every slice read is checked against its CRC-32. Memory: one slice.
+// says which slices hold it; every slice read is checked against its CRC-32. read_range holds one
+// slice; a Stream reads a tensor front to back in pieces of the caller's size, so tools stay
+// within bounded memory whatever the tensor.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -38,6 +40,32 @@ class CheckpointReader {
     int64_t offset = 0, length = 0;
     uint32_t crc = 0;
   };
+
+ public:
+  // One tensor, front to back. Each slice's CRC-32 is checked as its last element is read; a gap
+  // between slices, a dataset of the wrong size or a bad checksum throws common::Error(kIo) naming
+  // the file and tensor (pieces of the slice already returned must then be discarded).
+  class Stream {
+   public:
+    // Up to `max` further elements into dst; how many (0 once the tensor is done).
+    int64_t read(float* dst, int64_t max);
+
+   private:
+    friend class CheckpointReader;
+    Stream(CheckpointReader& reader, std::string kind, std::string tensor, const std::vector<Slice>& slices, int64_t numel);
+    CheckpointReader& reader_;
+    std::string kind_, tensor_;
+    const std::vector<Slice>& slices_;
+    int64_t numel_;
+    size_t slice_ = 0;
+    int64_t done_ = 0;     // elements of the tensor returned so far
+    int64_t in_slice_ = 0;  // of the current slice
+    uint32_t crc_ = 0;
+    H5Handle dataset_;
+  };
+  Stream stream(const std::string& kind, const std::string& tensor);
+
+ private:
   hid_t file(const std::string& name);
 
   std::string dir_;

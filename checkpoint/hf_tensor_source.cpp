@@ -4,7 +4,11 @@
 #include <ATen/ops/from_blob.h>
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/uio.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <tuple>
 
 #include <cerrno>
 #include <cstring>
@@ -35,6 +39,16 @@ std::vector<SourceTensor> HfTensorSource::tensors() const {
     out.push_back({name, info.dtype, info.shape});
   }
   return out;
+}
+
+std::vector<std::string> HfTensorSource::storage_order() const {
+  std::vector<std::string> names = folder_.tensor_names();
+  auto position = [&](const std::string& name) {
+    return std::make_pair(std::string_view(folder_.file_of(name).path()), folder_.info(name).data_begin);
+  };
+  std::sort(names.begin(), names.end(),
+            [&](const std::string& a, const std::string& b) { return position(a) < position(b); });
+  return names;
 }
 
 int HfTensorSource::fd_of(const std::string& path) {
@@ -84,6 +98,77 @@ void HfTensorSource::read(const std::string& name, int64_t offset, int64_t count
     at::from_blob(static_cast<char*>(dst) + done * out_esize, {n}, at::TensorOptions().dtype(dtype))
         .copy_(at::from_blob(chunk_.data(), {n}, at::TensorOptions().dtype(stored)));
     done += n;
+  }
+}
+
+void HfTensorSource::prefetch(const std::vector<ReadRequest>& requests) {
+  for (const ReadRequest& r : requests) {
+    const SafetensorsFile& file = folder_.file_of(*r.name);
+    const TensorInfo& info = file.at(*r.name);
+    const uint64_t esize = st_dtype_size(info.dtype);
+    ::posix_fadvise(fd_of(file.path()), static_cast<off_t>(info.data_begin + static_cast<uint64_t>(r.offset) * esize),
+                    static_cast<off_t>(static_cast<uint64_t>(r.count) * esize), POSIX_FADV_WILLNEED);
+  }
+}
+
+void HfTensorSource::read_batch(std::vector<ReadRequest> requests) {
+  struct Located {
+    const ReadRequest* request;
+    const SafetensorsFile* file;
+    uint64_t begin, bytes;
+    bool raw;  // stored in the requested dtype
+  };
+  std::vector<Located> order;
+  for (const ReadRequest& r : requests) {
+    const SafetensorsFile& file = folder_.file_of(*r.name);
+    const TensorInfo& info = file.at(*r.name);
+    const uint64_t esize = st_dtype_size(info.dtype);
+    order.push_back({&r, &file, info.data_begin + static_cast<uint64_t>(r.offset) * esize,
+                     static_cast<uint64_t>(r.count) * esize, to_scalar_type(info.dtype) == r.dtype});
+  }
+  std::sort(order.begin(), order.end(), [](const Located& a, const Located& b) {
+    return std::tie(a.file->path(), a.begin) < std::tie(b.file->path(), b.begin);
+  });
+  std::vector<iovec> run;
+  for (size_t i = 0; i < order.size();) {
+    const Located& first = order[i];
+    if (!first.raw) {
+      read(*first.request->name, first.request->offset, first.request->count, first.request->dtype,
+           first.request->dst);
+      ++i;
+      continue;
+    }
+    // The run of raw ranges that follow each other in the file, read by one preadv.
+    run.clear();
+    uint64_t end = first.begin;
+    size_t j = i;
+    for (; j < order.size() && order[j].raw && order[j].file == first.file && order[j].begin == end &&
+           run.size() < IOV_MAX;
+         ++j) {
+      run.push_back({order[j].request->dst, order[j].bytes});
+      end += order[j].bytes;
+    }
+    const int fd = fd_of(first.file->path());
+    for (uint64_t done = 0; done < end - first.begin;) {
+      const ssize_t n = ::preadv(fd, run.data(), static_cast<int>(run.size()), static_cast<off_t>(first.begin + done));
+      if (n < 0 && errno == EINTR) continue;
+      ST_CHECK(n > 0, ErrorKind::kIo, "reading {} bytes at offset {} of {}: {}", end - first.begin - done,
+               first.begin + done, first.file->path(), n == 0 ? "unexpected end of file" : std::strerror(errno));
+      done += static_cast<uint64_t>(n);
+      // Drop what was read from the front of the vector.
+      for (size_t left = static_cast<size_t>(n); left > 0;) {
+        if (run.front().iov_len <= left) {
+          left -= run.front().iov_len;
+          run.erase(run.begin());
+        } else {
+          run.front().iov_base = static_cast<char*>(run.front().iov_base) + left;
+          run.front().iov_len -= left;
+          left = 0;
+        }
+      }
+    }
+    bytes_read_ += end - first.begin;
+    i = j;
   }
 }
 

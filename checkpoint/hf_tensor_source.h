@@ -19,6 +19,12 @@ class HfTensorSource final : public TensorSource {
   const HfFolder& folder() const { return folder_; }
   std::vector<SourceTensor> tensors() const override;
   void read(const std::string& name, int64_t offset, int64_t count, at::ScalarType dtype, void* dst) override;
+  std::vector<std::string> storage_order() const override;  // by file, then offset
+  // Sorted by file and offset; runs of ranges that lie end to end in a file and need no
+  // conversion are read by one preadv each.
+  void read_batch(std::vector<ReadRequest> requests) override;
+  // Asks the kernel to start reading the ranges into the page cache (POSIX_FADV_WILLNEED).
+  void prefetch(const std::vector<ReadRequest>& requests) override;
   uint64_t bytes_read() const override { return bytes_read_; }
   std::string location(const std::string& name) const override { return folder_.file_of(name).path(); }
 

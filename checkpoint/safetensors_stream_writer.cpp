@@ -51,16 +51,35 @@ SafetensorsStreamWriter::~SafetensorsStreamWriter() {
 }
 
 void SafetensorsStreamWriter::append(const at::Tensor& tensor) {
-  ST_CHECK(next_ < tensors_.size(), ErrorKind::kInternal, "{}: more tensors than declared", path_);
-  const StreamedTensor& t = tensors_[next_++];
-  ST_CHECK(std::vector<int64_t>(tensor.sizes().begin(), tensor.sizes().end()) == t.shape, ErrorKind::kInternal,
-           "{}: tensor {} does not have its declared shape", path_, t.name);
-  const at::Tensor data = tensor.to(to_scalar_type(t.dtype)).contiguous();
-  common::write_all(fd_, data.data_ptr(), static_cast<size_t>(data.nbytes()), tmp_);
+  ST_CHECK(next_ < tensors_.size() && written_ == 0, ErrorKind::kInternal, "{}: more tensors than declared", path_);
+  ST_CHECK(std::vector<int64_t>(tensor.sizes().begin(), tensor.sizes().end()) == tensors_[next_].shape,
+           ErrorKind::kInternal, "{}: tensor {} does not have its declared shape", path_, tensors_[next_].name);
+  append_elements(tensor.reshape({-1}));
+  if (tensor.numel() == 0) ++next_;
+}
+
+void SafetensorsStreamWriter::append_elements(const at::Tensor& part) {
+  const at::Tensor flat = part.reshape({-1});
+  for (int64_t done = 0; done < flat.numel();) {
+    ST_CHECK(next_ < tensors_.size(), ErrorKind::kInternal, "{}: more elements than declared", path_);
+    const StreamedTensor& t = tensors_[next_];
+    int64_t numel = 1;
+    for (int64_t d : t.shape) numel *= d;
+    const int64_t n = std::min(numel - written_, flat.numel() - done);
+    const at::Tensor data = flat.narrow(0, done, n).to(to_scalar_type(t.dtype)).contiguous();
+    common::write_all(fd_, data.data_ptr(), static_cast<size_t>(data.nbytes()), tmp_);
+    done += n;
+    written_ += n;
+    if (written_ == numel) {
+      ++next_;
+      written_ = 0;
+    }
+  }
 }
 
 void SafetensorsStreamWriter::finish() {
-  ST_CHECK(next_ == tensors_.size(), ErrorKind::kInternal, "{}: {} of {} tensors written", path_, next_, tensors_.size());
+  ST_CHECK(next_ == tensors_.size() && written_ == 0, ErrorKind::kInternal, "{}: {} of {} tensors written", path_,
+           next_, tensors_.size());
   ST_CHECK(::fsync(fd_) == 0, ErrorKind::kIo, "fsync of {}: {}", tmp_, std::strerror(errno));
   ::close(fd_);
   fd_ = -1;

@@ -29,13 +29,18 @@ class SafetensorsStreamWriter {
 
   // The next tensor, in the order given; converted to its declared dtype.
   void append(const at::Tensor& tensor);
+  // The next elements of the tensors in the order given (flattened, row-major), converted to their
+  // declared dtypes: a tensor may come in any number of parts, so a writer needs no more memory
+  // than one part.
+  void append_elements(const at::Tensor& part);
   // After the last tensor: fsync and rename into place.
   void finish();
 
  private:
   std::string path_, tmp_;
   std::vector<StreamedTensor> tensors_;
-  size_t next_ = 0;
+  size_t next_ = 0;       // the tensor being written
+  int64_t written_ = 0;   // of its elements
   int fd_ = -1;
 };
 

@@ -19,6 +19,15 @@ struct SourceTensor {
   std::vector<int64_t> shape;
 };
 
+// One range of a tensor to read: elements [offset, offset + count) of `name`, as `dtype`, to `dst`.
+struct ReadRequest {
+  const std::string* name = nullptr;
+  int64_t offset = 0;
+  int64_t count = 0;
+  at::ScalarType dtype = at::kFloat;
+  void* dst = nullptr;
+};
+
 class TensorSource {
  public:
   virtual ~TensorSource() = default;
@@ -26,6 +35,19 @@ class TensorSource {
   // Elements [offset, offset + count) of `name`, flattened in row-major order, converted to `dtype`,
   // written to `dst`. Reads only those bytes.
   virtual void read(const std::string& name, int64_t offset, int64_t count, at::ScalarType dtype, void* dst) = 0;
+  // Every tensor's name, in the order the storage holds them (reading in this order is reading
+  // front to back).
+  virtual std::vector<std::string> storage_order() const {
+    std::vector<std::string> names;
+    for (const SourceTensor& t : tensors()) names.push_back(t.name);
+    return names;
+  }
+  // Every request, in whatever order the storage serves best (a disk: in file order).
+  virtual void read_batch(std::vector<ReadRequest> requests) {
+    for (const ReadRequest& r : requests) read(*r.name, r.offset, r.count, r.dtype, r.dst);
+  }
+  // A hint that these ranges will be read soon: the storage may start fetching them.
+  virtual void prefetch(const std::vector<ReadRequest>& requests) {}
   // Where a tensor is stored (a file path), for error messages; "" when the source cannot say.
   virtual std::string location(const std::string& name) const { return {}; }
   // Bytes read from storage so far.

@@ -1,8 +1,7 @@
-// Checkpoint conversions, one tensor in memory at a time.
+// Checkpoint conversions, streaming: every tensor moves in pieces of at most kPiece elements.
 #include "tools/ckpt_convert.h"
 
-#include <ATen/TensorOperators.h>
-#include <ATen/ops/empty.h>
+#include <ATen/ops/from_blob.h>
 #include <fmt/format.h>
 
 #include <chrono>
@@ -16,11 +15,14 @@
 #include "checkpoint/crc32.h"
 #include "checkpoint/h5_check.h"
 #include "checkpoint/h5_handle.h"
+#include "checkpoint/h5_range.h"
+#include "checkpoint/hf_tensor_source.h"
 #include "checkpoint/hf_folder.h"
 #include "checkpoint/safetensors_stream_writer.h"
 #include "checkpoint/safetensors_torch.h"
 #include "checkpoint/sharded_checkpoint.h"
 #include "common/error.h"
+#include "common/process_memory.h"
 #include "runtime/fsdp/llama_units.h"
 #include "runtime/fsdp/shard_layout.h"
 #include "runtime/model/llama.h"
@@ -48,11 +50,31 @@ class Progress {
                static_cast<double>(total_) / 1e9, rate / 1e9, eta / 3600, (eta / 60) % 60, eta % 60);
     if (done_ >= total_) fmt::print(stderr, "\n");
   }
+  // The closing line: what was done, how fast, and this process's peak memory.
+  void finish(const std::string& what) const {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    fmt::print(stderr, "{}: {:.2f} GB in {:.1f} s ({:.2f} GB/s), peak memory {:.0f} MiB\n", what,
+               static_cast<double>(done_) / 1e9, s, static_cast<double>(done_) / 1e9 / std::max(s, 1e-9),
+               static_cast<double>(common::peak_resident_bytes()) / (1 << 20));
+  }
 
  private:
   uint64_t total_, done_ = 0;
   std::chrono::steady_clock::time_point start_, last_{};
 };
+
+// Tensors move through the tools in pieces of at most this many elements (32 MiB of float32),
+// so no command holds a whole tensor.
+constexpr int64_t kPiece = int64_t(8) << 20;
+
+// Exactly `count` elements of the stream (its reads stop at slice ends).
+void read_exactly(checkpoint::CheckpointReader::Stream& stream, float* dst, int64_t count) {
+  for (int64_t done = 0; done < count;) {
+    const int64_t n = stream.read(dst + done, count - done);
+    ST_CHECK(n > 0, ErrorKind::kInternal, "a checkpoint stream ended early");
+    done += n;
+  }
+}
 
 int64_t numel(const std::vector<int64_t>& shape) {
   int64_t n = 1;
@@ -73,21 +95,31 @@ class FullWriter {
     manifest_["slices"] = json::array();
     manifest_["layout"] = "full";
   }
-  void write(const std::string& kind, const std::string& name, const at::Tensor& value) {
+  // A tensor in pieces: begin, then its elements in order, then end.
+  void begin(const std::string& kind, const std::string& name, const std::vector<int64_t>& shape) {
     if (!groups_.count(kind))
       groups_.emplace(kind, H5Handle(ST_H5_CHECK(H5Gcreate2(file_.get(), ("/" + kind).c_str(), H5P_DEFAULT, H5P_DEFAULT,
                                                             H5P_DEFAULT)),
                                      H5Gclose));
-    const at::Tensor data = value.to(at::kFloat).contiguous();
-    std::vector<hsize_t> dims(data.sizes().begin(), data.sizes().end());
+    std::vector<hsize_t> dims(shape.begin(), shape.end());
     H5Handle space(ST_H5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)), H5Sclose);
-    H5Handle ds(ST_H5_CHECK(H5Dcreate2(groups_.at(kind).get(), name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT,
-                                       H5P_DEFAULT, H5P_DEFAULT)),
-                H5Dclose);
-    ST_H5_CHECK(H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data_ptr()));
-    manifest_["slices"].push_back({{"kind", kind}, {"tensor", name}, {"file", "model.h5"}, {"dataset", name},
-                                   {"offset", 0}, {"length", data.numel()},
-                                   {"crc32", checkpoint::crc32(data.data_ptr(), static_cast<size_t>(data.nbytes()))}});
+    dataset_ = H5Handle(ST_H5_CHECK(H5Dcreate2(groups_.at(kind).get(), name.c_str(), H5T_IEEE_F32LE, space.get(),
+                                               H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)),
+                        H5Dclose);
+    kind_ = kind;
+    name_ = name;
+    written_ = 0;
+    crc_ = 0;
+  }
+  void append(const float* data, int64_t count) {
+    checkpoint::write_flat_range(dataset_.get(), written_, count, data);
+    crc_ = checkpoint::crc32(data, static_cast<size_t>(count) * sizeof(float), crc_);
+    written_ += count;
+  }
+  void end() {
+    ST_H5_CHECK(dataset_.close());
+    manifest_["slices"].push_back({{"kind", kind_}, {"tensor", name_}, {"file", "model.h5"}, {"dataset", name_},
+                                   {"offset", 0}, {"length", written_}, {"crc32", crc_}});
   }
   void commit() {
     groups_.clear();
@@ -101,6 +133,10 @@ class FullWriter {
   json manifest_;
   H5Handle file_;
   std::map<std::string, H5Handle> groups_;
+  H5Handle dataset_;
+  std::string kind_, name_;
+  int64_t written_ = 0;
+  uint32_t crc_ = 0;
 };
 
 }  // namespace
@@ -110,15 +146,24 @@ void consolidate(const std::string& src, const std::string& out) {
   json manifest = reader.manifest();
   FullWriter writer(out, manifest);
   uint64_t total = 0;
-  for (const std::string& name : reader.tensor_names()) total += static_cast<uint64_t>(numel(reader.shape(name))) * 4;
-  Progress progress(total * (reader.has("exp_avg", reader.tensor_names().front()) ? 3 : 1));
   for (const std::string& name : reader.tensor_names())
     for (const char* kind : {"param", "exp_avg", "exp_avg_sq"})
-      if (reader.has(kind, name)) {
-        writer.write(kind, name, reader.read_tensor(kind, name));
-        progress.add(static_cast<uint64_t>(numel(reader.shape(name))) * 4);
+      if (reader.has(kind, name)) total += static_cast<uint64_t>(numel(reader.shape(name))) * 4;
+  Progress progress(total);
+  std::vector<float> piece(static_cast<size_t>(kPiece));
+  for (const std::string& name : reader.tensor_names())
+    for (const char* kind : {"param", "exp_avg", "exp_avg_sq"}) {
+      if (!reader.has(kind, name)) continue;
+      writer.begin(kind, name, reader.shape(name));
+      checkpoint::CheckpointReader::Stream stream = reader.stream(kind, name);
+      for (int64_t n; (n = stream.read(piece.data(), kPiece)) > 0;) {
+        writer.append(piece.data(), n);
+        progress.add(static_cast<uint64_t>(n) * 4);
       }
+      writer.end();
+    }
   writer.commit();
+  progress.finish("consolidated");
 }
 
 void reshard(const std::string& src, const std::string& out, int world_size) {
@@ -145,37 +190,77 @@ void reshard(const std::string& src, const std::string& out, int world_size) {
   for (const char* kind : {"param", "exp_avg", "exp_avg_sq"})
     if (reader.has(kind, layouts.front().params().front().name)) kinds.emplace_back(kind);
   Progress progress(total * kinds.size());
-  json slices = json::array();
-  std::vector<float> buffer;
+  // Every rank's file open at once, so each tensor is read once, front to back, and its pieces go
+  // to their ranks' files as it streams by.
+  struct RankFile {
+    std::string name;
+    H5Handle file;
+    std::map<std::string, H5Handle> groups;
+  };
+  std::vector<RankFile> files;
   for (int r = 0; r < world_size; ++r) {
-    const std::string file_name = fmt::format("rank-{:05d}.h5", r);
+    RankFile f{fmt::format("rank-{:05d}.h5", r), {}, {}};
     H5Handle fapl(ST_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)), H5Pclose);
     ST_H5_CHECK(H5Pset_file_locking(fapl.get(), false, true));
-    H5Handle file(ST_H5_CHECK(H5Fcreate((tmp + "/" + file_name).c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl.get())),
-                  H5Fclose);
-    for (const std::string& kind : kinds) {
-      H5Handle group(ST_H5_CHECK(H5Gcreate2(file.get(), ("/" + kind).c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)),
-                     H5Gclose);
-      for (const fsdp::FlatLayout& layout : layouts) {
-        for (const fsdp::ShardPiece& piece : layout.pieces_in_shard(r)) {
-          const fsdp::ParamSpan& p = layout.params()[piece.param];
-          buffer.resize(static_cast<size_t>(piece.length));
-          reader.read_range(kind, p.name, piece.param_offset, piece.length, buffer.data());
-          const std::string dataset = fmt::format("{}@{}", p.name, piece.param_offset);
-          const hsize_t dims[1] = {static_cast<hsize_t>(piece.length)};
-          H5Handle space(ST_H5_CHECK(H5Screate_simple(1, dims, nullptr)), H5Sclose);
-          H5Handle ds(ST_H5_CHECK(H5Dcreate2(group.get(), dataset.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT,
-                                             H5P_DEFAULT, H5P_DEFAULT)),
-                      H5Dclose);
-          ST_H5_CHECK(H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buffer.data()));
-          slices.push_back({{"kind", kind}, {"tensor", p.name}, {"file", file_name}, {"dataset", dataset},
-                            {"offset", piece.param_offset}, {"length", piece.length},
-                            {"crc32", checkpoint::crc32(buffer.data(), buffer.size() * sizeof(float))}});
-          progress.add(static_cast<uint64_t>(piece.length) * 4);
+    f.file = H5Handle(ST_H5_CHECK(H5Fcreate((tmp + "/" + f.name).c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl.get())),
+                      H5Fclose);
+    for (const std::string& kind : kinds)
+      f.groups.emplace(kind, H5Handle(ST_H5_CHECK(H5Gcreate2(f.file.get(), ("/" + kind).c_str(), H5P_DEFAULT,
+                                                             H5P_DEFAULT, H5P_DEFAULT)),
+                                      H5Gclose));
+    files.push_back(std::move(f));
+  }
+  struct Out {  // one rank's piece of the tensor streaming by
+    int rank;
+    int64_t offset, length;
+    std::string dataset;
+    H5Handle handle;
+    uint32_t crc = 0;
+  };
+  json slices = json::array();
+  std::vector<float> piece(static_cast<size_t>(kPiece));
+  for (const std::string& kind : kinds) {
+    for (const fsdp::FlatLayout& layout : layouts) {
+      std::vector<std::vector<fsdp::ShardPiece>> by_rank;
+      for (int r = 0; r < world_size; ++r) by_rank.push_back(layout.pieces_in_shard(r));
+      for (size_t param = 0; param < layout.params().size(); ++param) {
+        const fsdp::ParamSpan& p = layout.params()[param];
+        std::vector<Out> outs;  // in rank order, which is element order
+        for (int r = 0; r < world_size; ++r)
+          for (const fsdp::ShardPiece& sp : by_rank[static_cast<size_t>(r)]) {
+            if (sp.param != param) continue;
+            Out o{r, sp.param_offset, sp.length, fmt::format("{}@{}", p.name, sp.param_offset), {}};
+            const hsize_t dims[1] = {static_cast<hsize_t>(sp.length)};
+            H5Handle space(ST_H5_CHECK(H5Screate_simple(1, dims, nullptr)), H5Sclose);
+            o.handle = H5Handle(ST_H5_CHECK(H5Dcreate2(files[static_cast<size_t>(r)].groups.at(kind).get(),
+                                                       o.dataset.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT,
+                                                       H5P_DEFAULT, H5P_DEFAULT)),
+                                H5Dclose);
+            outs.push_back(std::move(o));
+          }
+        checkpoint::CheckpointReader::Stream stream = reader.stream(kind, p.name);
+        int64_t at = 0;
+        for (int64_t n; (n = stream.read(piece.data(), kPiece)) > 0; at += n) {
+          for (Out& o : outs) {
+            const int64_t lo = std::max(at, o.offset), hi = std::min(at + n, o.offset + o.length);
+            if (lo >= hi) continue;
+            const float* data = piece.data() + (lo - at);
+            checkpoint::write_flat_range(o.handle.get(), lo - o.offset, hi - lo, data);
+            o.crc = checkpoint::crc32(data, static_cast<size_t>(hi - lo) * sizeof(float), o.crc);
+          }
+          progress.add(static_cast<uint64_t>(n) * 4);
+        }
+        for (Out& o : outs) {
+          ST_H5_CHECK(o.handle.close());
+          slices.push_back({{"kind", kind}, {"tensor", p.name}, {"file", files[static_cast<size_t>(o.rank)].name},
+                            {"dataset", o.dataset}, {"offset", o.offset}, {"length", o.length}, {"crc32", o.crc}});
         }
       }
     }
-    ST_H5_CHECK(file.close());
+  }
+  for (RankFile& f : files) {
+    f.groups.clear();
+    ST_H5_CHECK(f.file.close());
   }
   manifest["slices"] = slices;
   manifest["layout"] = "sharded";
@@ -183,6 +268,7 @@ void reshard(const std::string& src, const std::string& out, int world_size) {
   manifest["shard_group_size"] = world_size;
   std::ofstream(tmp + "/manifest.json") << manifest.dump(1);
   fs::rename(tmp, out);
+  progress.finish("resharded");
 }
 
 void export_hf(const std::string& src, const std::string& out, const std::string& dtype, uint64_t max_shard_bytes,
@@ -213,15 +299,19 @@ void export_hf(const std::string& src, const std::string& out, const std::string
   ST_CHECK(!fs::exists(out) || fs::is_empty(out), ErrorKind::kIo, "{} is not empty: choose a new directory", out);
   fs::create_directories(out);
   Progress progress(total);
+  std::vector<float> piece(static_cast<size_t>(kPiece));
   json weight_map = json::object();
   for (size_t i = 0; i < shards.size(); ++i) {
     const std::string name = shards.size() == 1 ? std::string(checkpoint::kSafeWeightsName)
                                                 : fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, shards.size());
     checkpoint::SafetensorsStreamWriter writer(out + "/" + name, shards[i], {{"format", "pt"}});
     for (const checkpoint::StreamedTensor& t : shards[i]) {
-      writer.append(reader.read_tensor("param", t.name));
+      checkpoint::CheckpointReader::Stream stream = reader.stream("param", t.name);
+      for (int64_t n; (n = stream.read(piece.data(), kPiece)) > 0;) {
+        writer.append_elements(at::from_blob(piece.data(), {n}, at::kFloat));
+        progress.add(static_cast<uint64_t>(n) * checkpoint::st_dtype_size(st));
+      }
       weight_map[t.name] = name;
-      progress.add(static_cast<uint64_t>(numel(t.shape)) * checkpoint::st_dtype_size(st));
     }
     writer.finish();
   }
@@ -232,6 +322,7 @@ void export_hf(const std::string& src, const std::string& out, const std::string
   if (!tokenizer_dir.empty())
     for (const char* f : checkpoint::kTokenizerFileNames)
       if (fs::exists(fs::path(tokenizer_dir) / f)) fs::copy_file(fs::path(tokenizer_dir) / f, fs::path(out) / f);
+  progress.finish("exported");
 }
 
 void import_hf(const std::string& hf_dir, const std::string& out) {
@@ -253,15 +344,25 @@ void import_hf(const std::string& hf_dir, const std::string& out) {
   manifest["tensors"] = tensors;
   FullWriter writer(out, manifest);
   Progress progress(total);
+  checkpoint::HfTensorSource source(hf_dir);
+  std::vector<float> piece(static_cast<size_t>(kPiece));
   for (const model::NamedParam& p : skeleton.named_parameters()) {
-    writer.write("param", p.name, checkpoint::read_tensor(folder.file_of(p.name), p.name));
-    progress.add(static_cast<uint64_t>(p.tensor->numel()) * 4);
+    writer.begin("param", p.name, p.tensor->sizes().vec());
+    for (int64_t at = 0; at < p.tensor->numel(); at += kPiece) {
+      const int64_t n = std::min(kPiece, p.tensor->numel() - at);
+      source.read(p.name, at, n, at::kFloat, piece.data());
+      writer.append(piece.data(), n);
+      progress.add(static_cast<uint64_t>(n) * 4);
+    }
+    writer.end();
   }
   writer.commit();
+  progress.finish("imported");
 }
 
 double diff(const std::string& a, const std::string& b) {
   checkpoint::CheckpointReader ra(a), rb(b);
+  std::vector<float> x(static_cast<size_t>(kPiece)), y(static_cast<size_t>(kPiece));
   double worst = 0;
   for (const std::string& name : ra.tensor_names()) {
     if (!rb.has("param", name)) {
@@ -274,9 +375,18 @@ double diff(const std::string& a, const std::string& b) {
       worst = std::numeric_limits<double>::infinity();
       continue;
     }
-    const at::Tensor x = ra.read_tensor("param", name).to(at::kDouble), y = rb.read_tensor("param", name).to(at::kDouble);
-    const double abs_diff = (x - y).abs().max().item<double>();
-    const double rel = abs_diff / std::max(y.abs().max().item<double>(), 1e-30);
+    checkpoint::CheckpointReader::Stream sa = ra.stream("param", name), sb = rb.stream("param", name);
+    double abs_diff = 0, largest = 0;
+    for (int64_t n; (n = sa.read(x.data(), kPiece)) > 0;) {
+      read_exactly(sb, y.data(), n);
+      for (int64_t i = 0; i < n; ++i) {
+        const double u = x[static_cast<size_t>(i)], v = y[static_cast<size_t>(i)];
+        abs_diff = std::isnan(u) != std::isnan(v) ? std::numeric_limits<double>::infinity()
+                                                   : std::max(abs_diff, std::abs(u - v));
+        largest = std::max(largest, std::abs(v));
+      }
+    }
+    const double rel = abs_diff / std::max(largest, 1e-30);
     fmt::print("{:<56} max abs {:.3e}  max rel {:.3e}\n", name, abs_diff, rel);
     worst = std::max(worst, abs_diff);
   }
@@ -285,6 +395,9 @@ double diff(const std::string& a, const std::string& b) {
       fmt::print("{}: only in {}\n", name, b);
       worst = std::numeric_limits<double>::infinity();
     }
+  fmt::print(stderr, "compared {:.2f} GB, peak memory {:.0f} MiB\n",
+             static_cast<double>(ra.bytes_read() + rb.bytes_read()) / 1e9,
+             static_cast<double>(common::peak_resident_bytes()) / (1 << 20));
   return worst;
 }
 

@@ -14,6 +14,7 @@
 
 #include "checkpoint/h5_check.h"
 #include "checkpoint/sharded_checkpoint.h"
+#include "common/process_memory.h"
 #include "tools/ckpt_convert.h"
 
 using namespace shardtune;
@@ -48,8 +49,9 @@ int inspect(const std::string& dir) {
 int verify(const std::string& dir) {
   const checkpoint::VerifyReport r = checkpoint::verify_sharded_checkpoint(dir);
   for (const std::string& p : r.problems) fmt::print(stderr, "BAD {}\n", p);
-  fmt::print("{}: {} slices, {:.3f} GB read, {} bad\n", dir, r.slices, static_cast<double>(r.bytes) / 1e9,
-             r.problems.size());
+  fmt::print("{}: {} slices, {:.3f} GB read, {} bad; peak memory {:.0f} MiB\n", dir, r.slices,
+             static_cast<double>(r.bytes) / 1e9, r.problems.size(),
+             static_cast<double>(common::peak_resident_bytes()) / (1 << 20));
   return r.problems.empty() ? 0 : 1;
 }
 

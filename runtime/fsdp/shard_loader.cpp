@@ -1,7 +1,9 @@
 // Streaming shard loader.
 #include "runtime/fsdp/shard_loader.h"
 
-#include <ATen/ops/empty.h>
+#include <ATen/Parallel.h>
+#include <ATen/ops/from_blob.h>
+#include <c10/core/ScalarType.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
@@ -13,10 +15,15 @@
 #include <thread>
 
 #include <sched.h>
+#include <sys/statvfs.h>
+
+#include <cstring>
 
 #include "common/error.h"
 #include "runtime/dist/mpi_check.h"
 #include "runtime/dist/mpi_text.h"
+#include "runtime/fsdp/load_plan.h"
+#include "checkpoint/safetensors_torch.h"
 
 namespace shardtune::fsdp {
 namespace {
@@ -114,77 +121,303 @@ void validate_source(model::LlamaForCausalLM& model, const SourceFactory& open_s
   if (!problem.empty()) common::raise(ErrorKind::kConfig, problem);
 }
 
-LoadStats load_shards(FsdpLlama& model, const SourceFactory& open_source, MPI_Comm world, const LoadOptions& options) {
-  const auto start = Clock::now();
+namespace {
+
+constexpr int64_t kBuffers = 2;  // staged rounds in flight: one being read, one being taken
+
+// Everything one rank needs to know about streaming: who reads, how the source stores the
+// parameters, and the shared staging window of the reader's node.
+struct Plan {
+  MPI_Comm node = MPI_COMM_NULL;   // ranks sharing memory with this one
+  MPI_Comm group = MPI_COMM_NULL;  // the reader (rank 0) and the ranks it serves
+  bool reader = false;
+  bool local = false;  // on the reader's node: takes its parts from the shared window
+  int shard = 0;       // this rank's shard index
+  std::vector<int> remote_shard;  // group rank -> shard index; -1 for ranks on the reader's node
+  // Per flat parameter, per parameter: stored dtype and its size; and the storage order.
+  std::vector<std::vector<at::ScalarType>> stored;
+  std::vector<std::vector<int64_t>> stored_size;
+  std::vector<std::vector<size_t>> storage_order;
+  int64_t round_numel = 0;
+  int64_t stage_bytes = 0;  // one staged round
+  MPI_Win window = MPI_WIN_NULL;
+  char* staging = nullptr;  // kBuffers x stage_bytes, on the reader's node
+
+  char* buffer(int64_t round) const { return staging + (round % kBuffers) * stage_bytes; }
+};
+
+// The ranks' roles: who reads for whom.
+Plan join_groups(const std::vector<FlatParam*>& flats, MPI_Comm world, const LoadOptions& options) {
+  Plan plan;
   int world_rank = 0;
   ST_MPI_CHECK(MPI_Comm_rank(world, &world_rank));
-  MPI_Comm readers_group = MPI_COMM_NULL;  // the ranks one reader serves
-  if (options.reader_per_node) {
-    ST_MPI_CHECK(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, world_rank, MPI_INFO_NULL, &readers_group));
+  if (options.node != MPI_COMM_NULL) {
+    ST_MPI_CHECK(MPI_Comm_dup(options.node, &plan.node));
   } else {
-    ST_MPI_CHECK(MPI_Comm_dup(world, &readers_group));
+    ST_MPI_CHECK(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, world_rank, MPI_INFO_NULL, &plan.node));
+  }
+  if (options.reader_per_node) {
+    ST_MPI_CHECK(MPI_Comm_dup(plan.node, &plan.group));
+  } else {
+    ST_MPI_CHECK(MPI_Comm_dup(world, &plan.group));
   }
   int me = 0, members = 0;
-  ST_MPI_CHECK(MPI_Comm_rank(readers_group, &me));
-  ST_MPI_CHECK(MPI_Comm_size(readers_group, &members));
-  const bool reader = me == 0;
-  const std::vector<FlatParam*> flats = model.flat_params();
+  ST_MPI_CHECK(MPI_Comm_rank(plan.group, &me));
+  ST_MPI_CHECK(MPI_Comm_size(plan.group, &members));
+  plan.reader = me == 0;
+  plan.shard = flats.empty() ? 0 : flats.front()->shard_rank();
 
-  std::unique_ptr<checkpoint::TensorSource> source;
-  if (reader) source = open_source();
+  // Each member's shard and node (named by its node's lowest world rank).
+  int node_leader = world_rank;
+  ST_MPI_CHECK(MPI_Bcast(&node_leader, 1, MPI_INT, 0, plan.node));
+  const int mine[2] = {plan.shard, node_leader};
+  std::vector<int> all(static_cast<size_t>(2 * members));
+  ST_MPI_CHECK(MPI_Allgather(mine, 2, MPI_INT, all.data(), 2, MPI_INT, plan.group));
+  for (int j = 0; j < members; ++j) {
+    const bool local = all[static_cast<size_t>(2 * j + 1)] == all[1];
+    plan.remote_shard.push_back(local ? -1 : all[static_cast<size_t>(2 * j)]);
+  }
+  plan.local = plan.remote_shard[static_cast<size_t>(me)] < 0;
+  return plan;
+}
 
-  // Which shard each member of the group needs (its rank in its shard group).
-  const int my_shard = flats.empty() ? 0 : flats.front()->shard_rank();
-  std::vector<int> shard_of(static_cast<size_t>(members));
-  ST_MPI_CHECK(MPI_Allgather(&my_shard, 1, MPI_INT, shard_of.data(), 1, MPI_INT, readers_group));
-
-  auto last_log = Clock::now();
-  at::Tensor send_buffer;
-  for (size_t i = 0; i < flats.size(); ++i) {
-    FlatParam& flat = *flats[i];
-    at::Tensor& shard = flat.shard();
-    const int64_t bytes = shard.nbytes();
-    if (!reader) {
-      recv_bytes(static_cast<char*>(shard.data_ptr()), bytes, 0, readers_group);
-      continue;
-    }
-    // One shard-sized buffer, reused for every shard of every unit: memory stays within one unit
-    // whatever the model, and no memory is allocated (and faulted in) per transfer.
-    for (int s : std::set<int>(shard_of.begin(), shard_of.end())) {
-      at::Tensor buffer;
-      if (s == my_shard) {
-        buffer = shard;
-      } else {
-        if (send_buffer.numel() < shard.numel() || send_buffer.scalar_type() != shard.scalar_type())
-          send_buffer = at::empty({shard.numel()}, shard.options());
-        buffer = send_buffer.narrow(0, 0, shard.numel());
-      }
-      const int64_t esize = static_cast<int64_t>(buffer.element_size());
-      int64_t filled = 0;
-      for (const ShardPiece& piece : flat.layout().pieces_in_shard(s)) {
-        const ParamSpan& p = flat.layout().params()[piece.param];
-        source->read(p.name, piece.param_offset, piece.length, buffer.scalar_type(),
-                     static_cast<char*>(buffer.data_ptr()) + piece.shard_offset * esize);
-        filled = piece.shard_offset + piece.length;
-      }
-      buffer.narrow(0, filled, buffer.numel() - filled).zero_();  // padding
-      for (int j = 1; j < members; ++j)
-        if (shard_of[static_cast<size_t>(j)] == s) send_bytes(static_cast<const char*>(buffer.data_ptr()), bytes, j, readers_group);
-    }
-    if (world_rank == 0 && (Clock::now() - last_log > std::chrono::seconds(5) || i + 1 == flats.size())) {
-      last_log = Clock::now();
-      const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-      const double gb = static_cast<double>(source->bytes_read()) / 1e9;
-      const double done_fraction = static_cast<double>(i + 1) / static_cast<double>(flats.size());
-      spdlog::info("loading: {}/{} flat parameters, {:.2f} GB read, {:.2f} GB/s, ETA {}", i + 1, flats.size(), gb,
-                   gb / std::max(seconds, 1e-9), duration_text(seconds / done_fraction - seconds));
+// Every parameter's stored dtype and place in the storage order, as world rank 0's source says
+// (it always reads).
+void agree_storage(Plan& plan, const std::vector<FlatParam*>& flats, const checkpoint::TensorSource* source,
+                   MPI_Comm world) {
+  std::map<std::string, std::pair<checkpoint::StDtype, int32_t>> stored;  // name -> dtype, position
+  if (source) {
+    std::map<std::string, checkpoint::StDtype> dtypes;
+    for (const checkpoint::SourceTensor& t : source->tensors()) dtypes.emplace(t.name, t.dtype);
+    int32_t position = 0;
+    for (const std::string& name : source->storage_order()) stored.emplace(name, std::make_pair(dtypes.at(name), position++));
+  }
+  std::vector<int32_t> codes;  // per parameter: scalar type, position
+  for (FlatParam* flat : flats) {
+    for (const ParamSpan& p : flat->layout().params()) {
+      const auto [dtype, position] = source ? stored.at(p.name) : std::make_pair(checkpoint::StDtype::kF32, 0);
+      codes.push_back(source ? static_cast<int32_t>(checkpoint::to_scalar_type(dtype)) : 0);
+      codes.push_back(position);
     }
   }
-  MPI_Comm_free(&readers_group);
+  ST_MPI_CHECK(MPI_Bcast(codes.data(), static_cast<int>(codes.size()), MPI_INT32_T, 0, world));
+  size_t next = 0;
+  for (FlatParam* flat : flats) {
+    const size_t params = flat->layout().params().size();
+    auto& types = plan.stored.emplace_back();
+    auto& sizes = plan.stored_size.emplace_back();
+    std::vector<int32_t> positions;
+    for (size_t i = 0; i < params; ++i, next += 2) {
+      types.push_back(static_cast<at::ScalarType>(codes[next]));
+      sizes.push_back(static_cast<int64_t>(c10::elementSize(types.back())));
+      positions.push_back(codes[next + 1]);
+    }
+    auto& order = plan.storage_order.emplace_back(params);
+    for (size_t i = 0; i < params; ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return positions[a] < positions[b]; });
+  }
+}
+
+// Fails (on every rank of `node`) when the node's shared-memory filesystem cannot hold `bytes`:
+// a shared window larger than /dev/shm would fault with SIGBUS at first touch instead.
+void check_shared_memory(int64_t bytes, MPI_Comm node) {
+  int node_rank = 0;
+  ST_MPI_CHECK(MPI_Comm_rank(node, &node_rank));
+  std::string problem;
+  struct statvfs fs {};
+  if (node_rank == 0 && ::statvfs("/dev/shm", &fs) == 0) {
+    const uint64_t free_bytes = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
+    if (free_bytes < static_cast<uint64_t>(bytes))
+      problem = fmt::format("loading weights stages {:.0f} MiB in shared memory, but /dev/shm has only {:.0f} MiB "
+                            "free on this node",
+                            static_cast<double>(bytes) / (1 << 20), static_cast<double>(free_bytes) / (1 << 20));
+  }
+  problem = dist::broadcast_text(problem, node);
+  if (!problem.empty()) common::raise(ErrorKind::kIo, problem);
+}
+
+// Sizes a round and, on the reader's node, allocates the shared staging window.
+void allocate_staging(Plan& plan, const LoadOptions& options) {
+  int64_t max_size = 1;
+  size_t max_params = 0;
+  for (const std::vector<int64_t>& sizes : plan.stored_size) {
+    for (int64_t size : sizes) max_size = std::max(max_size, size);
+    max_params = std::max(max_params, sizes.size());
+  }
+  plan.round_numel = std::max<int64_t>(1, options.stage_bytes / max_size);
+  plan.stage_bytes = stage_capacity(plan.round_numel, max_params, max_size);
+  if (!plan.local) return;  // served by messages
+  const int64_t window_bytes = kBuffers * plan.stage_bytes;
+  check_shared_memory(window_bytes, plan.node);
+  char* mine = nullptr;
+  ST_MPI_CHECK(MPI_Win_allocate_shared(plan.reader ? window_bytes : 0, 1, MPI_INFO_NULL, plan.node, &mine,
+                                       &plan.window));
+  MPI_Aint size = 0;
+  int unit = 0;
+  ST_MPI_CHECK(MPI_Win_shared_query(plan.window, 0, &size, &unit, &plan.staging));
+}
+
+void free_plan(Plan& plan) {
+  if (plan.window != MPI_WIN_NULL) MPI_Win_free(&plan.window);
+  MPI_Comm_free(&plan.group);
+  MPI_Comm_free(&plan.node);
+}
+
+// Waits for every rank of `comm` without spinning.
+void barrier_politely(MPI_Comm comm) {
+  MPI_Request req;
+  ST_MPI_CHECK(MPI_Ibarrier(comm, &req));
+  wait_politely(req);
+}
+
+// Conversions run on one thread per rank while loading: the ranks of a node convert in parallel
+// already, and each rank's OpenMP threads, spinning after every parallel region, would take the
+// cores from the reader (measured: 1.3 vs 2.1 GB/s at world size 4 on 2 cores).
+class OneThread {
+ public:
+  OneThread() : threads_(at::get_num_threads()) { at::set_num_threads(1); }
+  ~OneThread() { at::set_num_threads(threads_); }
+  OneThread(const OneThread&) = delete;
+  OneThread& operator=(const OneThread&) = delete;
+
+ private:
+  int threads_;
+};
+
+void convert(const char* in, at::ScalarType from, char* out, const at::TensorOptions& to, int64_t count) {
+  if (from == to.dtype().toScalarType()) {
+    std::memcpy(out, in, static_cast<size_t>(count) * c10::elementSize(from));
+  } else {
+    at::from_blob(out, {count}, to).copy_(at::from_blob(const_cast<char*>(in), {count}, at::TensorOptions().dtype(from)));
+  }
+}
+
+}  // namespace
+
+LoadStats load_shards(FsdpLlama& model, const SourceFactory& open_source, MPI_Comm world, const LoadOptions& options) {
+  const auto start = Clock::now();
+  const OneThread one_thread;
+  int world_rank = 0;
+  ST_MPI_CHECK(MPI_Comm_rank(world, &world_rank));
+  const std::vector<FlatParam*> flats = model.flat_params();
+  Plan plan = join_groups(flats, world, options);
+  std::unique_ptr<checkpoint::TensorSource> source;
+  if (plan.reader) source = open_source();
+  agree_storage(plan, flats, source.get(), world);
+  allocate_staging(plan, options);
+  if (world_rank == 0) {
+    const auto remote = std::count_if(plan.remote_shard.begin(), plan.remote_shard.end(), [](int s) { return s >= 0; });
+    spdlog::info("streaming the weights: {}, rounds of {:.1f} MiB staged in shared memory, {} rank(s) served by "
+                 "messages",
+                 options.reader_per_node ? "one reader per node" : "world rank 0 reads for every rank",
+                 static_cast<double>(plan.stage_bytes) / (1 << 20), remote);
+  }
+
+  // Every round of every flat parameter, in order: (flat, round within it).
+  std::vector<std::pair<size_t, int64_t>> rounds;
+  for (size_t f = 0; f < flats.size(); ++f)
+    for (int64_t r = 0; r < round_count(flats[f]->layout().numel(), plan.round_numel); ++r) rounds.emplace_back(f, r);
+  auto params_of = [&](size_t k) {
+    const auto [f, r] = rounds[k];
+    return round_params(flats[f]->layout(), plan.storage_order[f], r, plan.round_numel, plan.stored_size[f]);
+  };
+  auto takes_of = [&](size_t k, int shard) {
+    const size_t f = rounds[k].first;
+    return shard_takes(params_of(k), flats[f]->layout().pieces_in_shard(shard), plan.stored_size[f]);
+  };
+  auto requests_of = [&](size_t k) {
+    const size_t f = rounds[k].first;
+    std::vector<checkpoint::ReadRequest> requests;
+    for (const RoundParam& p : params_of(k))
+      requests.push_back({&flats[f]->layout().params()[p.param].name, p.begin, p.end - p.begin,
+                          plan.stored[f][p.param], plan.buffer(static_cast<int64_t>(k)) + p.staged_offset});
+    return requests;
+  };
+  auto fill = [&](size_t k) {  // the reader stages round k, reading in storage order
+    if (k + 1 < rounds.size()) source->prefetch(requests_of(k + 1));  // the disk works while we copy
+    source->read_batch(requests_of(k));
+  };
+  // This rank converts its parts of round k into its shard; `packed`: they lie end to end at
+  // `src` (as sent to another node) rather than where the round was staged.
+  auto take = [&](size_t k, const char* src, bool packed) {
+    const auto [f, r] = rounds[k];
+    at::Tensor& shard = flats[f]->shard();
+    const int64_t esize = static_cast<int64_t>(shard.element_size());
+    if (r == 0) {  // padding stays zero
+      const std::vector<ShardPiece> mine = flats[f]->layout().pieces_in_shard(plan.shard);
+      const int64_t filled = mine.empty() ? 0 : mine.back().shard_offset + mine.back().length;
+      shard.narrow(0, filled, shard.numel() - filled).zero_();
+    }
+    int64_t at = 0;
+    for (const ShardTake& t : takes_of(k, plan.shard)) {
+      convert(src + (packed ? at : t.staged_offset), plan.stored[f][t.param],
+              static_cast<char*>(shard.data_ptr()) + t.shard_offset * esize, shard.options(), t.length);
+      at += t.length * plan.stored_size[f][t.param];
+    }
+  };
+  std::vector<char> packed;  // a round's parts of one shard, end to end, for another node
+  auto send_remote = [&](size_t k) {
+    const size_t f = rounds[k].first;
+    for (size_t j = 1; j < plan.remote_shard.size(); ++j) {
+      if (plan.remote_shard[j] < 0) continue;
+      int64_t at = 0;
+      for (const ShardTake& t : takes_of(k, plan.remote_shard[j])) {
+        const int64_t bytes = t.length * plan.stored_size[f][t.param];
+        if (packed.size() < static_cast<size_t>(at + bytes)) packed.resize(static_cast<size_t>(at + bytes));
+        std::memcpy(packed.data() + at, plan.buffer(static_cast<int64_t>(k)) + t.staged_offset, static_cast<size_t>(bytes));
+        at += bytes;
+      }
+      send_bytes(packed.data(), at, static_cast<int>(j), plan.group);
+    }
+  };
+
+  auto last_log = Clock::now();
+  auto progress = [&](size_t k) {
+    if (world_rank != 0) return;
+    const bool last_of_flat = k + 1 == rounds.size() || rounds[k + 1].first != rounds[k].first;
+    if (!last_of_flat || (Clock::now() - last_log < std::chrono::seconds(5) && k + 1 != rounds.size())) return;
+    last_log = Clock::now();
+    const size_t done = rounds[k].first + 1;
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    const double gb = static_cast<double>(source->bytes_read()) / 1e9;
+    const double done_fraction = static_cast<double>(done) / static_cast<double>(flats.size());
+    spdlog::info("loading: {}/{} flat parameters, {:.2f} GB read, {:.2f} GB/s, ETA {}", done, flats.size(), gb,
+                 gb / std::max(seconds, 1e-9), duration_text(seconds / done_fraction - seconds));
+  };
+
+  // Two staging buffers: while the ranks take round k from one, the reader fills round k + 1 into
+  // the other. One barrier of the node per round keeps them apart: when it passes, every rank has
+  // finished round k - 1, whose buffer the reader fills next.
+  if (plan.reader) {
+    if (!rounds.empty()) fill(0);
+    barrier_politely(plan.node);
+    for (size_t k = 0; k < rounds.size(); ++k) {
+      send_remote(k);
+      if (k + 1 < rounds.size()) fill(k + 1);
+      take(k, plan.buffer(static_cast<int64_t>(k)), false);
+      barrier_politely(plan.node);
+      progress(k);
+    }
+  } else if (plan.local) {
+    barrier_politely(plan.node);
+    for (size_t k = 0; k < rounds.size(); ++k) {
+      take(k, plan.buffer(static_cast<int64_t>(k)), false);
+      barrier_politely(plan.node);
+    }
+  } else {
+    std::vector<char> buffer(static_cast<size_t>(plan.stage_bytes));
+    for (size_t k = 0; k < rounds.size(); ++k) {
+      int64_t bytes = 0;
+      for (const ShardTake& t : takes_of(k, plan.shard)) bytes += t.length * plan.stored_size[rounds[k].first][t.param];
+      recv_bytes(buffer.data(), bytes, 0, plan.group);
+      take(k, buffer.data(), true);
+    }
+  }
+  free_plan(plan);
   LoadStats stats;
   stats.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   stats.bytes_read = source ? source->bytes_read() : 0;
-  stats.reader = reader;
+  stats.reader = plan.reader;
   return stats;
 }
 

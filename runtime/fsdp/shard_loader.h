@@ -1,7 +1,9 @@
 // Streaming weights into FSDP shards with bounded memory: the model was built on the meta device
 // and wrapped, so each rank holds only its (empty) shards. One reader per node (or world rank 0
-// only) reads the source flat parameter by flat parameter and sends every rank of its node
-// exactly that rank's range; no other rank opens the files and no process holds the whole model.
+// only) reads the source round by round: a bounded slice of every shard it serves, in the stored
+// dtype, into a staging window shared with the ranks of its node, which convert their own slice
+// into their shard while it reads the next round; ranks on other nodes receive their slice as a
+// message. No other rank opens the files and no process holds the whole model, or even one unit.
 #pragma once
 
 #include <mpi.h>
@@ -16,6 +18,12 @@ namespace shardtune::fsdp {
 
 struct LoadOptions {
   bool reader_per_node = true;  // false: world rank 0 reads for everyone
+  // Elements staged per shard and round, in bytes of the stored dtype. The reader's node holds
+  // two rounds of every shard it serves in /dev/shm: 2 x shards x stage_bytes.
+  int64_t stage_bytes = int64_t(32) << 20;
+  // The ranks that share memory with this one (collective over `world` like the load itself);
+  // MPI_COMM_NULL: those on the same host.
+  MPI_Comm node = MPI_COMM_NULL;
 };
 
 struct LoadStats {

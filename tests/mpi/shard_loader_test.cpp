@@ -3,6 +3,7 @@
 // folders fail on every rank before anything is allocated; and each rank's peak memory stays
 // within its bound (reader: shard + 2 units; others: shard + 1 unit) whatever the depth.
 #include <ATen/ops/equal.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -76,6 +77,40 @@ fsdp::SourceFactory hf_source(const std::string& dir) {
   return [dir] { return std::make_unique<checkpoint::HfTensorSource>(dir); };
 }
 
+// How the weights travel: one reader per node or world rank 0 for all; rounds of 32 MiB (one per
+// unit here) or of 4 KiB (rounds that cut parameters and shards); and, with `own_node`, every
+// rank treated as a node of its own, so that ranks are served by messages instead of the shared
+// staging window (or each reads for itself).
+struct LoadMode {
+  std::string name;
+  fsdp::LoadOptions options;
+  bool own_node = false;
+};
+
+std::vector<LoadMode> load_modes() {
+  static MPI_Comm alone = [] {
+    MPI_Comm c;
+    MPI_Comm_split(MPI_COMM_WORLD, world_rank(), 0, &c);
+    return c;
+  }();
+  std::vector<LoadMode> modes;
+  for (bool per_node : {true, false}) {
+    for (int64_t stage : {int64_t(32) << 20, int64_t(4096)}) {
+      for (bool own_node : {false, true}) {
+        if (own_node && stage > 4096) continue;
+        fsdp::LoadOptions o;
+        o.reader_per_node = per_node;
+        o.stage_bytes = stage;
+        if (own_node) o.node = alone;
+        modes.push_back({fmt::format("{}, {} B rounds{}", per_node ? "node readers" : "rank 0 reads", stage,
+                                     own_node ? ", every rank a node" : ""),
+                         o, own_node});
+      }
+    }
+  }
+  return modes;
+}
+
 TEST(ShardLoader, GatheredShardsEqualTheFilesForEveryStrategy) {
   model::LlamaConfig cfg = model::LlamaConfig::tiny();
   std::vector<std::pair<job::ShardingStrategy, int>> strategies = {
@@ -88,18 +123,18 @@ TEST(ShardLoader, GatheredShardsEqualTheFilesForEveryStrategy) {
       write_folder(dir, cfg, stored);
       const checkpoint::HfFolder files = checkpoint::HfFolder::open(dir);
       for (const auto& [strategy, hsdp] : strategies) {
-        for (bool per_node : {true, false}) {
+        for (const LoadMode& mode : load_modes()) {
           for (bool pure_bf16 : {false, true}) {
             SCOPED_TRACE(testing::Message() << c10::toString(stored) << (tied ? " tied " : " ") << job::enum_name(strategy)
-                                            << (per_node ? " node readers" : " rank 0 reads")
-                                            << (pure_bf16 ? " bf16 masters" : " fp32 masters"));
+                                            << " " << mode.name << (pure_bf16 ? " bf16 masters" : " fp32 masters"));
             const fsdp::FsdpOptions options = options_for(strategy, hsdp, pure_bf16);
             dist::ProcessGroups groups = dist::make_mpi_groups(MPI_COMM_WORLD, options.shard_size, 60.0);
             model::LlamaForCausalLM m(cfg, at::TensorOptions().device(at::kMeta));
             fsdp::validate_source(m, hf_source(dir), MPI_COMM_WORLD);
             fsdp::FsdpLlama sharded(m, groups, options);
-            const fsdp::LoadStats stats = fsdp::load_shards(sharded, hf_source(dir), MPI_COMM_WORLD, {per_node});
-            EXPECT_EQ(stats.reader, world_rank() == 0) << "on one node, local rank 0 is the only reader either way";
+            const fsdp::LoadStats stats = fsdp::load_shards(sharded, hf_source(dir), MPI_COMM_WORLD, mode.options);
+            const bool reads = world_rank() == 0 || (mode.options.reader_per_node && mode.own_node);
+            EXPECT_EQ(stats.reader, reads);
             if (!stats.reader) {
               EXPECT_EQ(stats.bytes_read, 0u);
             }

@@ -7,6 +7,9 @@
 #   time_limit              a real 1-minute limit: Slurm's USR1 lead signal, requeue, resume, completion
 #   resize                  stopped without requeue, resubmitted as 1 node x 3 ranks: resumes and completes
 #   kill9                   kill -9 of one rank: FAILED within 60 s, no rank left, rank named, checkpoint intact
+#   stream                  a Hugging Face folder streamed into shards across 2 nodes, by one reader per
+#                           node (shared memory) and by world rank 0 alone (messages to the other node):
+#                           the same losses as every rank loading the whole model
 #   hostile                 invalid jobs and hostile strings never reach sbatch or a shell
 set -u
 scenario=$1 cluster=$2 work=$3 st=$4 src=$5
@@ -201,6 +204,34 @@ kill9)
   [[ -n "$latest" ]] || fail "no committed checkpoint"
   "$ckpt_tool" verify "$out/checkpoints/latest" >/dev/null || fail "the last committed checkpoint $latest is damaged"
   echo "last committed checkpoint $latest (was $committed at the kill) verifies"
+  ;;
+
+stream)
+  "$(dirname "$st")/shardtune-make-model" "$out_root/model" --layers 3 --dtype bf16 >/dev/null || fail "shardtune-make-model failed"
+  declare -A jobs
+  for mode in whole node rank0; do
+    low_cpu=true readers=node
+    [[ $mode == whole ]] && low_cpu=false
+    [[ $mode == rank0 ]] && readers=rank0
+    jobs[$mode]=$(submit "$out_root/$mode" --set model.preset=none --set "model.path=$out_root/model" \
+      --set model.init=pretrained --set fsdp.low_cpu_fsdp=$low_cpu --set fsdp.load_readers=$readers \
+      --set train.max_train_step=5 --set checkpoint.every_steps=0 --set metrics.log_every_steps=1) || fail "submit ($mode) failed: $(cat "$out_root/submit.err")"
+  done
+  for mode in whole node rank0; do
+    job=${jobs[$mode]}
+    wait_state "$job" 300 COMPLETED FAILED CANCELLED TIMEOUT || true
+    [[ "$(state "$job")" == COMPLETED ]] || { fail "the $mode job ended $(state "$job")"; show_log "$out_root/$mode/slurm-$job.out"; }
+    grep -q "job 'tiny-2x2': 4 ranks on 2 node(s) (n1, n2)" "$out_root/$mode/slurm-$job.out" || fail "$mode: not 4 ranks on n1, n2"
+  done
+  log() { cat "$out_root/$1/slurm-${jobs[$1]}.out"; }
+  log node | grep -q "streaming the weights: one reader per node, .* 0 rank(s) served by messages" || fail "node: no per-node streaming"
+  log rank0 | grep -q "streaming the weights: world rank 0 reads for every rank, .* 2 rank(s) served by messages" ||
+    fail "rank0: the ranks of n2 were not served by messages"
+  log whole | grep -q "streaming the weights" && fail "whole: streamed"
+  losses() { sed 's/, "step_seconds".*//' "$out_root/$1/metrics.jsonl"; }
+  [[ -s "$out_root/whole/metrics.jsonl" && "$(losses whole)" == "$(losses node)" ]] || fail "per-node streaming changed the losses"
+  [[ "$(losses whole)" == "$(losses rank0)" ]] || fail "streaming from rank 0 changed the losses"
+  echo "whole, per-node and rank-0 loading: $(wc -l <"$out_root/whole/metrics.jsonl") identical steps"
   ;;
 
 hostile)
