@@ -59,15 +59,25 @@ void CheckpointReader::read_range(const std::string& kind, const std::string& te
   for (const Slice& s : it->second) {
     const int64_t lo = std::max(s.offset, offset), hi = std::min(s.offset + s.length, offset + count);
     if (lo >= hi) continue;
-    buffer_.resize(static_cast<size_t>(s.length));
+    // A slice inside the range is read straight into place; one that sticks out goes through a
+    // buffer (its checksum covers all of it).
+    const bool whole = lo == s.offset && hi == s.offset + s.length;
+    float* into = dst + (lo - offset);
+    if (!whole) {
+      buffer_.resize(static_cast<size_t>(s.length));
+      into = buffer_.data();
+    }
     H5Handle ds(ST_H5_CHECK(H5Dopen2(file(s.file), fmt::format("/{}/{}", kind, s.dataset).c_str(), H5P_DEFAULT)),
                 H5Dclose);
-    ST_H5_CHECK(H5Dread(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buffer_.data()));
+    const int64_t stored = dataset_numel(ds.get());
+    ST_CHECK(stored == s.length, ErrorKind::kIo, "{}/{}: {} of {} (elements {}..{}): the dataset holds {} elements",
+             dir_, s.file, kind, tensor, s.offset, s.offset + s.length, stored);
+    ST_H5_CHECK(H5Dread(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, into));
     bytes_read_ += static_cast<uint64_t>(s.length) * 4;
-    ST_CHECK(crc32(buffer_.data(), buffer_.size() * sizeof(float)) == s.crc, ErrorKind::kIo,
+    ST_CHECK(crc32(into, static_cast<size_t>(s.length) * sizeof(float)) == s.crc, ErrorKind::kIo,
              "{}/{}: {} of {} (elements {}..{}) fails its checksum: the file is corrupt", dir_, s.file, kind, tensor,
              s.offset, s.offset + s.length);
-    std::copy(buffer_.begin() + (lo - s.offset), buffer_.begin() + (hi - s.offset), dst + (lo - offset));
+    if (!whole) std::copy(buffer_.begin() + (lo - s.offset), buffer_.begin() + (hi - s.offset), dst + (lo - offset));
     covered += hi - lo;
   }
   ST_CHECK(covered == count, ErrorKind::kIo, "{} does not hold all of {} for {} (elements {}..{})", dir_, kind, tensor,

@@ -421,8 +421,13 @@ TrainingState load_sharded_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optim
     auto targets = state_of(f, load_optimizer ? optimizer : nullptr, trainable_index);
     for (const fsdp::ShardPiece& piece : f->layout().pieces_in_shard(f->shard_rank())) {
       const fsdp::ParamSpan& p = f->layout().params()[piece.param];
-      buffer.resize(static_cast<size_t>(piece.length));
       for (auto& [kind, target] : targets) {
+        if (target.scalar_type() == at::kFloat) {  // straight into the shard
+          reader.read_range(kind, p.name, piece.param_offset, piece.length,
+                            target.data_ptr<float>() + piece.shard_offset);
+          continue;
+        }
+        buffer.resize(static_cast<size_t>(piece.length));
         reader.read_range(kind, p.name, piece.param_offset, piece.length, buffer.data());
         target.narrow(0, piece.shard_offset, piece.length).copy_(at::from_blob(buffer.data(), {piece.length}, at::kFloat));
       }
