@@ -1,4 +1,4 @@
-// shardtune-ckpt's conversions, each streaming one tensor at a time: consolidate (sharded → full),
+// shardtune-ckpt's conversions, each streaming tensors in pieces of bounded size: consolidate (sharded → full),
 // reshard (→ the layout of another world size),
 // export-hf (→ a Hugging Face safetensors folder), import-hf (Hugging Face folder → full), diff.
 #pragma once

@@ -1,4 +1,4 @@
-// shardtune-ckpt: inspects, verifies and converts shardtune checkpoints, one tensor at a time.
+// shardtune-ckpt: inspects, verifies and converts shardtune checkpoints, streaming in bounded pieces.
 //   shardtune-ckpt inspect DIR               step, world size, layout, every tensor
 //   shardtune-ckpt verify DIR                every slice read back and checked against its CRC-32
 //   shardtune-ckpt consolidate DIR OUT       sharded -> full (one file of whole tensors)
