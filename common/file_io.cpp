@@ -1,6 +1,7 @@
 #include "common/file_io.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -22,15 +23,19 @@ std::string read_file(const std::string& path, ErrorKind kind, const std::string
 }
 
 void write_file_atomically(const std::string& path, const std::string& text) {
+  write_file_atomically(path, [&](int fd, const std::string& tmp) { write_all(fd, text.data(), text.size(), tmp); });
+}
+
+void write_file_atomically(const std::string& path, const std::function<void(int fd, const std::string& tmp)>& fill) {
   namespace fs = std::filesystem;
   std::error_code ec;
   fs::create_directories(fs::path(path).parent_path(), ec);
   ST_CHECK(!ec, ErrorKind::kIo, "cannot create the directory of {}: {}", path, ec.message());
-  const std::string tmp = path + ".tmp";
+  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   ST_CHECK(fd >= 0, ErrorKind::kIo, "cannot write {}: {}", tmp, std::strerror(errno));
   try {
-    write_all(fd, text.data(), text.size(), tmp);
+    fill(fd, tmp);
     ST_CHECK(::fsync(fd) == 0, ErrorKind::kIo, "cannot fsync {}: {}", tmp, std::strerror(errno));
   } catch (...) {
     ::close(fd);

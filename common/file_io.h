@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <string>
 
 #include "common/error.h"
@@ -14,6 +15,10 @@ std::string read_file(const std::string& path, ErrorKind kind = ErrorKind::kIo, 
 // Writes `text` to `path` atomically: parent directories created, a temporary file written and
 // fsynced, then renamed over `path`. On failure `path` is untouched and no temporary file is left.
 void write_file_atomically(const std::string& path, const std::string& text);
+// The same with the contents written by `fill(fd, temporary_path)` (through write_all): for
+// files built in parts. The temporary name carries the process id, so concurrent writers of one
+// path never share a temporary file.
+void write_file_atomically(const std::string& path, const std::function<void(int fd, const std::string& tmp)>& fill);
 
 // Writes all `size` bytes to `fd` (retrying short writes and EINTR). Throws Error(kIo) naming `path`.
 void write_all(int fd, const void* data, size_t size, const std::string& path);

@@ -37,10 +37,7 @@ uint64_t fingerprint(std::string_view bytes, uint64_t seed) {
 void TokenFile::write(const std::string& path, const std::string& key, const std::vector<Example>& examples) {
   std::vector<int64_t> offsets{0};
   for (const Example& e : examples) offsets.push_back(offsets.back() + static_cast<int64_t>(e.ids.size()));
-  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  ST_CHECK(fd >= 0, ErrorKind::kIo, "cannot create {}: {}", tmp, std::strerror(errno));
-  try {
+  common::write_file_atomically(path, [&](int fd, const std::string& tmp) {
     common::write_all(fd, kMagic, sizeof kMagic, tmp);
     const uint64_t header[1] = {key.size()};
     common::write_all(fd, header, sizeof header, tmp);
@@ -52,18 +49,7 @@ void TokenFile::write(const std::string& path, const std::string& key, const std
     common::write_all(fd, offsets.data(), offsets.size() * sizeof(int64_t), tmp);
     for (const Example& e : examples) common::write_all(fd, e.ids.data(), e.ids.size() * sizeof(int32_t), tmp);
     for (const Example& e : examples) common::write_all(fd, e.labels.data(), e.labels.size() * sizeof(int32_t), tmp);
-    ST_CHECK(::fsync(fd) == 0, ErrorKind::kIo, "cannot fsync {}: {}", tmp, std::strerror(errno));
-  } catch (...) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
-  }
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    common::raise(ErrorKind::kIo, fmt::format("cannot rename {} to {}: {}", tmp, path, std::strerror(err)));
-  }
+  });
 }
 
 std::shared_ptr<const TokenFile> TokenFile::open(const std::string& path, const std::string& key) {
