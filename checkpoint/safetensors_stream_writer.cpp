@@ -1,6 +1,7 @@
 // Streaming safetensors writer.
 #include "checkpoint/safetensors_stream_writer.h"
 
+#include <ATen/ops/empty.h>
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <unistd.h>
@@ -59,14 +60,22 @@ void SafetensorsStreamWriter::append(const at::Tensor& tensor) {
 }
 
 void SafetensorsStreamWriter::append_elements(const at::Tensor& part) {
-  const at::Tensor flat = part.reshape({-1});
+  const at::Tensor flat = part.reshape({-1}).contiguous();
   for (int64_t done = 0; done < flat.numel();) {
     ST_CHECK(next_ < tensors_.size(), ErrorKind::kInternal, "{}: more elements than declared", path_);
     const StreamedTensor& t = tensors_[next_];
     int64_t numel = 1;
     for (int64_t d : t.shape) numel *= d;
-    const int64_t n = std::min(numel - written_, flat.numel() - done);
-    const at::Tensor data = flat.narrow(0, done, n).to(to_scalar_type(t.dtype)).contiguous();
+    int64_t n = std::min(numel - written_, flat.numel() - done);
+    const at::ScalarType type = to_scalar_type(t.dtype);
+    at::Tensor data = flat.narrow(0, done, n);
+    if (flat.scalar_type() != type) {
+      // Converted through one reused buffer: a fresh allocation per piece fragments the heap
+      // (glibc moves its mmap threshold up after the first free) and the process grows.
+      n = std::min(n, kConvertElements);
+      if (!staging_.defined() || staging_.scalar_type() != type) staging_ = at::empty({kConvertElements}, type);
+      data = staging_.narrow(0, 0, n).copy_(flat.narrow(0, done, n));
+    }
     common::write_all(fd_, data.data_ptr(), static_cast<size_t>(data.nbytes()), tmp_);
     done += n;
     written_ += n;

@@ -42,6 +42,8 @@ class SafetensorsStreamWriter {
   size_t next_ = 0;       // the tensor being written
   int64_t written_ = 0;   // of its elements
   int fd_ = -1;
+  static constexpr int64_t kConvertElements = int64_t{4} << 20;
+  at::Tensor staging_;  // conversions to the declared dtype, kConvertElements at a time
 };
 
 }  // namespace shardtune::checkpoint

@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <malloc.h>
 
 #include <nlohmann/json.hpp>
 
@@ -58,6 +59,9 @@ int verify(const std::string& dir) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Pieces of 1 MiB and more always come from (and go back to) mmap: glibc otherwise raises its
+  // threshold after the first such free and serves later pieces from a heap that fragments.
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
   CLI::App app{"shardtune-ckpt: inspect, verify and convert shardtune checkpoints"};
   app.require_subcommand(1);
   std::string dir;
