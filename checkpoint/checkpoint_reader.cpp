@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "checkpoint/block_crc.h"
 #include "checkpoint/crc32.h"
 #include "checkpoint/h5_check.h"
 #include "checkpoint/h5_range.h"
@@ -19,8 +20,10 @@ using common::ErrorKind;
 
 CheckpointReader::CheckpointReader(const std::string& dir) : dir_(dir), manifest_(read_checkpoint_manifest(dir)) {
   for (const nlohmann::json& s : manifest_.at("slices")) {
+    SliceSums sums = slice_sums(manifest_, s, fmt::format("{}: slice {} of {}", dir, s.at("dataset").get<std::string>(),
+                                                          s.at("tensor").get<std::string>()));
     index_[{s.at("kind"), s.at("tensor")}].push_back(
-        {s.at("file"), s.at("dataset"), s.at("offset"), s.at("length"), s.at("crc32").get<uint32_t>()});
+        {s.at("file"), s.at("dataset"), s.at("offset"), s.at("length"), sums.block, std::move(sums.crcs)});
   }
   for (auto& [key, slices] : index_)
     std::sort(slices.begin(), slices.end(), [](const Slice& a, const Slice& b) { return a.offset < b.offset; });
@@ -51,33 +54,46 @@ hid_t CheckpointReader::file(const std::string& name) {
   return it->second.get();
 }
 
+void CheckpointReader::read_blocks(const std::string& kind, const std::string& tensor, const Slice& s, hid_t dataset,
+                                   int64_t lo, int64_t hi, float* dst) {
+  read_flat_range(dataset, lo, hi - lo, dst);
+  bytes_read_ += static_cast<uint64_t>(hi - lo) * 4;
+  for (int64_t b = lo; b < hi; b += s.block) {
+    const int64_t n = std::min(s.block, hi - b);
+    ST_CHECK(crc32(dst + (b - lo), static_cast<size_t>(n) * sizeof(float)) == s.crcs[static_cast<size_t>(b / s.block)],
+             ErrorKind::kIo, "{}/{}: {} of {} (elements {}..{}) fails its checksum: the file is corrupt", dir_, s.file,
+             kind, tensor, s.offset + b, s.offset + b + n);
+  }
+}
+
 void CheckpointReader::read_range(const std::string& kind, const std::string& tensor, int64_t offset, int64_t count,
                                   float* dst) {
   auto it = index_.find({kind, tensor});
   ST_CHECK(it != index_.end(), ErrorKind::kIo, "{} holds no {} of {}", dir_, kind, tensor);
   int64_t covered = 0;
   for (const Slice& s : it->second) {
-    const int64_t lo = std::max(s.offset, offset), hi = std::min(s.offset + s.length, offset + count);
+    const int64_t lo = std::max(s.offset, offset) - s.offset, hi = std::min(s.offset + s.length, offset + count) - s.offset;
     if (lo >= hi) continue;
-    // A slice inside the range is read straight into place; one that sticks out goes through a
-    // buffer (its checksum covers all of it).
-    const bool whole = lo == s.offset && hi == s.offset + s.length;
-    float* into = dst + (lo - offset);
-    if (!whole) {
-      buffer_.resize(static_cast<size_t>(s.length));
-      into = buffer_.data();
-    }
     H5Handle ds(ST_H5_CHECK(H5Dopen2(file(s.file), fmt::format("/{}/{}", kind, s.dataset).c_str(), H5P_DEFAULT)),
                 H5Dclose);
     const int64_t stored = dataset_numel(ds.get());
     ST_CHECK(stored == s.length, ErrorKind::kIo, "{}/{}: {} of {} (elements {}..{}): the dataset holds {} elements",
              dir_, s.file, kind, tensor, s.offset, s.offset + s.length, stored);
-    ST_H5_CHECK(H5Dread(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, into));
-    bytes_read_ += static_cast<uint64_t>(s.length) * 4;
-    ST_CHECK(crc32(into, static_cast<size_t>(s.length) * sizeof(float)) == s.crc, ErrorKind::kIo,
-             "{}/{}: {} of {} (elements {}..{}) fails its checksum: the file is corrupt", dir_, s.file, kind, tensor,
-             s.offset, s.offset + s.length);
-    if (!whole) std::copy(buffer_.begin() + (lo - s.offset), buffer_.begin() + (hi - s.offset), dst + (lo - offset));
+    // The blocks wholly inside the range are read in one request straight into place; a block at
+    // either edge that sticks out goes through a buffer of one block.
+    float* const out = dst + (s.offset - offset);  // slice element i lands at out[i]
+    const int64_t inner_lo = (lo + s.block - 1) / s.block * s.block;
+    const int64_t inner_hi = hi == s.length ? hi : hi / s.block * s.block;
+    if (inner_lo < inner_hi) read_blocks(kind, tensor, s, ds.get(), inner_lo, inner_hi, out + inner_lo);
+    for (const bool upper : {false, true}) {
+      const int64_t b_lo = (upper ? hi - 1 : lo) / s.block * s.block, b_hi = std::min(b_lo + s.block, s.length);
+      const bool inner = b_lo >= inner_lo && b_hi <= std::max(inner_lo, inner_hi);
+      if (inner || (upper && b_lo <= lo)) continue;  // read above, or the same block as lo's
+      buffer_.resize(static_cast<size_t>(b_hi - b_lo));
+      read_blocks(kind, tensor, s, ds.get(), b_lo, b_hi, buffer_.data());
+      const int64_t from = std::max(lo, b_lo), to = std::min(hi, b_hi);
+      std::copy(buffer_.begin() + (from - b_lo), buffer_.begin() + (to - b_lo), out + from);
+    }
     covered += hi - lo;
   }
   ST_CHECK(covered == count, ErrorKind::kIo, "{} does not hold all of {} for {} (elements {}..{})", dir_, kind, tensor,
@@ -108,24 +124,29 @@ int64_t CheckpointReader::Stream::read(float* dst, int64_t max) {
   ST_CHECK(slice_ < slices_.size() && slices_[slice_].offset + in_slice_ == done_, ErrorKind::kIo,
            "{} does not hold all of {} for {}: nothing holds element {}", reader_.dir_, kind_, tensor_, done_);
   const Slice& s = slices_[slice_];
-  const std::string where = fmt::format("{}/{}: {} of {} (elements {}..{})", reader_.dir_, s.file, kind_, tensor_,
-                                        s.offset, s.offset + s.length);
   if (in_slice_ == 0) {
     dataset_ = H5Handle(ST_H5_CHECK(H5Dopen2(reader_.file(s.file), fmt::format("/{}/{}", kind_, s.dataset).c_str(),
                                              H5P_DEFAULT)),
                         H5Dclose);
     const int64_t stored = dataset_numel(dataset_.get());
-    ST_CHECK(stored == s.length, ErrorKind::kIo, "{}: the dataset holds {} elements", where, stored);
+    ST_CHECK(stored == s.length, ErrorKind::kIo, "{}/{}: {} of {} (elements {}..{}): the dataset holds {} elements",
+             reader_.dir_, s.file, kind_, tensor_, s.offset, s.offset + s.length, stored);
     crc_ = 0;
   }
-  const int64_t n = std::min({max, s.length - in_slice_, numel_ - done_});
+  const int64_t block = in_slice_ / s.block, block_end = std::min((block + 1) * s.block, s.length);
+  const int64_t n = std::min({max, block_end - in_slice_, numel_ - done_});
   read_flat_range(dataset_.get(), in_slice_, n, dst);
   crc_ = crc32(dst, static_cast<size_t>(n) * sizeof(float), crc_);
   reader_.bytes_read_ += static_cast<uint64_t>(n) * 4;
   in_slice_ += n;
   done_ += n;
+  if (in_slice_ == block_end) {
+    ST_CHECK(crc_ == s.crcs[static_cast<size_t>(block)], ErrorKind::kIo,
+             "{}/{}: {} of {} (elements {}..{}) fails its checksum: the file is corrupt", reader_.dir_, s.file, kind_,
+             tensor_, s.offset + block * s.block, s.offset + block_end);
+    crc_ = 0;
+  }
   if (in_slice_ == s.length) {
-    ST_CHECK(crc_ == s.crc, ErrorKind::kIo, "{} fails its checksum: the file is corrupt", where);
     dataset_ = H5Handle();
     in_slice_ = 0;
     ++slice_;

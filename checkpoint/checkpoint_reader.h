@@ -1,7 +1,8 @@
 // Reading any range of any tensor out of a committed checkpoint (sharded or full): the manifest
-// says which slices hold it; every slice read is checked against its CRC-32. read_range holds one
-// slice; a Stream reads a tensor front to back in pieces of the caller's size, so tools stay
-// within bounded memory whatever the tensor.
+// says which slices hold it; every block read is checked against its CRC-32 (block_crc.h), and
+// only the blocks a range overlaps are read. read_range buffers at most one block; a Stream reads
+// a tensor front to back in pieces of at most the caller's size, so tools stay within bounded
+// memory whatever the tensor.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -38,16 +39,18 @@ class CheckpointReader {
   struct Slice {
     std::string file, dataset;
     int64_t offset = 0, length = 0;
-    uint32_t crc = 0;
+    int64_t block = 0;            // elements per checksum
+    std::vector<uint32_t> crcs;  // one per block
   };
 
  public:
-  // One tensor, front to back. Each slice's CRC-32 is checked as its last element is read; a gap
+  // One tensor, front to back. Each block's CRC-32 is checked as its last element is read; a gap
   // between slices, a dataset of the wrong size or a bad checksum throws common::Error(kIo) naming
-  // the file and tensor (pieces of the slice already returned must then be discarded).
+  // the file and tensor (pieces of the block already returned must then be discarded).
   class Stream {
    public:
-    // Up to `max` further elements into dst; how many (0 once the tensor is done).
+    // Up to `max` further elements into dst (never past the end of a checksum block); how many (0
+    // once the tensor is done).
     int64_t read(float* dst, int64_t max);
 
    private:
@@ -60,13 +63,16 @@ class CheckpointReader {
     size_t slice_ = 0;
     int64_t done_ = 0;     // elements of the tensor returned so far
     int64_t in_slice_ = 0;  // of the current slice
-    uint32_t crc_ = 0;
+    uint32_t crc_ = 0;      // of the current block so far
     H5Handle dataset_;
   };
   Stream stream(const std::string& kind, const std::string& tensor);
 
  private:
   hid_t file(const std::string& name);
+  // Slice elements [lo, hi), whole blocks, into dst, each block checked.
+  void read_blocks(const std::string& kind, const std::string& tensor, const Slice& s, hid_t dataset, int64_t lo,
+                   int64_t hi, float* dst);
 
   std::string dir_;
   nlohmann::json manifest_;

@@ -20,7 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/checkpoint_reader.h"
-#include "checkpoint/crc32.h"
+#include "checkpoint/block_crc.h"
 #include "checkpoint/h5_check.h"
 #include "checkpoint/h5_range.h"
 #include "checkpoint/h5_handle.h"
@@ -80,12 +80,12 @@ H5Handle file_access() {
 struct Slice {
   std::string kind, tensor, file, dataset;
   int64_t offset = 0, length = 0;
-  uint32_t crc = 0;
+  std::vector<uint32_t> crcs;  // per block of kCrcBlock elements
 };
 
 json slice_json(const Slice& s) {
   return {{"kind", s.kind}, {"tensor", s.tensor}, {"file", s.file}, {"dataset", s.dataset},
-          {"offset", s.offset}, {"length", s.length}, {"crc32", s.crc}};
+          {"offset", s.offset}, {"length", s.length}, {"crc32_blocks", s.crcs}};
 }
 
 // What a checkpoint holds of one flat parameter: its shard, and AdamW's moments of it when the
@@ -135,7 +135,7 @@ std::vector<Slice> write_rank_file(fsdp::FsdpLlama& model, fsdp::AdamW* optimize
       for (const auto& [kind, tensor] : sources) {
         const at::Tensor data = tensor.narrow(0, piece.shard_offset, piece.length).to(at::kFloat).contiguous();
         Slice s{kind, p.name, file_name, fmt::format("{}@{}", p.name, piece.param_offset), piece.param_offset,
-                piece.length, crc32(data.data_ptr(), static_cast<size_t>(data.nbytes()))};
+                piece.length, block_crcs(data.data_ptr<float>(), piece.length)};
         const hsize_t dims[1] = {static_cast<hsize_t>(piece.length)};
         H5Handle space(ST_H5_CHECK(H5Screate_simple(1, dims, nullptr)), H5Sclose);
         H5Handle ds(ST_H5_CHECK(H5Dcreate2(out.groups.at(kind).get(), s.dataset.c_str(), H5T_IEEE_F32LE, space.get(),
@@ -186,8 +186,7 @@ std::vector<Slice> write_full_file(fsdp::FsdpLlama& model, fsdp::AdamW* optimize
                       H5Dclose);
           ST_H5_CHECK(H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data_ptr()));
           ST_H5_CHECK(ds.close());
-          slices.push_back({kind, p.name, file_name, p.name, 0, p.numel,
-                            crc32(data.data_ptr(), static_cast<size_t>(data.nbytes()))});
+          slices.push_back({kind, p.name, file_name, p.name, 0, p.numel, block_crcs(data.data_ptr<float>(), p.numel)});
         }
       });
     }
@@ -220,8 +219,9 @@ json read_manifest_impl(const std::string& dir) {
   try {
     json m = json::parse(in);
     ST_CHECK(m.value("format", "") == "shardtune-sharded", ErrorKind::kIo, "{}: not a shardtune sharded checkpoint", path);
-    ST_CHECK(m.value("version", 0) == kShardedFormatVersion, ErrorKind::kIo,
-             "{}: format version {} is not {} (this build's)", path, m.value("version", 0), kShardedFormatVersion);
+    const int version = m.value("version", 0);
+    ST_CHECK(version >= 1 && version <= kShardedFormatVersion, ErrorKind::kIo,
+             "{}: format version {} is not one this build reads (1 to {})", path, version, kShardedFormatVersion);
     return m;
   } catch (const json::exception& e) {
     common::raise(ErrorKind::kIo, fmt::format("{}: broken manifest: {}", path, e.what()));
@@ -254,14 +254,19 @@ VerifyReport verify_sharded_checkpoint(const std::string& dir) {
                   H5Dclose);
       const int64_t stored = dataset_numel(ds.get());
       ST_CHECK(stored == length, ErrorKind::kIo, "the dataset has {} elements", stored);
-      uint32_t crc = 0;  // read in bounded pieces: memory stays small whatever the slice
+      const SliceSums sums = slice_sums(manifest, s, where);
+      BlockCrc crc(sums.block);  // read in bounded pieces: memory stays small whatever the slice
       for (int64_t at = 0; at < length; at += kVerifyPiece) {
         const int64_t n = std::min(kVerifyPiece, length - at);
         buffer.resize(static_cast<size_t>(n));
         read_flat_range(ds.get(), at, n, buffer.data());
-        crc = crc32(buffer.data(), static_cast<size_t>(n) * sizeof(float), crc);
+        crc.add(buffer.data(), n);
       }
-      ST_CHECK(crc == s.at("crc32").get<uint32_t>(), ErrorKind::kIo, "checksum mismatch");
+      const std::vector<uint32_t> got = crc.finish();
+      for (size_t b = 0; b < got.size(); ++b)
+        ST_CHECK(got[b] == sums.crcs[b], ErrorKind::kIo, "checksum mismatch in elements {}..{}",
+                 offset + static_cast<int64_t>(b) * sums.block,
+                 offset + std::min(static_cast<int64_t>(b + 1) * sums.block, length));
       report.bytes += length * 4;
     } catch (const std::exception& e) {
       report.problems.push_back(fmt::format("{}: {}", where, e.what()));
@@ -332,7 +337,8 @@ std::string save_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, cons
                          {"sample_in_epoch", state.sample_in_epoch}, {"loss_scale", state.loss_scale},
                          {"optimizer_step", optimizer ? optimizer->step_count() : 0},
                          {"has_optimizer", optimizer != nullptr}, {"world_size", groups.world->size()},
-                         {"shard_group_size", groups.shard->size()}, {"job", state.job_toml}};
+                         {"shard_group_size", groups.shard->size()}, {"job", state.job_toml},
+                         {"crc32_block", kCrcBlock}};
         if (!state.model_config.empty()) manifest["model_config"] = json::parse(state.model_config);
         json tensors = json::object();
         for (fsdp::FlatParam* f : model.flat_params())

@@ -19,7 +19,8 @@
 
 namespace shardtune::checkpoint {
 
-inline constexpr int kShardedFormatVersion = 1;
+// 2: a CRC-32 per block of each slice ("crc32_blocks", "crc32_block"); 1 (still read): one per slice.
+inline constexpr int kShardedFormatVersion = 2;
 
 struct TrainingState {
   int64_t step = 0;           // optimizer steps taken

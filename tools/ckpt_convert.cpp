@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/checkpoint_reader.h"
-#include "checkpoint/crc32.h"
+#include "checkpoint/block_crc.h"
 #include "checkpoint/h5_check.h"
 #include "checkpoint/h5_handle.h"
 #include "checkpoint/h5_range.h"
@@ -94,6 +94,8 @@ class FullWriter {
     file_ = H5Handle(ST_H5_CHECK(H5Fcreate((tmp_ + "/model.h5").c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl.get())), H5Fclose);
     manifest_["slices"] = json::array();
     manifest_["layout"] = "full";
+    manifest_["version"] = checkpoint::kShardedFormatVersion;  // what this writer writes, whatever it read
+    manifest_["crc32_block"] = checkpoint::kCrcBlock;
   }
   // A tensor in pieces: begin, then its elements in order, then end.
   void begin(const std::string& kind, const std::string& name, const std::vector<int64_t>& shape) {
@@ -109,17 +111,16 @@ class FullWriter {
     kind_ = kind;
     name_ = name;
     written_ = 0;
-    crc_ = 0;
   }
   void append(const float* data, int64_t count) {
     checkpoint::write_flat_range(dataset_.get(), written_, count, data);
-    crc_ = checkpoint::crc32(data, static_cast<size_t>(count) * sizeof(float), crc_);
+    crc_.add(data, count);
     written_ += count;
   }
   void end() {
     ST_H5_CHECK(dataset_.close());
     manifest_["slices"].push_back({{"kind", kind_}, {"tensor", name_}, {"file", "model.h5"}, {"dataset", name_},
-                                   {"offset", 0}, {"length", written_}, {"crc32", crc_}});
+                                   {"offset", 0}, {"length", written_}, {"crc32_blocks", crc_.finish()}});
   }
   void commit() {
     groups_.clear();
@@ -136,7 +137,7 @@ class FullWriter {
   H5Handle dataset_;
   std::string kind_, name_;
   int64_t written_ = 0;
-  uint32_t crc_ = 0;
+  checkpoint::BlockCrc crc_;
 };
 
 }  // namespace
@@ -215,7 +216,7 @@ void reshard(const std::string& src, const std::string& out, int world_size) {
     int64_t offset, length;
     std::string dataset;
     H5Handle handle;
-    uint32_t crc = 0;
+    checkpoint::BlockCrc crc;
   };
   json slices = json::array();
   std::vector<float> piece(static_cast<size_t>(kPiece));
@@ -246,14 +247,14 @@ void reshard(const std::string& src, const std::string& out, int world_size) {
             if (lo >= hi) continue;
             const float* data = piece.data() + (lo - at);
             checkpoint::write_flat_range(o.handle.get(), lo - o.offset, hi - lo, data);
-            o.crc = checkpoint::crc32(data, static_cast<size_t>(hi - lo) * sizeof(float), o.crc);
+            o.crc.add(data, hi - lo);
           }
           progress.add(static_cast<uint64_t>(n) * 4);
         }
         for (Out& o : outs) {
           ST_H5_CHECK(o.handle.close());
           slices.push_back({{"kind", kind}, {"tensor", p.name}, {"file", files[static_cast<size_t>(o.rank)].name},
-                            {"dataset", o.dataset}, {"offset", o.offset}, {"length", o.length}, {"crc32", o.crc}});
+                            {"dataset", o.dataset}, {"offset", o.offset}, {"length", o.length}, {"crc32_blocks", o.crc.finish()}});
         }
       }
     }
@@ -264,6 +265,8 @@ void reshard(const std::string& src, const std::string& out, int world_size) {
   }
   manifest["slices"] = slices;
   manifest["layout"] = "sharded";
+  manifest["version"] = checkpoint::kShardedFormatVersion;
+  manifest["crc32_block"] = checkpoint::kCrcBlock;
   manifest["world_size"] = world_size;
   manifest["shard_group_size"] = world_size;
   std::ofstream(tmp + "/manifest.json") << manifest.dump(1);

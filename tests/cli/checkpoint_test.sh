@@ -29,7 +29,7 @@ slices() {
 import json, sys
 m = json.load(open(sys.argv[1]))
 for s in sorted(m["slices"], key=lambda s: (s["kind"], s["tensor"], s["offset"])):
-    print(s["kind"], s["tensor"], s["offset"], s["crc32"])
+    print(s["kind"], s["tensor"], s["offset"], s["crc32_blocks"])
 PY
 }
 
@@ -96,7 +96,8 @@ s = next(s for s in m["slices"] if s["kind"] == "param" and s["tensor"] == "mode
 with h5py.File(f"{d}/{s['file']}", "r") as f:
     a = f[f"/param/{s['dataset']}"][()]
 assert a.dtype == numpy.float32 and a.shape == (s["length"],), (a.dtype, a.shape)
-assert zlib.crc32(a.tobytes()) == s["crc32"], "checksum"
+block = m["crc32_block"]  # a CRC-32 per block of this many elements
+assert [zlib.crc32(a[i:i + block].tobytes()) for i in range(0, len(a), block)] == s["crc32_blocks"], "checksum"
 print("h5py read", s["dataset"], "from", s["file"], "checksum ok")
 PY
 

@@ -130,7 +130,7 @@ requeue)
 import json, sys
 m = json.load(open(sys.argv[1]))
 for s in sorted(m["slices"], key=lambda s: (s["kind"], s["tensor"], s["offset"])):
-    print(s["kind"], s["tensor"], s["offset"], s["crc32"])
+    print(s["kind"], s["tensor"], s["offset"], s["crc32_blocks"])
 PY
   }
   a=$(slices "$out_root/straight") b=$(slices "$out")

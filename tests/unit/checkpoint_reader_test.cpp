@@ -1,0 +1,237 @@
+// CheckpointReader against hand-built checkpoints with tiny checksum blocks (5 elements), so that
+// every case of a range cutting blocks and slices is small: any range of any tensor reads back
+// exactly, reads only the blocks it overlaps, and a corrupt block fails exactly the reads that
+// touch it. Checksums are checked against zlib's crc32, an independent implementation.
+#include <gtest/gtest.h>
+#include <zlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "checkpoint/block_crc.h"
+#include "checkpoint/checkpoint_reader.h"
+#include "checkpoint/h5_check.h"
+#include "checkpoint/h5_handle.h"
+#include "checkpoint/sharded_checkpoint.h"
+#include "common/error.h"
+
+namespace shardtune::checkpoint {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr int64_t kBlock = 5;
+
+uint32_t zlib_crc(const float* data, int64_t n) {
+  return static_cast<uint32_t>(::crc32(0, reinterpret_cast<const Bytef*>(data), static_cast<uInt>(n * 4)));
+}
+
+// One slice as stored: file, dataset (with its on-disk shape) and the tensor elements it holds.
+struct StoredSlice {
+  std::string tensor, file, dataset;
+  int64_t offset, length;
+  std::vector<hsize_t> dims;  // the dataset's shape (its product is `length`)
+};
+
+class CheckpointReaderTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = (fs::temp_directory_path() / ("shardtune-reader-" + std::to_string(::getpid()))).string();
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    // a: [7, 9] = 63 elements in three slices over two files (lengths 20, 30, 13: blocks of 5
+    // with a short last one); b: [6, 11] = 66 elements stored whole as a 2-D dataset, as a full
+    // checkpoint stores tensors.
+    tensors_ = {{"a", {7, 9}}, {"b", {6, 11}}};
+    slices_ = {{"a", "f0.h5", "a@0", 0, 20, {20}},
+               {"a", "f1.h5", "a@20", 20, 30, {30}},
+               {"a", "f0.h5", "a@50", 50, 13, {13}},
+               {"b", "f1.h5", "b", 0, 66, {6, 11}}};
+    for (const auto& [name, shape] : tensors_) {
+      std::vector<float>& v = values_[name];
+      v.resize(static_cast<size_t>(shape[0] * shape[1]));
+      std::iota(v.begin(), v.end(), name == "a" ? 1000.0f : 2000.0f);
+    }
+    for (const char* f : {"f0.h5", "f1.h5"}) {
+      H5Handle file(ST_H5_CHECK(H5Fcreate((dir_ + "/" + f).c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT)), H5Fclose);
+      H5Handle group(ST_H5_CHECK(H5Gcreate2(file.get(), "/param", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
+      for (const StoredSlice& s : slices_) {
+        if (s.file != f) continue;
+        H5Handle space(ST_H5_CHECK(H5Screate_simple(static_cast<int>(s.dims.size()), s.dims.data(), nullptr)), H5Sclose);
+        H5Handle ds(ST_H5_CHECK(H5Dcreate2(group.get(), s.dataset.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT,
+                                           H5P_DEFAULT, H5P_DEFAULT)),
+                    H5Dclose);
+        ST_H5_CHECK(H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                             values_[s.tensor].data() + s.offset));
+      }
+    }
+    write_manifest(2);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Format 2 lists zlib's CRC-32 of every block of kBlock elements; format 1 one per slice.
+  void write_manifest(int version) {
+    json m = {{"format", "shardtune-sharded"}, {"version", version}, {"layout", "sharded"}, {"step", 1}};
+    if (version >= 2) m["crc32_block"] = kBlock;
+    for (const auto& [name, shape] : tensors_) m["tensors"][name] = {{"shape", shape}, {"dtype", "F32"}};
+    m["slices"] = json::array();
+    for (const StoredSlice& s : slices_) {
+      json j = {{"kind", "param"},       {"tensor", s.tensor}, {"file", s.file},
+                {"dataset", s.dataset}, {"offset", s.offset}, {"length", s.length}};
+      const float* data = values_[s.tensor].data() + s.offset;
+      if (version == 1) {
+        j["crc32"] = zlib_crc(data, s.length);
+      } else {
+        for (int64_t b = 0; b < s.length; b += kBlock) j["crc32_blocks"].push_back(zlib_crc(data + b, std::min(kBlock, s.length - b)));
+      }
+      m["slices"].push_back(j);
+    }
+    std::ofstream(dir_ + "/manifest.json") << m.dump(1);
+  }
+
+  // Overwrites one stored element (of tensor `a`, element `element`) without touching the manifest.
+  void corrupt_a(int64_t element) {
+    for (const StoredSlice& s : slices_) {
+      if (s.tensor != "a" || element < s.offset || element >= s.offset + s.length) continue;
+      H5Handle file(ST_H5_CHECK(H5Fopen((dir_ + "/" + s.file).c_str(), H5F_ACC_RDWR, H5P_DEFAULT)), H5Fclose);
+      H5Handle ds(ST_H5_CHECK(H5Dopen2(file.get(), ("/param/" + s.dataset).c_str(), H5P_DEFAULT)), H5Dclose);
+      H5Handle space(ST_H5_CHECK(H5Dget_space(ds.get())), H5Sclose);
+      const hsize_t start[1] = {static_cast<hsize_t>(element - s.offset)}, one[1] = {1};
+      ST_H5_CHECK(H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, start, nullptr, one, nullptr));
+      H5Handle mem(ST_H5_CHECK(H5Screate_simple(1, one, nullptr)), H5Sclose);
+      const float bad = -1.0f;
+      ST_H5_CHECK(H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, mem.get(), space.get(), H5P_DEFAULT, &bad));
+    }
+  }
+
+  std::string dir_;
+  std::map<std::string, std::vector<int64_t>> tensors_;
+  std::vector<StoredSlice> slices_;
+  std::map<std::string, std::vector<float>> values_;
+};
+
+TEST(BlockCrc, PiecesOfAnySizeGiveZlibsSumOfEachBlock) {
+  std::vector<float> data(1000);
+  std::iota(data.begin(), data.end(), 0.5f);
+  std::mt19937 rng(3);
+  for (int64_t block : {1, 7, 64, 1000, 4096}) {
+    std::vector<uint32_t> want;
+    for (int64_t b = 0; b < 1000; b += block) want.push_back(zlib_crc(data.data() + b, std::min<int64_t>(block, 1000 - b)));
+    BlockCrc sums(block);
+    for (int64_t at = 0; at < 1000;) {
+      const int64_t n = std::min<int64_t>(std::uniform_int_distribution<int64_t>(0, 150)(rng), 1000 - at);
+      sums.add(data.data() + at, n);
+      at += n;
+    }
+    EXPECT_EQ(sums.finish(), want) << "block " << block;
+    EXPECT_EQ(block_crcs(data.data(), 1000, block), want) << "block " << block;
+  }
+  EXPECT_TRUE(block_crcs(data.data(), 0).empty());
+}
+
+TEST_F(CheckpointReaderTest, AnyRangeReadsBackExactlyAndOnlyItsBlocks) {
+  CheckpointReader reader(dir_);
+  std::mt19937 rng(7);
+  for (const auto& [name, shape] : tensors_) {
+    const int64_t numel = shape[0] * shape[1];
+    for (int i = 0; i < 400; ++i) {
+      const int64_t offset = std::uniform_int_distribution<int64_t>(0, numel - 1)(rng);
+      const int64_t count = std::uniform_int_distribution<int64_t>(1, numel - offset)(rng);
+      std::vector<float> got(static_cast<size_t>(count), 0.0f);
+      const uint64_t before = reader.bytes_read();
+      reader.read_range("param", name, offset, count, got.data());
+      ASSERT_TRUE(std::equal(got.begin(), got.end(), values_[name].begin() + offset)) << name << " " << offset << "+" << count;
+      // Every slice it touches adds at most the two partly used blocks at the range's edges.
+      int touched = 0;
+      for (const StoredSlice& s : slices_)
+        touched += s.tensor == name && s.offset < offset + count && offset < s.offset + s.length;
+      const uint64_t read = reader.bytes_read() - before;
+      EXPECT_GE(read, static_cast<uint64_t>(count) * 4);
+      EXPECT_LE(read, static_cast<uint64_t>(count + 2 * (kBlock - 1) * touched) * 4) << name << " " << offset << "+" << count;
+    }
+  }
+}
+
+TEST_F(CheckpointReaderTest, StreamsInAnyPiecesWithoutCrossingABlock) {
+  CheckpointReader reader(dir_);
+  std::mt19937 rng(11);
+  for (const auto& [name, shape] : tensors_) {
+    CheckpointReader::Stream stream = reader.stream("param", name);
+    std::vector<float> got;
+    std::vector<float> piece(16);
+    for (int64_t n; (n = stream.read(piece.data(), std::uniform_int_distribution<int64_t>(1, 16)(rng))) > 0;) {
+      EXPECT_LE(n, kBlock);
+      const int64_t at = static_cast<int64_t>(got.size());
+      EXPECT_EQ(at / kBlock, (at + n - 1) / kBlock) << "a piece crosses a block boundary";
+      got.insert(got.end(), piece.begin(), piece.begin() + n);
+    }
+    EXPECT_EQ(got, values_[name]) << name;
+  }
+}
+
+TEST_F(CheckpointReaderTest, ACorruptBlockFailsExactlyTheReadsThatTouchIt) {
+  corrupt_a(33);  // in slice a@20 (f1.h5), block 2 of it: elements 30..35 of the tensor
+  CheckpointReader reader(dir_);
+  std::vector<float> got(63);
+  for (int64_t offset = 0; offset < 63; offset += 3)
+    for (int64_t count : {1, 4, 9, 25}) {
+      if (offset + count > 63) continue;
+      const bool touches = offset < 35 && 30 < offset + count;
+      if (!touches) {
+        EXPECT_NO_THROW(reader.read_range("param", "a", offset, count, got.data())) << offset << "+" << count;
+        continue;
+      }
+      try {
+        reader.read_range("param", "a", offset, count, got.data());
+        ADD_FAILURE() << "read " << offset << "+" << count << " of a corrupt block";
+      } catch (const common::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("f1.h5: param of a (elements 30..35) fails its checksum"), std::string::npos)
+            << e.what();
+      }
+    }
+  CheckpointReader::Stream stream = reader.stream("param", "a");
+  std::vector<float> piece(63);
+  EXPECT_THROW(while (stream.read(piece.data(), 63) > 0) {}, common::Error);
+  const VerifyReport report = verify_sharded_checkpoint(dir_);
+  ASSERT_EQ(report.problems.size(), 1u);
+  EXPECT_NE(report.problems[0].find("f1.h5: param of a (elements 20..50)"), std::string::npos) << report.problems[0];
+  EXPECT_NE(report.problems[0].find("checksum mismatch in elements 30..35"), std::string::npos) << report.problems[0];
+}
+
+TEST_F(CheckpointReaderTest, FormatOneWithOneSumPerSliceStillReads) {
+  write_manifest(1);
+  {
+    CheckpointReader reader(dir_);
+    std::vector<float> got(40);
+    reader.read_range("param", "a", 12, 40, got.data());
+    EXPECT_TRUE(std::equal(got.begin(), got.end(), values_["a"].begin() + 12));
+    EXPECT_TRUE(verify_sharded_checkpoint(dir_).problems.empty());
+  }
+  corrupt_a(55);
+  CheckpointReader reader(dir_);
+  std::vector<float> got(63);
+  EXPECT_NO_THROW(reader.read_range("param", "a", 0, 50, got.data()));
+  EXPECT_THROW(reader.read_range("param", "a", 60, 1, got.data()), common::Error);
+  EXPECT_EQ(verify_sharded_checkpoint(dir_).problems.size(), 1u);
+}
+
+TEST_F(CheckpointReaderTest, AManifestWithTheWrongNumberOfSumsIsNamed) {
+  json m = json::parse(std::ifstream(dir_ + "/manifest.json"));
+  m["slices"][1]["crc32_blocks"].erase(0);
+  std::ofstream(dir_ + "/manifest.json") << m.dump();
+  try {
+    CheckpointReader reader(dir_);
+    ADD_FAILURE() << "a broken manifest was accepted";
+  } catch (const common::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("slice a@20 of a: 5 checksums listed for 6 blocks"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace shardtune::checkpoint
