@@ -1,4 +1,4 @@
-// CRC-32 (IEEE 802.3, zlib's crc32) of byte ranges: the per-slice checksums of checkpoints.
+// CRC-32 (IEEE 802.3, the values of zlib's crc32) of byte ranges: the block checksums of checkpoints.
 #pragma once
 
 #include <cstddef>

@@ -59,7 +59,8 @@ struct VerifyReport {
   std::vector<std::string> problems;  // each names the file, the tensor and the elements
 };
 
-// Reads every slice of the checkpoint and checks it against its CRC-32; one slice in memory at a time.
+// Reads every slice of the checkpoint and checks each of its blocks against its CRC-32, in pieces of
+// bounded size whatever the slice.
 VerifyReport verify_sharded_checkpoint(const std::string& dir);
 
 }  // namespace shardtune::checkpoint
