@@ -81,10 +81,10 @@ void CheckpointReader::read_range(const std::string& kind, const std::string& te
              dir_, s.file, kind, tensor, s.offset, s.offset + s.length, stored);
     // The blocks wholly inside the range are read in one request straight into place; a block at
     // either edge that sticks out goes through a buffer of one block.
-    float* const out = dst + (s.offset - offset);  // slice element i lands at out[i]
+    auto out = [&](int64_t i) { return dst + (s.offset + i - offset); };  // where slice element i >= lo lands
     const int64_t inner_lo = (lo + s.block - 1) / s.block * s.block;
     const int64_t inner_hi = hi == s.length ? hi : hi / s.block * s.block;
-    if (inner_lo < inner_hi) read_blocks(kind, tensor, s, ds.get(), inner_lo, inner_hi, out + inner_lo);
+    if (inner_lo < inner_hi) read_blocks(kind, tensor, s, ds.get(), inner_lo, inner_hi, out(inner_lo));
     for (const bool upper : {false, true}) {
       const int64_t b_lo = (upper ? hi - 1 : lo) / s.block * s.block, b_hi = std::min(b_lo + s.block, s.length);
       const bool inner = b_lo >= inner_lo && b_hi <= std::max(inner_lo, inner_hi);
@@ -92,7 +92,7 @@ void CheckpointReader::read_range(const std::string& kind, const std::string& te
       buffer_.resize(static_cast<size_t>(b_hi - b_lo));
       read_blocks(kind, tensor, s, ds.get(), b_lo, b_hi, buffer_.data());
       const int64_t from = std::max(lo, b_lo), to = std::min(hi, b_hi);
-      std::copy(buffer_.begin() + (from - b_lo), buffer_.begin() + (to - b_lo), out + from);
+      std::copy(buffer_.begin() + (from - b_lo), buffer_.begin() + (to - b_lo), out(from));
     }
     covered += hi - lo;
   }
