@@ -1,6 +1,8 @@
 // Per-block CRC-32s of checkpoint slices.
 #include "checkpoint/block_crc.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <utility>
 #include <nlohmann/json.hpp>
@@ -40,18 +42,22 @@ std::vector<uint32_t> block_crcs(const float* data, int64_t count, int64_t block
 
 SliceSums slice_sums(const nlohmann::json& manifest, const nlohmann::json& slice, const std::string& where) {
   SliceSums out;
-  const int64_t length = slice.at("length");
-  if (slice.contains("crc32")) {  // format 1
-    out.block = std::max<int64_t>(length, 1);
-    if (length > 0) out.crcs = {slice.at("crc32").get<uint32_t>()};
-    return out;
+  try {
+    const int64_t length = slice.at("length");
+    if (slice.contains("crc32")) {  // format 1
+      out.block = std::max<int64_t>(length, 1);
+      if (length > 0) out.crcs = {slice.at("crc32").get<uint32_t>()};
+      return out;
+    }
+    out.block = manifest.at("crc32_block");
+    out.crcs = slice.at("crc32_blocks").get<std::vector<uint32_t>>();
+    ST_CHECK(out.block > 0, common::ErrorKind::kIo, "{}: crc32_block is {}", where, out.block);
+    const int64_t want = (length + out.block - 1) / out.block;
+    ST_CHECK(static_cast<int64_t>(out.crcs.size()) == want, common::ErrorKind::kIo,
+             "{}: {} checksums listed for {} blocks: the manifest is broken", where, out.crcs.size(), want);
+  } catch (const nlohmann::json::exception& e) {
+    common::raise(common::ErrorKind::kIo, fmt::format("{}: the manifest is broken: {}", where, e.what()));
   }
-  out.block = manifest.at("crc32_block");
-  ST_CHECK(out.block > 0, common::ErrorKind::kIo, "{}: crc32_block is {}", where, out.block);
-  out.crcs = slice.at("crc32_blocks").get<std::vector<uint32_t>>();
-  const int64_t want = (length + out.block - 1) / out.block;
-  ST_CHECK(static_cast<int64_t>(out.crcs.size()) == want, common::ErrorKind::kIo,
-           "{}: {} checksums listed for {} blocks: the manifest is broken", where, out.crcs.size(), want);
   return out;
 }
 

@@ -231,6 +231,15 @@ TEST_F(CheckpointReaderTest, AManifestWithTheWrongNumberOfSumsIsNamed) {
   } catch (const common::Error& e) {
     EXPECT_NE(std::string(e.what()).find("slice a@20 of a: 5 checksums listed for 6 blocks"), std::string::npos) << e.what();
   }
+  m["slices"][1].erase("crc32_blocks");
+  std::ofstream(dir_ + "/manifest.json") << m.dump();
+  try {
+    CheckpointReader reader(dir_);
+    ADD_FAILURE() << "a manifest without checksums was accepted";
+  } catch (const common::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("slice a@20 of a: the manifest is broken"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("crc32_blocks"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
