@@ -12,6 +12,7 @@ packages=(
   libopenmpi-dev openmpi-bin                # Open MPI
   libhdf5-openmpi-dev hdf5-tools            # parallel HDF5, h5dump/h5ls
   python3-h5py                              # reads checkpoints back in tests
+  python3-torch                             # a plain-PyTorch Llama the model tests cross-check against
   libtomlplusplus-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libcli11-dev libgtest-dev libdeflate-dev
   zlib1g-dev                                # reference CRC-32 in the checkpoint tests
   slurm-wlm munge iproute2 util-linux       # the local test cluster (ss, unshare)

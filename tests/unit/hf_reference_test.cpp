@@ -1,9 +1,11 @@
-// shardtune's Llama against Hugging Face transformers itself: for each folder made by
-// tools/reference/make_llama_fixtures.py, load the model with shardtune and match the logits,
-// loss and gradients that transformers computed (fp32, relative error below 1e-5).
+// shardtune's Llama against Hugging Face transformers itself (folders made by
+// tools/reference/make_llama_fixtures.py) and against an independent plain-PyTorch Llama
+// (tools/reference/llama_torch_reference.py): load each folder with shardtune and match the
+// logits, loss and gradients the reference computed (fp32, relative error below 1e-5).
 #include <ATen/TensorOperators.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 
 #include "checkpoint/hf_model_io.h"
@@ -23,41 +25,59 @@ double relative_error(const at::Tensor& a, const at::Tensor& b) {
   return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>() / (scale > 0 ? scale : 1.0);
 }
 
-std::vector<fs::path> fixture_folders() {
+// The folders under `root` that hold a reference.safetensors, sorted.
+std::vector<fs::path> reference_folders(const fs::path& root) {
   std::vector<fs::path> out;
-  if (fs::exists(kFixtures))
-    for (const auto& e : fs::directory_iterator(kFixtures))
+  if (fs::exists(root))
+    for (const auto& e : fs::directory_iterator(root))
       if (fs::exists(e.path() / "reference.safetensors")) out.push_back(e.path());
   std::sort(out.begin(), out.end());
   return out;
 }
 
+// Loads the folder's model with shardtune, runs the reference's inputs (and position ids, for
+// packed rows) forward and backward in fp32, and matches logits, loss and every gradient the
+// reference recorded.
+void expect_matches_reference(const fs::path& dir) {
+  SCOPED_TRACE(dir.string());
+  const HfFolder folder = HfFolder::open(dir.string());
+  model::LlamaForCausalLM m(read_hf_config(folder), at::TensorOptions().dtype(at::kFloat));
+  load_hf_weights(m, folder);
+  for (model::NamedParam& p : m.named_parameters()) p.tensor->requires_grad_(true);
+
+  const SafetensorsFile ref = SafetensorsFile::open((dir / "reference.safetensors").string());
+  const at::Tensor positions = ref.find("position_ids") ? read_tensor(ref, "position_ids") : at::Tensor();
+  const at::Tensor logits = m.forward(read_tensor(ref, "input_ids"), positions);
+  EXPECT_LT(relative_error(logits, read_tensor(ref, "logits")), 1e-5);
+  const at::Tensor loss = model::causal_lm_loss(logits, read_tensor(ref, "labels"));
+  EXPECT_LT(relative_error(loss, read_tensor(ref, "loss")), 1e-5);
+  loss.backward();
+  int grads = 0;
+  for (model::NamedParam& p : m.named_parameters()) {
+    if (ref.find("grad." + p.name) == nullptr) continue;
+    ++grads;
+    EXPECT_LT(relative_error(p.tensor->grad(), read_tensor(ref, "grad." + p.name)), 1e-5) << p.name;
+  }
+  EXPECT_GE(grads, 6);
+}
+
+// Folders written by transformers itself (tools/reference/make_llama_fixtures.py), committed.
 TEST(HfReference, LogitsLossAndGradientsMatchTransformers) {
-  const auto folders = fixture_folders();
+  const auto folders = reference_folders(kFixtures);
   if (folders.empty())
     GTEST_SKIP() << "no reference fixtures under " << kFixtures
                  << ": run tools/reference/make_llama_fixtures.py where torch and transformers are installed";
-  for (const fs::path& dir : folders) {
-    SCOPED_TRACE(dir.string());
-    const HfFolder folder = HfFolder::open(dir.string());
-    model::LlamaForCausalLM m(read_hf_config(folder), at::TensorOptions().dtype(at::kFloat));
-    load_hf_weights(m, folder);
-    for (model::NamedParam& p : m.named_parameters()) p.tensor->requires_grad_(true);
+  for (const fs::path& dir : folders) expect_matches_reference(dir);
+}
 
-    const SafetensorsFile ref = SafetensorsFile::open((dir / "reference.safetensors").string());
-    const at::Tensor logits = m.forward(read_tensor(ref, "input_ids"));
-    EXPECT_LT(relative_error(logits, read_tensor(ref, "logits")), 1e-5);
-    const at::Tensor loss = model::causal_lm_loss(logits, read_tensor(ref, "labels"));
-    EXPECT_LT(relative_error(loss, read_tensor(ref, "loss")), 1e-5);
-    loss.backward();
-    int grads = 0;
-    for (model::NamedParam& p : m.named_parameters()) {
-      if (ref.find("grad." + p.name) == nullptr) continue;
-      ++grads;
-      EXPECT_LT(relative_error(p.tensor->grad(), read_tensor(ref, "grad." + p.name)), 1e-5) << p.name;
-    }
-    EXPECT_GE(grads, 6);
-  }
+// Folders written by the plain-PyTorch reference (tools/reference/llama_torch_reference.py),
+// which CTest runs first into the directory named by SHARDTUNE_TORCH_REFERENCE.
+TEST(TorchReference, LogitsLossAndGradientsMatchThePlainTorchLlama) {
+  const char* root = std::getenv("SHARDTUNE_TORCH_REFERENCE");
+  if (root == nullptr) GTEST_SKIP() << "SHARDTUNE_TORCH_REFERENCE is not set (ctest -R torch_reference sets it)";
+  const auto folders = reference_folders(root);
+  ASSERT_GE(folders.size(), 5u) << "reference folders under " << root;
+  for (const fs::path& dir : folders) expect_matches_reference(dir);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <ATen/ops/zeros.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -64,10 +65,10 @@ TEST(HfRoundTrip, RandomLlama32LikeModelShardedSaveReloadsBitIdentically) {
   fs::remove_all(dir);
 }
 
-TEST(HfRoundTrip, FixtureFoldersReloadBitIdentically) {
-  const fs::path fixtures = fs::path(ST_FIXTURES) / "hf";
-  if (!fs::exists(fixtures)) GTEST_SKIP() << "no fixtures under " << fixtures << " (tools/reference/make_llama_fixtures.py)";
-  for (const auto& e : fs::directory_iterator(fixtures)) {
+// Every model folder under `root`, loaded and saved by shardtune, reloads bit-identically.
+void expect_folders_round_trip(const fs::path& root) {
+  for (const auto& e : fs::directory_iterator(root)) {
+    SCOPED_TRACE(e.path().string());
     const HfFolder original = HfFolder::open(e.path().string());
     model::LlamaForCausalLM m(read_hf_config(original), at::TensorOptions().dtype(at::kFloat));
     load_hf_weights(m, original);
@@ -76,6 +77,20 @@ TEST(HfRoundTrip, FixtureFoldersReloadBitIdentically) {
     expect_same_tensors(original, HfFolder::open(out.string()));
     fs::remove_all(out);
   }
+}
+
+TEST(HfRoundTrip, FixtureFoldersReloadBitIdentically) {
+  const fs::path fixtures = fs::path(ST_FIXTURES) / "hf";
+  if (!fs::exists(fixtures)) GTEST_SKIP() << "no fixtures under " << fixtures << " (tools/reference/make_llama_fixtures.py)";
+  expect_folders_round_trip(fixtures);
+}
+
+// Folders written by another safetensors writer (tools/reference/llama_torch_reference.py, one
+// of them sharded with an index).
+TEST(TorchReference, FoldersReloadBitIdentically) {
+  const char* root = std::getenv("SHARDTUNE_TORCH_REFERENCE");
+  if (root == nullptr) GTEST_SKIP() << "SHARDTUNE_TORCH_REFERENCE is not set (ctest -R torch_reference sets it)";
+  expect_folders_round_trip(root);
 }
 
 TEST(HfRoundTrip, MismatchesAreAllNamedBeforeAnyWeightIsRead) {

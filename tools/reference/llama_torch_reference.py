@@ -1,0 +1,245 @@
+#!/usr/bin/env python3
+"""A second, independent reference for shardtune's Llama: the Hugging Face Llama computation
+written out in plain PyTorch, with its own safetensors writer.
+
+It follows transformers' modeling_llama (eager attention): RMSNorm computed as
+weight * (x * rsqrt(mean(x^2) + eps)); rotary embeddings with cat(freqs, freqs) and
+rotate_half (first half negated second half), with "linear" and "llama3" rope_scaling as
+transformers' rope initialisation computes them; grouped-query attention repeating each key/value
+head over consecutive query heads; softmax(q k^T / sqrt(head_dim)) causally masked; SwiGLU
+down(silu(gate(x)) * up(x)); optional biases; a tied or separate head; and the causal LM loss
+(token t predicts t+1, -100 ignored, mean over counted tokens). Packed rows restart their
+position ids at 0 and attend only within their document.
+
+For each configuration of tiny_llama_configs.py it writes a folder as transformers'
+save_pretrained would (config.json and model.safetensors, or shards with
+model.safetensors.index.json), and reference.safetensors with what this implementation computed
+in float64 from the stored float32 weights:
+
+    input_ids, labels, [position_ids]   I64 (B, T)
+    logits F32 (B, T, V), loss F32 (), grad.<name> F32 for every parameter
+
+tests/unit/hf_reference_test.cpp (TorchReference) matches shardtune against these folders; the
+folders made by transformers itself (make_llama_fixtures.py) are the primary reference, this
+is a cross-check that needs only Debian's python3-torch.
+
+Usage: python3 tools/reference/llama_torch_reference.py OUT_DIR
+"""
+import json
+import math
+import os
+import shutil
+import struct
+import sys
+
+import torch
+import torch.nn.functional as F
+
+from tiny_llama_configs import CONFIGS, SEED, inputs, packed_position_ids
+
+SAFETENSORS_DTYPES = {torch.float32: "F32", torch.int64: "I64"}
+
+
+def write_safetensors(path, tensors):
+    """The safetensors layout: u64 little-endian header size, JSON header padded with spaces to a
+    multiple of 8, then the tensors' bytes back to back in header order."""
+    header, blobs, offset = {}, [], 0
+    for name, t in tensors.items():
+        data = t.contiguous().numpy().tobytes()
+        header[name] = {"dtype": SAFETENSORS_DTYPES[t.dtype], "shape": list(t.shape),
+                        "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    header["__metadata__"] = {"format": "pt"}
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(raw)))
+        f.write(raw)
+        for b in blobs:
+            f.write(b)
+
+
+def head_dim(cfg):
+    return cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+
+
+def parameter_shapes(cfg):
+    """Every parameter under its Hugging Face name, in Hugging Face's order."""
+    h, inter, hd = cfg["hidden_size"], cfg["intermediate_size"], head_dim(cfg)
+    q, kv = cfg["num_attention_heads"] * hd, cfg["num_key_value_heads"] * hd
+    shapes = {"model.embed_tokens.weight": (cfg["vocab_size"], h)}
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        for proj, (out, inp) in [("q_proj", (q, h)), ("k_proj", (kv, h)), ("v_proj", (kv, h)), ("o_proj", (h, q))]:
+            shapes[p + f"self_attn.{proj}.weight"] = (out, inp)
+            if cfg["attention_bias"]:
+                shapes[p + f"self_attn.{proj}.bias"] = (out,)
+        for proj, (out, inp) in [("gate_proj", (inter, h)), ("up_proj", (inter, h)), ("down_proj", (h, inter))]:
+            shapes[p + f"mlp.{proj}.weight"] = (out, inp)
+            if cfg["mlp_bias"]:
+                shapes[p + f"mlp.{proj}.bias"] = (out,)
+        shapes[p + "input_layernorm.weight"] = (h,)
+        shapes[p + "post_attention_layernorm.weight"] = (h,)
+    shapes["model.norm.weight"] = (h,)
+    if not cfg["tie_word_embeddings"]:
+        shapes["lm_head.weight"] = (cfg["vocab_size"], h)
+    return shapes
+
+
+def random_weights(cfg, generator):
+    """Weights large enough that attention is far from uniform (so position and mask errors show)
+    and norm weights away from 1 (so a dropped norm weight shows)."""
+    weights = {}
+    for name, shape in parameter_shapes(cfg).items():
+        if name.endswith("layernorm.weight") or name == "model.norm.weight":
+            w = 1.0 + 0.2 * torch.randn(shape, generator=generator)
+        elif name == "model.embed_tokens.weight":
+            w = 0.5 * torch.randn(shape, generator=generator)
+        else:
+            w = 0.1 * torch.randn(shape, generator=generator)
+        weights[name] = w.float()
+    return weights
+
+
+def inv_freq(cfg):
+    hd = head_dim(cfg)
+    inv = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
+    scaling = cfg.get("rope_scaling")
+    kind = scaling and scaling.get("rope_type", scaling.get("type"))
+    if not kind or kind == "default":
+        return inv
+    if kind == "linear":
+        return inv / scaling["factor"]
+    assert kind == "llama3", kind
+    factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+    old_context = scaling["original_max_position_embeddings"]
+    wavelen = 2 * math.pi / inv
+    # Long wavelengths are divided by factor, short ones kept, the band between interpolated.
+    scaled = torch.where(wavelen > old_context / low, inv / factor, inv)
+    smooth = (old_context / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = (wavelen >= old_context / high) & (wavelen <= old_context / low)
+    return torch.where(medium, smoothed, scaled)
+
+
+def rotate_half(x):
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def attention_allowed(position_ids):
+    """(B, T, T) bool: causal, and within the document (a document begins wherever the position
+    does not continue the previous one)."""
+    b, t = position_ids.shape
+    starts = torch.ones(b, t, dtype=torch.int64)
+    starts[:, 1:] = (position_ids[:, 1:] != position_ids[:, :-1] + 1).long()
+    doc = starts.cumsum(1)
+    causal = torch.ones(t, t, dtype=torch.bool).tril()
+    return causal & (doc[:, :, None] == doc[:, None, :])
+
+
+def rms_norm(x, weight, eps):
+    return weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+
+
+def linear(x, w, name):
+    return F.linear(x, w[name + ".weight"], w.get(name + ".bias"))
+
+
+def forward(cfg, w, input_ids, position_ids):
+    b, t = input_ids.shape
+    heads, kv_heads, hd, eps = cfg["num_attention_heads"], cfg["num_key_value_heads"], head_dim(cfg), cfg["rms_norm_eps"]
+    angles = position_ids.double()[:, :, None] * inv_freq(cfg)[None, None, :]
+    emb = torch.cat((angles, angles), dim=-1)[:, None]  # (B, 1, T, hd)
+    cos, sin = emb.cos(), emb.sin()
+    allowed = attention_allowed(position_ids)[:, None]  # (B, 1, T, T)
+
+    x = w["model.embed_tokens.weight"][input_ids]
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        h = rms_norm(x, w[p + "input_layernorm.weight"], eps)
+        q = linear(h, w, p + "self_attn.q_proj").view(b, t, heads, hd).transpose(1, 2)
+        k = linear(h, w, p + "self_attn.k_proj").view(b, t, kv_heads, hd).transpose(1, 2)
+        v = linear(h, w, p + "self_attn.v_proj").view(b, t, kv_heads, hd).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        k = k.repeat_interleave(heads // kv_heads, dim=1)  # query head j reads kv head j // groups
+        v = v.repeat_interleave(heads // kv_heads, dim=1)
+        scores = (q @ k.transpose(-1, -2)) / math.sqrt(hd)
+        probs = scores.masked_fill(~allowed, float("-inf")).softmax(-1)
+        attn = (probs @ v).transpose(1, 2).reshape(b, t, heads * hd)
+        x = x + linear(attn, w, p + "self_attn.o_proj")
+        h = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
+        gated = F.silu(linear(h, w, p + "mlp.gate_proj")) * linear(h, w, p + "mlp.up_proj")
+        x = x + linear(gated, w, p + "mlp.down_proj")
+    x = rms_norm(x, w["model.norm.weight"], eps)
+    head = w["model.embed_tokens.weight"] if cfg["tie_word_embeddings"] else w["lm_head.weight"]
+    return x @ head.T
+
+
+def causal_lm_loss(logits, labels):
+    v = logits.shape[-1]
+    return F.cross_entropy(logits[:, :-1].reshape(-1, v), labels[:, 1:].reshape(-1), ignore_index=-100)
+
+
+def save_folder(folder, cfg, weights, shards):
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(folder)
+    config = dict(cfg, architectures=["LlamaForCausalLM"], model_type="llama", hidden_act="silu",
+                  torch_dtype="float32")
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+    if shards == 1:
+        write_safetensors(os.path.join(folder, "model.safetensors"), weights)
+        return
+    names = list(weights)
+    per = math.ceil(len(names) / shards)
+    weight_map = {}
+    for s in range(shards):
+        file = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
+        part = {n: weights[n] for n in names[s * per:(s + 1) * per]}
+        write_safetensors(os.path.join(folder, file), part)
+        weight_map.update({n: file for n in part})
+    total = sum(t.numel() * t.element_size() for t in weights.values())
+    with open(os.path.join(folder, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
+
+
+def make_one(folder, cfg, packed, shards):
+    generator = torch.Generator().manual_seed(SEED)
+    weights = random_weights(cfg, generator)
+    save_folder(folder, cfg, weights, shards)
+
+    input_ids, labels = inputs(cfg["vocab_size"])
+    position_ids = packed_position_ids() if packed else torch.arange(input_ids.shape[1]).expand_as(input_ids)
+    exact = {n: t.double().requires_grad_(True) for n, t in weights.items()}
+    logits = forward(cfg, exact, input_ids, position_ids)
+    loss = causal_lm_loss(logits, labels)
+    loss.backward()
+
+    tensors = {"input_ids": input_ids.contiguous(), "labels": labels.contiguous()}
+    if packed:
+        tensors["position_ids"] = position_ids.contiguous()
+    tensors["logits"] = logits.detach().float()
+    tensors["loss"] = loss.detach().float().reshape(())
+    tensors.update({"grad." + n: t.grad.float() for n, t in exact.items()})
+    write_safetensors(os.path.join(folder, "reference.safetensors"), tensors)
+    with open(os.path.join(folder, "versions.json"), "w") as f:
+        json.dump({"reference": "tools/reference/llama_torch_reference.py", "torch": torch.__version__,
+                   "seed": SEED}, f, indent=2)
+    print(f"{folder}: loss {loss.item():.6f}")
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit(__doc__.strip().splitlines()[-1])
+    out_dir = sys.argv[1]
+    for name, cfg in CONFIGS.items():
+        # The tied model comes in shards with an index, as large downloads do.
+        make_one(os.path.join(out_dir, name), cfg, packed=False, shards=2 if cfg["tie_word_embeddings"] else 1)
+    make_one(os.path.join(out_dir, "llama3-gqa-rope-packed"), CONFIGS["llama3-gqa-rope"], packed=True, shards=1)
+
+
+if __name__ == "__main__":
+    main()
