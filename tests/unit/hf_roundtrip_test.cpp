@@ -65,12 +65,15 @@ TEST(HfRoundTrip, RandomLlama32LikeModelShardedSaveReloadsBitIdentically) {
   fs::remove_all(dir);
 }
 
-// Every model folder under `root`, loaded and saved by shardtune, reloads bit-identically.
+// Every model folder under `root`, loaded into a model of its stored dtype and saved by shardtune,
+// reloads bit-identically.
 void expect_folders_round_trip(const fs::path& root) {
   for (const auto& e : fs::directory_iterator(root)) {
     SCOPED_TRACE(e.path().string());
     const HfFolder original = HfFolder::open(e.path().string());
-    model::LlamaForCausalLM m(read_hf_config(original), at::TensorOptions().dtype(at::kFloat));
+    const std::string first = original.tensor_names().front();
+    const at::ScalarType stored = read_tensor(original.file_of(first), first).scalar_type();
+    model::LlamaForCausalLM m(read_hf_config(original), at::TensorOptions().dtype(stored));
     load_hf_weights(m, original);
     const fs::path out = temp_dir("rtfix");
     save_hf_model(m, out.string(), "");

@@ -12,9 +12,9 @@ down(silu(gate(x)) * up(x)); optional biases; a tied or separate head; and the c
 position ids at 0 and attend only within their document.
 
 For each configuration of tiny_llama_configs.py it writes a folder as transformers'
-save_pretrained would (config.json and model.safetensors, or shards with
-model.safetensors.index.json), and reference.safetensors with what this implementation computed
-in float64 from the stored float32 weights:
+save_pretrained would (config.json and model.safetensors in float32, or, for the tied model,
+bfloat16 shards with model.safetensors.index.json), and reference.safetensors with what this
+implementation computed in float64 from the stored weights:
 
     input_ids, labels, [position_ids]   I64 (B, T)
     logits F32 (B, T, V), loss F32 (), grad.<name> F32 for every parameter
@@ -37,7 +37,7 @@ import torch.nn.functional as F
 
 from tiny_llama_configs import CONFIGS, SEED, inputs, packed_position_ids
 
-SAFETENSORS_DTYPES = {torch.float32: "F32", torch.int64: "I64"}
+SAFETENSORS_DTYPES = {torch.float32: "F32", torch.bfloat16: "BF16", torch.int64: "I64"}
 
 
 def write_safetensors(path, tensors):
@@ -45,7 +45,8 @@ def write_safetensors(path, tensors):
     multiple of 8, then the tensors' bytes back to back in header order."""
     header, blobs, offset = {}, [], 0
     for name, t in tensors.items():
-        data = t.contiguous().numpy().tobytes()
+        raw = t.contiguous()
+        data = (raw.view(torch.int16) if raw.dtype == torch.bfloat16 else raw).numpy().tobytes()
         header[name] = {"dtype": SAFETENSORS_DTYPES[t.dtype], "shape": list(t.shape),
                         "data_offsets": [offset, offset + len(data)]}
         blobs.append(data)
@@ -87,9 +88,9 @@ def parameter_shapes(cfg):
     return shapes
 
 
-def random_weights(cfg, generator):
+def random_weights(cfg, generator, dtype):
     """Weights large enough that attention is far from uniform (so position and mask errors show)
-    and norm weights away from 1 (so a dropped norm weight shows)."""
+    and norm weights away from 1 (so a dropped norm weight shows), stored in `dtype`."""
     weights = {}
     for name, shape in parameter_shapes(cfg).items():
         if name.endswith("layernorm.weight") or name == "model.norm.weight":
@@ -98,7 +99,7 @@ def random_weights(cfg, generator):
             w = 0.5 * torch.randn(shape, generator=generator)
         else:
             w = 0.1 * torch.randn(shape, generator=generator)
-        weights[name] = w.float()
+        weights[name] = w.to(dtype)
     return weights
 
 
@@ -183,11 +184,11 @@ def causal_lm_loss(logits, labels):
     return F.cross_entropy(logits[:, :-1].reshape(-1, v), labels[:, 1:].reshape(-1), ignore_index=-100)
 
 
-def save_folder(folder, cfg, weights, shards):
+def save_folder(folder, cfg, weights, shards, dtype_name):
     shutil.rmtree(folder, ignore_errors=True)
     os.makedirs(folder)
     config = dict(cfg, architectures=["LlamaForCausalLM"], model_type="llama", hidden_act="silu",
-                  torch_dtype="float32")
+                  torch_dtype=dtype_name)
     with open(os.path.join(folder, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
     if shards == 1:
@@ -206,10 +207,10 @@ def save_folder(folder, cfg, weights, shards):
         json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
 
 
-def make_one(folder, cfg, packed, shards):
+def make_one(folder, cfg, packed=False, shards=1, bf16=False):
     generator = torch.Generator().manual_seed(SEED)
-    weights = random_weights(cfg, generator)
-    save_folder(folder, cfg, weights, shards)
+    weights = random_weights(cfg, generator, torch.bfloat16 if bf16 else torch.float32)
+    save_folder(folder, cfg, weights, shards, "bfloat16" if bf16 else "float32")
 
     input_ids, labels = inputs(cfg["vocab_size"])
     position_ids = packed_position_ids() if packed else torch.arange(input_ids.shape[1]).expand_as(input_ids)
@@ -236,9 +237,10 @@ def main():
         sys.exit(__doc__.strip().splitlines()[-1])
     out_dir = sys.argv[1]
     for name, cfg in CONFIGS.items():
-        # The tied model comes in shards with an index, as large downloads do.
-        make_one(os.path.join(out_dir, name), cfg, packed=False, shards=2 if cfg["tie_word_embeddings"] else 1)
-    make_one(os.path.join(out_dir, "llama3-gqa-rope-packed"), CONFIGS["llama3-gqa-rope"], packed=True, shards=1)
+        # The tied model comes as downloads of Llama 3.2 do: bf16, in shards with an index.
+        tied = cfg["tie_word_embeddings"]
+        make_one(os.path.join(out_dir, name), cfg, shards=2 if tied else 1, bf16=tied)
+    make_one(os.path.join(out_dir, "llama3-gqa-rope-packed"), CONFIGS["llama3-gqa-rope"], packed=True)
 
 
 if __name__ == "__main__":
