@@ -152,13 +152,17 @@ std::vector<Slice> write_rank_file(fsdp::FsdpLlama& model, fsdp::AdamW* optimize
   return slices;
 }
 
-// A consolidated file: each flat parameter (and moment) gathered in the shard group that holds
-// world rank 0, one at a time, and written there as whole tensors of their own shape. Collective
-// over that shard group; only world rank 0 writes. A failure to write is recorded, not thrown, so
-// that the gathers go on in step on every rank.
-std::vector<Slice> write_full_file(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, dist::Communicator& shard_group,
+// A consolidated file: each flat parameter (and moment) gathered to world rank 0 from the shard
+// group that holds it, one at a time, and written there as whole tensors of their own shape.
+// Collective over that shard group; only world rank 0 receives and writes. A failure to write is
+// recorded, not thrown, so that the gathers go on in step on every rank.
+std::vector<Slice> write_full_file(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, dist::MpiCommunicator& shard_group,
                                    bool writer, const std::string& path, const std::string& file_name,
                                    std::string& failure) {
+  const std::vector<int>& members = shard_group.world_ranks();
+  const int root = static_cast<int>(std::find(members.begin(), members.end(), 0) - members.begin());
+  ST_CHECK(root < shard_group.size(), ErrorKind::kInternal, "full checkpoint: world rank 0 is not in shard group '{}'",
+           shard_group.name());
   std::vector<Slice> slices;
   std::optional<CheckpointFile> out;
   auto guarded = [&](auto&& fn) {
@@ -174,8 +178,9 @@ std::vector<Slice> write_full_file(fsdp::FsdpLlama& model, fsdp::AdamW* optimize
   for (fsdp::FlatParam* f : model.flat_params()) {
     const auto sources = state_of(f, optimizer, trainable_index);
     for (const auto& [kind, shard] : sources) {
-      at::Tensor full = at::empty({f->layout().padded_numel()}, shard.options());  // one unit at a time
-      shard_group.all_gather(shard, full);
+      at::Tensor full;  // one unit at a time, on the writer only
+      if (writer) full = at::empty({f->layout().padded_numel()}, shard.options());
+      shard_group.gather(shard, full, root);
       guarded([&] {
         for (const fsdp::ParamSpan& p : f->layout().params()) {
           const at::Tensor data = full.narrow(0, p.offset, p.numel).to(at::kFloat).contiguous();

@@ -35,7 +35,7 @@ struct TrainingState {
 // then removes committed checkpoints beyond the newest `keep_last`. On any rank's failure every
 // rank throws, and the partial directory is removed. `optimizer` may be null (weights only).
 // consolidated (checkpoint_type "full"): one file, model.h5, holding every tensor whole in its own
-// shape, written by world rank 0 while its shard group gathers one flat parameter at a time;
+// shape, written by world rank 0, to which its shard group gathers one flat parameter at a time;
 // otherwise every rank of the first replica writes its own slices. Both load the same way.
 std::string save_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, const TrainingState& state,
                             dist::ProcessGroups& groups, const std::string& root, int64_t keep_last,

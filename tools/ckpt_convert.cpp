@@ -230,7 +230,7 @@ void reshard(const std::string& src, const std::string& out, int world_size) {
         for (int r = 0; r < world_size; ++r)
           for (const fsdp::ShardPiece& sp : by_rank[static_cast<size_t>(r)]) {
             if (sp.param != param) continue;
-            Out o{r, sp.param_offset, sp.length, fmt::format("{}@{}", p.name, sp.param_offset), {}};
+            Out o{r, sp.param_offset, sp.length, fmt::format("{}@{}", p.name, sp.param_offset), {}, {}};
             const hsize_t dims[1] = {static_cast<hsize_t>(sp.length)};
             H5Handle space(ST_H5_CHECK(H5Screate_simple(1, dims, nullptr)), H5Sclose);
             o.handle = H5Handle(ST_H5_CHECK(H5Dcreate2(files[static_cast<size_t>(r)].groups.at(kind).get(),

@@ -159,6 +159,26 @@ void MpiCommunicator::broadcast(at::Tensor& tensor, int root) {
   }
 }
 
+void MpiCommunicator::gather(const at::Tensor& input, at::Tensor& output, int root) {
+  check_cpu_contiguous(input, "gather", "input");
+  ST_CHECK(root >= 0 && root < size_, ErrorKind::kInternal, "gather on '{}': root {} outside 0..{}", name_, root,
+           size_ - 1);
+  void* out = nullptr;
+  if (rank_ == root) {
+    check_cpu_contiguous(output, "gather", "output");
+    check_same_dtype(input, output, "gather");
+    ST_CHECK(output.numel() == input.numel() * size_, ErrorKind::kInternal,
+             "gather on '{}': output has {} elements, expected {} ranks x {}", name_, output.numel(), size_,
+             input.numel());
+    out = output.data_ptr();
+  }
+  const DType t = dtype_of(input);
+  const int count = checked_count(input.numel(), "gather");
+  MPI_Request req;
+  ST_MPI_CHECK(MPI_Igather(input.data_ptr(), count, mpi_datatype(t), out, count, mpi_datatype(t), root, comm_, &req));
+  wait(req, "gather");
+}
+
 void MpiCommunicator::barrier() {
   MPI_Request req;
   ST_MPI_CHECK(MPI_Ibarrier(comm_, &req));

@@ -33,6 +33,11 @@ class MpiCommunicator final : public Communicator {
   void broadcast(at::Tensor& tensor, int root) override;
   void barrier() override;
 
+  // Every rank's `input` (the same number of elements on each) into `output` on `root`, in rank
+  // order; elsewhere `output` is not touched and may be undefined. Checkpoints gather whole units
+  // to their one writer with it, so the other ranks neither receive nor hold them.
+  void gather(const at::Tensor& input, at::Tensor& output, int root);
+
  private:
   // Waits for `request` under the watchdog; `op` names the collective in a timeout.
   void wait(MPI_Request& request, std::string_view op);

@@ -32,6 +32,25 @@ for s in sorted(m["slices"], key=lambda s: (s["kind"], s["tensor"], s["offset"])
     print(s["kind"], s["tensor"], s["offset"], s["crc32_blocks"])
 PY
 }
+full_equals_sharded() {  # FULL_DIR SHARDED_DIR: every tensor of the full file is the slices put together
+  $py - "$1" "$2" <<'PY' || fail "full checkpoint $1 and sharded $2 disagree"
+import json, sys, h5py, numpy
+full, sharded = sys.argv[1], sys.argv[2]
+m = json.load(open(sharded + "/manifest.json"))
+with h5py.File(full + "/model.h5", "r") as f:
+    for name, t in m["tensors"].items():
+        for kind in ("param", "exp_avg", "exp_avg_sq"):
+            a = f[f"/{kind}/{name}"][()]
+            assert list(a.shape) == t["shape"], (name, a.shape)
+            flat = numpy.zeros(a.size, numpy.float32)
+            for s in m["slices"]:
+                if s["kind"] == kind and s["tensor"] == name:
+                    with h5py.File(f"{sharded}/{s['file']}", "r") as r:
+                        flat[s["offset"]:s["offset"] + s["length"]] = r[f"/{kind}/{s['dataset']}"][()]
+            assert numpy.array_equal(flat, a.reshape(-1)), (kind, name)
+print("full checkpoint equals the sharded one,", len(m["tensors"]), "tensors")
+PY
+}
 
 run "$tmp/straight" 4 3 20 || fail "straight run: $(tail -5 "$tmp/log")"
 run "$tmp/resumed" 4 3 10 || fail "first half: $(tail -5 "$tmp/log")"
@@ -105,23 +124,12 @@ PY
 # equal to the sharded checkpoint's slices put together, and resumable at another world size.
 run "$tmp/full" 4 3 20 --set fsdp.checkpoint_type=full || fail "full checkpoint run: $(tail -5 "$tmp/log")"
 [ "$(ls "$tmp/full/checkpoints/step-0000020")" = "$(printf 'manifest.json\nmodel.h5')" ] || fail "a full checkpoint is one file"
-$py - "$tmp/full/checkpoints/step-0000020" "$tmp/straight/checkpoints/step-0000020" <<'PY' || fail "full and sharded checkpoints disagree"
-import json, sys, h5py, numpy
-full, sharded = sys.argv[1], sys.argv[2]
-m = json.load(open(sharded + "/manifest.json"))
-with h5py.File(full + "/model.h5", "r") as f:
-    for name, t in m["tensors"].items():
-        for kind in ("param", "exp_avg", "exp_avg_sq"):
-            a = f[f"/{kind}/{name}"][()]
-            assert list(a.shape) == t["shape"], (name, a.shape)
-            flat = numpy.zeros(a.size, numpy.float32)
-            for s in m["slices"]:
-                if s["kind"] == kind and s["tensor"] == name:
-                    with h5py.File(f"{sharded}/{s['file']}", "r") as r:
-                        flat[s["offset"]:s["offset"] + s["length"]] = r[f"/{kind}/{s['dataset']}"][()]
-            assert numpy.array_equal(flat, a.reshape(-1)), (kind, name)
-print("full checkpoint equals the sharded one,", len(m["tensors"]), "tensors")
-PY
+full_equals_sharded "$tmp/full/checkpoints/step-0000020" "$tmp/straight/checkpoints/step-0000020"
+# HSDP: the replica holding world rank 0 gathers to it; the other replica writes nothing.
+hsdp=(--set fsdp.sharding_strategy=HYBRID_SHARD --set fsdp.hsdp_shard_size=2)
+run "$tmp/hsdp" 4 3 20 "${hsdp[@]}" || fail "HSDP run: $(tail -5 "$tmp/log")"
+run "$tmp/hsdpfull" 4 3 20 "${hsdp[@]}" --set fsdp.checkpoint_type=full || fail "HSDP full run: $(tail -5 "$tmp/log")"
+full_equals_sharded "$tmp/hsdpfull/checkpoints/step-0000020" "$tmp/hsdp/checkpoints/step-0000020"
 mkdir -p "$tmp/fullws2" && cp -r "$tmp/full/checkpoints" "$tmp/fullws2/"
 rm -rf "$tmp/fullws2/checkpoints/step-0000020" && ln -sfn step-0000010 "$tmp/fullws2/checkpoints/latest"
 run "$tmp/fullws2" 2 6 20 --set fsdp.checkpoint_type=full || fail "resume from a full checkpoint: $(tail -5 "$tmp/log")"

@@ -150,6 +150,31 @@ TEST_F(Collectives, AllGatherUnevenSizesAndInPlace) {
   }
 }
 
+TEST_F(Collectives, GatherToEveryRoot) {
+  for (at::ScalarType t : kAllTypes) {
+    for (int64_t n : {int64_t{0}, int64_t{7}, int64_t{4099}}) {
+      for (int root = 0; root < size_; ++root) {
+        SCOPED_TRACE(testing::Message() << c10::toString(t) << " n=" << n << " root=" << root);
+        at::Tensor mine = make(n, t, [&](int64_t i) { return exact_value(rank_, i, t); });
+        at::Tensor out = rank_ == root ? at::empty({n * size_}, mine.options()) : at::Tensor();
+        comm_->gather(mine, out, root);
+        if (rank_ != root) {
+          EXPECT_FALSE(out.defined());
+          continue;
+        }
+        const std::vector<double> got = values(out);
+        for (int r = 0; r < size_; ++r)
+          for (int64_t i = 0; i < n; ++i)
+            if (got[r * n + i] != exact_value(r, i, t)) {
+              ADD_FAILURE() << "rank slot " << r << " element " << i << ": got " << got[r * n + i];
+              r = size_;
+              break;
+            }
+      }
+    }
+  }
+}
+
 TEST_F(Collectives, ReduceScatterSumAndAvg) {
   for (at::ScalarType t : kFloatTypes) {
     for (int64_t n : kSizes) {
@@ -208,6 +233,8 @@ TEST_F(Collectives, MisuseIsAnErrorBeforeAnyCommunication) {
   at::Tensor strided = at::empty({4, 4}, at::kFloat).t();
   EXPECT_THROW(comm_->all_reduce(strided, ReduceOp::kSum), common::Error);
   EXPECT_THROW(comm_->broadcast(in, size_), common::Error);
+  at::Tensor none;
+  EXPECT_THROW(comm_->gather(in, none, -1), common::Error);
   comm_->barrier();  // still usable afterwards
 }
 
