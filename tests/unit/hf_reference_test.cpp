@@ -5,8 +5,10 @@
 #include <ATen/TensorOperators.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <vector>
 
 #include "checkpoint/hf_model_io.h"
 #include "checkpoint/safetensors_torch.h"
