@@ -2,7 +2,6 @@
 #include "checkpoint/sharded_checkpoint.h"
 
 #include <ATen/ops/empty.h>
-#include <ATen/ops/from_blob.h>
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -102,6 +101,36 @@ std::vector<std::pair<std::string, at::Tensor>> state_of(fsdp::FlatParam* f, fsd
   return out;
 }
 
+// Elements staged through the host per piece when a tensor is not already fp32 on the host: two
+// checksum blocks (32 MiB), so device shards of any size are saved with bounded host memory.
+constexpr int64_t kStageElements = 2 * kCrcBlock;
+
+// A host buffer for staging pieces of `t` (at most `elements`): pinned when `t` is on a GPU.
+at::Tensor staging_buffer(const at::Tensor& t, int64_t elements = kStageElements) {
+  return at::empty({std::max<int64_t>(elements, 1)}, at::TensorOptions().dtype(at::kFloat).pinned_memory(t.is_cuda()));
+}
+
+// Writes the 1-D tensor `src` (any device, any floating dtype) into elements [0, numel) of
+// `dataset` as float32 and returns its block checksums. fp32 on the host is written as it is;
+// anything else goes through the host in pieces of at most kStageElements.
+std::vector<uint32_t> write_tensor(hid_t dataset, const at::Tensor& src) {
+  const int64_t n = src.numel();
+  if (src.device().is_cpu() && src.scalar_type() == at::kFloat && src.is_contiguous()) {
+    write_flat_range(dataset, 0, n, src.data_ptr<float>());
+    return block_crcs(src.data_ptr<float>(), n);
+  }
+  at::Tensor host = staging_buffer(src, std::min(kStageElements, n));
+  BlockCrc crc;
+  for (int64_t at = 0; at < n; at += kStageElements) {
+    const int64_t count = std::min(kStageElements, n - at);
+    at::Tensor piece = host.narrow(0, 0, count);
+    piece.copy_(src.narrow(0, at, count));  // to fp32, waiting for the device
+    write_flat_range(dataset, at, count, piece.data_ptr<float>());
+    crc.add(piece.data_ptr<float>(), count);
+  }
+  return crc.finish();
+}
+
 // A new checkpoint file with its three groups (/param, /exp_avg, /exp_avg_sq).
 struct CheckpointFile {
   H5Handle file;
@@ -133,15 +162,14 @@ std::vector<Slice> write_rank_file(fsdp::FsdpLlama& model, fsdp::AdamW* optimize
     for (const fsdp::ShardPiece& piece : f->layout().pieces_in_shard(f->shard_rank())) {
       const fsdp::ParamSpan& p = f->layout().params()[piece.param];
       for (const auto& [kind, tensor] : sources) {
-        const at::Tensor data = tensor.narrow(0, piece.shard_offset, piece.length).to(at::kFloat).contiguous();
         Slice s{kind, p.name, file_name, fmt::format("{}@{}", p.name, piece.param_offset), piece.param_offset,
-                piece.length, block_crcs(data.data_ptr<float>(), piece.length)};
+                piece.length, {}};
         const hsize_t dims[1] = {static_cast<hsize_t>(piece.length)};
         H5Handle space(ST_H5_CHECK(H5Screate_simple(1, dims, nullptr)), H5Sclose);
         H5Handle ds(ST_H5_CHECK(H5Dcreate2(out.groups.at(kind).get(), s.dataset.c_str(), H5T_IEEE_F32LE, space.get(),
                                            H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)),
                     H5Dclose);
-        ST_H5_CHECK(H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data_ptr()));
+        s.crcs = write_tensor(ds.get(), tensor.narrow(0, piece.shard_offset, piece.length));
         ST_H5_CHECK(ds.close());
         slices.push_back(std::move(s));
       }
@@ -156,7 +184,7 @@ std::vector<Slice> write_rank_file(fsdp::FsdpLlama& model, fsdp::AdamW* optimize
 // group that holds it, one at a time, and written there as whole tensors of their own shape.
 // Collective over that shard group; only world rank 0 receives and writes. A failure to write is
 // recorded, not thrown, so that the gathers go on in step on every rank.
-std::vector<Slice> write_full_file(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, dist::MpiCommunicator& shard_group,
+std::vector<Slice> write_full_file(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, dist::Communicator& shard_group,
                                    bool writer, const std::string& path, const std::string& file_name,
                                    std::string& failure) {
   const std::vector<int>& members = shard_group.world_ranks();
@@ -183,15 +211,14 @@ std::vector<Slice> write_full_file(fsdp::FsdpLlama& model, fsdp::AdamW* optimize
       shard_group.gather(shard, full, root);
       guarded([&] {
         for (const fsdp::ParamSpan& p : f->layout().params()) {
-          const at::Tensor data = full.narrow(0, p.offset, p.numel).to(at::kFloat).contiguous();
           std::vector<hsize_t> dims(p.shape.begin(), p.shape.end());
           H5Handle space(ST_H5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)), H5Sclose);
           H5Handle ds(ST_H5_CHECK(H5Dcreate2(out->groups.at(kind).get(), p.name.c_str(), H5T_IEEE_F32LE, space.get(),
                                              H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)),
                       H5Dclose);
-          ST_H5_CHECK(H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data_ptr()));
+          std::vector<uint32_t> crcs = write_tensor(ds.get(), full.narrow(0, p.offset, p.numel));
           ST_H5_CHECK(ds.close());
-          slices.push_back({kind, p.name, file_name, p.name, 0, p.numel, block_crcs(data.data_ptr<float>(), p.numel)});
+          slices.push_back({kind, p.name, file_name, p.name, 0, p.numel, std::move(crcs)});
         }
       });
     }
@@ -426,21 +453,24 @@ TrainingState load_sharded_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optim
 
   const bool load_optimizer = optimizer != nullptr && manifest.value("has_optimizer", false);
   CheckpointReader reader(dir);
-  std::vector<float> buffer;
+  at::Tensor host;  // staging for targets that are not fp32 on the host, in bounded pieces
   size_t trainable_index = 0;
   for (fsdp::FlatParam* f : model.flat_params()) {
     auto targets = state_of(f, load_optimizer ? optimizer : nullptr, trainable_index);
     for (const fsdp::ShardPiece& piece : f->layout().pieces_in_shard(f->shard_rank())) {
       const fsdp::ParamSpan& p = f->layout().params()[piece.param];
       for (auto& [kind, target] : targets) {
-        if (target.scalar_type() == at::kFloat) {  // straight into the shard
+        if (target.device().is_cpu() && target.scalar_type() == at::kFloat) {  // straight into the shard
           reader.read_range(kind, p.name, piece.param_offset, piece.length,
                             target.data_ptr<float>() + piece.shard_offset);
           continue;
         }
-        buffer.resize(static_cast<size_t>(piece.length));
-        reader.read_range(kind, p.name, piece.param_offset, piece.length, buffer.data());
-        target.narrow(0, piece.shard_offset, piece.length).copy_(at::from_blob(buffer.data(), {piece.length}, at::kFloat));
+        if (!host.defined()) host = staging_buffer(target);
+        for (int64_t at = 0; at < piece.length; at += host.numel()) {
+          const int64_t count = std::min(host.numel(), piece.length - at);
+          reader.read_range(kind, p.name, piece.param_offset + at, count, host.data_ptr<float>());
+          target.narrow(0, piece.shard_offset + at, count).copy_(host.narrow(0, 0, count));
+        }
       }
     }
   }

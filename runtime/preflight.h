@@ -1,8 +1,11 @@
-// Preflight on a new allocation: every communicator the job will train with is exercised against
-// answers each rank can compute by itself, and the world all-reduce bandwidth is measured.
+// Preflight on a new allocation: every communicator the job will train with is exercised, with
+// tensors on the device the job trains on (so NCCL too), against answers each rank can compute by
+// itself, and the world all-reduce bandwidth is measured.
 #pragma once
 
 #include <string>
+
+#include <c10/core/Device.h>
 
 #include "runtime/dist/process_groups.h"
 
@@ -15,6 +18,6 @@ struct PreflightReport {
   std::string summary;        // what failed, on this rank
 };
 
-PreflightReport run_preflight(dist::ProcessGroups& groups);
+PreflightReport run_preflight(dist::ProcessGroups& groups, const at::Device& device = at::kCPU);
 
 }  // namespace shardtune::runtime

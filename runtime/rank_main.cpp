@@ -15,6 +15,7 @@
 #include "common/job/job_loader.h"
 #include "common/job/schema.h"
 #include "common/log.h"
+#include "runtime/dist/device.h"
 #include "runtime/dist/mpi_check.h"
 #include "runtime/dist/mpi_runtime.h"
 #include "runtime/dist/process_groups.h"
@@ -34,7 +35,7 @@
 #include "slurm/slurm_env.h"
 #ifdef SHARDTUNE_HAVE_NCCL
 #include "runtime/dist/cuda_check.h"
-#include "runtime/nccl_preflight.h"
+#include "runtime/gpu_sharing.h"
 #endif
 
 namespace {
@@ -113,6 +114,29 @@ void log_shard_groups(const dist::GroupLayout& layout, const dist::Topology& top
   }
 }
 
+// The device of this rank: the job's [launch] device against what this node and build offer.
+dist::DeviceChoice choose_rank_device(const job::Job& job, const dist::Topology& topo) {
+  const dist::DeviceRequest request = job.launch.device == job::Device::kCuda  ? dist::DeviceRequest::kCuda
+                                      : job.launch.device == job::Device::kCpu ? dist::DeviceRequest::kCpu
+                                                                               : dist::DeviceRequest::kAuto;
+  const int local_rank = dist::launcher_local_rank(topo.local_rank, [](const char* n) { return std::getenv(n); });
+  return dist::choose_device(request, local_rank, topo.local_size, visible_gpus(), dist::cuda_build());
+}
+
+// How device tensors travel between ranks: NCCL when every rank has a GPU of its own; through host
+// memory when some share one (NCCL refuses two ranks on one GPU). Collective over the world.
+dist::DeviceCollectives device_collectives(int device) {
+  int any_gpu = device >= 0 ? 1 : 0;
+  ST_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &any_gpu, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+  if (any_gpu == 0) return dist::DeviceCollectives::kNone;
+#ifdef SHARDTUNE_HAVE_NCCL
+  if (runtime::every_rank_has_its_own_gpu(MPI_COMM_WORLD, device)) return dist::DeviceCollectives::kNccl;
+#endif
+  spdlog::warn("some ranks share a GPU: collectives on GPU tensors go through host memory over MPI (slow; for "
+               "testing the multi-rank GPU path on one GPU)");
+  return dist::DeviceCollectives::kHostStaged;
+}
+
 int run(int argc, char** argv) {
   train::install_stop_handlers();
   const Args args = parse_args(argc, argv);
@@ -138,32 +162,28 @@ int run(int argc, char** argv) {
   spdlog::debug("local rank {}/{}; log file {}", topo.local_rank, topo.local_size, log_file);
   check_placement(topo, job);
 
-  const dist::DeviceChoice device = dist::choose_device(topo.local_rank, topo.local_size, visible_gpus());
+  const dist::DeviceChoice device = choose_rank_device(job, topo);
   spdlog::info("device: {}", device.reason);
+  const at::Device torch_device = device.device >= 0 ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device.device))
+                                                     : at::Device(at::kCPU);
+  if (device.device >= 0) dist::bind_device(device.device);
 
   const int shard_size = static_cast<int>(job::shard_group_size(job));
-  dist::ProcessGroups groups = dist::make_mpi_groups(MPI_COMM_WORLD, shard_size, job.launch.collective_timeout_s);
+  const dist::GroupOptions group_options{job.launch.collective_timeout_s, device.device,
+                                         device_collectives(device.device)};
+  dist::ProcessGroups groups = dist::make_process_groups(MPI_COMM_WORLD, shard_size, group_options);
   spdlog::info("{}: {} shard group(s) of {} rank(s), replicated {}x; collective timeout {:.0f} s",
                job::enum_name(job.fsdp.sharding_strategy), groups.layout.num_shard_groups(),
                groups.layout.shard_size(), groups.layout.replicate_size(), job.launch.collective_timeout_s);
 
   log_shard_groups(groups.layout, topo);
-  const runtime::PreflightReport report = runtime::run_preflight(groups);
+  const runtime::PreflightReport report = runtime::run_preflight(groups, torch_device);
   if (!report.summary.empty()) spdlog::error("preflight: {}", report.summary);
   ST_CHECK(report.failures == 0, common::ErrorKind::kInternal,
            "preflight found {} wrong collective result(s); see the rank logs", report.failures);
-  spdlog::info("preflight passed: world, shard and replicate communicators agree; fp32 all-reduce of {} MiB "
+  spdlog::info("preflight passed: world, shard and replicate communicators agree on {}; fp32 all-reduce of {} MiB "
                "at {:.2f} GB/s",
-               report.allreduce_bytes >> 20, report.allreduce_gbps);
-#ifdef SHARDTUNE_HAVE_NCCL
-  // NCCL refuses two ranks on one GPU ("Duplicate GPU detected"): check it only when every rank
-  // has a GPU of its own.
-  if (runtime::every_rank_has_its_own_gpu(MPI_COMM_WORLD, device.device)) {
-    spdlog::info("{}", runtime::run_nccl_preflight(MPI_COMM_WORLD, device.device, job.launch.collective_timeout_s));
-  } else if (device.device >= 0) {
-    spdlog::info("NCCL preflight skipped: some ranks share a GPU");
-  }
-#endif
+               torch_device.str(), report.allreduce_bytes >> 20, report.allreduce_gbps);
 
   // Either every rank builds the full model and keeps its shards, or the model is built without
   // weights and each rank receives only its shards from the readers.
@@ -182,7 +202,7 @@ int run(int argc, char** argv) {
              : runtime::build_model(job);
   const checkpoint::HfFolderSourceFactory source{job.model.path};
   if (stream) fsdp::validate_source(*model, source, MPI_COMM_WORLD);
-  const fsdp::FsdpOptions fsdp_options = fsdp::fsdp_options_from_job(job, topo.world_size);
+  const fsdp::FsdpOptions fsdp_options = fsdp::fsdp_options_from_job(job, topo.world_size, torch_device);
   const auto frozen = runtime::frozen_parameters(job, *model);
   fsdp::FsdpLlama sharded(*model, groups, fsdp_options, frozen);
   if (stream) {

@@ -10,6 +10,7 @@
 namespace shardtune::job {
 
 enum class Launcher { kSrun, kMpirun };
+enum class Device { kAuto, kCuda, kCpu };
 enum class ModelInit { kPretrained, kRandom };
 enum class ModelPreset { kNone, kTiny };
 enum class PeftMethod { kNone, kLora };
@@ -56,6 +57,7 @@ struct LaunchSection {
   std::vector<std::string> extra_srun_options;
   std::vector<std::string> extra_mpirun_options;
   double collective_timeout_s = 300.0;
+  Device device = Device::kAuto;
 };
 
 struct ModelSection {

@@ -56,6 +56,11 @@ void check_slurm(const Job& job, Checker& c) {
             fmt::format("shardtune runs one rank per GPU: ntasks_per_node = {} but gpus_per_node = {}",
                         s.ntasks_per_node, s.gpus_per_node));
   }
+  if (s.gpus_per_node > 0 && job.launch.device == Device::kCpu) {
+    c.warning({"launch.device", "slurm.gpus_per_node"},
+              fmt::format("device = \"cpu\" with gpus_per_node = {}: the job holds GPUs it does not use",
+                          s.gpus_per_node));
+  }
   if (!s.time.empty()) {
     if (auto limit = parse_slurm_time(s.time); limit && s.signal_lead_s >= *limit) {
       c.error({"slurm.signal_lead_s", "slurm.time"},

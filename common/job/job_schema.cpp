@@ -15,6 +15,11 @@ struct EnumNames<Launcher> {
       {{Launcher::kSrun, "srun"}, {Launcher::kMpirun, "mpirun"}}};
 };
 template <>
+struct EnumNames<Device> {
+  static constexpr std::array<std::pair<Device, std::string_view>, 3> kNames{
+      {{Device::kAuto, "auto"}, {Device::kCuda, "cuda"}, {Device::kCpu, "cpu"}}};
+};
+template <>
 struct EnumNames<ModelInit> {
   static constexpr std::array<std::pair<ModelInit, std::string_view>, 2> kNames{
       {{ModelInit::kPretrained, "pretrained"}, {ModelInit::kRandom, "random"}}};
@@ -89,6 +94,7 @@ std::string_view enum_name(E value) {
   return detail::FieldType<E>::name_of(value);
 }
 template std::string_view enum_name(Launcher);
+template std::string_view enum_name(Device);
 template std::string_view enum_name(ModelInit);
 template std::string_view enum_name(ModelPreset);
 template std::string_view enum_name(PeftMethod);
@@ -213,6 +219,11 @@ std::vector<SectionSpec> build_schema() {
             "A collective that has not finished after this many seconds fails every rank, naming the "
             "ranks that never arrived, instead of hanging.")
         .in_range(0.1, 86400.0);
+    s.field("device", &LaunchSection::device,
+            "Where each rank trains. cuda: the GPU of its local rank (SLURM_LOCALID or "
+            "OMPI_COMM_WORLD_LOCAL_RANK, among CUDA_VISIBLE_DEVICES), with NCCL between ranks; the job "
+            "fails before training if there is none. cpu: the CPU, with MPI. auto: cuda when a GPU is "
+            "visible, else cpu; never a silent fall back to the CPU when a GPU is there but unusable.");
   }
   {
     SectionBuilder<ModelSection> s(schema, "model", "The model to fine-tune.", &Job::model);

@@ -2,8 +2,10 @@
 #include "runtime/dist/mpi_communicator.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <climits>
+#include <functional>
 
 #include "common/error.h"
 #include "runtime/dist/mpi_check.h"
@@ -19,38 +21,53 @@ void check_cpu_contiguous(const at::Tensor& t, std::string_view op, std::string_
            "{}: the {} must be a defined, contiguous CPU tensor", op, what);
 }
 
-void check_same_dtype(const at::Tensor& a, const at::Tensor& b, std::string_view op) {
-  ST_CHECK(a.scalar_type() == b.scalar_type(), ErrorKind::kInternal, "{}: input is {} but output is {}", op,
-           c10::toString(a.scalar_type()), c10::toString(b.scalar_type()));
-}
-
 int checked_count(int64_t count, std::string_view op) {
   ST_CHECK(count <= INT_MAX, ErrorKind::kInternal,
            "{}: {} elements per rank exceed MPI's int count; split the buffer", op, count);
   return static_cast<int>(count);
 }
 
-void divide_for_avg(at::Tensor& t, ReduceOp op, int size) {
-  if (op == ReduceOp::kAvg) t.div_(size);
-}
+// Element-wise collectives go in pieces below MPI's int count.
+constexpr int64_t kPiece = INT_MAX / 2;
 
 }  // namespace
 
-DType dtype_of(const at::Tensor& t) {
-  switch (t.scalar_type()) {
-    case at::kFloat: return DType::kFloat32;
-    case at::kDouble: return DType::kFloat64;
-    case at::kBFloat16: return DType::kBFloat16;
-    case at::kHalf: return DType::kFloat16;
-    case at::kInt: return DType::kInt32;
-    case at::kLong: return DType::kInt64;
-    case at::kByte:
-    case at::kBool: return DType::kUInt8;
-    default:
-      common::raise(ErrorKind::kInternal,
-                    fmt::format("collectives do not carry {} tensors", c10::toString(t.scalar_type())));
+// The requests of one started collective, its tensors (kept alive until it completes), and what
+// to do once the data is there (kAvg divides after the sum).
+class MpiCommunicator::MpiWork final : public Work {
+ public:
+  MpiWork(MpiCommunicator* comm, std::string_view op, std::vector<at::Tensor> keep)
+      : comm_(comm), op_(op), seq_(++comm->seq_), keep_(std::move(keep)) {}
+  ~MpiWork() override {
+    if (waited_) return;
+    try {
+      wait();
+    } catch (const std::exception& e) {
+      spdlog::error("a {} that nobody waited for failed: {}", op_, e.what());
+    }
   }
-}
+
+  // A new request slot, MPI_REQUEST_NULL until an MPI call fills it (a failed start leaves
+  // nothing to wait for).
+  MPI_Request* add_request() { return &requests_.emplace_back(MPI_REQUEST_NULL); }
+  std::function<void()> then;
+
+  void wait() override {
+    if (waited_) return;
+    waited_ = true;
+    for (MPI_Request& r : requests_) comm_->wait(r, op_, seq_);
+    if (then) then();
+    keep_.clear();
+  }
+
+ private:
+  MpiCommunicator* comm_;
+  std::string_view op_;
+  uint64_t seq_;
+  std::vector<MPI_Request> requests_;
+  std::vector<at::Tensor> keep_;
+  bool waited_ = false;
+};
 
 std::vector<int> world_ranks_of(MPI_Comm comm) {
   int size = 0;
@@ -82,107 +99,95 @@ MpiCommunicator::~MpiCommunicator() {
   if (!finalized && comm_ != MPI_COMM_NULL && comm_ != MPI_COMM_WORLD && comm_ != MPI_COMM_SELF) MPI_Comm_free(&comm_);
 }
 
-void MpiCommunicator::wait(MPI_Request& request, std::string_view op) {
+void MpiCommunicator::wait(MPI_Request& request, std::string_view op, uint64_t seq) {
   watchdog_->wait(
       [&] {
         int done = 0;
         ST_MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
         return done != 0;
       },
-      CollectiveDesc{op, ++seq_});
+      CollectiveDesc{op, seq});
 }
 
-void MpiCommunicator::all_gather(const at::Tensor& input, at::Tensor& output) {
+WorkHandle MpiCommunicator::start_all_gather(const at::Tensor& input, at::Tensor& output) {
   check_cpu_contiguous(input, "all_gather", "input");
   check_cpu_contiguous(output, "all_gather", "output");
-  check_same_dtype(input, output, "all_gather");
-  ST_CHECK(output.numel() == input.numel() * size_, ErrorKind::kInternal,
-           "all_gather on '{}': output has {} elements, expected {} ranks x {}", name_, output.numel(), size_,
-           input.numel());
+  check_all_gather_sizes(*this, input, output);
   const DType t = dtype_of(input);
   const int count = checked_count(input.numel(), "all_gather");
   auto* out = static_cast<char*>(output.data_ptr());
   const void* send = input.data_ptr();
   // The input already in its slot of the output (FSDP keeps its shard there): gather in place.
   if (send == out + static_cast<size_t>(rank_) * count * element_size(t)) send = MPI_IN_PLACE;
-  MPI_Request req;
-  ST_MPI_CHECK(MPI_Iallgather(send, count, mpi_datatype(t), out, count, mpi_datatype(t), comm_, &req));
-  wait(req, "all_gather");
+  auto work = std::make_unique<MpiWork>(this, "all_gather", std::vector<at::Tensor>{input, output});
+  ST_MPI_CHECK(MPI_Iallgather(send, count, mpi_datatype(t), out, count, mpi_datatype(t), comm_, work->add_request()));
+  return work;
 }
 
-void MpiCommunicator::reduce_scatter(const at::Tensor& input, at::Tensor& output, ReduceOp op) {
+WorkHandle MpiCommunicator::start_reduce_scatter(const at::Tensor& input, at::Tensor& output, ReduceOp op) {
   check_cpu_contiguous(input, "reduce_scatter", "input");
   check_cpu_contiguous(output, "reduce_scatter", "output");
-  check_same_dtype(input, output, "reduce_scatter");
-  ST_CHECK(input.numel() == output.numel() * size_, ErrorKind::kInternal,
-           "reduce_scatter on '{}': input has {} elements, expected {} ranks x {}", name_, input.numel(), size_,
-           output.numel());
+  check_reduce_scatter_sizes(*this, input, output);
   const DType t = dtype_of(input);
   const int count = checked_count(output.numel(), "reduce_scatter");
-  MPI_Request req;
+  auto work = std::make_unique<MpiWork>(this, "reduce_scatter", std::vector<at::Tensor>{input, output});
   ST_MPI_CHECK(MPI_Ireduce_scatter_block(input.data_ptr(), output.data_ptr(), count, mpi_datatype(t), mpi_op(t, op),
-                                         comm_, &req));
-  wait(req, "reduce_scatter");
-  divide_for_avg(output, op, size_);
+                                         comm_, work->add_request()));
+  if (op == ReduceOp::kAvg) work->then = [output, n = size_]() mutable { output.div_(n); };
+  return work;
 }
 
-void MpiCommunicator::all_reduce(at::Tensor& tensor, ReduceOp op) {
+WorkHandle MpiCommunicator::start_all_reduce(at::Tensor& tensor, ReduceOp op) {
   check_cpu_contiguous(tensor, "all_reduce", "tensor");
   const DType t = dtype_of(tensor);
   auto* data = static_cast<char*>(tensor.data_ptr());
-  // Element-wise, so a buffer beyond MPI's int count goes in pieces.
-  for (int64_t done = 0; done < tensor.numel() || done == 0;) {
-    const int count = static_cast<int>(std::min<int64_t>(tensor.numel() - done, INT_MAX / 2));
-    MPI_Request req;
+  auto work = std::make_unique<MpiWork>(this, "all_reduce", std::vector<at::Tensor>{tensor});
+  int64_t done = 0;
+  do {
+    const int count = static_cast<int>(std::min<int64_t>(tensor.numel() - done, kPiece));
     ST_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data + done * element_size(t), count, mpi_datatype(t), mpi_op(t, op),
-                                comm_, &req));
-    wait(req, "all_reduce");
+                                comm_, work->add_request()));
     done += count;
-    if (count == 0) break;
-  }
-  divide_for_avg(tensor, op, size_);
+  } while (done < tensor.numel());
+  if (op == ReduceOp::kAvg) work->then = [tensor, n = size_]() mutable { tensor.div_(n); };
+  return work;
 }
 
 void MpiCommunicator::broadcast(at::Tensor& tensor, int root) {
   check_cpu_contiguous(tensor, "broadcast", "tensor");
-  ST_CHECK(root >= 0 && root < size_, ErrorKind::kInternal, "broadcast on '{}': root {} outside 0..{}", name_, root,
-           size_ - 1);
+  check_root(*this, root, "broadcast");
   const DType t = dtype_of(tensor);
   auto* data = static_cast<char*>(tensor.data_ptr());
-  for (int64_t done = 0; done < tensor.numel() || done == 0;) {
-    const int count = static_cast<int>(std::min<int64_t>(tensor.numel() - done, INT_MAX / 2));
-    MPI_Request req;
-    ST_MPI_CHECK(MPI_Ibcast(data + done * element_size(t), count, mpi_datatype(t), root, comm_, &req));
-    wait(req, "broadcast");
+  MpiWork work(this, "broadcast", {tensor});
+  int64_t done = 0;
+  do {
+    const int count = static_cast<int>(std::min<int64_t>(tensor.numel() - done, kPiece));
+    ST_MPI_CHECK(MPI_Ibcast(data + done * element_size(t), count, mpi_datatype(t), root, comm_, work.add_request()));
     done += count;
-    if (count == 0) break;
-  }
+  } while (done < tensor.numel());
+  work.wait();
 }
 
 void MpiCommunicator::gather(const at::Tensor& input, at::Tensor& output, int root) {
   check_cpu_contiguous(input, "gather", "input");
-  ST_CHECK(root >= 0 && root < size_, ErrorKind::kInternal, "gather on '{}': root {} outside 0..{}", name_, root,
-           size_ - 1);
+  check_gather_sizes(*this, input, output, root);
   void* out = nullptr;
   if (rank_ == root) {
     check_cpu_contiguous(output, "gather", "output");
-    check_same_dtype(input, output, "gather");
-    ST_CHECK(output.numel() == input.numel() * size_, ErrorKind::kInternal,
-             "gather on '{}': output has {} elements, expected {} ranks x {}", name_, output.numel(), size_,
-             input.numel());
     out = output.data_ptr();
   }
   const DType t = dtype_of(input);
   const int count = checked_count(input.numel(), "gather");
-  MPI_Request req;
-  ST_MPI_CHECK(MPI_Igather(input.data_ptr(), count, mpi_datatype(t), out, count, mpi_datatype(t), root, comm_, &req));
-  wait(req, "gather");
+  MpiWork work(this, "gather", {input});
+  ST_MPI_CHECK(
+      MPI_Igather(input.data_ptr(), count, mpi_datatype(t), out, count, mpi_datatype(t), root, comm_, work.add_request()));
+  work.wait();
 }
 
 void MpiCommunicator::barrier() {
-  MPI_Request req;
-  ST_MPI_CHECK(MPI_Ibarrier(comm_, &req));
-  wait(req, "barrier");
+  MpiWork work(this, "barrier", {});
+  ST_MPI_CHECK(MPI_Ibarrier(comm_, work.add_request()));
+  work.wait();
 }
 
 }  // namespace shardtune::dist

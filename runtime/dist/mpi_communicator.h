@@ -26,21 +26,19 @@ class MpiCommunicator final : public Communicator {
   const std::vector<int>& world_ranks() const override { return world_ranks_; }
   const std::string& name() const override { return name_; }
   MPI_Comm comm() const { return comm_; }
+  double timeout_s() const { return watchdog_->timeout_s(); }
 
-  void all_gather(const at::Tensor& input, at::Tensor& output) override;
-  void reduce_scatter(const at::Tensor& input, at::Tensor& output, ReduceOp op) override;
-  void all_reduce(at::Tensor& tensor, ReduceOp op) override;
+  WorkHandle start_all_gather(const at::Tensor& input, at::Tensor& output) override;
+  WorkHandle start_reduce_scatter(const at::Tensor& input, at::Tensor& output, ReduceOp op) override;
+  WorkHandle start_all_reduce(at::Tensor& tensor, ReduceOp op) override;
   void broadcast(at::Tensor& tensor, int root) override;
+  void gather(const at::Tensor& input, at::Tensor& output, int root) override;
   void barrier() override;
 
-  // Every rank's `input` (the same number of elements on each) into `output` on `root`, in rank
-  // order; elsewhere `output` is not touched and may be undefined. Checkpoints gather whole units
-  // to their one writer with it, so the other ranks neither receive nor hold them.
-  void gather(const at::Tensor& input, at::Tensor& output, int root);
-
  private:
+  class MpiWork;
   // Waits for `request` under the watchdog; `op` names the collective in a timeout.
-  void wait(MPI_Request& request, std::string_view op);
+  void wait(MPI_Request& request, std::string_view op, uint64_t seq);
 
   MPI_Comm comm_;
   std::string name_;

@@ -9,7 +9,7 @@ namespace shardtune::dist {
 
 MpiRuntime::MpiRuntime(int* argc, char*** argv) {
   int provided = 0;
-  ST_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
+  ST_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
   ST_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
 }
 

@@ -6,8 +6,10 @@ namespace shardtune::dist {
 
 class MpiRuntime {
  public:
-  // MPI_Init_thread with MPI_THREAD_FUNNELED: only the main thread calls MPI. Errors on
-  // MPI_COMM_WORLD are returned (and thrown by ST_MPI_CHECK) rather than aborting inside MPI.
+  // MPI_Init_thread asking for MPI_THREAD_MULTIPLE: on a GPU, backward runs on LibTorch's device
+  // thread (its collectives may go over MPI) and each NCCL group's watchdog thread answers the
+  // census over MPI. Errors on MPI_COMM_WORLD are returned (and thrown by ST_MPI_CHECK) rather
+  // than aborting inside MPI.
   MpiRuntime(int* argc, char*** argv);
   ~MpiRuntime();
   MpiRuntime(const MpiRuntime&) = delete;

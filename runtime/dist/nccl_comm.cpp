@@ -314,6 +314,30 @@ void NcclComm::broadcast(const void* send, void* recv, size_t count, DType dtype
   await_enqueued(ncclBroadcast(send, recv, count, to_nccl(dtype), root, comm_, stream), "ncclBroadcast");
 }
 
+void NcclComm::gather(const void* send, void* recv, size_t count, DType dtype, int root, cudaStream_t stream) {
+  require_live("gather");
+  if (root < 0 || root >= size_) {
+    common::raise(ErrorKind::kInternal, fmt::format("gather root {} is outside the group of {} ranks", root, size_));
+  }
+  const ncclDataType_t type = to_nccl(dtype);
+  const size_t bytes = count * element_size(dtype);
+  ncclResult_t rc = ncclGroupStart();
+  if (rc == ncclSuccess && rank_ == root) {
+    for (int peer = 0; peer < size_ && rc == ncclSuccess; ++peer)
+      rc = ncclRecv(static_cast<char*>(recv) + static_cast<size_t>(peer) * bytes, count, type, peer, comm_, stream);
+  }
+  if (rc == ncclSuccess) rc = ncclSend(send, count, type, root, comm_, stream);
+  const ncclResult_t end = ncclGroupEnd();
+  await_enqueued(rc != ncclSuccess ? rc : end, "ncclSend/ncclRecv (gather)");
+}
+
+std::string NcclComm::async_error() const {
+  if (comm_ == nullptr) return aborted_ ? "the communicator was aborted" : "";
+  const ncclResult_t rc = async_state(comm_);
+  if (rc == ncclSuccess || rc == ncclInProgress) return "";
+  return nccl_error_message(rc, comm_, "an NCCL collective");
+}
+
 void NcclComm::synchronize(cudaStream_t stream, std::string_view what) {
   require_live(what);
   {

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <source_location>
+#include <string>
 #include <string_view>
 
 #include "runtime/dist/dist_types.h"
@@ -60,6 +61,13 @@ class NcclComm {
   void all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, cudaStream_t stream);
   // recv = root's send; `send` is read on the root only.
   void broadcast(const void* send, void* recv, size_t count, DType dtype, int root, cudaStream_t stream);
+  // On `root`, recv = concat over ranks of send (size() * count elements); elsewhere recv is not
+  // used and may be null. Point-to-point sends and receives in one NCCL group.
+  void gather(const void* send, void* recv, size_t count, DType dtype, int root, cudaStream_t stream);
+
+  // NCCL's asynchronous error on this communicator, as text (empty: none, or still in progress).
+  // Safe to call from another thread than the one enqueueing.
+  std::string async_error() const;
 
   // Waits until everything enqueued on `stream` so far has finished, watching for NCCL's async
   // errors. An error aborts the communicator and throws kNccl; passing timeout_s() aborts it and

@@ -1,11 +1,27 @@
-// Shard and replicate groups from MPI_Comm_split over the pure layout.
+// Shard and replicate groups from MPI_Comm_split over the pure layout, each with its device backend.
 #include "runtime/dist/process_groups.h"
 
+#include "runtime/dist/device_communicator.h"
+#include "runtime/dist/host_staged_communicator.h"
 #include "runtime/dist/mpi_check.h"
 
 namespace shardtune::dist {
+namespace {
 
-ProcessGroups make_mpi_groups(MPI_Comm world, int shard_size, double timeout_s) {
+std::unique_ptr<Communicator> make_group(MPI_Comm comm, const char* name, const GroupOptions& options) {
+  auto host = std::make_unique<MpiCommunicator>(comm, name, options.timeout_s);
+  std::unique_ptr<Communicator> device;
+  switch (options.device_collectives) {
+    case DeviceCollectives::kNone: break;
+    case DeviceCollectives::kNccl: device = make_nccl_communicator(*host, options.device, options.timeout_s); break;
+    case DeviceCollectives::kHostStaged: device = std::make_unique<HostStagedCommunicator>(*host); break;
+  }
+  return std::make_unique<DeviceCommunicator>(std::move(host), std::move(device));
+}
+
+}  // namespace
+
+ProcessGroups make_process_groups(MPI_Comm world, int shard_size, const GroupOptions& options) {
   int rank = 0, size = 0;
   ST_MPI_CHECK(MPI_Comm_rank(world, &rank));
   ST_MPI_CHECK(MPI_Comm_size(world, &size));
@@ -16,12 +32,15 @@ ProcessGroups make_mpi_groups(MPI_Comm world, int shard_size, double timeout_s) 
   // The key orders members by world rank, so the group rank is the layout's rank in the group.
   ST_MPI_CHECK(MPI_Comm_split(world, layout.shard_group_of(rank), rank, &shard));
   ST_MPI_CHECK(MPI_Comm_split(world, layout.replicate_group_of(rank), rank, &replicate));
-  return ProcessGroups{
-      layout,
-      std::make_unique<MpiCommunicator>(world_dup, "world", timeout_s),
-      std::make_unique<MpiCommunicator>(shard, "shard", timeout_s),
-      std::make_unique<MpiCommunicator>(replicate, "replicate", timeout_s),
-  };
+  ProcessGroups groups{layout, nullptr, nullptr, nullptr};
+  groups.world = make_group(world_dup, "world", options);
+  groups.shard = make_group(shard, "shard", options);
+  groups.replicate = make_group(replicate, "replicate", options);
+  return groups;
+}
+
+ProcessGroups make_mpi_groups(MPI_Comm world, int shard_size, double timeout_s) {
+  return make_process_groups(world, shard_size, GroupOptions{timeout_s, -1, DeviceCollectives::kNone});
 }
 
 }  // namespace shardtune::dist

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <cstdlib>
 
 #include "common/error.h"
 #include "runtime/dist/mpi_check.h"
@@ -56,8 +57,34 @@ Topology discover_topology(MPI_Comm world) {
   return t;
 }
 
-DeviceChoice choose_device(int local_rank, int local_size, int visible_gpus) {
-  if (visible_gpus <= 0) return {-1, "no GPU visible: running on CPU"};
+int launcher_local_rank(int fallback, const std::function<const char*(const char*)>& getenv) {
+  for (const char* name : {"SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK"}) {
+    const char* value = getenv(name);
+    if (value == nullptr || *value == '\0') continue;
+    char* end = nullptr;
+    const long v = std::strtol(value, &end, 10);
+    if (*end == '\0' && v >= 0 && v < 1 << 20) return static_cast<int>(v);
+  }
+  return fallback;
+}
+
+DeviceChoice choose_device(DeviceRequest request, int local_rank, int local_size, int visible_gpus, bool cuda_build) {
+  if (request == DeviceRequest::kCpu) return {-1, "[launch] device = \"cpu\": training on the CPU"};
+  if (visible_gpus <= 0) {
+    if (request == DeviceRequest::kAuto) return {-1, "no GPU visible: training on the CPU"};
+    common::raise(common::ErrorKind::kConfig,
+                  "[launch] device = \"cuda\" but this rank sees no GPU. HINT: check nvidia-smi on the node, "
+                  "CUDA_VISIBLE_DEVICES, and that the job asks Slurm for GPUs ([slurm] gpus_per_node); set "
+                  "device = \"cpu\" to train on the CPU");
+  }
+  if (!cuda_build) {
+    common::raise(common::ErrorKind::kConfig,
+                  fmt::format("{} GPU(s) visible but this shardtune was built with a LibTorch without CUDA, so it "
+                              "cannot train on them{}. HINT: rebuild against a CUDA LibTorch "
+                              "(SHARDTUNE_CMAKE_ARGS=\"-DTorch_DIR=...\" scripts/setup.sh), or set [launch] device = "
+                              "\"cpu\"",
+                              visible_gpus, request == DeviceRequest::kAuto ? " (device = \"auto\")" : ""));
+  }
   if (visible_gpus == 1) return {0, "one GPU visible to this task: device 0"};
   if (visible_gpus >= local_size)
     return {local_rank, fmt::format("{} GPUs visible to {} local ranks: device = local rank {}", visible_gpus,

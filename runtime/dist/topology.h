@@ -4,6 +4,7 @@
 
 #include <mpi.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -25,14 +26,24 @@ struct Topology {
 // Collective over `world`.
 Topology discover_topology(MPI_Comm world);
 
+// What the job asks for ([launch] device).
+enum class DeviceRequest { kAuto, kCuda, kCpu };
+
 struct DeviceChoice {
   int device = -1;  // CUDA device ordinal, -1 for CPU
   std::string reason;
 };
 
-// Pure: which GPU this rank uses. 0 visible GPUs: CPU. 1 visible: device 0 (each task was given
-// its own GPU). As many as the local ranks or more: device = local_rank. Otherwise an error
-// explaining the mismatch (throws common::Error(kConfig)).
-DeviceChoice choose_device(int local_rank, int local_size, int visible_gpus);
+// The rank's index among the ranks of its node, as the launcher numbered them (SLURM_LOCALID
+// under srun, OMPI_COMM_WORLD_LOCAL_RANK under mpirun), or `fallback` (MPI's shared-memory split)
+// when neither is set. `getenv` is injected for tests.
+int launcher_local_rank(int fallback, const std::function<const char*(const char*)>& getenv);
+
+// Pure: where this rank trains. cpu: the CPU. cuda: a GPU, else an error (throws
+// common::Error(kConfig)) saying why there is none: no GPU visible, or a LibTorch without CUDA.
+// auto: cuda when a GPU is visible (an error, not a silent CPU run, when this build cannot use
+// it), else the CPU. Which GPU: 1 visible, device 0 (each task was given its own); as many as the
+// local ranks or more, device = local_rank; fewer, an error explaining the mismatch.
+DeviceChoice choose_device(DeviceRequest request, int local_rank, int local_size, int visible_gpus, bool cuda_build);
 
 }  // namespace shardtune::dist

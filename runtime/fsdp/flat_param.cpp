@@ -13,7 +13,8 @@ namespace shardtune::fsdp {
 namespace {
 
 // Drops a tensor's memory but keeps its storage object, which views (and autograd's saved
-// tensors) refer to; restore_storage gives it memory again.
+// tensors) refer to; restore_storage gives it memory again. On a GPU the memory goes back to the
+// caching allocator in the order of the current stream, after the work that used it.
 void drop_storage(at::Tensor& t) {
   c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
   impl->set_data_ptr_noswap(at::DataPtr(nullptr, t.device()));
@@ -47,7 +48,7 @@ FlatParam::FlatParam(FlatLayout layout, std::vector<at::Tensor*> slots, bool tra
       shard_rank_(shard_rank) {
   ST_CHECK(slots_.size() == layout_.params().size(), common::ErrorKind::kInternal, "flat param: {} slots for {} params",
            slots_.size(), layout_.params().size());
-  const at::TensorOptions master = at::TensorOptions().dtype(options_.precision.master);
+  const at::TensorOptions master = at::TensorOptions().dtype(options_.precision.master).device(options_.device);
   shard_ = zeros_on_huge_pages(layout_.shard_numel(), master);  // padding stays zero
   // Slots on the meta device have no values: the shard is filled later by a loader.
   const bool have_values = !slots_.empty() && !slots_.front()->is_meta();
@@ -67,13 +68,15 @@ FlatParam::FlatParam(FlatLayout layout, std::vector<at::Tensor*> slots, bool tra
 }
 
 at::Tensor& FlatParam::grad_shard() {
+  ST_CHECK(reduce_work_ == nullptr, common::ErrorKind::kInternal,
+           "the gradient shard was read while its reduction was in flight (FsdpLlama::finish_grad_sync was not called)");
   if (trainable_ && !grad_shard_.defined())
-    grad_shard_ = zeros_on_huge_pages(layout_.shard_numel(), at::TensorOptions().dtype(options_.precision.master));
+    grad_shard_ = zeros_on_huge_pages(layout_.shard_numel(), shard_.options());
   return grad_shard_;
 }
 
-void FlatParam::gather(dist::Communicator& shard_group) {
-  if (gathered_) return;
+void FlatParam::start_gather(dist::Communicator& shard_group) {
+  if (gathered_ || gather_work_) return;
   ST_CHECK(shard_group.size() == layout_.shard_count(), common::ErrorKind::kInternal,
            "flat param sharded {} ways gathered over a group of {}", layout_.shard_count(), shard_group.size());
   restore_storage(full_);
@@ -83,7 +86,13 @@ void FlatParam::gather(dist::Communicator& shard_group) {
   at::Tensor full = full_.variable_data();
   at::Tensor mine = full.narrow(0, layout_.shard_begin(shard_rank_), layout_.shard_numel());
   mine.copy_(shard_);  // to the compute dtype
-  shard_group.all_gather(mine, full);
+  gather_work_ = shard_group.start_all_gather(mine, full);
+}
+
+void FlatParam::finish_gather() {
+  if (!gather_work_) return;
+  gather_work_->wait();
+  gather_work_.reset();
   gathered_ = true;
 }
 
@@ -116,19 +125,35 @@ void FlatParam::accumulate_grad(size_t param, const at::Tensor& grad) {
   at::NoGradGuard no_grad;
   ST_CHECK(trainable_, common::ErrorKind::kInternal, "gradient for a frozen parameter");
   if (!full_grad_.defined())
-    full_grad_ = at::zeros({layout_.padded_numel()}, at::TensorOptions().dtype(options_.precision.reduce));
+    full_grad_ = at::zeros({layout_.padded_numel()}, shard_.options().dtype(options_.precision.reduce));
   const ParamSpan& p = layout_.params().at(param);
   full_grad_.narrow(0, p.offset, p.numel).add_(grad.reshape({-1}));
 }
 
-void FlatParam::reduce_grad(dist::Communicator& shard_group, dist::Communicator& replicate_group) {
+void FlatParam::start_reduce(dist::Communicator& shard_group) {
   if (!full_grad_.defined()) return;
+  ST_CHECK(reduce_work_ == nullptr, common::ErrorKind::kInternal, "a second gradient reduction of one flat parameter");
   at::NoGradGuard no_grad;
-  at::Tensor reduced = at::empty({layout_.shard_numel()}, full_grad_.options());
-  shard_group.reduce_scatter(full_grad_, reduced, dist::ReduceOp::kAvg);
-  if (replicate_group.size() > 1) replicate_group.all_reduce(reduced, dist::ReduceOp::kAvg);
-  grad_shard().add_(reduced);
+  reduced_ = at::empty({layout_.shard_numel()}, full_grad_.options());
+  // The work keeps the unsharded gradient alive until the reduce-scatter is done with it.
+  reduce_work_ = shard_group.start_reduce_scatter(full_grad_, reduced_, dist::ReduceOp::kAvg);
+  all_reducing_ = false;
   full_grad_ = at::Tensor();
+}
+
+bool FlatParam::advance_reduce(dist::Communicator& replicate_group) {
+  if (!reduce_work_) return true;
+  at::NoGradGuard no_grad;
+  reduce_work_->wait();
+  reduce_work_.reset();
+  if (!all_reducing_ && replicate_group.size() > 1) {
+    reduce_work_ = replicate_group.start_all_reduce(reduced_, dist::ReduceOp::kAvg);
+    all_reducing_ = true;
+    return false;
+  }
+  grad_shard().add_(reduced_);
+  reduced_ = at::Tensor();
+  return true;
 }
 
 int64_t FlatParam::persistent_bytes() const {

@@ -1,8 +1,13 @@
 // One flat parameter: some of a unit's parameters (all trainable, or all frozen) laid end to end.
-// Each rank keeps its shard (master dtype) and, when trainable, a gradient shard (fp32 or master
-// dtype). For forward and backward the full buffer is gathered in the compute dtype; the model's
+// Each rank keeps its shard (master dtype) on its device and, when trainable, a gradient shard.
+// For forward and backward the full buffer is gathered in the compute dtype; the model's
 // parameter slots then hold views of it. Freeing keeps the buffer's storage object and drops its
 // memory, so views saved by autograd stay valid once it is gathered again.
+//
+// Gathers and gradient reductions are split into a start and a finish so that FSDP can overlap
+// them with computation: the next unit's all-gather runs while this one computes, and a unit's
+// reduce-scatter (then, under HSDP, its all-reduce across replicas) while earlier units run
+// their backward.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -18,21 +23,29 @@ namespace shardtune::fsdp {
 class FlatParam {
  public:
   // `slots` hold the parameters' current full values (identical on every rank of the shard
-  // group); this rank's shard is copied out of them. Slots on the meta device give a zero shard
-  // for a loader to fill. The slots are then emptied: until gathered, a slot holds an undefined
-  // tensor.
+  // group, on any device); this rank's shard is copied out of them onto options.device. Slots on
+  // the meta device give a zero shard for a loader to fill. The slots are then emptied: until
+  // gathered, a slot holds an undefined tensor.
   FlatParam(FlatLayout layout, std::vector<at::Tensor*> slots, bool trainable, const FsdpOptions& options,
             int shard_rank);
 
   const FlatLayout& layout() const { return layout_; }
   int shard_rank() const { return shard_rank_; }
   bool trainable() const { return trainable_; }
-  at::Tensor& shard() { return shard_; }            // (shard_numel,) master dtype
-  // (shard_numel,), allocated at first use (loading needs none); undefined when frozen.
+  at::Tensor& shard() { return shard_; }  // (shard_numel,) master dtype, on the device
+  // (shard_numel,), allocated at first use (loading needs none); undefined when frozen. Throws
+  // while a gradient reduction into it is still in flight.
   at::Tensor& grad_shard();
 
   // Makes the full buffer hold every parameter (compute dtype); collective over `shard_group`.
-  void gather(dist::Communicator& shard_group);
+  // start_gather only starts the all-gather (no-op when gathered or started); finish_gather
+  // waits for it.
+  void start_gather(dist::Communicator& shard_group);
+  void finish_gather();
+  void gather(dist::Communicator& shard_group) {
+    start_gather(shard_group);
+    finish_gather();
+  }
   void reshard();
   bool gathered() const { return gathered_; }
 
@@ -44,9 +57,20 @@ class FlatParam {
   // Adds a parameter's gradient (compute dtype) into the unsharded gradient buffer.
   void accumulate_grad(size_t param, const at::Tensor& grad);
   bool has_unreduced_grad() const { return full_grad_.defined(); }
-  // Reduce-scatter of the unsharded gradient in the shard group, all-reduce across replicas,
-  // both averaging; the result is added into grad_shard(). Frees the unsharded gradient.
-  void reduce_grad(dist::Communicator& shard_group, dist::Communicator& replicate_group);
+
+  // The gradient reduction, in stages: reduce-scatter of the unsharded gradient in the shard
+  // group, then all-reduce across replicas (HSDP), both averaging; the result is added into
+  // grad_shard(). start_reduce frees the unsharded gradient once the reduce-scatter is done with
+  // it. advance_reduce waits for the stage in flight and starts the next; it returns true once
+  // the gradient is in grad_shard().
+  void start_reduce(dist::Communicator& shard_group);
+  bool advance_reduce(dist::Communicator& replicate_group);
+  bool reducing() const { return reduce_work_ != nullptr; }
+  void reduce_grad(dist::Communicator& shard_group, dist::Communicator& replicate_group) {
+    start_reduce(shard_group);
+    while (!advance_reduce(replicate_group)) {
+    }
+  }
 
   // Bytes held between steps: shard, gradient shard, and the full buffer when it is kept.
   int64_t persistent_bytes() const;
@@ -62,8 +86,12 @@ class FlatParam {
   at::Tensor grad_shard_;
   at::Tensor full_;  // (padded_numel,) compute dtype; its storage is dropped when resharded
   bool gathered_ = false;
+  dist::WorkHandle gather_work_;  // the all-gather into full_, while in flight
   std::vector<at::Tensor> leaves_;
   at::Tensor full_grad_;  // (padded_numel,) reduce dtype, while gradients are unreduced
+  at::Tensor reduced_;    // (shard_numel,) reduce dtype, this rank's part while it is reduced
+  dist::WorkHandle reduce_work_;
+  bool all_reducing_ = false;  // reduce_work_ is the all-reduce across replicas
 };
 
 }  // namespace shardtune::fsdp

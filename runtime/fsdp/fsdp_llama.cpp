@@ -25,7 +25,8 @@ FsdpLlama::FsdpLlama(model::LlamaForCausalLM& model, dist::ProcessGroups& groups
 
   const std::vector<std::vector<model::NamedParam>> units = llama_units(model);
   auto make_unit = [&](const std::string& name, const std::vector<model::NamedParam>& params) {
-    auto unit = std::make_unique<FsdpUnit>(name, &context_);
+    auto unit = std::make_unique<FsdpUnit>(name, &context_, context_.order.size());
+    context_.order.push_back(unit.get());
     for (bool trainable : {true, false}) {
       std::vector<FlatLayout::Entry> entries;
       std::vector<at::Tensor*> slots;
@@ -53,9 +54,12 @@ FsdpLlama::FsdpLlama(model::LlamaForCausalLM& model, dist::ProcessGroups& groups
 
 at::Tensor FsdpLlama::forward(const at::Tensor& input_ids, const at::Tensor& position_ids) {
   for (FlatParam* f : flat_params()) f->reset_leaves();
-  const at::Tensor positions = position_ids.defined() ? position_ids : model::default_position_ids(input_ids);
-  const model::AttentionMask mask = model::packed_document_mask(positions);
-  at::Tensor h = embed_->run(input_ids, [this](const at::Tensor& ids) { return model_.embed(ids); });
+  const model::AttentionMask mask =
+      position_ids.defined() ? model::packed_document_mask(position_ids) : model::AttentionMask{};
+  const at::Device& device = context_.options.device;
+  const at::Tensor ids = input_ids.to(device);
+  const at::Tensor positions = position_ids.defined() ? position_ids.to(device) : model::default_position_ids(ids);
+  at::Tensor h = embed_->run(ids, [this](const at::Tensor& x) { return model_.embed(x); });
   const model::RopeTables rope = model_.rope(positions, context_.options.precision.compute);
   for (int64_t i = 0; i < model_.num_layers(); ++i) {
     model::DecoderLayer* layer = &model_.layer(i);
@@ -79,11 +83,11 @@ std::vector<FlatParam*> FsdpLlama::flat_params() {
 
 double FsdpLlama::clip_grad_norm(double max_norm) {
   // Replicas hold identical gradient shards after the all-reduce: the norm is over the shard group.
-  at::Tensor sum_sq = at::full({1}, 0.0, at::kDouble);
+  at::Tensor sum_sq = at::full({1}, 0.0, at::TensorOptions().dtype(at::kDouble).device(device()));
   for (FlatParam* f : flat_params())
     if (f->trainable()) sum_sq += f->grad_shard().to(at::kDouble).pow(2).sum();
   groups_.shard->all_reduce(sum_sq, dist::ReduceOp::kSum);
-  const double norm = std::sqrt(sum_sq.item<double>());
+  const double norm = std::sqrt(sum_sq.item<double>());  // the one host wait of the step's clipping
   // torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when that is below 1.
   const double coef = max_norm / (norm + 1e-6);
   if (coef < 1.0)
@@ -103,7 +107,8 @@ std::map<std::string, at::Tensor> FsdpLlama::gather_full_parameters() {
     const FlatLayout& layout = f->layout();
     at::Tensor full = at::empty({layout.padded_numel()}, f->shard().options());
     groups_.shard->all_gather(f->shard(), full);
-    for (const ParamSpan& p : layout.params()) out[p.name] = full.narrow(0, p.offset, p.numel).view(p.shape).clone();
+    for (const ParamSpan& p : layout.params())
+      out[p.name] = full.narrow(0, p.offset, p.numel).view(p.shape).to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
   }
   return out;
 }

@@ -26,12 +26,18 @@ class FsdpLlama {
   FsdpLlama(model::LlamaForCausalLM& model, dist::ProcessGroups& groups, const FsdpOptions& options,
             const std::set<std::string>& frozen = {});
 
-  // Logits (B, T, vocab) in the compute dtype; backward through them reduces the gradients.
+  // Logits (B, T, vocab) in the compute dtype, on the model's device; backward through them
+  // reduces the gradients. The ids and positions may be on the CPU (they are moved), and
+  // preferably are: the documents of packed rows are read from the positions on the host.
   at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& position_ids = {});
 
   // false: gradients of the coming backward stay unsharded and local (an accumulation
   // micro-batch); the next backward with true reduces everything accumulated.
   void set_sync_grads(bool sync) { context_.sync_grads = sync; }
+
+  // Completes the gradient reductions still in flight. Backward does it by itself when it ends;
+  // call this after a backward that was not started by loss.backward() on this model's output.
+  void finish_grad_sync() { context_.finish_reductions(); }
 
   // Every flat parameter (trainable and frozen), for the optimizer and for checkpoints.
   std::vector<FlatParam*> flat_params();
@@ -41,13 +47,14 @@ class FsdpLlama {
   double clip_grad_norm(double max_norm);
   void zero_grad();
 
-  // Full parameters by Hugging Face name (collective; for tests and full checkpoints).
+  // Full parameters by Hugging Face name, on the host (collective; for tests and inspection).
   std::map<std::string, at::Tensor> gather_full_parameters();
 
   int64_t persistent_bytes();
   // Time in gathers and gradient reductions since construction.
   const CommStats& comm_stats() const { return context_.comm; }
   const FsdpOptions& options() const { return context_.options; }
+  const at::Device& device() const { return context_.options.device; }
   // Padding elements added so that every flat parameter divides evenly (summed over units).
   int64_t padding_elements() const { return padding_; }
 

@@ -14,8 +14,9 @@ PrecisionPolicy precision_from_job(const job::TrainSection& train, const job::Fs
   return p;
 }
 
-FsdpOptions fsdp_options_from_job(const job::Job& job, int world_size) {
+FsdpOptions fsdp_options_from_job(const job::Job& job, int world_size, at::Device device) {
   FsdpOptions o;
+  o.device = device;
   o.precision = precision_from_job(job.train, job.fsdp);
   o.activation_checkpointing = job.fsdp.activation_checkpointing;
   switch (job.fsdp.sharding_strategy) {

@@ -15,10 +15,15 @@ struct PrecisionPolicy {
 };
 
 struct FsdpOptions {
+  at::Device device = at::kCPU;        // where shards, gradients, optimizer state and activations live
   int shard_size = 1;                  // ranks that shard each unit among them
   bool reshard_after_forward = true;   // FULL_SHARD, HYBRID_SHARD: gather again for backward
   bool reshard_after_backward = true;  // all but NO_SHARD
   bool activation_checkpointing = false;
+  // Start the next unit's all-gather while this one computes (forward and backward), and let a
+  // unit's gradient reduction run while earlier units compute their backward. Off: every
+  // collective completes before the computation that follows it (for tests and benchmarks).
+  bool overlap = true;
   PrecisionPolicy precision;
 };
 
@@ -26,7 +31,7 @@ struct FsdpOptions {
 // masters; pure_bf16 keeps masters in bf16 too; reduce_dtype picks the gradient wire type.
 PrecisionPolicy precision_from_job(const job::TrainSection& train, const job::FsdpSection& fsdp);
 
-// world_size: the ranks actually running.
-FsdpOptions fsdp_options_from_job(const job::Job& job, int world_size);
+// world_size: the ranks actually running; device: where this rank trains.
+FsdpOptions fsdp_options_from_job(const job::Job& job, int world_size, at::Device device = at::kCPU);
 
 }  // namespace shardtune::fsdp

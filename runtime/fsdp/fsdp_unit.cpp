@@ -2,12 +2,13 @@
 #include "runtime/fsdp/fsdp_unit.h"
 
 #include <torch/csrc/autograd/autograd.h>
-
-#include <chrono>
 #include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/engine.h>
 
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/empty.h>
+
+#include <chrono>
 
 #include "common/error.h"
 
@@ -32,17 +33,6 @@ struct UnitFunction : public torch::autograd::Function<UnitFunction> {
   }
 };
 
-}  // namespace
-
-std::vector<FlatParam*> FsdpUnit::used_flats() {
-  std::vector<FlatParam*> out;
-  for (auto& f : flats_) out.push_back(f.get());
-  out.insert(out.end(), deps_.begin(), deps_.end());
-  return out;
-}
-
-namespace {
-
 // Adds the wall time of `fn` to the communication statistics.
 template <class Fn>
 void timed(CommStats& stats, Fn&& fn) {
@@ -54,19 +44,46 @@ void timed(CommStats& stats, Fn&& fn) {
 
 }  // namespace
 
-void FsdpUnit::gather_all() {
+void FsdpContext::finish_reductions() {
+  timed(comm, [&] {
+    for (FlatParam* f : reducing)
+      while (!f->advance_reduce(*replicate_group)) {
+      }
+  });
+  reducing.clear();
+}
+
+std::vector<FlatParam*> FsdpUnit::used_flats() {
+  std::vector<FlatParam*> out;
+  for (auto& f : flats_) out.push_back(f.get());
+  out.insert(out.end(), deps_.begin(), deps_.end());
+  return out;
+}
+
+void FsdpUnit::start_gather_all() {
   for (FlatParam* f : used_flats())
-    if (!f->gathered()) timed(context_->comm, [&] { f->gather(*context_->shard_group); });
+    if (!f->gathered()) timed(context_->comm, [&] { f->start_gather(*context_->shard_group); });
+}
+
+void FsdpUnit::gather_all() {
+  start_gather_all();
+  for (FlatParam* f : used_flats()) timed(context_->comm, [&] { f->finish_gather(); });
 }
 
 void FsdpUnit::reshard_all() {
   for (FlatParam* f : used_flats()) f->reshard();
 }
 
+void FsdpUnit::prefetch(size_t index) {
+  if (!context_->options.overlap || index >= context_->order.size()) return;
+  context_->order[index]->start_gather_all();
+}
+
 at::Tensor FsdpUnit::run(const at::Tensor& input, PieceFn fn) {
   if (!at::GradMode::is_enabled()) {
     // Evaluation: gather, run, free; nothing is kept for a backward.
     gather_all();
+    prefetch(index_ + 1);
     for (FlatParam* f : used_flats()) f->leaves();
     at::Tensor out = fn(input);
     if (context_->options.reshard_after_forward) reshard_all();
@@ -82,6 +99,7 @@ at::Tensor FsdpUnit::run(const at::Tensor& input, PieceFn fn) {
 
 at::Tensor FsdpUnit::forward_impl(const at::Tensor& input, PieceFn fn) {
   gather_all();
+  prefetch(index_ + 1);  // the next unit's all-gather runs while this one computes
   for (FlatParam* f : used_flats()) f->leaves();  // the slots now hold this micro-batch's leaves
   fn_ = std::move(fn);
   saved_input_ = input.detach();
@@ -96,12 +114,43 @@ at::Tensor FsdpUnit::forward_impl(const at::Tensor& input, PieceFn fn) {
     inner_output_ = fn_(input_leaf_);
     out = inner_output_.detach();
   }
-  if (context_->options.reshard_after_forward) reshard_all();
+  // The last unit is the first that backward needs: it stays gathered.
+  const bool last = index_ + 1 == context_->order.size();
+  if (context_->options.reshard_after_forward && !(last && context_->options.overlap)) reshard_all();
   return out;
+}
+
+void FsdpUnit::reduce_gradients() {
+  // Reductions started by later units (earlier in backward) move one stage on: their
+  // reduce-scatter has had this unit's backward to run in.
+  const size_t older = context_->reducing.size();
+  for (auto& f : flats_) {
+    if (!f->trainable() || !f->has_unreduced_grad()) continue;
+    timed(context_->comm, [&] { f->start_reduce(*context_->shard_group); });
+    context_->reducing.push_back(f.get());
+  }
+  if (!context_->options.overlap) {
+    context_->finish_reductions();
+    return;
+  }
+  timed(context_->comm, [&] {
+    for (size_t i = 0; i < older; ++i) context_->reducing[i]->advance_reduce(*context_->replicate_group);
+  });
+  while (!context_->reducing.empty() && !context_->reducing.front()->reducing()) context_->reducing.pop_front();
+  // What is still in flight when backward ends is finished then, before the optimizer can look.
+  if (!context_->finish_queued && !context_->reducing.empty()) {
+    context_->finish_queued = true;
+    FsdpContext* context = context_;
+    torch::autograd::Engine::get_default_engine().queue_callback([context] {
+      context->finish_queued = false;
+      context->finish_reductions();
+    });
+  }
 }
 
 at::Tensor FsdpUnit::backward_impl(const at::Tensor& grad_output) {
   gather_all();
+  if (index_ > 0) prefetch(index_ - 1);  // backward runs the units in reverse
   if (context_->options.activation_checkpointing) {
     at::AutoGradMode enable(true);
     input_leaf_ = saved_input_.detach().requires_grad_(input_requires_grad_);
@@ -132,10 +181,7 @@ at::Tensor FsdpUnit::backward_impl(const at::Tensor& grad_output) {
   input_leaf_ = at::Tensor();
   saved_input_ = at::Tensor();
   fn_ = nullptr;  // it may hold per-batch tensors (RoPE tables, masks)
-  if (context_->sync_grads)
-    for (auto& f : flats_)
-      if (f->trainable())
-        timed(context_->comm, [&] { f->reduce_grad(*context_->shard_group, *context_->replicate_group); });
+  if (context_->sync_grads) reduce_gradients();
   if (context_->options.reshard_after_backward) reshard_all();
   return grad_input;
 }

@@ -2,6 +2,7 @@
 #include "runtime/fsdp/shard_loader.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
 #include <c10/core/ScalarType.h>
 #include <fmt/format.h>
@@ -339,6 +340,9 @@ LoadStats load_shards(FsdpLlama& model, const SourceFactory& open_source, MPI_Co
   };
   // This rank converts its parts of round k into its shard; `packed`: they lie end to end at
   // `src` (as sent to another node) rather than where the round was staged.
+  // Shards on a GPU receive their parts through a host buffer of one round (pinned), filled by
+  // the same conversion and copied up part by part.
+  at::Tensor device_stage;
   auto take = [&](size_t k, const char* src, bool packed) {
     const auto [f, r] = rounds[k];
     at::Tensor& shard = flats[f]->shard();
@@ -348,10 +352,16 @@ LoadStats load_shards(FsdpLlama& model, const SourceFactory& open_source, MPI_Co
       const int64_t filled = mine.empty() ? 0 : mine.back().shard_offset + mine.back().length;
       shard.narrow(0, filled, shard.numel() - filled).zero_();
     }
+    const bool on_host = shard.device().is_cpu();
+    if (!on_host && (!device_stage.defined() || device_stage.scalar_type() != shard.scalar_type()))
+      device_stage = at::empty({plan.round_numel}, shard.options().device(at::kCPU).pinned_memory(true));
     int64_t at = 0;
     for (const ShardTake& t : takes_of(k, plan.shard)) {
-      convert(src + (packed ? at : t.staged_offset), plan.stored[f][t.param],
-              static_cast<char*>(shard.data_ptr()) + t.shard_offset * esize, shard.options(), t.length);
+      char* dst = on_host ? static_cast<char*>(shard.data_ptr()) + t.shard_offset * esize
+                          : static_cast<char*>(device_stage.data_ptr());
+      convert(src + (packed ? at : t.staged_offset), plan.stored[f][t.param], dst, shard.options().device(at::kCPU),
+              t.length);
+      if (!on_host) shard.narrow(0, t.shard_offset, t.length).copy_(device_stage.narrow(0, 0, t.length));
       at += t.length * plan.stored_size[f][t.param];
     }
   };

@@ -4,7 +4,6 @@
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/cat.h>
-#include <ATen/ops/zeros_like.h>
 #include <ATen/ops/embedding.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/linear.h>
@@ -44,27 +43,44 @@ at::Tensor repeat_kv(const at::Tensor& x, int64_t groups) {
   return x.unsqueeze(2).expand({b, h, groups, t, d}).reshape({b, h * groups, t, d});
 }
 
-at::Tensor causal_allowed(int64_t t, const at::Device& device) {
+[[maybe_unused]] at::Tensor causal_allowed(int64_t t, const at::Device& device) {
   return at::ones({t, t}, at::TensorOptions().dtype(at::kBool).device(device)).tril().view({1, 1, t, t});
 }
 
-// softmax(q kᵀ · scale + mask) v. LibTorch 2.x: scaled_dot_product_attention (flash or
-// memory-efficient kernels on GPU); 1.13: the same arithmetic spelled out (fp32 softmax).
-at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionMask& mask) {
-  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+// Causal softmax(q kᵀ · scale) v over (B, H, T, D). LibTorch 2.x: scaled_dot_product_attention
+// with is_causal, so the flash and memory-efficient kernels apply on a GPU; 1.13: the same
+// arithmetic spelled out (fp32 softmax), as transformers' eager attention.
+at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
 #if TORCH_VERSION_MAJOR >= 2
-  if (!mask.allowed.defined()) return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
-  return at::scaled_dot_product_attention(q, k, v, mask.allowed, 0.0, /*is_causal=*/false);
+  return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
 #else
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
   at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) * scale;
-  const at::Tensor allowed = mask.allowed.defined() ? mask.allowed : causal_allowed(q.size(-2), q.device());
   // transformers adds the dtype's lowest value where attention is not allowed, then takes an fp32
   // softmax: the same as masking after the upcast.
   scores = scores.to(at_least_fp32(scores.scalar_type()));
-  scores = scores.masked_fill(allowed.logical_not(), std::numeric_limits<float>::lowest());
+  scores = scores.masked_fill(causal_allowed(q.size(-2), q.device()).logical_not(), std::numeric_limits<float>::lowest());
   at::Tensor probs = at::softmax(scores, -1).to(q.scalar_type());
   return at::matmul(probs, v);
 #endif
+}
+
+// Causal attention within each document: one call per row that holds several, one for the whole
+// batch when every row is a single document.
+at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionMask& mask) {
+  if (mask.rows.empty()) return causal_attention(q, k, v);
+  std::vector<at::Tensor> rows;
+  for (size_t b = 0; b < mask.rows.size(); ++b) {
+    const int64_t row = static_cast<int64_t>(b);
+    std::vector<at::Tensor> docs;
+    for (const AttentionMask::Segment& s : mask.rows[b]) {
+      const int64_t n = s.end - s.begin;
+      docs.push_back(causal_attention(q.narrow(0, row, 1).narrow(2, s.begin, n), k.narrow(0, row, 1).narrow(2, s.begin, n),
+                                      v.narrow(0, row, 1).narrow(2, s.begin, n)));
+    }
+    rows.push_back(docs.size() == 1 ? docs.front() : at::cat(docs, 2));
+  }
+  return at::cat(rows, 0);
 }
 
 }  // namespace
@@ -177,15 +193,24 @@ at::Tensor default_position_ids(const at::Tensor& input_ids) {
 }
 
 AttentionMask packed_document_mask(const at::Tensor& position_ids) {
-  const int64_t t = position_ids.size(1);
-  if (t <= 1) return {};
-  // A document continues while each position is the previous one plus one.
-  at::Tensor continues = position_ids.narrow(1, 1, t - 1) == position_ids.narrow(1, 0, t - 1) + 1;
-  if (continues.all().item<bool>()) return {};
-  at::Tensor starts = continues.logical_not().to(at::kLong);
-  at::Tensor doc = at::cat({at::zeros_like(starts.narrow(1, 0, 1)), starts}, 1).cumsum(1);  // (B, T)
-  at::Tensor same_doc = doc.unsqueeze(2) == doc.unsqueeze(1);                                // (B, T, T)
-  return {same_doc.logical_and(causal_allowed(t, position_ids.device()).squeeze(0)).unsqueeze(1)};
+  const int64_t b = position_ids.size(0), t = position_ids.size(1);
+  const at::Tensor positions = position_ids.to(at::kCPU, at::kLong).contiguous();
+  const int64_t* p = positions.data_ptr<int64_t>();
+  AttentionMask mask;
+  bool packed = false;
+  for (int64_t r = 0; r < b; ++r) {
+    std::vector<AttentionMask::Segment> docs{{0, t}};
+    // A document continues while each position is the previous one plus one.
+    for (int64_t i = 1; i < t; ++i) {
+      if (p[r * t + i] == p[r * t + i - 1] + 1) continue;
+      docs.back().end = i;
+      docs.push_back({i, t});
+    }
+    packed = packed || docs.size() > 1;
+    mask.rows.push_back(std::move(docs));
+  }
+  if (!packed) mask.rows.clear();
+  return mask;
 }
 
 }  // namespace shardtune::model

@@ -32,9 +32,15 @@ struct RMSNorm {
   at::Tensor forward(const at::Tensor& x) const;
 };
 
-// Which query positions may attend to which keys. Undefined mask: plain causal attention.
+// Which query positions may attend to which keys: each token attends to itself and the earlier
+// tokens of its own document. Packed rows hold several documents; attention runs on each
+// document's tokens alone, so no dense T x T mask is ever built and the fused causal kernels
+// apply. Empty `rows`: every row is one document (plain causal attention over the batch).
 struct AttentionMask {
-  at::Tensor allowed;  // (B, 1, T, T) bool, true where attention is allowed; or undefined
+  struct Segment {
+    int64_t begin = 0, end = 0;  // a document's tokens [begin, end) within its row
+  };
+  std::vector<std::vector<Segment>> rows;  // per row, its documents in order, covering the row
 };
 
 struct Attention {
@@ -93,8 +99,9 @@ class LlamaForCausalLM {
 // 0..T-1 for every row when `position_ids` is undefined.
 at::Tensor default_position_ids(const at::Tensor& input_ids);
 
-// The mask for packed documents: a new document starts wherever the position does not continue
-// the previous one (typically a restart at 0). Undefined when every row is one document.
+// The documents of packed rows: a new document starts wherever the position does not continue
+// the previous one (typically a restart at 0). Empty rows when every row is one document. Reads
+// the positions on the host (pass them before they are moved to a GPU, to avoid a copy back).
 AttentionMask packed_document_mask(const at::Tensor& position_ids);
 
 }  // namespace shardtune::model

@@ -2,7 +2,7 @@
 #include "runtime/train/train_step.h"
 
 #include <ATen/TensorOperators.h>
-#include <ATen/ops/full.h>
+#include <ATen/ops/zeros.h>
 
 #include "common/error.h"
 #include "runtime/model/loss.h"
@@ -18,20 +18,23 @@ StepResult train_step(fsdp::FsdpLlama& model, fsdp::AdamW& optimizer, const std:
                       const StepOptions& options, dist::Communicator& world) {
   ST_CHECK(!micro_batches.empty(), common::ErrorKind::kInternal, "a training step without micro-batches");
   const double n = static_cast<double>(micro_batches.size());
-  double loss_sum = 0;
+  // The loss is summed on the device and read once, at the end of the step: reading it per
+  // micro-batch would make the host wait for each backward before queueing the next.
+  at::Tensor loss_sum = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(model.device()));
   for (size_t i = 0; i < micro_batches.size(); ++i) {
     const Batch& b = micro_batches[i];
     model.set_sync_grads(options.reduce_every_micro_batch || i + 1 == micro_batches.size());
     const at::Tensor logits = model.forward(b.input_ids, b.position_ids);
     // Averaging over micro-batches here and over ranks in the reduction gives the gradient of
     // the mean loss of the whole global batch.
-    const at::Tensor loss = model::causal_lm_loss(logits, b.labels) / n;
+    const at::Tensor loss = model::causal_lm_loss(logits, b.labels.to(model.device())) / n;
     if (options.loss_scaler != nullptr) {
       (loss * options.loss_scaler->scale()).backward();
     } else {
       loss.backward();
     }
-    loss_sum += loss.item<double>();
+    model.finish_grad_sync();  // backward's own end-of-pass callback has normally done it
+    loss_sum += loss.detach().to(at::kDouble);
   }
   StepResult result;
   if (options.loss_scaler != nullptr && !options.loss_scaler->unscale_and_check(model.flat_params(), world)) {
@@ -41,9 +44,8 @@ StepResult train_step(fsdp::FsdpLlama& model, fsdp::AdamW& optimizer, const std:
     optimizer.step(options.lr);
   }
   model.zero_grad();
-  at::Tensor mean = at::full({1}, loss_sum, at::kDouble);
-  world.all_reduce(mean, dist::ReduceOp::kAvg);
-  result.loss = mean.item<double>();
+  world.all_reduce(loss_sum, dist::ReduceOp::kAvg);
+  result.loss = loss_sum.item<double>();
   return result;
 }
 

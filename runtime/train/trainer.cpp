@@ -81,7 +81,8 @@ double Trainer::validate() {
     std::vector<int64_t> indices;
     for (int64_t i = 0; i < per_rank; ++i) indices.push_back((b * ranks + rank) * per_rank + i);
     const Batch batch = collate(*val_, indices);
-    sum += model::causal_lm_loss(model_.forward(batch.input_ids, batch.position_ids), batch.labels).item<double>();
+    sum += model::causal_lm_loss(model_.forward(batch.input_ids, batch.position_ids), batch.labels.to(model_.device()))
+               .item<double>();
   }
   at::Tensor mean = at::full({1}, batches > 0 ? sum / static_cast<double>(batches) : 0.0, at::kDouble);
   groups_.world->all_reduce(mean, dist::ReduceOp::kAvg);

@@ -37,6 +37,18 @@ grep -q "\-\-set train.lr=fast: error: train.lr" "$tmp/err" || fail "bad --set n
 [ $? -eq 2 ] || fail "HSDP 2 on 3 ranks was not rejected"
 grep -q "shard group 2 vs world 3" "$tmp/err" || fail "HSDP error lacks the values: $(cat "$tmp/err")"
 
+# A job that asks for a GPU on a machine without one fails before training, saying why: never a
+# silent CPU run.
+if ! nvidia-smi -L >/dev/null 2>&1; then
+  "$st" run "$src/configs/tiny-cpu.toml" -n 2 --set launch.device=cuda --set "job.output_dir=$tmp/cuda" \
+    --set train.max_train_step=5 >"$tmp/log" 2>&1
+  rc=$?
+  [ "$rc" -ne 0 ] || fail "device = cuda without a GPU exited 0"
+  grep -q 'device = "cuda" but this rank sees no GPU' "$tmp/log" || fail "no clear message: $(tail -5 "$tmp/log")"
+  [ -e "$tmp/cuda/metrics.jsonl" ] && fail "device = cuda without a GPU trained"
+  [ -e "$tmp/cuda/checkpoints" ] && fail "device = cuda without a GPU wrote checkpoints"
+fi
+
 # A real local run: 2 ranks train, each logging to its own file.
 out="$tmp/run2"
 if "$st" run "$src/configs/tiny-cpu.toml" -n 2 --set "job.output_dir=$out" --set train.max_train_step=40 >"$tmp/log" 2>&1; then

@@ -1,6 +1,10 @@
 // Pure distributed arithmetic, exhaustively: HSDP group layout and the choice of GPU.
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <map>
+#include <string>
+
 #include <set>
 
 #include "common/error.h"
@@ -51,20 +55,56 @@ TEST(GroupLayout, RejectsNonsense) {
   }
 }
 
-TEST(ChooseDevice, CpuSingleGpuPerTaskAndOnePerLocalRank) {
-  EXPECT_EQ(choose_device(3, 4, 0).device, -1);
-  EXPECT_EQ(choose_device(3, 4, 1).device, 0);  // srun --gpus-per-task: each task sees device 0
-  for (int local = 0; local < 8; ++local) {
-    EXPECT_EQ(choose_device(local, 8, 8).device, local);
-    EXPECT_EQ(choose_device(local, 8, 16).device, local);
-  }
+std::string error_of(const std::function<void()>& fn) {
   try {
-    choose_device(0, 8, 4);
-    FAIL();
+    fn();
   } catch (const common::Error& e) {
     EXPECT_EQ(e.kind(), common::ErrorKind::kConfig);
-    EXPECT_NE(std::string(e.what()).find("8 ranks run on this node but only 4 GPUs"), std::string::npos);
+    return e.what();
   }
+  ADD_FAILURE() << "no error";
+  return "";
+}
+
+TEST(ChooseDevice, CpuSingleGpuPerTaskAndOnePerLocalRank) {
+  constexpr auto kAuto = DeviceRequest::kAuto, kCuda = DeviceRequest::kCuda;
+  EXPECT_EQ(choose_device(kAuto, 3, 4, 0, true).device, -1);
+  EXPECT_EQ(choose_device(kAuto, 3, 4, 1, true).device, 0);  // srun --gpus-per-task: each task sees device 0
+  for (int local = 0; local < 8; ++local) {
+    EXPECT_EQ(choose_device(kCuda, local, 8, 8, true).device, local);
+    EXPECT_EQ(choose_device(kAuto, local, 8, 16, true).device, local);
+  }
+  EXPECT_NE(error_of([] { choose_device(kAuto, 0, 8, 4, true); }).find("8 ranks run on this node but only 4 GPUs"),
+            std::string::npos);
+}
+
+TEST(ChooseDevice, CpuWhenAskedWhateverIsVisible) {
+  for (int gpus : {0, 1, 8}) EXPECT_EQ(choose_device(DeviceRequest::kCpu, 2, 8, gpus, gpus % 2 == 0).device, -1);
+}
+
+TEST(ChooseDevice, AskingForCudaWithoutAGpuIsAnErrorNotACpuRun) {
+  const std::string none = error_of([] { choose_device(DeviceRequest::kCuda, 0, 1, 0, true); });
+  EXPECT_NE(none.find("device = \"cuda\" but this rank sees no GPU"), std::string::npos) << none;
+  // A GPU this build cannot use: an error under cuda and under auto, never a silent CPU run.
+  for (DeviceRequest r : {DeviceRequest::kCuda, DeviceRequest::kAuto}) {
+    const std::string cpu_build = error_of([r] { choose_device(r, 0, 1, 2, false); });
+    EXPECT_NE(cpu_build.find("built with a LibTorch without CUDA"), std::string::npos) << cpu_build;
+  }
+}
+
+TEST(LauncherLocalRank, SlurmThenOpenMpiThenMpisOwnSplit) {
+  std::map<std::string, std::string> env;
+  auto get = [&](const char* name) -> const char* {
+    auto it = env.find(name);
+    return it == env.end() ? nullptr : it->second.c_str();
+  };
+  EXPECT_EQ(launcher_local_rank(5, get), 5);
+  env["OMPI_COMM_WORLD_LOCAL_RANK"] = "2";
+  EXPECT_EQ(launcher_local_rank(5, get), 2);
+  env["SLURM_LOCALID"] = "3";
+  EXPECT_EQ(launcher_local_rank(5, get), 3);
+  env["SLURM_LOCALID"] = "x";  // not a number: the next source
+  EXPECT_EQ(launcher_local_rank(5, get), 2);
 }
 
 }  // namespace

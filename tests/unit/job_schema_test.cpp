@@ -130,6 +130,20 @@ TEST(JobSchema, WarningsDoNotFailTheJob) {
             "FULL_SHARD\n");
 }
 
+TEST(JobSchema, DeviceIsAutoByDefaultAndCpuWithGpusIsWarnedAbout) {
+  EXPECT_EQ(parse_ok(kMinimal).job.launch.device, Device::kAuto);
+  EXPECT_EQ(parse_ok(kMinimal, {"launch.device=cuda"}).job.launch.device, Device::kCuda);
+  const LoadedJob bad = parse_job(std::string(kMinimal) + "\n[launch]\ndevice = \"gpu\"\n", "job.toml");
+  EXPECT_TRUE(bad.diagnostics.has_errors());
+  EXPECT_NE(bad.diagnostics.to_string().find("'gpu' is not one of: auto, cuda, cpu"), std::string::npos)
+      << bad.diagnostics.to_string();
+  const LoadedJob idle = parse_job(std::string(kMinimal) + "\n[slurm]\ngpus_per_node = 4\n[launch]\ndevice = \"cpu\"\n",
+                                   "job.toml");
+  EXPECT_FALSE(idle.diagnostics.has_errors());
+  EXPECT_NE(idle.diagnostics.to_string().find("the job holds GPUs it does not use"), std::string::npos)
+      << idle.diagnostics.to_string();
+}
+
 TEST(JobSchema, EveryErrorIsReportedAtOnce) {
   const std::string text = "[job]\nname = \"t\"\n[model]\npreset = \"tiny\"\n[train]\nlr = -1.0\nbogus = 1\n"
                            "use_fp16 = true\npure_bf16 = true\n[fsdp]\nsharding_strategy = \"HALF_SHARD\"\n";

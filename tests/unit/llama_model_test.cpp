@@ -9,6 +9,10 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/randint.h>
 #include <ATen/ops/tensor.h>
+#include <ATen/ops/matmul.h>
+#include <ATen/ops/repeat_interleave.h>
+#include <ATen/ops/softmax.h>
+#include <ATen/ops/zeros.h>
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -16,6 +20,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "common/error.h"
 #include "runtime/model/init.h"
@@ -147,15 +152,48 @@ TEST(Llama, PackedDocumentsEqualSeparateDocuments) {
   EXPECT_FALSE(at::allclose(m.forward(packed).narrow(1, 5, 7), m.forward(b), 1e-6, 1e-6));
 }
 
-TEST(Llama, PackedMaskAllowsExactlyTheSameDocumentAndThePast) {
-  const at::Tensor positions = at::tensor(std::vector<int64_t>{0, 1, 2, 0, 1, 0}, at::kLong).view({1, 6});
-  const at::Tensor allowed = packed_document_mask(positions).allowed;
-  ASSERT_TRUE(allowed.defined());
-  const std::vector<int> doc = {0, 0, 0, 1, 1, 2};
-  for (int i = 0; i < 6; ++i)
-    for (int j = 0; j < 6; ++j)
-      EXPECT_EQ(allowed[0][0][i][j].item<bool>(), doc[i] == doc[j] && j <= i) << i << "," << j;
-  EXPECT_FALSE(packed_document_mask(default_position_ids(at::empty({2, 6}, at::kLong))).allowed.defined());
+TEST(Llama, PackedRowsSplitIntoTheirDocuments) {
+  const at::Tensor positions =
+      at::tensor(std::vector<int64_t>{0, 1, 2, 0, 1, 0, /* row 2: one document */ 4, 5, 6, 7, 8, 9}, at::kLong).view({2, 6});
+  const AttentionMask mask = packed_document_mask(positions);
+  ASSERT_EQ(mask.rows.size(), 2u);
+  std::vector<std::pair<int64_t, int64_t>> first, second;
+  for (const auto& s : mask.rows[0]) first.emplace_back(s.begin, s.end);
+  for (const auto& s : mask.rows[1]) second.emplace_back(s.begin, s.end);
+  EXPECT_EQ(first, (std::vector<std::pair<int64_t, int64_t>>{{0, 3}, {3, 5}, {5, 6}}));
+  EXPECT_EQ(second, (std::vector<std::pair<int64_t, int64_t>>{{0, 6}}));
+  // Rows that are each one document need no segments: plain causal attention over the batch.
+  EXPECT_TRUE(packed_document_mask(default_position_ids(at::empty({2, 6}, at::kLong))).rows.empty());
+}
+
+TEST(Llama, PackedRowsEqualTheDenseMaskedAttention) {
+  // The per-document attention against masked attention over the whole row, written out here.
+  const LlamaConfig c = LlamaConfig::tiny();
+  LlamaForCausalLM m = make_model(c);
+  const at::Tensor positions = at::tensor(std::vector<int64_t>{0, 1, 2, 3, 0, 1, 2, 0, 1, 0, 1, 2, 3, 4, 5, 6}, at::kLong)
+                                   .view({2, 8});
+  const at::Tensor ids = tokens(2, 8, c.vocab_size, 6);
+  const AttentionMask segments = packed_document_mask(positions);
+  const RopeTables rope = m.rope(positions, at::kDouble);
+  const at::Tensor x = m.embed(ids);
+  const Attention& attn = m.layer(0).self_attn;
+  // Dense: allowed[b][i][j] = same document and j <= i.
+  const int64_t b = 2, t = 8, h = attn.num_heads, d = attn.head_dim;
+  at::Tensor q = apply_rope(attn.q_proj.forward(x).view({b, t, h, d}).transpose(1, 2), rope);
+  at::Tensor k = apply_rope(attn.k_proj.forward(x).view({b, t, attn.num_kv_heads, d}).transpose(1, 2), rope);
+  at::Tensor v = attn.v_proj.forward(x).view({b, t, attn.num_kv_heads, d}).transpose(1, 2);
+  const int64_t groups = h / attn.num_kv_heads;
+  k = k.repeat_interleave(groups, 1);
+  v = v.repeat_interleave(groups, 1);
+  at::Tensor allowed = at::zeros({b, 1, t, t}, at::kBool);
+  for (int64_t r = 0; r < b; ++r)
+    for (const auto& s : segments.rows[static_cast<size_t>(r)])
+      for (int64_t i = s.begin; i < s.end; ++i)
+        for (int64_t j = s.begin; j <= i; ++j) allowed[r][0][i][j] = true;
+  at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(d));
+  scores = scores.masked_fill(allowed.logical_not(), -std::numeric_limits<double>::infinity());
+  const at::Tensor dense = attn.o_proj.forward(at::matmul(at::softmax(scores, -1), v).transpose(1, 2).reshape({b, t, h * d}));
+  EXPECT_TRUE(at::allclose(attn.forward(x, rope, segments), dense, 1e-10, 1e-12));
 }
 
 TEST(Llama, LaterTokensDoNotChangeEarlierLogits) {

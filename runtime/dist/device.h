@@ -1,0 +1,34 @@
+// The few device facts and calls that are not tensor operations, so that everything above this
+// layer stays device-generic. A CUDA build defines them through LibTorch's CUDA API
+// (device_cuda.cpp); a build with a CPU-only LibTorch defines them for a machine without GPUs
+// (device_cpu.cpp), which is what CI compiles and runs.
+#pragma once
+
+#include <c10/core/Device.h>
+
+#include <cstdint>
+
+namespace shardtune::dist {
+
+// Whether this build's LibTorch can run CUDA tensors.
+bool cuda_build();
+
+// Makes `device` the current CUDA device of this thread (LibTorch's and the CUDA runtime's).
+void bind_device(int device);
+
+// The host waits until everything queued on `device` has finished (benchmarks and tests; never
+// inside a training step). No-op on the CPU.
+void synchronize(const c10::Device& device);
+
+struct DeviceMemoryStats {
+  int64_t allocated = 0;       // bytes in live tensors now
+  int64_t peak_allocated = 0;  // since the last reset
+  int64_t reserved = 0;        // held by the caching allocator now
+  int64_t peak_reserved = 0;
+};
+
+// The caching allocator's figures for a CUDA device; zeros for the CPU.
+DeviceMemoryStats memory_stats(const c10::Device& device);
+void reset_peak_memory(const c10::Device& device);
+
+}  // namespace shardtune::dist

@@ -1,0 +1,20 @@
+// The device layer of a build whose LibTorch has no CUDA: only the CPU exists.
+#include "common/error.h"
+#include "runtime/dist/device.h"
+
+namespace shardtune::dist {
+
+bool cuda_build() { return false; }
+
+void bind_device(int device) {
+  common::raise(common::ErrorKind::kConfig,
+                fmt::format("cannot use CUDA device {}: this shardtune was built with a CPU-only LibTorch", device));
+}
+
+void synchronize(const c10::Device&) {}
+
+DeviceMemoryStats memory_stats(const c10::Device&) { return {}; }
+
+void reset_peak_memory(const c10::Device&) {}
+
+}  // namespace shardtune::dist

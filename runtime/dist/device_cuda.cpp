@@ -1,0 +1,34 @@
+// The device layer of a CUDA build, through LibTorch's CUDA API.
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+
+#include "runtime/dist/device.h"
+
+namespace shardtune::dist {
+namespace {
+
+// Index 0 of the allocator's per-pool statistics is the aggregate over all pools (StatType::AGGREGATE).
+constexpr size_t kAggregate = 0;
+
+}  // namespace
+
+bool cuda_build() { return true; }
+
+void bind_device(int device) { c10::cuda::set_device(static_cast<c10::DeviceIndex>(device)); }
+
+void synchronize(const c10::Device& device) {
+  if (device.is_cuda()) c10::cuda::device_synchronize();
+}
+
+DeviceMemoryStats memory_stats(const c10::Device& device) {
+  if (!device.is_cuda()) return {};
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+  return {stats.allocated_bytes[kAggregate].current, stats.allocated_bytes[kAggregate].peak,
+          stats.reserved_bytes[kAggregate].current, stats.reserved_bytes[kAggregate].peak};
+}
+
+void reset_peak_memory(const c10::Device& device) {
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+}
+
+}  // namespace shardtune::dist
