@@ -32,6 +32,11 @@ if [ "${#missing[@]}" -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# LibTorch 2.x CUDA headers, so this CPU build also compiles the CUDA sources (never linked).
+if [ -z "${SHARDTUNE_CMAKE_ARGS:-}" ] || [[ "${SHARDTUNE_CMAKE_ARGS}" != *Torch_DIR* ]]; then
+  "$root/scripts/fetch-torch-cuda-headers.sh" "$root/.deps/torch-cuda-headers"
+fi
+
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
 if [ ! -f "$build/CMakeCache.txt" ]; then
