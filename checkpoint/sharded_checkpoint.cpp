@@ -23,6 +23,7 @@
 #include "checkpoint/h5_check.h"
 #include "checkpoint/h5_range.h"
 #include "checkpoint/h5_handle.h"
+#include "checkpoint/tensor_io.h"
 #include "common/error.h"
 #include "runtime/dist/mpi_check.h"
 #include "runtime/dist/mpi_text.h"
@@ -99,36 +100,6 @@ std::vector<std::pair<std::string, at::Tensor>> state_of(fsdp::FlatParam* f, fsd
   }
   if (f->trainable()) ++trainable_index;
   return out;
-}
-
-// Elements staged through the host per piece when a tensor is not already fp32 on the host: two
-// checksum blocks (32 MiB), so device shards of any size are saved with bounded host memory.
-constexpr int64_t kStageElements = 2 * kCrcBlock;
-
-// A host buffer for staging pieces of `t` (at most `elements`): pinned when `t` is on a GPU.
-at::Tensor staging_buffer(const at::Tensor& t, int64_t elements = kStageElements) {
-  return at::empty({std::max<int64_t>(elements, 1)}, at::TensorOptions().dtype(at::kFloat).pinned_memory(t.is_cuda()));
-}
-
-// Writes the 1-D tensor `src` (any device, any floating dtype) into elements [0, numel) of
-// `dataset` as float32 and returns its block checksums. fp32 on the host is written as it is;
-// anything else goes through the host in pieces of at most kStageElements.
-std::vector<uint32_t> write_tensor(hid_t dataset, const at::Tensor& src) {
-  const int64_t n = src.numel();
-  if (src.device().is_cpu() && src.scalar_type() == at::kFloat && src.is_contiguous()) {
-    write_flat_range(dataset, 0, n, src.data_ptr<float>());
-    return block_crcs(src.data_ptr<float>(), n);
-  }
-  at::Tensor host = staging_buffer(src, std::min(kStageElements, n));
-  BlockCrc crc;
-  for (int64_t at = 0; at < n; at += kStageElements) {
-    const int64_t count = std::min(kStageElements, n - at);
-    at::Tensor piece = host.narrow(0, 0, count);
-    piece.copy_(src.narrow(0, at, count));  // to fp32, waiting for the device
-    write_flat_range(dataset, at, count, piece.data_ptr<float>());
-    crc.add(piece.data_ptr<float>(), count);
-  }
-  return crc.finish();
 }
 
 // A new checkpoint file with its three groups (/param, /exp_avg, /exp_avg_sq).
@@ -453,24 +424,16 @@ TrainingState load_sharded_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optim
 
   const bool load_optimizer = optimizer != nullptr && manifest.value("has_optimizer", false);
   CheckpointReader reader(dir);
-  at::Tensor host;  // staging for targets that are not fp32 on the host, in bounded pieces
   size_t trainable_index = 0;
   for (fsdp::FlatParam* f : model.flat_params()) {
     auto targets = state_of(f, load_optimizer ? optimizer : nullptr, trainable_index);
     for (const fsdp::ShardPiece& piece : f->layout().pieces_in_shard(f->shard_rank())) {
       const fsdp::ParamSpan& p = f->layout().params()[piece.param];
       for (auto& [kind, target] : targets) {
-        if (target.device().is_cpu() && target.scalar_type() == at::kFloat) {  // straight into the shard
-          reader.read_range(kind, p.name, piece.param_offset, piece.length,
-                            target.data_ptr<float>() + piece.shard_offset);
-          continue;
-        }
-        if (!host.defined()) host = staging_buffer(target);
-        for (int64_t at = 0; at < piece.length; at += host.numel()) {
-          const int64_t count = std::min(host.numel(), piece.length - at);
-          reader.read_range(kind, p.name, piece.param_offset + at, count, host.data_ptr<float>());
-          target.narrow(0, piece.shard_offset + at, count).copy_(host.narrow(0, 0, count));
-        }
+        read_tensor(target.narrow(0, piece.shard_offset, piece.length),
+                    [&, &kind = kind](int64_t offset, int64_t count, float* out) {
+                      reader.read_range(kind, p.name, piece.param_offset + offset, count, out);
+                    });
       }
     }
   }

@@ -16,6 +16,7 @@
 #include "common/job/schema.h"
 #include "common/log.h"
 #include "runtime/dist/device.h"
+#include "runtime/dist/gpu_sharing.h"
 #include "runtime/dist/mpi_check.h"
 #include "runtime/dist/mpi_runtime.h"
 #include "runtime/dist/process_groups.h"
@@ -35,7 +36,6 @@
 #include "slurm/slurm_env.h"
 #ifdef SHARDTUNE_HAVE_NCCL
 #include "runtime/dist/cuda_check.h"
-#include "runtime/gpu_sharing.h"
 #endif
 
 namespace {
@@ -123,20 +123,6 @@ dist::DeviceChoice choose_rank_device(const job::Job& job, const dist::Topology&
   return dist::choose_device(request, local_rank, topo.local_size, visible_gpus(), dist::cuda_build());
 }
 
-// How device tensors travel between ranks: NCCL when every rank has a GPU of its own; through host
-// memory when some share one (NCCL refuses two ranks on one GPU). Collective over the world.
-dist::DeviceCollectives device_collectives(int device) {
-  int any_gpu = device >= 0 ? 1 : 0;
-  ST_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &any_gpu, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
-  if (any_gpu == 0) return dist::DeviceCollectives::kNone;
-#ifdef SHARDTUNE_HAVE_NCCL
-  if (runtime::every_rank_has_its_own_gpu(MPI_COMM_WORLD, device)) return dist::DeviceCollectives::kNccl;
-#endif
-  spdlog::warn("some ranks share a GPU: collectives on GPU tensors go through host memory over MPI (slow; for "
-               "testing the multi-rank GPU path on one GPU)");
-  return dist::DeviceCollectives::kHostStaged;
-}
-
 int run(int argc, char** argv) {
   train::install_stop_handlers();
   const Args args = parse_args(argc, argv);
@@ -170,7 +156,7 @@ int run(int argc, char** argv) {
 
   const int shard_size = static_cast<int>(job::shard_group_size(job));
   const dist::GroupOptions group_options{job.launch.collective_timeout_s, device.device,
-                                         device_collectives(device.device)};
+                                         dist::choose_device_collectives(MPI_COMM_WORLD, device.device)};
   dist::ProcessGroups groups = dist::make_process_groups(MPI_COMM_WORLD, shard_size, group_options);
   spdlog::info("{}: {} shard group(s) of {} rank(s), replicated {}x; collective timeout {:.0f} s",
                job::enum_name(job.fsdp.sharding_strategy), groups.layout.num_shard_groups(),

@@ -340,8 +340,9 @@ LoadStats load_shards(FsdpLlama& model, const SourceFactory& open_source, MPI_Co
   };
   // This rank converts its parts of round k into its shard; `packed`: they lie end to end at
   // `src` (as sent to another node) rather than where the round was staged.
-  // Shards on a GPU receive their parts through a host buffer of one round (pinned), filled by
-  // the same conversion and copied up part by part.
+  // Shards on a GPU receive their parts through a pinned host buffer of at most 4 Mi elements,
+  // filled by the same conversion and copied up piece by piece.
+  const int64_t device_chunk = std::min<int64_t>(plan.round_numel, int64_t{1} << 22);
   at::Tensor device_stage;
   auto take = [&](size_t k, const char* src, bool packed) {
     const auto [f, r] = rounds[k];
@@ -353,16 +354,24 @@ LoadStats load_shards(FsdpLlama& model, const SourceFactory& open_source, MPI_Co
       shard.narrow(0, filled, shard.numel() - filled).zero_();
     }
     const bool on_host = shard.device().is_cpu();
+    const at::TensorOptions host = shard.options().device(at::kCPU);
     if (!on_host && (!device_stage.defined() || device_stage.scalar_type() != shard.scalar_type()))
-      device_stage = at::empty({plan.round_numel}, shard.options().device(at::kCPU).pinned_memory(true));
+      device_stage = at::empty({device_chunk}, host.pinned_memory(true));
     int64_t at = 0;
     for (const ShardTake& t : takes_of(k, plan.shard)) {
-      char* dst = on_host ? static_cast<char*>(shard.data_ptr()) + t.shard_offset * esize
-                          : static_cast<char*>(device_stage.data_ptr());
-      convert(src + (packed ? at : t.staged_offset), plan.stored[f][t.param], dst, shard.options().device(at::kCPU),
-              t.length);
-      if (!on_host) shard.narrow(0, t.shard_offset, t.length).copy_(device_stage.narrow(0, 0, t.length));
-      at += t.length * plan.stored_size[f][t.param];
+      const char* in = src + (packed ? at : t.staged_offset);
+      const int64_t in_size = plan.stored_size[f][t.param];
+      if (on_host) {
+        convert(in, plan.stored[f][t.param], static_cast<char*>(shard.data_ptr()) + t.shard_offset * esize, host,
+                t.length);
+      } else {
+        for (int64_t done = 0; done < t.length; done += device_chunk) {
+          const int64_t n = std::min(device_chunk, t.length - done);
+          convert(in + done * in_size, plan.stored[f][t.param], static_cast<char*>(device_stage.data_ptr()), host, n);
+          shard.narrow(0, t.shard_offset + done, n).copy_(device_stage.narrow(0, 0, n));  // blocking: reused next
+        }
+      }
+      at += t.length * in_size;
     }
   };
   std::vector<char> packed;  // a round's parts of one shard, end to end, for another node

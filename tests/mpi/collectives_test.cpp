@@ -1,13 +1,20 @@
-// Every collective of the MPI communicator, for every dtype and uneven sizes, against answers each
-// rank computes locally from the same per-rank formula.
+// Every collective, for every dtype and uneven sizes, against answers each rank computes locally
+// from the same per-rank formula; for each backend: MPI on CPU tensors, MPI staged through host
+// buffers (what ranks sharing a GPU use; here on CPU tensors, so CI runs it) and, with
+// ST_TEST_DEVICE=cuda, the device communicator on GPU tensors (NCCL, or staged when ranks share
+// the GPU). Also non-blocking starts: several in flight at once, waited in any order, their
+// buffers kept alive by the Work.
 #include <ATen/ops/empty.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
 
 #include "common/error.h"
+#include "runtime/dist/host_staged_communicator.h"
 #include "runtime/dist/mpi_communicator.h"
 #include "runtime/dist/mpi_check.h"
+#include "tests/mpi/test_device.h"
 
 namespace shardtune::dist {
 namespace {
@@ -28,15 +35,22 @@ double exact_value(int rank, int64_t i, at::ScalarType t) {
 // Rank r's element i for rounding tests: values with full mantissas.
 double rough_value(int rank, int64_t i) { return std::sin(rank * 1.3 + i * 0.7) * (1.0 + i % 5); }
 
+// The device the current test's tensors live on.
+c10::Device g_device = c10::kCPU;
+
 at::Tensor make(int64_t n, at::ScalarType t, const std::function<double(int64_t)>& f) {
   at::Tensor d = at::empty({n}, at::kDouble);
   double* p = d.data_ptr<double>();
   for (int64_t i = 0; i < n; ++i) p[i] = f(i);
-  return d.to(t);
+  return d.to(t).to(g_device);
+}
+
+at::Tensor empty_on(at::IntArrayRef sizes, at::ScalarType t) {
+  return at::empty(sizes, at::TensorOptions().dtype(t).device(g_device));
 }
 
 std::vector<double> values(const at::Tensor& t) {
-  at::Tensor d = t.to(at::kDouble).contiguous();
+  at::Tensor d = t.to(at::kCPU).to(at::kDouble).contiguous();
   return std::vector<double>(d.data_ptr<double>(), d.data_ptr<double>() + d.numel());
 }
 
@@ -53,21 +67,53 @@ double unit_roundoff(at::ScalarType t) {
   }
 }
 
-class Collectives : public testing::Test {
+enum class Backend { kMpi, kHostStaged, kDevice };
+
+std::string backend_name(const testing::TestParamInfo<Backend>& info) {
+  switch (info.param) {
+    case Backend::kMpi: return "Mpi";
+    case Backend::kHostStaged: return "HostStaged";
+    case Backend::kDevice: return "Device";
+  }
+  return "?";
+}
+
+class Collectives : public testing::TestWithParam<Backend> {
  protected:
   void SetUp() override {
-    MPI_Comm dup;
-    ST_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
-    comm_ = std::make_unique<MpiCommunicator>(dup, "world", 60.0);
+    g_device = c10::kCPU;
+    if (GetParam() == Backend::kDevice) {
+      if (testing_support::test_device().is_cpu()) GTEST_SKIP() << "no device: run with ST_TEST_DEVICE=cuda";
+      g_device = testing_support::test_device();
+      groups_ = testing_support::make_test_groups(1);
+      comm_ = groups_->world.get();
+    } else {
+      MPI_Comm dup;
+      ST_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
+      mpi_ = std::make_unique<MpiCommunicator>(dup, "world", 60.0);
+      comm_ = mpi_.get();
+      if (GetParam() == Backend::kHostStaged) {
+        staged_ = std::make_unique<HostStagedCommunicator>(*mpi_);
+        comm_ = staged_.get();
+      }
+    }
     rank_ = comm_->rank();
     size_ = comm_->size();
   }
-  std::unique_ptr<MpiCommunicator> comm_;
+  void TearDown() override { g_device = c10::kCPU; }
+
+  std::unique_ptr<MpiCommunicator> mpi_;
+  std::unique_ptr<HostStagedCommunicator> staged_;
+  std::optional<ProcessGroups> groups_;
+  Communicator* comm_ = nullptr;
   int rank_ = 0;
   int size_ = 1;
 };
 
-TEST_F(Collectives, AllReduceEveryOpEveryDtypeExact) {
+INSTANTIATE_TEST_SUITE_P(Backends, Collectives, testing::Values(Backend::kMpi, Backend::kHostStaged, Backend::kDevice),
+                         backend_name);
+
+TEST_P(Collectives, AllReduceEveryOpEveryDtypeExact) {
   for (at::ScalarType t : kAllTypes) {
     for (int64_t n : kSizes) {
       for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin}) {
@@ -99,7 +145,7 @@ TEST_F(Collectives, AllReduceEveryOpEveryDtypeExact) {
   }
 }
 
-TEST_F(Collectives, SixteenBitSumsRoundLikeFloatArithmetic) {
+TEST_P(Collectives, SixteenBitSumsRoundLikeFloatArithmetic) {
   // Full-mantissa inputs: the reduction computes in fp32 and rounds each partial sum, so the error
   // against the exact sum is at most (size-1) roundings of partial sums no larger than sum|v|.
   for (at::ScalarType t : kFloatTypes) {
@@ -123,15 +169,15 @@ TEST_F(Collectives, SixteenBitSumsRoundLikeFloatArithmetic) {
   }
 }
 
-TEST_F(Collectives, AllGatherUnevenSizesAndInPlace) {
+TEST_P(Collectives, AllGatherUnevenSizesAndInPlace) {
   for (at::ScalarType t : kAllTypes) {
     for (int64_t n : kSizes) {
       SCOPED_TRACE(testing::Message() << c10::toString(t) << " n=" << n);
       at::Tensor mine = make(n, t, [&](int64_t i) { return exact_value(rank_, i, t); });
-      at::Tensor out = at::empty({n * size_}, mine.options());
+      at::Tensor out = empty_on({n * size_}, t);
       comm_->all_gather(mine, out);
       // In place: the input is this rank's slot of the output.
-      at::Tensor out2 = at::empty({n * size_}, mine.options());
+      at::Tensor out2 = empty_on({n * size_}, t);
       at::Tensor slot = out2.narrow(0, rank_ * n, n);
       slot.copy_(mine);
       comm_->all_gather(slot, out2);
@@ -150,13 +196,13 @@ TEST_F(Collectives, AllGatherUnevenSizesAndInPlace) {
   }
 }
 
-TEST_F(Collectives, GatherToEveryRoot) {
+TEST_P(Collectives, GatherToEveryRoot) {
   for (at::ScalarType t : kAllTypes) {
     for (int64_t n : {int64_t{0}, int64_t{7}, int64_t{4099}}) {
       for (int root = 0; root < size_; ++root) {
         SCOPED_TRACE(testing::Message() << c10::toString(t) << " n=" << n << " root=" << root);
         at::Tensor mine = make(n, t, [&](int64_t i) { return exact_value(rank_, i, t); });
-        at::Tensor out = rank_ == root ? at::empty({n * size_}, mine.options()) : at::Tensor();
+        at::Tensor out = rank_ == root ? empty_on({n * size_}, t) : at::Tensor();
         comm_->gather(mine, out, root);
         if (rank_ != root) {
           EXPECT_FALSE(out.defined());
@@ -175,13 +221,13 @@ TEST_F(Collectives, GatherToEveryRoot) {
   }
 }
 
-TEST_F(Collectives, ReduceScatterSumAndAvg) {
+TEST_P(Collectives, ReduceScatterSumAndAvg) {
   for (at::ScalarType t : kFloatTypes) {
     for (int64_t n : kSizes) {
       for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
         SCOPED_TRACE(testing::Message() << c10::toString(t) << " n=" << n << " op=" << to_string(op));
         at::Tensor in = make(n * size_, t, [&](int64_t i) { return exact_value(rank_, i, t); });
-        at::Tensor out = at::empty({n}, in.options());
+        at::Tensor out = empty_on({n}, t);
         comm_->reduce_scatter(in, out, op);
         const std::vector<double> got = values(out);
         for (int64_t i = 0; i < n; ++i) {
@@ -198,7 +244,7 @@ TEST_F(Collectives, ReduceScatterSumAndAvg) {
   }
 }
 
-TEST_F(Collectives, BroadcastFromEveryRoot) {
+TEST_P(Collectives, BroadcastFromEveryRoot) {
   for (at::ScalarType t : kAllTypes) {
     for (int root = 0; root < size_; ++root) {
       at::Tensor x = make(1000, t, [&](int64_t i) { return exact_value(rank_, i, t); });
@@ -213,29 +259,61 @@ TEST_F(Collectives, BroadcastFromEveryRoot) {
   }
 }
 
-TEST_F(Collectives, BarrierAndEmptyTensors) {
+TEST_P(Collectives, BarrierAndEmptyTensors) {
   comm_->barrier();
-  at::Tensor empty = at::empty({0}, at::kFloat);
+  at::Tensor empty = empty_on({0}, at::kFloat);
   comm_->all_reduce(empty, ReduceOp::kSum);
-  at::Tensor out = at::empty({0}, at::kFloat);
+  at::Tensor out = empty_on({0}, at::kFloat);
   comm_->all_gather(empty, out);
   comm_->barrier();
 }
 
-TEST_F(Collectives, MisuseIsAnErrorBeforeAnyCommunication) {
-  at::Tensor in = at::empty({4}, at::kFloat);
-  at::Tensor wrong = at::empty({4 * size_ + 1}, at::kFloat);
+TEST_P(Collectives, MisuseIsAnErrorBeforeAnyCommunication) {
+  at::Tensor in = empty_on({4}, at::kFloat);
+  at::Tensor wrong = empty_on({4 * size_ + 1}, at::kFloat);
   EXPECT_THROW(comm_->all_gather(in, wrong), common::Error);
-  at::Tensor half = at::empty({4 * size_}, at::kHalf);
+  at::Tensor half = empty_on({4 * size_}, at::kHalf);
   EXPECT_THROW(comm_->all_gather(in, half), common::Error);
-  at::Tensor ints = at::empty({4}, at::kInt);
-  EXPECT_THROW(comm_->all_reduce(ints, ReduceOp::kAvg), common::Error);
-  at::Tensor strided = at::empty({4, 4}, at::kFloat).t();
-  EXPECT_THROW(comm_->all_reduce(strided, ReduceOp::kSum), common::Error);
+  if (GetParam() == Backend::kMpi) {  // NCCL averages integers; staging copies strided tensors
+    at::Tensor ints = empty_on({4}, at::kInt);
+    EXPECT_THROW(comm_->all_reduce(ints, ReduceOp::kAvg), common::Error);
+    at::Tensor strided = empty_on({4, 4}, at::kFloat).t();
+    EXPECT_THROW(comm_->all_reduce(strided, ReduceOp::kSum), common::Error);
+  }
   EXPECT_THROW(comm_->broadcast(in, size_), common::Error);
   at::Tensor none;
   EXPECT_THROW(comm_->gather(in, none, -1), common::Error);
   comm_->barrier();  // still usable afterwards
+}
+
+TEST_P(Collectives, StartedCollectivesRunTogetherAndKeepTheirBuffers) {
+  const int64_t n = 1000;
+  at::Tensor gathered = empty_on({n * size_}, at::kFloat);
+  at::Tensor scattered = empty_on({n}, at::kFloat);
+  at::Tensor summed = make(n, at::kFloat, [&](int64_t i) { return exact_value(rank_, i, at::kFloat); });
+  WorkHandle a, b, c;
+  {
+    // The inputs go out of scope before the waits: the Works keep them.
+    const at::Tensor mine = make(n, at::kFloat, [&](int64_t i) { return exact_value(rank_, i, at::kFloat); });
+    const at::Tensor to_scatter = make(n * size_, at::kFloat, [&](int64_t i) { return exact_value(rank_, i, at::kFloat); });
+    a = comm_->start_all_gather(mine, gathered);
+    b = comm_->start_reduce_scatter(to_scatter, scattered, ReduceOp::kSum);
+    c = comm_->start_all_reduce(summed, ReduceOp::kMax);
+  }
+  c->wait();
+  a->wait();
+  b->wait();
+  const std::vector<double> g = values(gathered), s = values(scattered), m = values(summed);
+  for (int64_t i = 0; i < n; ++i) {
+    double sum = 0, hi = -1e300;
+    for (int r = 0; r < size_; ++r) {
+      sum += exact_value(r, rank_ * n + i, at::kFloat);
+      hi = std::max(hi, exact_value(r, i, at::kFloat));
+      ASSERT_EQ(g[r * n + i], exact_value(r, i, at::kFloat)) << "all_gather slot " << r << " element " << i;
+    }
+    ASSERT_EQ(s[i], sum) << "reduce_scatter element " << i;
+    ASSERT_EQ(m[i], hi) << "all_reduce element " << i;
+  }
 }
 
 }  // namespace

@@ -2,7 +2,9 @@
 // batches: for every strategy at this world size, 20 steps of a tiny Llama in fp32 must give the
 // same per-step losses and the same final parameters (relative error below 1e-5). Also gradient
 // accumulation (4 micro-batches = one batch 4x larger), clipping by the global norm, frozen
-// layers and tied embeddings.
+// layers and tied embeddings, and overlapped collectives against collectives that complete
+// before the computation after them (bitwise). The sharded runs train on the test device (a GPU
+// with ST_TEST_DEVICE=cuda); the reference always on the CPU.
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
@@ -13,11 +15,13 @@
 #include <cmath>
 #include <set>
 
+#include "common/job/schema.h"
 #include "runtime/fsdp/adamw.h"
 #include "runtime/fsdp/fsdp_llama.h"
 #include "runtime/model/init.h"
 #include "runtime/model/loss.h"
 #include "runtime/train/train_step.h"
+#include "tests/mpi/test_device.h"
 
 namespace shardtune {
 namespace {
@@ -125,8 +129,8 @@ void run_case(const Case& c) {
   job.fsdp.hsdp_shard_size = c.hsdp_shard;
   job.fsdp.activation_checkpointing = c.checkpointing;
   job.train.mixed_precision = false;
-  const fsdp::FsdpOptions options = fsdp::fsdp_options_from_job(job, world);
-  dist::ProcessGroups groups = dist::make_mpi_groups(MPI_COMM_WORLD, options.shard_size, 60.0);
+  const fsdp::FsdpOptions options = fsdp::fsdp_options_from_job(job, world, testing_support::test_device());
+  dist::ProcessGroups groups = testing_support::make_test_groups(options.shard_size);
 
   model::LlamaForCausalLM m(config_for(c), at::TensorOptions().dtype(at::kFloat));
   model::init_weights(m, 99);
@@ -216,6 +220,47 @@ TEST(FsdpEquivalence, FrozenLayersStayBitwiseUnchanged) {
   c.frozen_layers = 1;
   run_case(c);
 }
+// Overlap changes when collectives run, never what they compute: the same steps with every
+// collective completed before the computation after it give bitwise the same parameters.
+TEST(FsdpOverlap, OverlappedCollectivesGiveBitwiseTheSameTraining) {
+  int rank = 0, world = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  for (job::ShardingStrategy strategy : {job::ShardingStrategy::kFullShard, job::ShardingStrategy::kHybridShard}) {
+    if (strategy == job::ShardingStrategy::kHybridShard && world % 2 != 0) continue;
+    job::Job job;
+    job.slurm.ntasks_per_node = world;
+    job.fsdp.sharding_strategy = strategy;
+    job.fsdp.hsdp_shard_size = world % 2 == 0 ? std::max(1, world / 2) : 0;
+    job.train.mixed_precision = true;  // bf16 gathers, fp32 reduction
+    std::vector<std::map<std::string, at::Tensor>> finals;
+    std::vector<std::vector<double>> losses(2);
+    for (bool overlap : {true, false}) {
+      fsdp::FsdpOptions options = fsdp::fsdp_options_from_job(job, world, testing_support::test_device());
+      options.overlap = overlap;
+      dist::ProcessGroups groups = testing_support::make_test_groups(options.shard_size);
+      model::LlamaForCausalLM m(config_for(Case{}), at::TensorOptions().dtype(at::kFloat));
+      model::init_weights(m, 99);
+      fsdp::FsdpLlama sharded(m, groups, options);
+      fsdp::AdamW opt(kAdamW);
+      train::add_trainable_shards(sharded, opt);
+      train::StepOptions step_options{kLr, true, 0.5, false};  // clipping; reduce at the last micro-batch
+      for (int step = 0; step < 5; ++step) {
+        std::vector<train::Batch> micro;
+        for (int a = 0; a < 2; ++a) {
+          const at::Tensor ids = sample_tokens((step * 2 + a) * world * 2 + rank * 2, 2);
+          micro.push_back({ids, ids, {}});
+        }
+        losses[overlap ? 0 : 1].push_back(train::train_step(sharded, opt, micro, step_options, *groups.world).loss);
+      }
+      finals.push_back(sharded.gather_full_parameters());
+    }
+    SCOPED_TRACE(job::enum_name(strategy));
+    EXPECT_EQ(losses[0], losses[1]);
+    for (const auto& [name, value] : finals[0]) EXPECT_TRUE(at::equal(value, finals[1].at(name))) << name;
+  }
+}
+
 TEST(FsdpEquivalence, TiedEmbeddings) {
   Case c{"tied"};
   c.tied = true;

@@ -1,6 +1,7 @@
 // Sharded training beyond fp32 equivalence: each rank's persistent memory against the formula of
-// its strategy (counted by an allocator that sees every CPU tensor), bf16 mixed precision
-// learning a task to a stated loss, and fp16 with the dynamic loss scaler.
+// its strategy (counted by an allocator that sees every CPU tensor, or by the CUDA caching
+// allocator's live bytes on a GPU), bf16 mixed precision learning a task to a stated loss, and
+// fp16 with the dynamic loss scaler; on the test device (a GPU with ST_TEST_DEVICE=cuda).
 #include <ATen/ops/empty.h>
 #include <ATen/ops/mm.h>
 #include <ATen/ops/ones.h>
@@ -17,7 +18,9 @@
 #include "runtime/model/init.h"
 #include "runtime/train/data_order.h"
 #include "runtime/train/dataset.h"
+#include "runtime/dist/device.h"
 #include "runtime/train/train_step.h"
+#include "tests/mpi/test_device.h"
 
 namespace shardtune {
 namespace {
@@ -84,7 +87,13 @@ fsdp::FsdpOptions options_for(job::ShardingStrategy strategy, int hsdp_shard, bo
   job.fsdp.hsdp_shard_size = hsdp_shard;
   job.train.mixed_precision = mixed;
   job.train.use_fp16 = fp16;
-  return fsdp::fsdp_options_from_job(job, world_size());
+  return fsdp::fsdp_options_from_job(job, world_size(), testing_support::test_device());
+}
+
+// Bytes in live tensors on the test device.
+int64_t live_bytes() {
+  const c10::Device& d = testing_support::test_device();
+  return d.is_cpu() ? CountingAllocator::live() : dist::memory_stats(d).allocated;
 }
 
 std::vector<train::Batch> copy_task_batches(const train::Dataset& data, const train::DataOrder& order, int64_t step,
@@ -127,8 +136,8 @@ TEST(FsdpMemory, PersistentBytesMatchTheStrategyFormula) {
   for (const MemoryCase& c : cases) {
     SCOPED_TRACE(testing::Message() << job::enum_name(c.strategy) << (c.mixed ? " bf16 mixed" : " fp32"));
     const fsdp::FsdpOptions options = options_for(c.strategy, c.hsdp_shard, c.mixed);
-    dist::ProcessGroups groups = dist::make_mpi_groups(MPI_COMM_WORLD, options.shard_size, 60.0);
-    const int64_t baseline = CountingAllocator::live();
+    dist::ProcessGroups groups = testing_support::make_test_groups(options.shard_size);
+    const int64_t baseline = live_bytes();
     model::LlamaConfig cfg = model::LlamaConfig::tiny();
     cfg.hidden_size = 128;
     cfg.intermediate_size = 352;
@@ -143,7 +152,7 @@ TEST(FsdpMemory, PersistentBytesMatchTheStrategyFormula) {
     const train::DataOrder order(64, 2 * w, 5);
     for (int step = 0; step < 2; ++step)
       train::train_step(sharded, opt, copy_task_batches(data, order, step, rank, w), {1e-3}, *groups.world);
-    const double persistent = static_cast<double>(CountingAllocator::live() - baseline);
+    const double persistent = static_cast<double>(live_bytes() - baseline);
     const double formula = n * (c.bytes_per_param_per_shard / options.shard_size + c.extra_bytes_per_param);
     // Padding (< shard size elements per flat parameter) and the model's RoPE table are the slack.
     EXPECT_NEAR(persistent / formula, 1.0, 0.01) << "persistent " << persistent << " bytes, formula " << formula;
@@ -156,7 +165,7 @@ void expect_learns_copy_task(const fsdp::FsdpOptions& options) {
   const int w = world_size();
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  dist::ProcessGroups groups = dist::make_mpi_groups(MPI_COMM_WORLD, options.shard_size, 60.0);
+  dist::ProcessGroups groups = testing_support::make_test_groups(options.shard_size);
   model::LlamaForCausalLM m(model::LlamaConfig::tiny(), at::TensorOptions().dtype(at::kFloat));
   model::init_weights(m, 1);
   fsdp::FsdpLlama sharded(m, groups, options);
@@ -189,15 +198,16 @@ TEST(FsdpTraining, PureBf16LearnsTheCopyTask) {
   job::Job job;
   job.slurm.ntasks_per_node = world_size();
   job.train.pure_bf16 = true;
-  const fsdp::FsdpOptions options = fsdp::fsdp_options_from_job(job, world_size());
+  const fsdp::FsdpOptions options = fsdp::fsdp_options_from_job(job, world_size(), testing_support::test_device());
   ASSERT_EQ(options.precision.master, at::kBFloat16);
   expect_learns_copy_task(options);
 }
 
-// fp16 matrix products on the CPU arrived in LibTorch 2.x; 1.13 has none.
+// fp16 matrix products on the CPU arrived in LibTorch 2.x; 1.13 has none. GPUs have them.
 bool half_matmul_available() {
   try {
-    at::mm(at::ones({2, 2}, at::kHalf), at::ones({2, 2}, at::kHalf));
+    const at::TensorOptions half = at::TensorOptions().dtype(at::kHalf).device(testing_support::test_device());
+    at::mm(at::ones({2, 2}, half), at::ones({2, 2}, half));
     return true;
   } catch (const c10::Error&) {
     return false;
@@ -211,7 +221,7 @@ TEST(FsdpTraining, Fp16LossScalerSkipsOverflowsAndTrains) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   const fsdp::FsdpOptions options = options_for(job::ShardingStrategy::kFullShard, 0, true, /*fp16=*/true);
   ASSERT_EQ(options.precision.compute, at::kHalf);
-  dist::ProcessGroups groups = dist::make_mpi_groups(MPI_COMM_WORLD, options.shard_size, 60.0);
+  dist::ProcessGroups groups = testing_support::make_test_groups(options.shard_size);
   model::LlamaForCausalLM m(model::LlamaConfig::tiny(), at::TensorOptions().dtype(at::kFloat));
   model::init_weights(m, 1);
   fsdp::FsdpLlama sharded(m, groups, options);
@@ -249,7 +259,7 @@ TEST(LossScaler, OneRanksOverflowSkipsTheStepEverywhere) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   const fsdp::FsdpOptions options = options_for(job::ShardingStrategy::kFullShard, 0, false);
-  dist::ProcessGroups groups = dist::make_mpi_groups(MPI_COMM_WORLD, options.shard_size, 60.0);
+  dist::ProcessGroups groups = testing_support::make_test_groups(options.shard_size);
   model::LlamaForCausalLM m(model::LlamaConfig::tiny(), at::TensorOptions().dtype(at::kFloat));
   model::init_weights(m, 1);
   fsdp::FsdpLlama sharded(m, groups, options);

@@ -1,7 +1,8 @@
 // Streaming weights into shards: for every strategy and both reader modes, the loaded shards,
 // gathered, equal the tensors in the files bitwise (stored dtype) or exactly as converted; bad
 // folders fail on every rank before anything is allocated; and each rank's peak memory stays
-// within its bound (reader: shard + 2 units; others: shard + 1 unit) whatever the depth.
+// within its bound (reader: shard + 2 units; others: shard + 1 unit) whatever the depth. The
+// shards live on the test device (a GPU with ST_TEST_DEVICE=cuda: loaded through pinned staging).
 #include <ATen/ops/equal.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -18,6 +19,7 @@
 #include "common/job/schema.h"
 #include "runtime/fsdp/shard_loader.h"
 #include "runtime/model/init.h"
+#include "tests/mpi/test_device.h"
 
 namespace shardtune {
 namespace {
@@ -70,7 +72,7 @@ fsdp::FsdpOptions options_for(job::ShardingStrategy strategy, int hsdp_shard, bo
   job.fsdp.sharding_strategy = strategy;
   job.fsdp.hsdp_shard_size = hsdp_shard;
   job.train.pure_bf16 = pure_bf16;
-  return fsdp::fsdp_options_from_job(job, world_size());
+  return fsdp::fsdp_options_from_job(job, world_size(), testing_support::test_device());
 }
 
 fsdp::SourceFactory hf_source(const std::string& dir) {
@@ -128,7 +130,7 @@ TEST(ShardLoader, GatheredShardsEqualTheFilesForEveryStrategy) {
             SCOPED_TRACE(testing::Message() << c10::toString(stored) << (tied ? " tied " : " ") << job::enum_name(strategy)
                                             << " " << mode.name << (pure_bf16 ? " bf16 masters" : " fp32 masters"));
             const fsdp::FsdpOptions options = options_for(strategy, hsdp, pure_bf16);
-            dist::ProcessGroups groups = dist::make_mpi_groups(MPI_COMM_WORLD, options.shard_size, 60.0);
+            dist::ProcessGroups groups = testing_support::make_test_groups(options.shard_size);
             model::LlamaForCausalLM m(cfg, at::TensorOptions().device(at::kMeta));
             fsdp::validate_source(m, hf_source(dir), MPI_COMM_WORLD);
             fsdp::FsdpLlama sharded(m, groups, options);
@@ -198,7 +200,7 @@ struct Peak {
 
 Peak measure_load(const std::string& dir, const model::LlamaConfig& cfg) {
   const fsdp::FsdpOptions options = options_for(job::ShardingStrategy::kFullShard, 0);
-  dist::ProcessGroups groups = dist::make_mpi_groups(MPI_COMM_WORLD, options.shard_size, 120.0);
+  dist::ProcessGroups groups = testing_support::make_test_groups(options.shard_size, 120.0);
   MPI_Barrier(MPI_COMM_WORLD);
   common::reset_peak_resident();
   const int64_t before = common::resident_bytes();

@@ -1,22 +1,28 @@
 // GPU identities across ranks, by UUID.
-#include "runtime/gpu_sharing.h"
+#include "runtime/dist/gpu_sharing.h"
+
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <array>
 #include <vector>
 
-#include "runtime/dist/cuda_check.h"
 #include "runtime/dist/mpi_check.h"
+#ifdef SHARDTUNE_HAVE_NCCL
+#include "runtime/dist/cuda_check.h"
+#endif
 
-namespace shardtune::runtime {
+namespace shardtune::dist {
 
 bool every_rank_has_its_own_gpu(MPI_Comm world, int device) {
   std::array<unsigned char, 16> uuid{};  // all zero: no GPU
+#ifdef SHARDTUNE_HAVE_NCCL
   if (device >= 0) {
     cudaDeviceProp prop{};
     ST_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
     std::copy_n(reinterpret_cast<const unsigned char*>(prop.uuid.bytes), uuid.size(), uuid.begin());
   }
+#endif
   int size = 0;
   ST_MPI_CHECK(MPI_Comm_size(world, &size));
   std::vector<std::array<unsigned char, 16>> all(size);
@@ -27,4 +33,17 @@ bool every_rank_has_its_own_gpu(MPI_Comm world, int device) {
   return std::adjacent_find(all.begin(), all.end()) == all.end();
 }
 
-}  // namespace shardtune::runtime
+DeviceCollectives choose_device_collectives(MPI_Comm world, int device) {
+  int any_gpu = device >= 0 ? 1 : 0;
+  ST_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &any_gpu, 1, MPI_INT, MPI_MAX, world));
+  if (any_gpu == 0) return DeviceCollectives::kNone;
+  if (every_rank_has_its_own_gpu(world, device)) return DeviceCollectives::kNccl;
+  int rank = 0;
+  ST_MPI_CHECK(MPI_Comm_rank(world, &rank));
+  if (rank == 0)
+    spdlog::warn("some ranks share a GPU: collectives on GPU tensors go through host memory over MPI (slow; for "
+                 "running the multi-rank GPU path on one GPU)");
+  return DeviceCollectives::kHostStaged;
+}
+
+}  // namespace shardtune::dist

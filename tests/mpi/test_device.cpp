@@ -1,0 +1,61 @@
+// Test device selection and groups.
+#include "tests/mpi/test_device.h"
+
+#include <mpi.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "common/error.h"
+#include "runtime/dist/device.h"
+#include "runtime/dist/gpu_sharing.h"
+#include "runtime/dist/topology.h"
+#ifdef SHARDTUNE_HAVE_NCCL
+#include "runtime/dist/cuda_check.h"
+#endif
+
+namespace shardtune::testing_support {
+namespace {
+
+int visible_gpus() {
+#ifdef SHARDTUNE_HAVE_NCCL
+  return dist::visible_gpu_count();
+#else
+  return 0;
+#endif
+}
+
+c10::Device choose() {
+  const char* want = std::getenv("ST_TEST_DEVICE");
+  if (want == nullptr || std::string(want).empty() || std::string(want) == "cpu") return c10::kCPU;
+  ST_CHECK(std::string(want) == "cuda", common::ErrorKind::kConfig, "ST_TEST_DEVICE={}: expected cpu or cuda", want);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+  int local_rank = 0, local_size = 1;
+  MPI_Comm_rank(node, &local_rank);
+  MPI_Comm_size(node, &local_size);
+  MPI_Comm_free(&node);
+  // Several ranks on one GPU is what the tests want when there is only one: each uses device 0.
+  const dist::DeviceChoice c =
+      dist::choose_device(dist::DeviceRequest::kCuda, local_rank, local_size, visible_gpus(), dist::cuda_build());
+  dist::bind_device(c.device);
+  return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(c.device));
+}
+
+}  // namespace
+
+const c10::Device& test_device() {
+  static const c10::Device device = choose();
+  return device;
+}
+
+dist::ProcessGroups make_test_groups(int shard_size, double timeout_s) {
+  const c10::Device& device = test_device();
+  const int index = device.is_cuda() ? device.index() : -1;
+  return dist::make_process_groups(MPI_COMM_WORLD, shard_size,
+                                   {timeout_s, index, dist::choose_device_collectives(MPI_COMM_WORLD, index)});
+}
+
+}  // namespace shardtune::testing_support
