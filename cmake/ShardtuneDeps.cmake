@@ -11,8 +11,20 @@ find_package(GTest REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(LIBDEFLATE REQUIRED IMPORTED_TARGET GLOBAL libdeflate)  # CRC-32 of checkpoint slices
 
-set(HDF5_PREFER_PARALLEL TRUE)
-find_package(HDF5 REQUIRED COMPONENTS C)
+if(SHARDTUNE_HDF5_LIBRARY)
+  # A parallel HDF5 outside the system's paths, named by its library and headers (the GPU machine's
+  # build: scripts/gpu-env.sh unpacks Debian's into a prefix, where its compiler wrapper cannot run).
+  set(HDF5_C_LIBRARIES ${SHARDTUNE_HDF5_LIBRARY})
+  set(HDF5_INCLUDE_DIRS ${SHARDTUNE_HDF5_INCLUDE_DIR})
+  file(STRINGS ${SHARDTUNE_HDF5_INCLUDE_DIR}/H5pubconf.h st_hdf5_parallel REGEX "^#define H5_HAVE_PARALLEL 1")
+  set(HDF5_IS_PARALLEL FALSE)
+  if(st_hdf5_parallel)
+    set(HDF5_IS_PARALLEL TRUE)
+  endif()
+else()
+  set(HDF5_PREFER_PARALLEL TRUE)
+  find_package(HDF5 REQUIRED COMPONENTS C)
+endif()
 if(NOT HDF5_IS_PARALLEL)
   message(FATAL_ERROR "shardtune needs a parallel (MPI) HDF5: install libhdf5-openmpi-dev")
 endif()

@@ -31,4 +31,7 @@ struct DeviceMemoryStats {
 DeviceMemoryStats memory_stats(const c10::Device& device);
 void reset_peak_memory(const c10::Device& device);
 
+// Returns the caching allocator's unused blocks to the device (after an out-of-memory error).
+void empty_cache(const c10::Device& device);
+
 }  // namespace shardtune::dist

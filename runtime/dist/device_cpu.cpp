@@ -17,4 +17,6 @@ DeviceMemoryStats memory_stats(const c10::Device&) { return {}; }
 
 void reset_peak_memory(const c10::Device&) {}
 
+void empty_cache(const c10::Device&) {}
+
 }  // namespace shardtune::dist

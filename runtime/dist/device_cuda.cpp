@@ -31,4 +31,8 @@ void reset_peak_memory(const c10::Device& device) {
   if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
 }
 
+void empty_cache(const c10::Device& device) {
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::emptyCache();
+}
+
 }  // namespace shardtune::dist

@@ -1,5 +1,6 @@
-// Learning-rate schedules against their formulas, and the global data order: a permutation per
-// epoch, the same global batches whatever the number of ranks or micro-batches.
+// Learning-rate schedules against their formulas, the global data order (a permutation per
+// epoch, the same global batches whatever the number of ranks or micro-batches), and the FLOP
+// estimate against published parameter counts worked by hand.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,10 +8,21 @@
 
 #include "runtime/train/data_order.h"
 #include "runtime/train/dataset.h"
+#include "runtime/train/flops.h"
 #include "runtime/train/lr_schedule.h"
 
 namespace shardtune::train {
 namespace {
+
+TEST(Flops, TorchtitansEstimateForPublishedModels) {
+  // Llama 3.2 1B: 1,235,814,400 parameters, of which the (tied) embedding is 128256 x 2048.
+  // 6 x (1235814400 - 262668288) + 12 x 16 layers x 32 heads x 64 x 2048 tokens.
+  const model::LlamaConfig small = model::LlamaConfig::from_file(std::string(ST_FIXTURES) + "/hf_configs/llama-3.2-1b.json");
+  EXPECT_DOUBLE_EQ(training_flops_per_token(small, 2048), 5838876672.0 + 805306368.0);
+  // Llama 3 8B: 8,030,261,248 parameters; embedding 128256 x 4096; 32 layers of 32 heads of 128.
+  const model::LlamaConfig big = model::LlamaConfig::from_file(std::string(ST_FIXTURES) + "/hf_configs/llama-3-8b.json");
+  EXPECT_DOUBLE_EQ(training_flops_per_token(big, 8192), 6.0 * 7504924672.0 + 12884901888.0);
+}
 
 TEST(LrSchedule, StepLrMultipliesByGammaEachEpoch) {
   job::TrainSection t;

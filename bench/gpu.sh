@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# shardtune against PyTorch on one GPU, in the same run: Llama 3.2 1B shapes (random weights
+# made by shardtune-make-model), sequence 2048, bf16 mixed precision over fp32 masters, FULL_SHARD
+# at world size 1, with and without activation checkpointing, at the largest micro-batch that
+# fits shardtune. For each: tokens/s, MFU by torchtitan's formula (6·N + 12·L·H·Q·T FLOPs per
+# token) against the GPU's bf16 dense peak and against a bf16 matmul measured on the same GPU,
+# peak GPU memory; PyTorch FSDP2 (fully_shard) eager and with torch.compile at the same micro-batch,
+# and the ratios. Also packed rows (per-document attention) against one document per row at equal
+# tokens. Writes bench.json and bench.md into OUT_DIR. Run by scripts/gpu-check.sh, after
+# scripts/gpu-env.sh (Open MPI and the libraries from the prefix).
+# usage: bench/gpu.sh BUILD_DIR OUT_DIR
+set -uo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=$1 out=$2
+mkdir -p "$out"
+model=${SHARDTUNE_BENCH_MODEL:-$out/llama-3.2-1b}
+seq=2048
+results="$out/runs.jsonl"
+: >"$results"
+
+if [ ! -f "$model/model.safetensors.index.json" ]; then
+  "$build/bin/shardtune-make-model" "$model" --config "$root/tests/fixtures/hf_configs/llama-3.2-1b.json" --dtype bf16 ||
+    { echo "bench: shardtune-make-model failed"; exit 1; }
+fi
+python3 "$root/bench/torch_baseline.py" matmul >>"$results" 2>"$out/matmul.err" || echo "bench: the matmul measurement failed"
+
+shardtune() {  # shardtune MICRO_BATCH EXTRA_ARGS...: appends the JSON line; returns 3 if it does not fit
+  local b=$1
+  shift
+  LD_LIBRARY_PATH="${ST_LIBS:-}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" mpirun -np 1 --bind-to none --mca btl self,vader,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo \
+    "$build/bin/train_bench" "$model" --device cuda --seq $seq --micro-batch "$b" "$@" >"$out/run.json" 2>"$out/run.err"
+  local rc=$?
+  [ $rc -eq 0 ] && tail -1 "$out/run.json" >>"$results"
+  [ $rc -ne 0 ] && [ $rc -ne 3 ] && tail -3 "$out/run.err"
+  return $rc
+}
+
+torch_run() {  # torch_run MICRO_BATCH EXTRA_ARGS...
+  local b=$1
+  shift
+  python3 "$root/bench/torch_baseline.py" train "$model" --seq $seq --micro-batch "$b" "$@" >"$out/torch.json" 2>"$out/torch.err"
+  local rc=$?
+  [ $rc -eq 0 ] && tail -1 "$out/torch.json" >>"$results"
+  [ $rc -ne 0 ] && tail -3 "$out/torch.err"
+  return $rc
+}
+
+for ckpt in "" --checkpointing; do
+  best=0
+  for b in 32 16 8 4 2 1; do
+    shardtune "$b" $ckpt && { best=$b; break; }
+    [ $? -ne 3 ] && break
+  done
+  echo "bench: shardtune ${ckpt:-without checkpointing}: largest micro-batch $best"
+  [ "$best" -gt 0 ] || continue
+  torch_run "$best" $ckpt || true
+  torch_run "$best" $ckpt --compile || true
+  [ -n "$ckpt" ] && { shardtune "$best" $ckpt --packed || true; }
+done
+
+python3 "$root/bench/gpu_report.py" "$results" "$out"

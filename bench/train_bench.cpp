@@ -1,0 +1,182 @@
+// Training throughput of shardtune on its ranks' devices for one model and configuration:
+// tokens/s, achieved TFLOP/s by torchtitan's FLOP estimate (runtime/train/flops.h), and peak
+// device memory. The weights are streamed from a Hugging Face folder (shardtune-make-model makes
+// one) into FULL_SHARD units with bf16 mixed precision. Rank 0 prints one JSON object; a
+// micro-batch that does not fit exits with code 3, so bench/gpu.sh can look for the largest that
+// does, and compares the figures with PyTorch measured on the same GPU in the same run.
+//   mpirun -np W train_bench MODEL_DIR [--device cuda|cpu] [--seq 2048] [--micro-batch 4]
+//       [--checkpointing] [--packed] [--steps 10] [--warmup 3]
+// --packed: each row holds documents of 64 to 1024 tokens whose positions restart (per-document
+// attention); otherwise each row is one document (plain causal attention), at equal tokens.
+#include <ATen/ops/empty.h>
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+
+#include "checkpoint/hf_tensor_source.h"
+#include "common/error.h"
+#include "runtime/dist/device.h"
+#include "runtime/dist/gpu_sharing.h"
+#include "runtime/dist/mpi_runtime.h"
+#include "runtime/dist/topology.h"
+#include "runtime/fsdp/fsdp_llama.h"
+#include "runtime/fsdp/shard_loader.h"
+#include "runtime/train/flops.h"
+#include "runtime/train/train_step.h"
+#ifdef SHARDTUNE_HAVE_NCCL
+#include "runtime/dist/cuda_check.h"
+#endif
+
+using namespace shardtune;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int kOutOfMemory = 3;
+
+struct Args {
+  std::string model_dir;
+  std::string device = "cuda";
+  int64_t seq = 2048;
+  int64_t micro_batch = 4;
+  bool checkpointing = false;
+  bool packed = false;
+  int steps = 10;
+  int warmup = 3;
+};
+
+// Deterministic tokens for step `step` of rank `rank`; with `packed`, positions restarting at the
+// start of each document (64 to 1024 tokens long, the last one cut at the row's end).
+train::Batch make_batch(const Args& a, int64_t vocab, int step, int rank) {
+  std::mt19937_64 rng(static_cast<uint64_t>(step) * 1000003u + static_cast<uint64_t>(rank));
+  at::Tensor ids = at::empty({a.micro_batch, a.seq}, at::kLong);
+  at::Tensor positions = at::empty({a.micro_batch, a.seq}, at::kLong);
+  std::uniform_int_distribution<int64_t> token(0, vocab - 1), length(64, 1024);
+  int64_t* id = ids.data_ptr<int64_t>();
+  int64_t* pos = positions.data_ptr<int64_t>();
+  for (int64_t r = 0; r < a.micro_batch; ++r) {
+    int64_t next_start = a.packed ? length(rng) : a.seq, p = 0;
+    for (int64_t t = 0; t < a.seq; ++t, ++p) {
+      if (t == next_start) {
+        p = 0;
+        next_start += length(rng);
+      }
+      id[r * a.seq + t] = token(rng);
+      pos[r * a.seq + t] = p;
+    }
+  }
+  return {ids, ids, a.packed ? positions : at::Tensor()};
+}
+
+bool is_out_of_memory(const std::exception& e) {
+  const std::string what = e.what();
+  return what.find("out of memory") != std::string::npos || what.find("CUDA_ERROR_OUT_OF_MEMORY") != std::string::npos;
+}
+
+int run(const Args& a) {
+  int rank = 0, world = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  const dist::Topology topo = dist::discover_topology(MPI_COMM_WORLD);
+#ifdef SHARDTUNE_HAVE_NCCL
+  const int gpus = dist::visible_gpu_count();
+#else
+  const int gpus = 0;
+#endif
+  const dist::DeviceChoice choice =
+      dist::choose_device(a.device == "cpu" ? dist::DeviceRequest::kCpu : dist::DeviceRequest::kCuda, topo.local_rank,
+                          topo.local_size, gpus, dist::cuda_build());
+  const at::Device device =
+      choice.device >= 0 ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(choice.device)) : at::Device(at::kCPU);
+  if (choice.device >= 0) dist::bind_device(choice.device);
+
+  job::Job job;
+  job.slurm.ntasks_per_node = world;
+  job.train.mixed_precision = true;
+  job.fsdp.activation_checkpointing = a.checkpointing;
+  const fsdp::FsdpOptions options = fsdp::fsdp_options_from_job(job, world, device);
+  dist::ProcessGroups groups = dist::make_process_groups(
+      MPI_COMM_WORLD, options.shard_size,
+      {600.0, choice.device, dist::choose_device_collectives(MPI_COMM_WORLD, choice.device)});
+  const model::LlamaConfig config = model::LlamaConfig::from_file(a.model_dir + "/config.json");
+  model::LlamaForCausalLM skeleton(config, at::TensorOptions().device(at::kMeta));
+  const checkpoint::HfFolderSourceFactory source{a.model_dir};
+  fsdp::validate_source(skeleton, source, MPI_COMM_WORLD);
+  fsdp::FsdpLlama model(skeleton, groups, options);
+  const fsdp::LoadStats load = fsdp::load_shards(model, source, MPI_COMM_WORLD);
+  fsdp::AdamW optimizer({});
+  train::add_trainable_shards(model, optimizer);
+
+  std::vector<double> step_seconds;
+  try {
+    for (int s = 0; s < a.warmup + a.steps; ++s) {
+      const train::Batch batch = make_batch(a, config.vocab_size, s, rank);
+      if (s == a.warmup) dist::reset_peak_memory(device);
+      groups.world->barrier();
+      const auto start = Clock::now();
+      train::train_step(model, optimizer, {batch}, {1e-5}, *groups.world);  // ends reading the loss: synchronous
+      if (s >= a.warmup) step_seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+    }
+  } catch (const std::exception& e) {
+    if (!is_out_of_memory(e)) throw;
+    if (rank == 0) fmt::print(stderr, "micro-batch {} does not fit: {}\n", a.micro_batch, e.what());
+    return kOutOfMemory;
+  }
+  const dist::DeviceMemoryStats memory = dist::memory_stats(device);
+  std::sort(step_seconds.begin(), step_seconds.end());
+  const double median = step_seconds[step_seconds.size() / 2];
+  const double tokens_per_s = static_cast<double>(a.micro_batch * a.seq * world) / median;
+  const double flops_per_token = train::training_flops_per_token(config, a.seq);
+  if (rank == 0) {
+    const nlohmann::json out = {
+        {"engine", "shardtune"},
+        {"device", device.str()},
+        {"world_size", world},
+        {"parameters", config.num_parameters()},
+        {"seq", a.seq},
+        {"micro_batch", a.micro_batch},
+        {"activation_checkpointing", a.checkpointing},
+        {"packed", a.packed},
+        {"steps", a.steps},
+        {"step_seconds_median", median},
+        {"step_seconds_min", step_seconds.front()},
+        {"step_seconds_max", step_seconds.back()},
+        {"tokens_per_s", tokens_per_s},
+        {"flops_per_token", flops_per_token},
+        {"tflops_per_s_per_device", tokens_per_s * flops_per_token / world / 1e12},
+        {"peak_allocated_gib", static_cast<double>(memory.peak_allocated) / (1 << 30)},
+        {"peak_reserved_gib", static_cast<double>(memory.peak_reserved) / (1 << 30)},
+        {"load_seconds", load.seconds}};
+    fmt::print("{}\n", out.dump());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"shardtune training throughput on one model and configuration"};
+  Args a;
+  app.add_option("model_dir", a.model_dir, "Hugging Face model folder (shardtune-make-model)")->required();
+  app.add_option("--device", a.device, "cuda or cpu")->check(CLI::IsMember({"cuda", "cpu"}));
+  app.add_option("--seq", a.seq, "Tokens per row")->check(CLI::Range(int64_t{2}, int64_t{1} << 20));
+  app.add_option("--micro-batch", a.micro_batch, "Rows per rank")->check(CLI::Range(int64_t{1}, int64_t{4096}));
+  app.add_flag("--checkpointing", a.checkpointing, "Activation checkpointing");
+  app.add_flag("--packed", a.packed, "Packed documents (per-document attention)");
+  app.add_option("--steps", a.steps, "Timed steps")->check(CLI::Range(1, 100000));
+  app.add_option("--warmup", a.warmup, "Untimed steps first")->check(CLI::Range(0, 100000));
+  CLI11_PARSE(app, argc, argv);
+  dist::MpiRuntime mpi(&argc, &argv);
+  try {
+    return run(a);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "train_bench: {}\n", e.what());
+    dist::MpiRuntime::abort(1);
+  }
+}

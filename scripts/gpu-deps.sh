@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Downloads, on a Debian 12 machine with apt, the .deb files of every dependency that a GPU
+# machine with only PyTorch, CUDA, CMake and a compiler lacks (Open MPI, parallel HDF5, spdlog,
+# fmt, TOML++, nlohmann-json, CLI11, GoogleTest, libdeflate, PCRE2, SentencePiece, pkgconf, and
+# the shared libraries they load), into DEST (default .deps/gpu/debs, which git ignores).
+# scripts/gpu-env.sh unpacks them there into a prefix with dpkg -x; nothing is installed.
+# The list is the closure of the libraries these packages load (ldd), minus what every glibc
+# system has (libc, libstdc++, libgcc, zlib, OpenSSL, GnuTLS, Kerberos, ...); scripts/gpu-env.sh
+# reports any library still missing on the GPU machine by name.
+# usage: scripts/gpu-deps.sh [DEST]
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+dest=${1:-$root/.deps/gpu/debs}
+packages=(
+  # Open MPI 4.1 and what it loads (PMIx, hwloc, libevent, libfabric, UCX, verbs, PSM)
+  openmpi-bin openmpi-common libopenmpi3 libopenmpi-dev libpmix2 libhwloc15 libevent-core-2.1-7
+  libevent-pthreads-2.1-7 libfabric1 libucx0 libpsm2-2 libpsm-infinipath1 librdmacm1 libibverbs1 ibverbs-providers
+  libnl-3-200 libnl-route-3-200 libnuma1 libmunge2
+  # parallel HDF5 and what it loads (szip, libcurl for its ros3 driver)
+  libhdf5-openmpi-103-1 libhdf5-openmpi-dev libaec0 libsz2 libcurl4 libnghttp2-14 librtmp1 libssh2-1 libpsl5
+  libldap-2.5-0 libsasl2-2 libsasl2-modules-db libidn2-0 libbrotli1
+  # the rest of shardtune's dependencies
+  libspdlog-dev libspdlog1.10 libfmt-dev libfmt9 libtomlplusplus-dev libtomlplusplus3 nlohmann-json3-dev
+  libcli11-dev libgtest-dev googletest libdeflate-dev libdeflate0 libpcre2-dev libpcre2-8-0 libpcre2-16-0
+  libpcre2-32-0 libpcre2-posix3 libsentencepiece-dev libsentencepiece0 pkgconf pkgconf-bin libpkgconf3
+)
+mkdir -p "$dest"
+cd "$dest"
+apt-get download "${packages[@]}" 2>&1 | grep -v "^W: Download is performed unsandboxed" || true
+missing=()
+for p in "${packages[@]}"; do compgen -G "${p}_*.deb" >/dev/null || missing+=("$p"); done
+[ "${#missing[@]}" -eq 0 ] || { echo "gpu-deps: could not download ${missing[*]}" >&2; exit 1; }
+echo "gpu-deps: $(ls ./*.deb | wc -l) packages, $(du -sh . | cut -f1) in $dest"

@@ -1,0 +1,75 @@
+# Sourced by scripts/gpu-check.sh on a GPU machine: unpacks the .deb files of scripts/gpu-deps.sh
+# into a prefix (dpkg -x, nothing installed), and sets what the build and the ranks need to use
+# it: Open MPI relocated with OPAL_PREFIX, pkg-config through a sysroot, the NCCL and LibTorch of
+# the machine's PyTorch wheel. Defines:
+#   ST_PREFIX ST_LIBS (library path for shardtune's programs) ST_CMAKE_ARGS (array) st_with_libs CMD...
+# Python programs run without ST_LIBS, against the machine's own libraries.
+st_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+ST_DEBS=${ST_DEBS:-$st_root/.deps/gpu/debs}
+ST_PREFIX=${ST_PREFIX:-$st_root/.deps/gpu/prefix}
+ST_PYTHON=${ST_PYTHON:-python3}
+
+st_env_fail() { echo "gpu-env: $*" >&2; return 1; }
+
+if [ ! -f "$ST_PREFIX/.complete" ]; then
+  compgen -G "$ST_DEBS/*.deb" >/dev/null || st_env_fail "no .deb files in $ST_DEBS: run scripts/gpu-deps.sh on a Debian 12 machine and bring $ST_DEBS along" || return 1
+  rm -rf "$ST_PREFIX"
+  mkdir -p "$ST_PREFIX"
+  for deb in "$ST_DEBS"/*.deb; do dpkg -x "$deb" "$ST_PREFIX" || st_env_fail "dpkg -x $deb failed" || return 1; done
+  # What update-alternatives would have made: the plain names of the tools.
+  mkdir -p "$ST_PREFIX/bin"
+  for pair in mpirun:orterun mpiexec:orterun mpicc:mpicc.openmpi mpicxx:mpicxx.openmpi pkg-config:pkgconf; do
+    ln -sf "../usr/bin/${pair#*:}" "$ST_PREFIX/bin/${pair%%:*}"
+  done
+  touch "$ST_PREFIX/.complete"
+fi
+
+multiarch=x86_64-linux-gnu
+export ST_LIBS="$ST_PREFIX/usr/lib/$multiarch:$ST_PREFIX/usr/lib/$multiarch/openmpi/lib:$ST_PREFIX/usr/lib/$multiarch/hdf5/openmpi"
+export OPAL_PREFIX="$ST_PREFIX/usr"
+export PATH="$ST_PREFIX/bin:$ST_PREFIX/usr/bin:$PATH"
+export PKG_CONFIG_LIBDIR="$ST_PREFIX/usr/lib/$multiarch/pkgconfig:$ST_PREFIX/usr/share/pkgconfig"
+export PKG_CONFIG_SYSROOT_DIR="$ST_PREFIX"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+st_with_libs() { LD_LIBRARY_PATH="$ST_LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@"; }
+
+# Every shared library the unpacked programs load must resolve here; name the ones that do not.
+st_missing=$(for f in "$ST_PREFIX"/usr/bin/orterun "$ST_PREFIX"/usr/lib/$multiarch/libmpi.so.40 \
+                      "$ST_PREFIX"/usr/lib/$multiarch/libhdf5_openmpi.so.* "$ST_PREFIX"/usr/lib/$multiarch/libsentencepiece.so.*; do
+               [ -e "$f" ] && st_with_libs ldd "$f" 2>/dev/null | awk '/not found/ {print $1}'
+             done | sort -u | tr '\n' ' ')
+[ -z "$st_missing" ] || st_env_fail "libraries missing on this machine: $st_missing(add their Debian packages to scripts/gpu-deps.sh)" || return 1
+
+# LibTorch and NCCL of the machine's PyTorch wheel.
+torch_cmake=$("$ST_PYTHON" -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null) ||
+  st_env_fail "$ST_PYTHON cannot import torch" || return 1
+"$ST_PYTHON" -c 'import torch, sys; sys.exit(0 if torch.version.cuda else 1)' ||
+  st_env_fail "this PyTorch has no CUDA" || return 1
+nccl_dir=$("$ST_PYTHON" -c 'import nvidia.nccl as n; print(list(n.__path__)[0])' 2>/dev/null || true)
+if [ -n "$nccl_dir" ] && [ -f "$nccl_dir/include/nccl.h" ]; then
+  mkdir -p "$ST_PREFIX/nccl/lib"
+  ln -sfn "$nccl_dir/include" "$ST_PREFIX/nccl/include"
+  nccl_so=$(ls "$nccl_dir"/lib/libnccl.so* | head -1)
+  ln -sf "$nccl_so" "$ST_PREFIX/nccl/lib/libnccl.so"
+  ST_NCCL_ROOT="$ST_PREFIX/nccl"
+elif [ -f /usr/local/cuda/include/nccl.h ] || [ -f /usr/include/nccl.h ]; then
+  ST_NCCL_ROOT=""
+else
+  st_env_fail "no NCCL: neither the nvidia-nccl wheel nor nccl.h under /usr/local/cuda or /usr/include" || return 1
+fi
+
+ST_CMAKE_ARGS=(
+  -DTorch_DIR="$torch_cmake/Torch"
+  -DCMAKE_PREFIX_PATH="$ST_PREFIX/usr"
+  -DMPI_C_COMPILER="$ST_PREFIX/bin/mpicc" -DMPI_CXX_COMPILER="$ST_PREFIX/bin/mpicxx"
+  -DMPIEXEC_EXECUTABLE="$ST_PREFIX/bin/mpirun"
+  -DSHARDTUNE_HDF5_INCLUDE_DIR="$ST_PREFIX/usr/include/hdf5/openmpi"
+  -DSHARDTUNE_HDF5_LIBRARY="$ST_PREFIX/usr/lib/$multiarch/hdf5/openmpi/libhdf5.so"
+  -DCMAKE_BUILD_RPATH="$ST_LIBS"
+  # RPATH, not RUNPATH: it also serves the libraries' own dependencies (libmpi's libopen-pal, ...),
+  # so shardtune's programs need no LD_LIBRARY_PATH.
+  -DCMAKE_EXE_LINKER_FLAGS=-Wl,--disable-new-dtags
+)
+[ -n "$ST_NCCL_ROOT" ] && ST_CMAKE_ARGS+=(-DNCCL_ROOT="$ST_NCCL_ROOT")
+true
