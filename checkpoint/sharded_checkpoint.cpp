@@ -437,6 +437,7 @@ TrainingState load_sharded_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optim
       }
     }
   }
+  for (fsdp::FlatParam* f : model.flat_params()) f->reshard();  // written through their raw data
   if (load_optimizer) optimizer->set_step_count(manifest.value("optimizer_step", int64_t{0}));
   ST_MPI_CHECK(MPI_Barrier(world));
   TrainingState state;

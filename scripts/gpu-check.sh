@@ -111,7 +111,7 @@ PY
   # Against transformers itself: the reference folders, then the model tests that need them.
   check hf_fixtures python3 "$root/tools/reference/make_llama_fixtures.py" "$root/tests/fixtures/hf"
   check hf_reference st_with_libs "$bin/hf_model_test" --gtest_filter='HfReference.*:HfRoundTrip.*'
-  check export_transformers bash "$root/tests/cli/export_transformers_test.sh" "$bin/shardtune-ckpt" "$bin/shardtune-make-model"
+  check export_transformers st_with_libs bash "$root/tests/cli/export_transformers_test.sh" "$bin/shardtune-ckpt" "$bin/shardtune-make-model"
   check torch_reference bash -c "python3 '$root/tools/reference/llama_torch_reference.py' '$report/torch_reference' &&
     SHARDTUNE_TORCH_REFERENCE='$report/torch_reference' LD_LIBRARY_PATH='$ST_LIBS' '$bin/hf_model_test' --gtest_filter='TorchReference.*'"
 

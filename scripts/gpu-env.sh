@@ -2,8 +2,11 @@
 # into a prefix (dpkg -x, nothing installed), and sets what the build and the ranks need to use
 # it: Open MPI relocated with OPAL_PREFIX, pkg-config through a sysroot, the NCCL and LibTorch of
 # the machine's PyTorch wheel. Defines:
-#   ST_PREFIX ST_LIBS (library path for shardtune's programs) ST_CMAKE_ARGS (array) st_with_libs CMD...
-# Python programs run without ST_LIBS, against the machine's own libraries.
+#   ST_PREFIX ST_LIBS (library path for shardtune's programs and the prefix's own, exported)
+#   ST_CMAKE_ARGS (array) st_with_libs CMD... (runs CMD with ST_LIBS on LD_LIBRARY_PATH)
+# The prefix's libraries load their own dependencies through LD_LIBRARY_PATH (Debian builds them
+# with RUNPATH), so every shardtune program runs under st_with_libs; Python programs run without,
+# against the machine's own libraries.
 st_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 ST_DEBS=${ST_DEBS:-$st_root/.deps/gpu/debs}
 ST_PREFIX=${ST_PREFIX:-$st_root/.deps/gpu/prefix}
@@ -67,9 +70,6 @@ ST_CMAKE_ARGS=(
   -DSHARDTUNE_HDF5_INCLUDE_DIR="$ST_PREFIX/usr/include/hdf5/openmpi"
   -DSHARDTUNE_HDF5_LIBRARY="$ST_PREFIX/usr/lib/$multiarch/hdf5/openmpi/libhdf5.so"
   -DCMAKE_BUILD_RPATH="$ST_LIBS"
-  # RPATH, not RUNPATH: it also serves the libraries' own dependencies (libmpi's libopen-pal, ...),
-  # so shardtune's programs need no LD_LIBRARY_PATH.
-  -DCMAKE_EXE_LINKER_FLAGS=-Wl,--disable-new-dtags
 )
 [ -n "$ST_NCCL_ROOT" ] && ST_CMAKE_ARGS+=(-DNCCL_ROOT="$ST_NCCL_ROOT")
 true

@@ -76,6 +76,9 @@ at::Tensor& FlatParam::grad_shard() {
 }
 
 void FlatParam::start_gather(dist::Communicator& shard_group) {
+  // A copy kept gathered (NO_SHARD, SHARD_GRAD_OP within a step) is stale once the shard changed:
+  // the optimizer's in-place update moves the shard's version on.
+  if (gathered_ && !alias_full_to_shard_ && shard_._version() != gathered_version_) gathered_ = false;
   if (gathered_ || gather_work_) return;
   ST_CHECK(shard_group.size() == layout_.shard_count(), common::ErrorKind::kInternal,
            "flat param sharded {} ways gathered over a group of {}", layout_.shard_count(), shard_group.size());
@@ -86,6 +89,7 @@ void FlatParam::start_gather(dist::Communicator& shard_group) {
   at::Tensor full = full_.variable_data();
   at::Tensor mine = full.narrow(0, layout_.shard_begin(shard_rank_), layout_.shard_numel());
   mine.copy_(shard_);  // to the compute dtype
+  gathered_version_ = shard_._version();
   gather_work_ = shard_group.start_all_gather(mine, full);
 }
 

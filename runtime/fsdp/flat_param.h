@@ -38,8 +38,9 @@ class FlatParam {
   at::Tensor& grad_shard();
 
   // Makes the full buffer hold every parameter (compute dtype); collective over `shard_group`.
-  // start_gather only starts the all-gather (no-op when gathered or started); finish_gather
-  // waits for it.
+  // start_gather only starts the all-gather (no-op when started, or when gathered from the shard
+  // as it is now); finish_gather waits for it. Code that writes the shard through its raw data
+  // (loaders) calls reshard() afterwards, so that a kept copy is not taken for current.
   void start_gather(dist::Communicator& shard_group);
   void finish_gather();
   void gather(dist::Communicator& shard_group) {
@@ -86,6 +87,7 @@ class FlatParam {
   at::Tensor grad_shard_;
   at::Tensor full_;  // (padded_numel,) compute dtype; its storage is dropped when resharded
   bool gathered_ = false;
+  int64_t gathered_version_ = 0;  // the shard's version (in-place updates) when last gathered
   dist::WorkHandle gather_work_;  // the all-gather into full_, while in flight
   std::vector<at::Tensor> leaves_;
   at::Tensor full_grad_;  // (padded_numel,) reduce dtype, while gradients are unreduced

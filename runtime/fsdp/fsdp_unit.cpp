@@ -61,8 +61,7 @@ std::vector<FlatParam*> FsdpUnit::used_flats() {
 }
 
 void FsdpUnit::start_gather_all() {
-  for (FlatParam* f : used_flats())
-    if (!f->gathered()) timed(context_->comm, [&] { f->start_gather(*context_->shard_group); });
+  for (FlatParam* f : used_flats()) timed(context_->comm, [&] { f->start_gather(*context_->shard_group); });
 }
 
 void FsdpUnit::gather_all() {

@@ -433,6 +433,7 @@ LoadStats load_shards(FsdpLlama& model, const SourceFactory& open_source, MPI_Co
     }
   }
   free_plan(plan);
+  for (FlatParam* f : flats) f->reshard();  // the shards were written through their raw data
   LoadStats stats;
   stats.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   stats.bytes_read = source ? source->bytes_read() : 0;

@@ -45,7 +45,19 @@ struct Case {
   bool checkpointing = false;
   bool tied = false;
   int frozen_layers = 0;
+  bool packed = false;     // rows of two documents (5 and 11 tokens) whose positions restart
+  bool bf16 = false;       // bf16 mixed precision, compared with the fp32 reference within a bound
+  double loss_tolerance = 1e-5;   // relative, per step
+  double param_tolerance = 1e-5;  // relative, per tensor, after the last step
 };
+
+// Positions of a packed row: a document of 5 tokens, then one of 11.
+at::Tensor packed_positions(int64_t rows) {
+  at::Tensor p = at::empty({rows, kTokens}, at::kLong);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t t = 0; t < kTokens; ++t) p[r][t] = t < 5 ? t : t - 5;
+  return p;
+}
 
 model::LlamaConfig config_for(const Case& c) {
   model::LlamaConfig cfg = model::LlamaConfig::tiny();
@@ -90,7 +102,8 @@ std::vector<double> train_reference(const Case& c, int world, std::map<std::stri
   std::vector<double> losses;
   for (int step = 0; step < kSteps; ++step) {
     const at::Tensor ids = sample_tokens(step * global, global);
-    const at::Tensor loss = model::causal_lm_loss(m.forward(ids), ids);
+    const at::Tensor loss =
+        model::causal_lm_loss(m.forward(ids, c.packed ? packed_positions(global) : at::Tensor()), ids);
     loss.backward();
     losses.push_back(loss.item<double>());
     double sq = 0;
@@ -128,7 +141,7 @@ void run_case(const Case& c) {
   job.fsdp.sharding_strategy = c.strategy;
   job.fsdp.hsdp_shard_size = c.hsdp_shard;
   job.fsdp.activation_checkpointing = c.checkpointing;
-  job.train.mixed_precision = false;
+  job.train.mixed_precision = c.bf16;
   const fsdp::FsdpOptions options = fsdp::fsdp_options_from_job(job, world, testing_support::test_device());
   dist::ProcessGroups groups = testing_support::make_test_groups(options.shard_size);
 
@@ -157,7 +170,7 @@ void run_case(const Case& c) {
     for (int a = 0; a < c.accumulation; ++a) {
       const int64_t first = step * global + (a * world + rank) * c.micro_batch;
       const at::Tensor ids = sample_tokens(first, c.micro_batch);
-      micro.push_back({ids, ids, {}});
+      micro.push_back({ids, ids, c.packed ? packed_positions(c.micro_batch) : at::Tensor()});
     }
     losses.push_back(train::train_step(sharded, opt, micro, step_options, *groups.world).loss);
   }
@@ -166,7 +179,7 @@ void run_case(const Case& c) {
   if (getenv("ST_DEBUG_LOSSES") && rank == 0)
     for (int step = 0; step < kSteps; ++step) printf("%s step %d: %.9g %.9g %.3g\n", c.name.c_str(), step, losses[step], want_losses[step], std::abs(losses[step] - want_losses[step]) / want_losses[step]);
   for (int step = 0; step < kSteps; ++step)
-    EXPECT_LT(std::abs(losses[step] - want_losses[step]) / want_losses[step], 1e-5)
+    EXPECT_LT(std::abs(losses[step] - want_losses[step]) / want_losses[step], c.loss_tolerance)
         << "step " << step << ": " << losses[step] << " vs " << want_losses[step];
   EXPECT_LT(want_losses.back(), want_losses.front() * 0.9) << "the run did not learn; the comparison says little";
   const auto got = sharded.gather_full_parameters();
@@ -175,7 +188,7 @@ void run_case(const Case& c) {
   for (const auto& [name, value] : want) worst = std::max(worst, relative_error(got.at(name), value));
   if (getenv("ST_DEBUG_LOSSES") && rank == 0) printf("%s: worst parameter error %.3g\n", c.name.c_str(), worst);
   for (const auto& [name, value] : want) {
-    EXPECT_LT(relative_error(got.at(name), value), 1e-5) << name;
+    EXPECT_LT(relative_error(got.at(name), value), c.param_tolerance) << name;
     if (frozen.count(name)) {
       EXPECT_TRUE(at::equal(got.at(name), initial.at(name))) << "frozen " << name << " changed";
     }
@@ -215,6 +228,34 @@ TEST(FsdpEquivalence, ClippingMatchesClippingTheUnshardedGradient) {
   c.strategy = job::ShardingStrategy::kNoShard;
   run_case(c);
 }
+TEST(FsdpEquivalence, PackedDocumentsAttendWithinThemselves) {
+  Case c{"packed"};
+  c.packed = true;
+  // Seen: 1.15e-5 on one v_proj at world size 3 (the losses agree within 1e-7): rows of short
+  // documents leave more elements whose gradient is rounding noise, which AdamW moves by ±lr.
+  c.param_tolerance = 3e-5;
+  run_case(c);
+}
+
+// bf16 computation (fp32 masters and reduction) against the fp32 reference: the bound is what bf16
+// rounding allows, set from measurement with room to spare (see docs/design.md).
+TEST(FsdpEquivalence, Bf16MixedPrecisionStaysWithinItsBound) {
+  Case c{"bf16"};
+  c.bf16 = true;
+  c.loss_tolerance = 2e-2;
+  c.param_tolerance = 5e-2;
+  for (job::ShardingStrategy s : {job::ShardingStrategy::kFullShard, job::ShardingStrategy::kShardGradOp,
+                                  job::ShardingStrategy::kNoShard}) {
+    c.strategy = s;
+    run_case(c);  // NO_SHARD keeps its bf16 copy between steps: it must follow every update
+  }
+  if (world_size() == 4) {
+    c.strategy = job::ShardingStrategy::kHybridShard;
+    c.hsdp_shard = 2;
+    run_case(c);
+  }
+}
+
 TEST(FsdpEquivalence, FrozenLayersStayBitwiseUnchanged) {
   Case c{"frozen"};
   c.frozen_layers = 1;
