@@ -3,15 +3,18 @@
 
 #include <cstdlib>
 
+#include "runtime/dist/device.h"
 #include "runtime/dist/mpi_check.h"
 
 namespace shardtune::dist {
 
 MpiRuntime::MpiRuntime(int* argc, char*** argv) {
   int provided = 0;
-  ST_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
+  ST_MPI_CHECK(MPI_Init_thread(argc, argv, thread_level(), &provided));
   ST_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
 }
+
+int MpiRuntime::thread_level() { return cuda_build() ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED; }
 
 MpiRuntime::~MpiRuntime() {
   int finalized = 0;

@@ -91,7 +91,7 @@ at::Tensor FsdpUnit::run(const at::Tensor& input, PieceFn fn) {
   if (!handle_.defined()) {
     bool trainable = false;
     for (FlatParam* f : used_flats()) trainable = trainable || f->trainable();
-    handle_ = at::empty({0}).requires_grad_(trainable);
+    handle_ = at::empty({0}, at::TensorOptions().device(context_->options.device)).requires_grad_(trainable);
   }
   return UnitFunction::apply(input, handle_, this, std::move(fn));
 }

@@ -9,6 +9,7 @@
 #include <cstdio>
 
 #include "common/error.h"
+#include "runtime/dist/mpi_runtime.h"
 
 namespace {
 
@@ -29,7 +30,7 @@ class FailurePrinter : public testing::EmptyTestEventListener {
 
 int main(int argc, char** argv) {
   int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  MPI_Init_thread(&argc, &argv, shardtune::dist::MpiRuntime::thread_level(), &provided);
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   int rank = 0, size = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
