@@ -29,9 +29,6 @@
 #include "runtime/fsdp/shard_loader.h"
 #include "runtime/train/flops.h"
 #include "runtime/train/train_step.h"
-#ifdef SHARDTUNE_HAVE_NCCL
-#include "runtime/dist/cuda_check.h"
-#endif
 
 using namespace shardtune;
 
@@ -84,11 +81,7 @@ int run(const Args& a) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   const dist::Topology topo = dist::discover_topology(MPI_COMM_WORLD);
-#ifdef SHARDTUNE_HAVE_NCCL
-  const int gpus = dist::visible_gpu_count();
-#else
-  const int gpus = 0;
-#endif
+  const int gpus = dist::visible_gpus();
   const dist::DeviceChoice choice =
       dist::choose_device(a.device == "cpu" ? dist::DeviceRequest::kCpu : dist::DeviceRequest::kCuda, topo.local_rank,
                           topo.local_size, gpus, dist::cuda_build());

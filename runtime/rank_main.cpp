@@ -34,9 +34,6 @@
 #include "runtime/train/stop_request.h"
 #include "runtime/train/trainer.h"
 #include "slurm/slurm_env.h"
-#ifdef SHARDTUNE_HAVE_NCCL
-#include "runtime/dist/cuda_check.h"
-#endif
 
 namespace {
 
@@ -73,19 +70,11 @@ std::string sibling_executable(const std::string& name) {
   return (self.parent_path() / name).string();
 }
 
-int visible_gpus() {
-#ifdef SHARDTUNE_HAVE_NCCL
-  return dist::visible_gpu_count();
-#else
-  return 0;
-#endif
-}
-
 // The job's layout must be what MPI and Slurm actually started: a mismatch means a wrong launch
 // line or allocation. Every rank sees the same problems except GPU visibility; all report.
 void check_placement(const dist::Topology& topo, const job::Job& job) {
   const slurm::Placement placement{topo.world_size, topo.num_nodes, topo.uniform, topo.local_size, topo.node_hosts,
-                                   visible_gpus()};
+                                   dist::visible_gpus()};
   const slurm::SlurmEnv env = slurm::read_slurm_env([](const char* name) { return std::getenv(name); });
   if (env.in_job)
     spdlog::info("Slurm job {}{}: nodes {}", env.job_id,
@@ -120,7 +109,7 @@ dist::DeviceChoice choose_rank_device(const job::Job& job, const dist::Topology&
                                       : job.launch.device == job::Device::kCpu ? dist::DeviceRequest::kCpu
                                                                                : dist::DeviceRequest::kAuto;
   const int local_rank = dist::launcher_local_rank(topo.local_rank, [](const char* n) { return std::getenv(n); });
-  return dist::choose_device(request, local_rank, topo.local_size, visible_gpus(), dist::cuda_build());
+  return dist::choose_device(request, local_rank, topo.local_size, dist::visible_gpus(), dist::cuda_build());
 }
 
 int run(int argc, char** argv) {

@@ -14,6 +14,14 @@
 
 namespace shardtune::dist {
 
+int visible_gpus() {
+#ifdef SHARDTUNE_HAVE_NCCL
+  return visible_gpu_count();
+#else
+  return 0;
+#endif
+}
+
 bool every_rank_has_its_own_gpu(MPI_Comm world, int device) {
   std::array<unsigned char, 16> uuid{};  // all zero: no GPU
 #ifdef SHARDTUNE_HAVE_NCCL

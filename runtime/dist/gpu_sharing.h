@@ -8,6 +8,9 @@
 
 namespace shardtune::dist {
 
+// GPUs this process can see; 0 without a driver or device, or in a build without the CUDA runtime.
+int visible_gpus();
+
 // Collective over `world`: true when every rank has a device (>= 0) and no two ranks share one
 // (compared by GPU UUID, so it also holds when each task sees its GPU as device 0). Always false
 // in a build without the CUDA runtime.

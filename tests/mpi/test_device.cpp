@@ -10,20 +10,9 @@
 #include "runtime/dist/device.h"
 #include "runtime/dist/gpu_sharing.h"
 #include "runtime/dist/topology.h"
-#ifdef SHARDTUNE_HAVE_NCCL
-#include "runtime/dist/cuda_check.h"
-#endif
 
 namespace shardtune::testing_support {
 namespace {
-
-int visible_gpus() {
-#ifdef SHARDTUNE_HAVE_NCCL
-  return dist::visible_gpu_count();
-#else
-  return 0;
-#endif
-}
 
 c10::Device choose() {
   const char* want = std::getenv("ST_TEST_DEVICE");
@@ -39,7 +28,7 @@ c10::Device choose() {
   MPI_Comm_free(&node);
   // Several ranks on one GPU is what the tests want when there is only one: each uses device 0.
   const dist::DeviceChoice c =
-      dist::choose_device(dist::DeviceRequest::kCuda, local_rank, local_size, visible_gpus(), dist::cuda_build());
+      dist::choose_device(dist::DeviceRequest::kCuda, local_rank, local_size, dist::visible_gpus(), dist::cuda_build());
   dist::bind_device(c.device);
   return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(c.device));
 }
