@@ -3,7 +3,8 @@
 # toolkit, CMake and a C++20 compiler: builds shardtune against the PyTorch wheel's own LibTorch
 # (the other dependencies come as Debian .deb files from scripts/gpu-deps.sh, unpacked into a
 # prefix), runs the GPU tests, a training job on the GPU and, unless --no-bench, bench/gpu.sh; and
-# writes report.md and report.json (plus the logs) into REPORT_DIR.
+# writes report.md and report.json (plus the logs) into REPORT_DIR. The device tool carries
+# .deps/gpu (the .deb files and the tokenizers of the tokenizer comparison) with the tree.
 #
 # The GPU tests run the multi-rank test programs with ST_TEST_DEVICE=cuda, so every tensor lives
 # on the GPU: at world size 1 over NCCL, and at world size 2 on the same GPU through the
@@ -117,6 +118,9 @@ PY
 
   if [ $bench -eq 1 ]; then
     check benchmark bash "$root/bench/gpu.sh" "$build" "$report/bench"
+    # Against Hugging Face's Rust tokenizers, on this machine's CPU: identical ids, and tokens/s.
+    check tokenizer_rust st_with_libs bash "$root/bench/tokenizer_rust.sh" "$build" "$root/.deps/gpu/tokenizers" \
+      "$report/tokenizer"
   fi
 fi
 

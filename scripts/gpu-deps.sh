@@ -31,3 +31,18 @@ missing=()
 for p in "${packages[@]}"; do compgen -G "${p}_*.deb" >/dev/null || missing+=("$p"); done
 [ "${#missing[@]}" -eq 0 ] || { echo "gpu-deps: could not download ${missing[*]}" >&2; exit 1; }
 echo "gpu-deps: $(ls ./*.deb | wc -l) packages, $(du -sh . | cut -f1) in $dest"
+
+# The tokenizers of the tokenizer comparison (bench/tokenizer_rust.sh), from the npm reference
+# that scripts/setup.sh installs.
+npm_models=$root/build/tokenizer-reference/node_modules/@lenml
+tokenizers=$(dirname "$dest")/tokenizers
+for name in llama3 llama2; do
+  if [ -f "$npm_models/tokenizer-$name/models/tokenizer.json" ]; then
+    mkdir -p "$tokenizers/$name"
+    cp "$npm_models/tokenizer-$name/models/tokenizer.json" "$npm_models/tokenizer-$name/models/tokenizer_config.json" \
+      "$tokenizers/$name/"
+  else
+    echo "gpu-deps: no $name tokenizer.json under $npm_models (run scripts/setup.sh first); the tokenizer comparison will skip it"
+  fi
+done
+[ -d "$tokenizers" ] && echo "gpu-deps: tokenizers in $tokenizers ($(du -sh "$tokenizers" | cut -f1))"
