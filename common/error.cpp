@@ -25,7 +25,7 @@ ProcessIdentity& identity_storage() {
 std::string_view to_string(ErrorKind kind) {
   switch (kind) {
     case ErrorKind::kUsage: return "usage error";
-    case ErrorKind::kConfig: return "job file error";
+    case ErrorKind::kConfig: return "configuration error";
     case ErrorKind::kIo: return "I/O error";
     case ErrorKind::kMpi: return "MPI error";
     case ErrorKind::kNccl: return "NCCL error";

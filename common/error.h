@@ -12,7 +12,7 @@ namespace shardtune::common {
 
 enum class ErrorKind {
   kUsage,     // bad command line
-  kConfig,    // bad job file or --set override
+  kConfig,    // bad input the user can fix: job file, --set override, model or tokenizer files, placement
   kIo,        // file system
   kMpi,       // an MPI call failed
   kNccl,      // an NCCL call failed

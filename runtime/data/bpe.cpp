@@ -6,6 +6,7 @@
 #include <queue>
 
 #include "common/error.h"
+#include "runtime/data/tokenizer.h"
 
 namespace shardtune::data {
 
@@ -15,7 +16,8 @@ BpeModel::BpeModel(BpeConfig config)
     : vocab_(std::move(config.vocab)), byte_fallback_(config.byte_fallback), ignore_merges_(config.ignore_merges) {
   int32_t max_id = -1;
   for (const auto& [text, id] : vocab_) {
-    ST_CHECK(id >= 0, ErrorKind::kConfig, "vocabulary entry \"{}\" has the negative id {}", text, id);
+    ST_CHECK(id >= 0 && id <= kMaxTokenId, ErrorKind::kConfig, "vocabulary entry \"{}\" has the id {}, outside 0..{}",
+             text, id, kMaxTokenId);
     max_id = std::max(max_id, id);
   }
   id_to_token_.assign(static_cast<size_t>(max_id + 1), std::string());

@@ -204,6 +204,26 @@ struct Tokenizer::Impl {
   }
 };
 
+namespace {
+
+// A token as it appears in an error: JSON-quoted (control characters escaped), cut if long.
+std::string shown(const std::string& text) {
+  const std::string quoted = json(text).dump(-1, ' ', false, json::error_handler_t::replace);
+  return quoted.size() > 60 ? quoted.substr(0, 57) + "...\"" : quoted;
+}
+
+// A token id as the file gives it, refused unless an integer in [0, kMaxTokenId].
+int32_t token_id(const json& v, const std::string& file, const std::string& token, std::string_view where) {
+  const bool in_range = v.is_number_unsigned() ? v.get<uint64_t>() <= static_cast<uint64_t>(kMaxTokenId)
+                                               : v.is_number_integer() && v.get<int64_t>() >= 0 &&
+                                                     v.get<int64_t>() <= kMaxTokenId;
+  ST_CHECK(in_range, ErrorKind::kConfig, "{}: {} {} has the id {}: token ids must be integers from 0 to {}", file, where,
+           shown(token), v.dump(), kMaxTokenId);
+  return static_cast<int32_t>(v.get<int64_t>());
+}
+
+}  // namespace
+
 Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
@@ -230,7 +250,10 @@ Tokenizer Tokenizer::from_json(std::string_view text, const std::string& name, s
         !m.value("continuing_subword_prefix", json()).is_null() || !m.value("end_of_word_suffix", json()).is_null())
       unsupported(name, "model", json{{"type", m.value("type", "")}});
     BpeConfig bpe;
-    bpe.vocab = m.at("vocab").get<std::unordered_map<std::string, int32_t>>();
+    const json& vocab = m.at("vocab");
+    ST_CHECK(vocab.is_object(), ErrorKind::kConfig, "{}: model.vocab is not an object of token: id", name);
+    bpe.vocab.reserve(vocab.size());
+    for (const auto& [token, id] : vocab.items()) bpe.vocab.emplace(token, token_id(id, name, token, "vocabulary entry"));
     for (const json& merge : m.at("merges")) {
       if (merge.is_array()) {
         bpe.merges.emplace_back(merge.at(0).get<std::string>(), merge.at(1).get<std::string>());
@@ -252,9 +275,9 @@ Tokenizer Tokenizer::from_json(std::string_view text, const std::string& name, s
 
     std::vector<AddedToken> raw, normalized;
     for (const json& a : j.value("added_tokens", json::array())) {
-      AddedToken t{a.at("content"), a.at("id"), a.value("special", false), a.value("lstrip", false),
-                   a.value("rstrip", false), a.value("normalized", false)};
-      ST_CHECK(t.id >= 0, ErrorKind::kConfig, "{}: added token \"{}\" has the negative id {}", name, t.content, t.id);
+      const std::string content = a.at("content");
+      AddedToken t{content, token_id(a.at("id"), name, content, "added token"), a.value("special", false),
+                   a.value("lstrip", false), a.value("rstrip", false), a.value("normalized", false)};
       impl->added.push_back(t);
       if (t.normalized && !impl->normalizer.empty()) {
         t.content = impl->normalize(t.content);

@@ -18,6 +18,11 @@
 
 namespace shardtune::data {
 
+// The largest token id a tokenizer file may use. No vocabulary comes near 16.7 million tokens; an
+// id beyond this is a broken or hostile file, which taken at its word would overflow or allocate
+// gigabytes for the id-to-text table.
+inline constexpr int32_t kMaxTokenId = (1 << 24) - 1;
+
 class Tokenizer {
  public:
   // Reads tokenizer.json (and tokenizer_config.json beside it, if any, for BOS/EOS). Throws

@@ -13,6 +13,19 @@ failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 cd "$src" || exit 1
 
+# A tokenizer.json whose added token has the id 2147483647 (once a crash, SIGSEGV): a named error.
+/usr/bin/python3 - configs/data/tiny-tokenizer/tokenizer.json "$tmp/evil.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+j["added_tokens"].append({"id": 2147483647, "content": "<evil>", "special": True, "normalized": False})
+json.dump(j, open(sys.argv[2], "w"))
+PY
+echo "hello" >"$tmp/line.txt"
+"$(dirname "$st")/shardtune-tokenize" "$tmp/evil.json" "$tmp/line.txt" >/dev/null 2>"$tmp/err"
+rc=$?
+[ $rc -ne 0 ] && [ $rc -lt 128 ] || fail "a token id of 2147483647 exited $rc"
+grep -q 'evil.json: added token "<evil>" has the id 2147483647' "$tmp/err" || fail "the id is not named: $(cat "$tmp/err")"
+
 "$st" run configs/tiny-alpaca.toml -n 2 --set "job.output_dir=$tmp/alpaca" --set train.max_train_step=40 \
   --set checkpoint.every_steps=0 >"$tmp/log" 2>&1 || fail "the alpaca job failed: $(tail -5 "$tmp/log")"
 /usr/bin/python3 - "$tmp/alpaca/metrics.jsonl" <<'PY' || fail "the loss did not fall on the alpaca data"

@@ -82,6 +82,38 @@ TEST(TokenizerFile, UnsupportedPartsAndBrokenMergesAreRefusedByName) {
   EXPECT_THROW(Tokenizer::from_json("{not json", "bad.json"), common::Error);
 }
 
+// Ids are refused outside 0..kMaxTokenId by name, before anything is sized by them: INT_MAX once
+// overflowed id + 1 and crashed; 2e9 asked for 64 GB of id-to-text table.
+TEST(TokenizerFile, TokenIdsOutsideTheirRangeAreRefusedByName) {
+  for (const json id : {json(2147483647), json(2000000000), json(4294967295u), json(-1), json(16777216), json(1.5),
+                        json("7")}) {
+    SCOPED_TRACE(id.dump());
+    json added = toy();
+    added["added_tokens"].push_back({{"id", id}, {"content", "<big>"}, {"special", true}});
+    try {
+      make(added);
+      ADD_FAILURE() << "accepted";
+    } catch (const common::Error& e) {
+      EXPECT_EQ(e.kind(), common::ErrorKind::kConfig);
+      EXPECT_NE(std::string(e.what()).find("toy.json: added token \"<big>\" has the id " + id.dump()), std::string::npos)
+          << e.what();
+    }
+    json vocab = toy();
+    vocab["model"]["vocab"]["x\ny"] = id;
+    try {
+      make(vocab);
+      ADD_FAILURE() << "accepted";
+    } catch (const common::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("toy.json: vocabulary entry \"x\\ny\" has the id " + id.dump()),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  json sparse = toy();  // ids past the vocabulary are fine (Llama 3's special tokens are)
+  sparse["added_tokens"].push_back({{"id", 300000}, {"content", "<far>"}, {"special", true}});
+  EXPECT_EQ(make(sparse).encode("a<far>"), (std::vector<int32_t>{3, 300000}));
+}
+
 TEST(Utf8, InvalidBytesBecomeReplacementCharactersAsBrowsersDecodeThem) {
   const std::string r = "\xEF\xBF\xBD";
   EXPECT_EQ(repair_utf8("ok"), "ok");
