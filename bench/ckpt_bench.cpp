@@ -208,7 +208,7 @@ int main(int argc, char** argv) {
       rounds.back().bytes = dir_bytes(dir);
       if (rank == 0) drop_from_cache(dir);
       timed(full ? "full load" : "sharded load", false, rounds.back().bytes,
-            [&] { checkpoint::load_sharded_checkpoint(model, nullptr, dir, MPI_COMM_WORLD); });
+            [&] { checkpoint::load_sharded_checkpoint(model, nullptr, dir, *groups.world); });
       MPI_Barrier(MPI_COMM_WORLD);
       if (rank == 0) fs::remove_all(root);
     }

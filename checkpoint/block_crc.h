@@ -5,7 +5,6 @@
 #pragma once
 
 #include <cstdint>
-#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
@@ -28,14 +27,5 @@ class BlockCrc {
 };
 
 std::vector<uint32_t> block_crcs(const float* data, int64_t count, int64_t block = kCrcBlock);
-
-// A slice's sums as its manifest records them: format 2 lists "crc32_blocks" with the manifest's
-// "crc32_block" elements per block; format 1 gave one "crc32" for the whole slice, read here as a
-// single block. Throws common::Error(kIo) naming `where` when the count does not fit the length.
-struct SliceSums {
-  int64_t block = kCrcBlock;
-  std::vector<uint32_t> crcs;
-};
-SliceSums slice_sums(const nlohmann::json& manifest, const nlohmann::json& slice, const std::string& where);
 
 }  // namespace shardtune::checkpoint

@@ -10,21 +10,17 @@
 #include "checkpoint/block_crc.h"
 #include "checkpoint/crc32.h"
 #include "checkpoint/h5_check.h"
+#include "checkpoint/h5_dataset.h"
 #include "checkpoint/h5_range.h"
-#include "checkpoint/sharded_checkpoint.h"
 #include "common/error.h"
 
 namespace shardtune::checkpoint {
 
 using common::ErrorKind;
 
-CheckpointReader::CheckpointReader(const std::string& dir) : dir_(dir), manifest_(read_checkpoint_manifest(dir)) {
-  for (const nlohmann::json& s : manifest_.at("slices")) {
-    SliceSums sums = slice_sums(manifest_, s, fmt::format("{}: slice {} of {}", dir, s.at("dataset").get<std::string>(),
-                                                          s.at("tensor").get<std::string>()));
-    index_[{s.at("kind"), s.at("tensor")}].push_back(
-        {s.at("file"), s.at("dataset"), s.at("offset"), s.at("length"), sums.block, std::move(sums.crcs)});
-  }
+CheckpointReader::CheckpointReader(const std::string& dir) : dir_(dir), manifest_(read_manifest(dir)) {
+  // The manifest was validated whole: each tensor's slices tile it exactly.
+  for (const ManifestSlice& s : manifest_.slices) index_[{s.kind, s.tensor}].push_back(s);
   for (auto& [key, slices] : index_)
     std::sort(slices.begin(), slices.end(), [](const Slice& a, const Slice& b) { return a.offset < b.offset; });
   fapl_ = H5Handle(ST_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)), H5Pclose);
@@ -32,12 +28,14 @@ CheckpointReader::CheckpointReader(const std::string& dir) : dir_(dir), manifest
 }
 
 std::vector<int64_t> CheckpointReader::shape(const std::string& tensor) const {
-  return manifest_.at("tensors").at(tensor).at("shape").get<std::vector<int64_t>>();
+  auto it = manifest_.tensors.find(tensor);
+  ST_CHECK(it != manifest_.tensors.end(), ErrorKind::kIo, "{} holds no tensor {}", dir_, tensor);
+  return it->second.shape;
 }
 
 std::vector<std::string> CheckpointReader::tensor_names() const {
   std::vector<std::string> out;
-  for (const auto& [name, t] : manifest_.at("tensors").items()) out.push_back(name);
+  for (const auto& [name, t] : manifest_.tensors) out.push_back(name);
   return out;
 }
 
@@ -74,8 +72,7 @@ void CheckpointReader::read_range(const std::string& kind, const std::string& te
   for (const Slice& s : it->second) {
     const int64_t lo = std::max(s.offset, offset) - s.offset, hi = std::min(s.offset + s.length, offset + count) - s.offset;
     if (lo >= hi) continue;
-    H5Handle ds(ST_H5_CHECK(H5Dopen2(file(s.file), fmt::format("/{}/{}", kind, s.dataset).c_str(), H5P_DEFAULT)),
-                H5Dclose);
+    H5Handle ds = open_checked_dataset(file(s.file), kind, s.dataset);
     const int64_t stored = dataset_numel(ds.get());
     ST_CHECK(stored == s.length, ErrorKind::kIo, "{}/{}: {} of {} (elements {}..{}): the dataset holds {} elements",
              dir_, s.file, kind, tensor, s.offset, s.offset + s.length, stored);
@@ -125,9 +122,7 @@ int64_t CheckpointReader::Stream::read(float* dst, int64_t max) {
            "{} does not hold all of {} for {}: nothing holds element {}", reader_.dir_, kind_, tensor_, done_);
   const Slice& s = slices_[slice_];
   if (in_slice_ == 0) {
-    dataset_ = H5Handle(ST_H5_CHECK(H5Dopen2(reader_.file(s.file), fmt::format("/{}/{}", kind_, s.dataset).c_str(),
-                                             H5P_DEFAULT)),
-                        H5Dclose);
+    dataset_ = open_checked_dataset(reader_.file(s.file), kind_, s.dataset);
     const int64_t stored = dataset_numel(dataset_.get());
     ST_CHECK(stored == s.length, ErrorKind::kIo, "{}/{}: {} of {} (elements {}..{}): the dataset holds {} elements",
              reader_.dir_, s.file, kind_, tensor_, s.offset, s.offset + s.length, stored);

@@ -9,12 +9,12 @@
 
 #include <cstdint>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "checkpoint/h5_handle.h"
+#include "checkpoint/manifest.h"
 
 namespace shardtune::checkpoint {
 
@@ -23,10 +23,10 @@ class CheckpointReader {
   explicit CheckpointReader(const std::string& dir);
 
   const std::string& dir() const { return dir_; }
-  const nlohmann::json& manifest() const { return manifest_; }
+  const Manifest& manifest() const { return manifest_; }
   bool has(const std::string& kind, const std::string& tensor) const { return index_.count({kind, tensor}) > 0; }
   std::vector<int64_t> shape(const std::string& tensor) const;
-  std::vector<std::string> tensor_names() const;  // in manifest order (sorted)
+  std::vector<std::string> tensor_names() const;  // sorted
 
   // Elements [offset, offset + count) of the flattened tensor, as float32, into dst. Throws
   // common::Error(kIo) naming the file, tensor and elements on a bad checksum or a gap.
@@ -35,15 +35,8 @@ class CheckpointReader {
   at::Tensor read_tensor(const std::string& kind, const std::string& tensor);
   uint64_t bytes_read() const { return bytes_read_; }
 
- private:
-  struct Slice {
-    std::string file, dataset;
-    int64_t offset = 0, length = 0;
-    int64_t block = 0;            // elements per checksum
-    std::vector<uint32_t> crcs;  // one per block
-  };
+  using Slice = ManifestSlice;
 
- public:
   // One tensor, front to back. Each block's CRC-32 is checked as its last element is read; a gap
   // between slices, a dataset of the wrong size or a bad checksum throws common::Error(kIo) naming
   // the file and tensor (pieces of the block already returned must then be discarded).
@@ -75,7 +68,7 @@ class CheckpointReader {
                    int64_t hi, float* dst);
 
   std::string dir_;
-  nlohmann::json manifest_;
+  Manifest manifest_;
   std::map<std::pair<std::string, std::string>, std::vector<Slice>> index_;
   H5Handle fapl_;
   std::map<std::string, H5Handle> files_;

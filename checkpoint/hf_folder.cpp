@@ -53,6 +53,9 @@ json read_json_file(const fs::path& path) {
     // Not only syntax: a number too large for a double, for one, is an out_of_range error.
     fail(fmt::format("{}: not valid JSON: {}", path.string(), e.what()));
   }
+  if (parsed.too_deep)
+    fail(fmt::format("{}: arrays or objects nested more than {} deep: not a file shardtune reads", path.string(),
+                     kMaxJsonDepth));
   if (parsed.duplicate)
     fail(fmt::format("{}: the key {} appears twice in one object", path.string(), json_quoted(parsed.duplicate->second)));
   json out = std::move(parsed.value);

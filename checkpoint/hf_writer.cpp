@@ -2,9 +2,7 @@
 // folder loads there unchanged and a reader can stream one shard at a time.
 #include "checkpoint/hf_writer.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -17,6 +15,7 @@
 #include "checkpoint/hf_folder.h"
 #include "checkpoint/safetensors_torch.h"
 #include "common/error.h"
+#include "common/file_io.h"
 
 namespace shardtune::checkpoint {
 namespace {
@@ -28,36 +27,7 @@ namespace fs = std::filesystem;
   common::raise(common::ErrorKind::kIo, message, loc);
 }
 
-// Writes `text` to `path` through a temporary file, fsync and rename, as write_safetensors does.
-void write_file_atomic(const fs::path& path, std::string_view text) {
-  const std::string tmp = path.string() + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail(fmt::format("writing {}: cannot create {}: {}", path.string(), tmp, std::strerror(errno)));
-  const char* p = text.data();
-  size_t left = text.size();
-  while (left > 0) {
-    const ssize_t w = ::write(fd, p, left);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) {
-      const int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      fail(fmt::format("writing {}: write failed: {}", path.string(), std::strerror(err)));
-    }
-    p += w;
-    left -= static_cast<size_t>(w);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    fail(fmt::format("writing {}: fsync/close failed: {}", path.string(), std::strerror(err)));
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    fail(fmt::format("writing {}: rename from {} failed: {}", path.string(), tmp, std::strerror(err)));
-  }
-}
+void write_file_atomic(const fs::path& path, const std::string& text) { common::write_file_atomically(path.string(), text); }
 
 std::string read_small_file(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);

@@ -106,6 +106,9 @@ class HeaderChecker {
       // Not only syntax: a number too large for a double, for one, is an out_of_range error.
       fail(fmt::format("the header JSON (file bytes [8, {})) is not valid: {}", 8 + n, e.what()));
     }
+    if (parsed.too_deep)
+      fail(fmt::format("the header JSON nests arrays or objects more than {} deep; a safetensors header has 3 levels",
+                       kMaxJsonDepth));
     if (const auto& duplicate = parsed.duplicate) {
       if (duplicate->first == 1) {
         fail(fmt::format("tensor {} is listed twice in the header; each tensor name may appear once",

@@ -2,17 +2,12 @@
 #include "checkpoint/safetensors_stream_writer.h"
 
 #include <ATen/ops/empty.h>
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/safetensors_torch.h"
 #include "common/error.h"
-#include "common/file_io.h"
 
 namespace shardtune::checkpoint {
 namespace {
@@ -23,7 +18,7 @@ using common::ErrorKind;
 
 SafetensorsStreamWriter::SafetensorsStreamWriter(std::string path, std::vector<StreamedTensor> tensors,
                                                  const std::map<std::string, std::string>& metadata)
-    : path_(std::move(path)), tmp_(path_ + ".tmp"), tensors_(std::move(tensors)) {
+    : path_(std::move(path)), tensors_(std::move(tensors)) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
@@ -35,20 +30,12 @@ SafetensorsStreamWriter::SafetensorsStreamWriter(std::string path, std::vector<S
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // as the reference writer pads
-  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  ST_CHECK(fd_ >= 0, ErrorKind::kIo, "cannot create {}: {}", tmp_, std::strerror(errno));
+  file_ = std::make_unique<common::AtomicFile>(path_);
   uint64_t n = text.size();
   unsigned char le[8];
   for (int i = 0; i < 8; ++i) le[i] = static_cast<unsigned char>(n >> (8 * i));
-  common::write_all(fd_, le, 8, tmp_);
-  common::write_all(fd_, text.data(), text.size(), tmp_);
-}
-
-SafetensorsStreamWriter::~SafetensorsStreamWriter() {
-  if (fd_ >= 0) {
-    ::close(fd_);
-    ::unlink(tmp_.c_str());
-  }
+  file_->write(le, 8);
+  file_->write(text);
 }
 
 void SafetensorsStreamWriter::append(const at::Tensor& tensor) {
@@ -76,7 +63,7 @@ void SafetensorsStreamWriter::append_elements(const at::Tensor& part) {
       if (!staging_.defined() || staging_.scalar_type() != type) staging_ = at::empty({kConvertElements}, type);
       data = staging_.narrow(0, 0, n).copy_(flat.narrow(0, done, n));
     }
-    common::write_all(fd_, data.data_ptr(), static_cast<size_t>(data.nbytes()), tmp_);
+    file_->write(data.data_ptr(), static_cast<size_t>(data.nbytes()));
     done += n;
     written_ += n;
     if (written_ == numel) {
@@ -89,10 +76,7 @@ void SafetensorsStreamWriter::append_elements(const at::Tensor& part) {
 void SafetensorsStreamWriter::finish() {
   ST_CHECK(next_ == tensors_.size() && written_ == 0, ErrorKind::kInternal, "{}: {} of {} tensors written", path_,
            next_, tensors_.size());
-  ST_CHECK(::fsync(fd_) == 0, ErrorKind::kIo, "fsync of {}: {}", tmp_, std::strerror(errno));
-  ::close(fd_);
-  fd_ = -1;
-  ST_CHECK(::rename(tmp_.c_str(), path_.c_str()) == 0, ErrorKind::kIo, "cannot rename {}: {}", tmp_, std::strerror(errno));
+  file_->commit();
 }
 
 }  // namespace shardtune::checkpoint

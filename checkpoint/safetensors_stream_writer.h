@@ -6,10 +6,12 @@
 #include <ATen/core/Tensor.h>
 
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "checkpoint/safetensors_dtype.h"
+#include "common/atomic_file.h"
 
 namespace shardtune::checkpoint {
 
@@ -23,7 +25,6 @@ class SafetensorsStreamWriter {
  public:
   SafetensorsStreamWriter(std::string path, std::vector<StreamedTensor> tensors,
                           const std::map<std::string, std::string>& metadata = {});
-  ~SafetensorsStreamWriter();
   SafetensorsStreamWriter(const SafetensorsStreamWriter&) = delete;
   SafetensorsStreamWriter& operator=(const SafetensorsStreamWriter&) = delete;
 
@@ -37,11 +38,11 @@ class SafetensorsStreamWriter {
   void finish();
 
  private:
-  std::string path_, tmp_;
+  std::string path_;
   std::vector<StreamedTensor> tensors_;
   size_t next_ = 0;       // the tensor being written
   int64_t written_ = 0;   // of its elements
-  int fd_ = -1;
+  std::unique_ptr<common::AtomicFile> file_;
   static constexpr int64_t kConvertElements = int64_t{4} << 20;
   at::Tensor staging_;  // conversions to the declared dtype, kConvertElements at a time
 };

@@ -15,6 +15,7 @@
 #include <optional>
 #include <set>
 
+#include "common/atomic_file.h"
 #include "common/error.h"
 
 // Float8 scalar types arrived in PyTorch 2.1.
@@ -101,44 +102,6 @@ void write_all(int fd, const void* data, uint64_t n, const std::string& path, st
   }
 }
 
-// Removes the temporary file unless the write reached the rename.
-class TempFile {
- public:
-  TempFile(std::string tmp_path, const std::string& final_path) : path_(std::move(tmp_path)) {
-    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd_ < 0) raise_errno(fmt::format("creating the temporary file {}", path_), final_path, errno);
-  }
-  TempFile(const TempFile&) = delete;
-  TempFile& operator=(const TempFile&) = delete;
-  ~TempFile() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!committed_) ::unlink(path_.c_str());
-  }
-  int fd() const { return fd_; }
-  // fsync, close, rename over `final_path`, then fsync the folder so that the rename is durable.
-  void commit(const std::string& final_path) {
-    if (::fsync(fd_) != 0) raise_errno("fsync", final_path, errno);
-    const int fd = std::exchange(fd_, -1);
-    if (::close(fd) != 0) raise_errno("close", final_path, errno);
-    if (::rename(path_.c_str(), final_path.c_str()) != 0) {
-      raise_errno(fmt::format("rename of {}", path_), final_path, errno);
-    }
-    committed_ = true;
-    std::filesystem::path dir = std::filesystem::path(final_path).parent_path();
-    if (dir.empty()) dir = ".";
-    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0) raise_errno(fmt::format("opening folder {} to fsync it", dir.string()), final_path, errno);
-    const int rc = ::fsync(dfd);
-    const int err = errno;
-    ::close(dfd);
-    if (rc != 0) raise_errno(fmt::format("fsync of folder {}", dir.string()), final_path, err);
-  }
-
- private:
-  std::string path_;
-  int fd_ = -1;
-  bool committed_ = false;
-};
 
 }  // namespace
 
@@ -210,7 +173,7 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
   text.append((8 - text.size() % 8) % 8, ' ');
   const uint64_t header_len = text.size();
 
-  TempFile tmp(path + ".tmp", path);
+  common::AtomicFile tmp(path);
   write_all(tmp.fd(), &header_len, 8, path, "the header length");
   write_all(tmp.fd(), text.data(), text.size(), path, "the header");
   for (size_t i = 0; i < tensors.size(); ++i) {
@@ -221,7 +184,7 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
              tensors[i].first, data.nbytes(), sizes[i]);
     write_all(tmp.fd(), data.data_ptr(), sizes[i], path, fmt::format("tensor \"{}\"", tensors[i].first));
   }
-  tmp.commit(path);
+  tmp.commit();
 }
 
 }  // namespace shardtune::checkpoint

@@ -1,5 +1,7 @@
 #include "common/file_io.h"
 
+#include "common/atomic_file.h"
+
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <unistd.h>
@@ -27,27 +29,9 @@ void write_file_atomically(const std::string& path, const std::string& text) {
 }
 
 void write_file_atomically(const std::string& path, const std::function<void(int fd, const std::string& tmp)>& fill) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  fs::create_directories(fs::path(path).parent_path(), ec);
-  ST_CHECK(!ec, ErrorKind::kIo, "cannot create the directory of {}: {}", path, ec.message());
-  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  ST_CHECK(fd >= 0, ErrorKind::kIo, "cannot write {}: {}", tmp, std::strerror(errno));
-  try {
-    fill(fd, tmp);
-    ST_CHECK(::fsync(fd) == 0, ErrorKind::kIo, "cannot fsync {}: {}", tmp, std::strerror(errno));
-  } catch (...) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
-  }
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    raise(ErrorKind::kIo, fmt::format("cannot rename {} to {}: {}", tmp, path, std::strerror(err)));
-  }
+  AtomicFile file(path);
+  fill(file.fd(), file.temporary_path());
+  file.commit();
 }
 
 void write_all(int fd, const void* data, size_t size, const std::string& path) {

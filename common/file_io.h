@@ -12,12 +12,11 @@ namespace shardtune::common {
 // The bytes of `path`. Throws Error(kind) "cannot read <what> <path>: <reason>".
 std::string read_file(const std::string& path, ErrorKind kind = ErrorKind::kIo, const std::string& what = "");
 
-// Writes `text` to `path` atomically: parent directories created, a temporary file written and
-// fsynced, then renamed over `path`. On failure `path` is untouched and no temporary file is left.
+// Writes `text` to `path` through an AtomicFile (common/atomic_file.h): whole or not at all,
+// durable once this returns.
 void write_file_atomically(const std::string& path, const std::string& text);
 // The same with the contents written by `fill(fd, temporary_path)` (through write_all): for
-// files built in parts. The temporary name carries the process id, so concurrent writers of one
-// path never share a temporary file.
+// files built in parts.
 void write_file_atomically(const std::string& path, const std::function<void(int fd, const std::string& tmp)>& fill);
 
 // Writes all `size` bytes to `fd` (retrying short writes and EINTR). Throws Error(kIo) naming `path`.

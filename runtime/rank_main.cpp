@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -23,16 +24,16 @@
 #include "runtime/dist/topology.h"
 #include "checkpoint/h5_check.h"
 #include "checkpoint/hf_tensor_source.h"
-#include "checkpoint/sharded_checkpoint.h"
-#include "common/job/job_writer.h"
 #include <nlohmann/json.hpp>
 #include "runtime/fsdp/fsdp_llama.h"
 #include "runtime/fsdp/shard_loader.h"
+#include "runtime/job_checkpoint.h"
 #include "runtime/job_data.h"
 #include "runtime/job_model.h"
 #include "runtime/preflight.h"
 #include "runtime/train/stop_request.h"
 #include "runtime/train/trainer.h"
+#include "slurm/sbatch_script.h"
 #include "slurm/slurm_env.h"
 
 namespace {
@@ -103,6 +104,17 @@ void log_shard_groups(const dist::GroupLayout& layout, const dist::Topology& top
   }
 }
 
+// Every rank handles the stop signal by now (the handlers come first in run()): tell the batch
+// script, which holds Slurm's stop signal back until then.
+void announce_stop_handlers(const job::Job& job, const dist::Topology& topo) {
+  ST_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+  const slurm::SlurmEnv env = slurm::read_slurm_env([](const char* name) { return std::getenv(name); });
+  if (topo.rank != 0 || !env.in_job) return;
+  const std::string path = slurm::ranks_ready_file(job.job.output_dir, env.job_id);
+  std::ofstream ready(path);
+  if (!ready) spdlog::warn("cannot create {}: a stop signal from Slurm will not reach the ranks", path);
+}
+
 // The device of this rank: the job's [launch] device against what this node and build offer.
 dist::DeviceChoice choose_rank_device(const job::Job& job, const dist::Topology& topo) {
   const dist::DeviceRequest request = job.launch.device == job::Device::kCuda  ? dist::DeviceRequest::kCuda
@@ -129,6 +141,7 @@ int run(int argc, char** argv) {
     return common::kExitJobError;
   }
   const std::string log_file = common::init_logging({job.job.output_dir});
+  announce_stop_handlers(job, topo);
   if (topo.rank == 0)
     for (const auto& w : warnings.all()) spdlog::warn("{}", job::format(w));
   spdlog::info("job '{}': {} ranks on {} node(s) ({}), {} per node; logs of every rank under {}/logs", job.job.name,
@@ -190,29 +203,9 @@ int run(int argc, char** argv) {
                static_cast<double>(model->config().num_parameters()) / 1e6, frozen.size(),
                model->num_layers() + 2, sharded.persistent_bytes());
   const runtime::JobData data = runtime::load_job_data(job, config, data_context);
-  const std::string job_toml = job::to_toml(job);
-  train::CheckpointHooks hooks;
-  hooks.resume = [&](fsdp::AdamW& optimizer) -> std::optional<train::ResumePoint> {
-    if (job.checkpoint.resume == "none") return std::nullopt;
-    const std::optional<std::string> dir = job.checkpoint.resume == "auto"
-                                               ? checkpoint::find_latest_checkpoint(job.checkpoint.dir)
-                                               : std::optional<std::string>(job.checkpoint.resume);
-    if (!dir) {
-      spdlog::info("no checkpoint under {}: starting fresh", job.checkpoint.dir);
-      return std::nullopt;
-    }
-    const checkpoint::TrainingState state =
-        checkpoint::load_sharded_checkpoint(sharded, &optimizer, *dir, MPI_COMM_WORLD);
-    spdlog::info("loaded checkpoint {}", *dir);
-    return train::ResumePoint{state.step, state.epoch, state.sample_in_epoch, state.loss_scale};
-  };
-  hooks.save = [&](fsdp::AdamW& optimizer, const train::ResumePoint& at) {
-    const std::string dir = checkpoint::save_checkpoint(
-        sharded, job.fsdp.save_optimizer ? &optimizer : nullptr,
-        {at.step, at.epoch, at.sample_in_epoch, at.loss_scale, job_toml, config.to_json().dump()}, groups, job.checkpoint.dir, job.checkpoint.keep_last,
-        job.fsdp.checkpoint_type == job::CheckpointType::kFull);
-    spdlog::info("checkpoint committed: {}", dir);
-  };
+  const slurm::SlurmEnv slurm_env = slurm::read_slurm_env([](const char* name) { return std::getenv(name); });
+  const train::CheckpointHooks hooks =
+      runtime::checkpoint_hooks(job, config.to_json().dump(), sharded, groups, slurm_env.restart_count);
   train::Trainer trainer(job, groups, sharded, *data.train, data.val.get(), hooks);
   const train::TrainSummary summary = trainer.run();
   if (summary.stop_signal != 0) {

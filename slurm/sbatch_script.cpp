@@ -23,6 +23,8 @@ void require_absolute(const std::string& what, const std::string& path) {
            what, path);
 }
 
+constexpr const char* kReadyFilePrefix = ".ranks-ready-";
+
 // The command line that starts every rank, as bash array elements.
 std::string launcher_words(const job::Job& job, const ScriptPaths& paths) {
   const int64_t nodes = job.slurm.nodes, per_node = job.slurm.ranks_per_node();
@@ -44,12 +46,36 @@ std::string launcher_words(const job::Job& job, const ScriptPaths& paths) {
 constexpr const char* kBody = R"SH(set -uo pipefail
 
 readonly CHECKPOINT_DIR={checkpoint_dir}
+readonly READY_FILE={output_dir}/{ready_prefix}"${{SLURM_JOB_ID:-0}}"
 readonly MAX_REQUEUES={max_requeues}
 readonly REQUEUE_EXIT={requeue_exit}
 export SRUN_CPUS_PER_TASK={cpus_per_task}
 ranks=({launcher})
 
 say() {{ echo "shardtune[batch] $(date '+%F %T'): $*"; }}
+
+# Slurm's stop signal (USR1 at the time limit's lead, TERM on preemption or scancel) reaches
+# this shell; the ranks get USR1, checkpoint at their next step boundary and exit $REQUEUE_EXIT.
+# A rank that has not installed its handlers yet would die of USR1, so the signal is passed on
+# only once rank 0 has written READY_FILE (after every rank installed them); until then it waits.
+ranks_pid=""
+interrupted=0
+stop_pending=0
+pass_stop_on() {{
+  if (( stop_pending )) && [[ -n "$ranks_pid" && -e "$READY_FILE" ]]; then
+    kill -USR1 "$ranks_pid" 2>/dev/null || true
+    stop_pending=0
+  fi
+}}
+forward() {{
+  interrupted=1
+  stop_pending=1
+  say "received SIG$1: the ranks checkpoint at their next step boundary and stop"
+  pass_stop_on
+  if (( stop_pending )); then say "the ranks are still starting: the signal reaches them once they are ready"; fi
+}}
+trap 'forward USR1' USR1
+trap 'forward TERM' TERM
 
 # The step of the committed checkpoint `latest` points at; 0 when there is none.
 last_checkpoint_step() {{
@@ -64,29 +90,25 @@ restarts=${{SLURM_RESTART_COUNT:-0}}
 start_step=$(last_checkpoint_step)
 say "job ${{SLURM_JOB_ID:-?}} (start $((restarts + 1))): ${{SLURM_JOB_NUM_NODES:-?}} node(s) ${{SLURM_JOB_NODELIST:-?}}; last checkpoint: step $start_step"
 
-# Slurm's stop signal (USR1 at the time limit's lead, TERM on preemption or scancel) reaches
-# this shell; the ranks get USR1, checkpoint at their next step boundary and exit $REQUEUE_EXIT.
-ranks_pid=""
-interrupted=0
-forward() {{
-  interrupted=1
-  say "received SIG$1: the ranks checkpoint at their next step boundary and stop"
-  if [[ -n "$ranks_pid" ]]; then kill -USR1 "$ranks_pid" 2>/dev/null || true; fi
-}}
-trap 'forward USR1' USR1
-trap 'forward TERM' TERM
-
 say "starting the ranks: ${{ranks[*]}}"
+rm -f -- "$READY_FILE"
 "${{ranks[@]}}" &
 ranks_pid=$!
 while :; do
   interrupted=0
+  # A stop waiting for the ranks to be ready: look again every second while they run.
+  if (( stop_pending )) && kill -0 "$ranks_pid" 2>/dev/null; then
+    sleep 1
+    pass_stop_on
+    continue
+  fi
   wait "$ranks_pid"
   rc=$?
   # A trapped signal ends `wait` early with a status above 128: wait again for the ranks.
   if (( interrupted && rc > 128 )); then continue; fi
   break
 done
+rm -f -- "$READY_FILE"
 end_step=$(last_checkpoint_step)
 
 if (( rc == 0 )); then
@@ -120,6 +142,10 @@ exit 0
 )SH";
 
 }  // namespace
+
+std::string ranks_ready_file(const std::string& output_dir, const std::string& job_id) {
+  return output_dir + "/" + kReadyFilePrefix + job_id;
+}
 
 std::string slurm_log_pattern(const job::Job& job) { return job.job.output_dir + "/slurm-%j.out"; }
 
@@ -171,6 +197,8 @@ std::string sbatch_script(const job::Job& job, const ScriptPaths& paths) {
     script += "#SBATCH " + option + "\n";
   }
   script += fmt::format(kBody, fmt::arg("checkpoint_dir", shell_quote(job.checkpoint.dir)),
+                        fmt::arg("output_dir", shell_quote(job.job.output_dir)),
+                        fmt::arg("ready_prefix", kReadyFilePrefix),
                         fmt::arg("max_requeues", job.slurm.max_requeues),
                         fmt::arg("requeue_exit", common::kExitRequeue),
                         fmt::arg("cpus_per_task", job.slurm.cpus_per_task),

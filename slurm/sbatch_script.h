@@ -23,6 +23,10 @@ std::string sbatch_script(const job::Job& job, const ScriptPaths& paths);
 // The `#SBATCH` options of the script, in order, without the "#SBATCH " prefix.
 std::vector<std::string> sbatch_options(const job::Job& job);
 
+// The file rank 0 creates once every rank handles the stop signal; the batch script passes
+// Slurm's stop signal on to the ranks only when it exists.
+std::string ranks_ready_file(const std::string& output_dir, const std::string& job_id);
+
 // Where Slurm writes the batch script's output (%j: the job id).
 std::string slurm_log_pattern(const job::Job& job);
 

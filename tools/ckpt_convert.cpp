@@ -7,7 +7,6 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 
@@ -20,8 +19,11 @@
 #include "checkpoint/hf_folder.h"
 #include "checkpoint/safetensors_stream_writer.h"
 #include "checkpoint/safetensors_torch.h"
-#include "checkpoint/sharded_checkpoint.h"
+#include "checkpoint/commit.h"
+#include "checkpoint/manifest.h"
+#include "common/atomic_file.h"
 #include "common/error.h"
+#include "common/file_io.h"
 #include "common/process_memory.h"
 #include "runtime/fsdp/llama_units.h"
 #include "runtime/fsdp/shard_layout.h"
@@ -82,20 +84,17 @@ int64_t numel(const std::vector<int64_t>& shape) {
   return n;
 }
 
-// A full checkpoint written tensor by tensor: model.h5 and a manifest, committed by rename.
+// A full checkpoint written tensor by tensor: model.h5 and a manifest, committed as the training
+// writes its checkpoints (checkpoint/commit.h).
 class FullWriter {
  public:
-  FullWriter(const std::string& out, json manifest) : out_(out), tmp_(out + ".tmp"), manifest_(std::move(manifest)) {
-    ST_CHECK(!fs::exists(out_), ErrorKind::kIo, "{} exists already: choose a new directory", out_);
-    fs::remove_all(tmp_);
-    fs::create_directories(tmp_);
+  FullWriter(const std::string& out, checkpoint::Manifest manifest) : pending_(out), manifest_(std::move(manifest)) {
     H5Handle fapl(ST_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)), H5Pclose);
     ST_H5_CHECK(H5Pset_file_locking(fapl.get(), false, true));
-    file_ = H5Handle(ST_H5_CHECK(H5Fcreate((tmp_ + "/model.h5").c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl.get())), H5Fclose);
-    manifest_["slices"] = json::array();
-    manifest_["layout"] = "full";
-    manifest_["version"] = checkpoint::kShardedFormatVersion;  // what this writer writes, whatever it read
-    manifest_["crc32_block"] = checkpoint::kCrcBlock;
+    file_ = H5Handle(ST_H5_CHECK(H5Fcreate((pending_.dir() + "/model.h5").c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl.get())),
+                     H5Fclose);
+    manifest_.slices.clear();
+    manifest_.layout = "full";
   }
   // A tensor in pieces: begin, then its elements in order, then end.
   void begin(const std::string& kind, const std::string& name, const std::vector<int64_t>& shape) {
@@ -119,19 +118,18 @@ class FullWriter {
   }
   void end() {
     ST_H5_CHECK(dataset_.close());
-    manifest_["slices"].push_back({{"kind", kind_}, {"tensor", name_}, {"file", "model.h5"}, {"dataset", name_},
-                                   {"offset", 0}, {"length", written_}, {"crc32_blocks", crc_.finish()}});
+    manifest_.slices.push_back({kind_, name_, "model.h5", name_, 0, written_, checkpoint::kCrcBlock, crc_.finish()});
   }
   void commit() {
     groups_.clear();
     ST_H5_CHECK(file_.close());
-    std::ofstream(tmp_ + "/manifest.json") << manifest_.dump(1);
-    fs::rename(tmp_, out_);
+    common::fsync_path(pending_.dir() + "/model.h5", false);
+    pending_.commit(manifest_);
   }
 
  private:
-  std::string out_, tmp_;
-  json manifest_;
+  checkpoint::PendingDirectory pending_;
+  checkpoint::Manifest manifest_;
   H5Handle file_;
   std::map<std::string, H5Handle> groups_;
   H5Handle dataset_;
@@ -144,16 +142,15 @@ class FullWriter {
 
 void consolidate(const std::string& src, const std::string& out) {
   checkpoint::CheckpointReader reader(src);
-  json manifest = reader.manifest();
-  FullWriter writer(out, manifest);
+  FullWriter writer(out, reader.manifest());
   uint64_t total = 0;
   for (const std::string& name : reader.tensor_names())
-    for (const char* kind : {"param", "exp_avg", "exp_avg_sq"})
+    for (const char* kind : checkpoint::kStateKinds)
       if (reader.has(kind, name)) total += static_cast<uint64_t>(numel(reader.shape(name))) * 4;
   Progress progress(total);
   std::vector<float> piece(static_cast<size_t>(kPiece));
   for (const std::string& name : reader.tensor_names())
-    for (const char* kind : {"param", "exp_avg", "exp_avg_sq"}) {
+    for (const char* kind : checkpoint::kStateKinds) {
       if (!reader.has(kind, name)) continue;
       writer.begin(kind, name, reader.shape(name));
       checkpoint::CheckpointReader::Stream stream = reader.stream(kind, name);
@@ -170,15 +167,13 @@ void consolidate(const std::string& src, const std::string& out) {
 void reshard(const std::string& src, const std::string& out, int world_size) {
   ST_CHECK(world_size >= 1, ErrorKind::kUsage, "--world-size must be at least 1, got {}", world_size);
   checkpoint::CheckpointReader reader(src);
-  json manifest = reader.manifest();
-  ST_CHECK(manifest.contains("model_config"), ErrorKind::kConfig,
+  checkpoint::Manifest manifest = reader.manifest();
+  ST_CHECK(!manifest.model_config.is_null(), ErrorKind::kConfig,
            "{} records no model config.json: its FSDP units cannot be laid out", src);
-  model::LlamaForCausalLM skeleton(model::LlamaConfig::from_json(manifest.at("model_config"), src + "/manifest.json"),
+  model::LlamaForCausalLM skeleton(model::LlamaConfig::from_json(manifest.model_config, src + "/manifest.json"),
                                    at::TensorOptions().device(at::kMeta));
-  ST_CHECK(!fs::exists(out), ErrorKind::kIo, "{} exists already: choose a new directory", out);
-  const std::string tmp = out + ".tmp";
-  fs::remove_all(tmp);
-  fs::create_directories(tmp);
+  checkpoint::PendingDirectory pending(out);
+  const std::string tmp = pending.dir();
   std::vector<fsdp::FlatLayout> layouts;
   uint64_t total = 0;
   for (const auto& unit : fsdp::llama_units(skeleton)) {
@@ -188,7 +183,7 @@ void reshard(const std::string& src, const std::string& out, int world_size) {
     total += static_cast<uint64_t>(layouts.back().numel()) * 4;
   }
   std::vector<std::string> kinds;
-  for (const char* kind : {"param", "exp_avg", "exp_avg_sq"})
+  for (const char* kind : checkpoint::kStateKinds)
     if (reader.has(kind, layouts.front().params().front().name)) kinds.emplace_back(kind);
   Progress progress(total * kinds.size());
   // Every rank's file open at once, so each tensor is read once, front to back, and its pieces go
@@ -218,7 +213,7 @@ void reshard(const std::string& src, const std::string& out, int world_size) {
     H5Handle handle;
     checkpoint::BlockCrc crc;
   };
-  json slices = json::array();
+  std::vector<checkpoint::ManifestSlice> slices;
   std::vector<float> piece(static_cast<size_t>(kPiece));
   for (const std::string& kind : kinds) {
     for (const fsdp::FlatLayout& layout : layouts) {
@@ -253,8 +248,8 @@ void reshard(const std::string& src, const std::string& out, int world_size) {
         }
         for (Out& o : outs) {
           ST_H5_CHECK(o.handle.close());
-          slices.push_back({{"kind", kind}, {"tensor", p.name}, {"file", files[static_cast<size_t>(o.rank)].name},
-                            {"dataset", o.dataset}, {"offset", o.offset}, {"length", o.length}, {"crc32_blocks", o.crc.finish()}});
+          slices.push_back({kind, p.name, files[static_cast<size_t>(o.rank)].name, o.dataset, o.offset, o.length,
+                            checkpoint::kCrcBlock, o.crc.finish()});
         }
       }
     }
@@ -262,24 +257,22 @@ void reshard(const std::string& src, const std::string& out, int world_size) {
   for (RankFile& f : files) {
     f.groups.clear();
     ST_H5_CHECK(f.file.close());
+    common::fsync_path(tmp + "/" + f.name, false);
   }
-  manifest["slices"] = slices;
-  manifest["layout"] = "sharded";
-  manifest["version"] = checkpoint::kShardedFormatVersion;
-  manifest["crc32_block"] = checkpoint::kCrcBlock;
-  manifest["world_size"] = world_size;
-  manifest["shard_group_size"] = world_size;
-  std::ofstream(tmp + "/manifest.json") << manifest.dump(1);
-  fs::rename(tmp, out);
+  manifest.slices = std::move(slices);
+  manifest.layout = "sharded";
+  manifest.world_size = world_size;
+  manifest.shard_group_size = world_size;
+  pending.commit(manifest);
   progress.finish("resharded");
 }
 
 void export_hf(const std::string& src, const std::string& out, const std::string& dtype, uint64_t max_shard_bytes,
                const std::string& tokenizer_dir) {
   checkpoint::CheckpointReader reader(src);
-  ST_CHECK(reader.manifest().contains("model_config"), ErrorKind::kConfig,
+  ST_CHECK(!reader.manifest().model_config.is_null(), ErrorKind::kConfig,
            "{} records no model config.json, so it cannot become a Hugging Face folder", src);
-  json config = reader.manifest().at("model_config");
+  json config = reader.manifest().model_config;
   const model::LlamaConfig cfg = model::LlamaConfig::from_json(config, src + "/manifest.json model_config");
   const checkpoint::StDtype st = dtype == "bf16" ? checkpoint::StDtype::kBF16 : checkpoint::StDtype::kF32;
   config["torch_dtype"] = dtype == "bf16" ? "bfloat16" : "float32";
@@ -319,9 +312,9 @@ void export_hf(const std::string& src, const std::string& out, const std::string
     writer.finish();
   }
   if (shards.size() > 1)
-    std::ofstream(out + "/" + checkpoint::kSafeWeightsIndexName)
-        << json{{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}}.dump(2);
-  std::ofstream(out + "/config.json") << config.dump(2);
+    common::write_file_atomically(out + "/" + checkpoint::kSafeWeightsIndexName,
+                                  json{{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}}.dump(2));
+  common::write_file_atomically(out + "/config.json", config.dump(2));
   if (!tokenizer_dir.empty())
     for (const char* f : checkpoint::kTokenizerFileNames)
       if (fs::exists(fs::path(tokenizer_dir) / f)) fs::copy_file(fs::path(tokenizer_dir) / f, fs::path(out) / f);
@@ -331,20 +324,16 @@ void export_hf(const std::string& src, const std::string& out, const std::string
 void import_hf(const std::string& hf_dir, const std::string& out) {
   const checkpoint::HfFolder folder = checkpoint::HfFolder::open(hf_dir);
   const model::LlamaConfig cfg = model::LlamaConfig::from_json(folder.config(), hf_dir + "/config.json");
-  json manifest = {{"format", "shardtune-sharded"}, {"version", checkpoint::kShardedFormatVersion},
-                   {"step", 0}, {"epoch", 0}, {"sample_in_epoch", 0}, {"loss_scale", 0.0}, {"optimizer_step", 0},
-                   {"has_optimizer", false}, {"world_size", 1}, {"shard_group_size", 1}, {"job", ""},
-                   {"model_config", cfg.to_json()}};
-  json tensors = json::object();
+  checkpoint::Manifest manifest;  // step 0, no optimizer, as if saved by one rank
+  manifest.model_config = cfg.to_json();
   model::LlamaForCausalLM skeleton(cfg, at::TensorOptions().device(at::kMeta));
   uint64_t total = 0;
   for (const model::NamedParam& p : skeleton.named_parameters()) {
     ST_CHECK(folder.info(p.name).shape == std::vector<int64_t>(p.tensor->sizes().begin(), p.tensor->sizes().end()),
              ErrorKind::kConfig, "{}: {} does not have the shape config.json implies", hf_dir, p.name);
-    tensors[p.name] = {{"shape", p.tensor->sizes().vec()}, {"dtype", "F32"}};
+    manifest.tensors[p.name] = {p.tensor->sizes().vec(), "F32"};
     total += static_cast<uint64_t>(p.tensor->numel()) * 4;
   }
-  manifest["tensors"] = tensors;
   FullWriter writer(out, manifest);
   Progress progress(total);
   checkpoint::HfTensorSource source(hf_dir);

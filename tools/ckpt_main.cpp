@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/h5_check.h"
+#include "checkpoint/manifest.h"
 #include "checkpoint/sharded_checkpoint.h"
 #include "common/process_memory.h"
 #include "tools/ckpt_convert.h"
@@ -23,25 +24,20 @@ using namespace shardtune;
 namespace {
 
 int inspect(const std::string& dir) {
-  const nlohmann::json m = checkpoint::read_checkpoint_manifest(dir);
-  fmt::print("{}: shardtune sharded checkpoint, format version {}\n", dir, m.at("version").get<int>());
+  const checkpoint::Manifest m = checkpoint::read_manifest(dir);
+  fmt::print("{}: shardtune {} checkpoint, format version {}\n", dir, m.layout, m.version);
   fmt::print("step {} (epoch {}, {} samples into it); saved by {} ranks in shard groups of {}; optimizer state: {}\n",
-             m.at("step").get<int64_t>(), m.at("epoch").get<int64_t>() + 1, m.at("sample_in_epoch").get<int64_t>(),
-             m.at("world_size").get<int>(), m.at("shard_group_size").get<int>(),
-             m.value("has_optimizer", false) ? "yes" : "no");
+             m.step, m.epoch + 1, m.sample_in_epoch, m.world_size, m.shard_group_size, m.has_optimizer ? "yes" : "no");
   std::map<std::string, int64_t> files;
-  for (const auto& s : m.at("slices")) files[s.at("file")] += s.at("length").get<int64_t>() * 4;
+  for (const checkpoint::ManifestSlice& s : m.slices) files[s.file] += s.length * 4;
   int64_t total = 0;
   fmt::print("{:<56} {:<18} {:>5} {:>12}\n", "tensor", "shape", "dtype", "bytes");
-  for (const auto& [name, t] : m.at("tensors").items()) {
-    const auto shape = t.at("shape").get<std::vector<int64_t>>();
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    total += n * 4;
-    fmt::print("{:<56} {:<18} {:>5} {:>12}\n", name, fmt::format("[{}]", fmt::join(shape, ", ")),
-               t.at("dtype").get<std::string>(), n * 4);
+  for (const auto& [name, t] : m.tensors) {
+    total += t.numel() * 4;
+    fmt::print("{:<56} {:<18} {:>5} {:>12}\n", name, fmt::format("[{}]", fmt::join(t.shape, ", ")), t.dtype,
+               t.numel() * 4);
   }
-  fmt::print("{} tensors, {:.3f} GB of parameters; {} files:\n", m.at("tensors").size(), static_cast<double>(total) / 1e9,
+  fmt::print("{} tensors, {:.3f} GB of parameters; {} files:\n", m.tensors.size(), static_cast<double>(total) / 1e9,
              files.size());
   for (const auto& [file, bytes] : files) fmt::print("  {} ({:.3f} GB with optimizer state)\n", file, static_cast<double>(bytes) / 1e9);
   return 0;

@@ -5,7 +5,8 @@
 #  - a checkpoint saved at 4 ranks resumes at 2 and at 3 ranks, continuing the same data order,
 #    with losses within 1e-5 of the uninterrupted run;
 #  - files are plain HDF5 that h5py reads, with checksums that are zlib's CRC-32;
-#  - a corrupt slice is refused with the file named; uncommitted directories are never resumed.
+#  - a corrupt slice is refused with the file named; uncommitted directories are never resumed;
+#  - an explicit resume path is used by the first start only, not again by a requeued one.
 # usage: checkpoint_test.sh SHARDTUNE SOURCE_DIR SHARDTUNE_CKPT
 set -u
 st=$1 src=$2 ckpt=$3
@@ -56,6 +57,18 @@ run "$tmp/straight" 4 3 20 || fail "straight run: $(tail -5 "$tmp/log")"
 run "$tmp/resumed" 4 3 10 || fail "first half: $(tail -5 "$tmp/log")"
 run "$tmp/resumed" 4 3 20 || fail "second half: $(tail -5 "$tmp/log")"
 grep -q "resuming at step 10" "$tmp/resumed/logs/rank-00000.log" || fail "the second half did not resume"
+
+# An explicit resume path is where the job's first start begins; a requeued start (Slurm's restart
+# count above 0) continues from the job's own newest checkpoint instead of retraining from it.
+once="$tmp/resume-once"
+run "$once" 4 3 20 --set "checkpoint.resume=$tmp/resumed/checkpoints/step-0000010" ||
+  fail "resume from an explicit path: $(tail -5 "$tmp/log")"
+grep -q "resuming at step 10" "$once/logs/rank-00000.log" || fail "the explicit path was not resumed"
+SLURM_RESTART_COUNT=1 run "$once" 4 3 25 --set "checkpoint.resume=$tmp/resumed/checkpoints/step-0000010" ||
+  fail "requeued start: $(tail -5 "$tmp/log")"
+grep -q "continuing from the job's own checkpoint $once/checkpoints/step-0000020" "$once/logs/rank-00000.log" ||
+  fail "a requeued start went back to the explicit resume path"
+grep -q "resuming at step 20" "$once/logs/rank-00000.log" || fail "the requeued start did not resume at step 20"
 [ "$(losses "$tmp/straight")" = "$(losses "$tmp/resumed")" ] || fail "resumed losses differ from the straight run's"
 [ "$(losses "$tmp/straight" | wc -l)" -eq 20 ] || fail "expected 20 losses"
 a=$(slices "$tmp/straight/checkpoints/step-0000020/manifest.json")

@@ -14,6 +14,7 @@
 #include <map>
 #include <tuple>
 
+#include "checkpoint/manifest.h"
 #include "checkpoint/sharded_checkpoint.h"
 #include "common/job/schema.h"
 #include "runtime/model/init.h"
@@ -51,8 +52,7 @@ std::string shared_dir(const std::string& name) {
 
 std::map<SliceKey, std::vector<uint32_t>> slice_sums(const std::string& dir) {
   std::map<SliceKey, std::vector<uint32_t>> out;
-  for (const auto& s : checkpoint::read_checkpoint_manifest(dir).at("slices"))
-    out[{s.at("kind"), s.at("tensor"), s.at("offset")}] = s.at("crc32_blocks").get<std::vector<uint32_t>>();
+  for (const checkpoint::ManifestSlice& s : checkpoint::read_manifest(dir).slices) out[{s.kind, s.tensor, s.offset}] = s.crcs;
   return out;
 }
 
@@ -136,10 +136,10 @@ TEST(DeviceCheckpoint, DeviceAndCpuSavesAreTheSameFilesAndLoadIntoEachOther) {
 
       // Written on the device, resumed on the CPU; written on the CPU, resumed on the device.
       Trained cpu_resume(c10::kCPU, pure_bf16, dist::make_mpi_groups(MPI_COMM_WORLD, world, 60.0));
-      checkpoint::load_sharded_checkpoint(cpu_resume.model, &cpu_resume.optimizer, from_device, MPI_COMM_WORLD);
+      checkpoint::load_sharded_checkpoint(cpu_resume.model, &cpu_resume.optimizer, from_device, *cpu_resume.groups.world);
       expect_same_state(cpu_resume, on_device);
       Trained device_resume(device, pure_bf16, testing_support::make_test_groups(world));
-      checkpoint::load_sharded_checkpoint(device_resume.model, &device_resume.optimizer, from_cpu, MPI_COMM_WORLD);
+      checkpoint::load_sharded_checkpoint(device_resume.model, &device_resume.optimizer, from_cpu, *device_resume.groups.world);
       expect_same_state(device_resume, on_device);
       MPI_Barrier(MPI_COMM_WORLD);
       if (rank == 0) fs::remove_all(root);

@@ -6,6 +6,8 @@
 #   requeue                 USR1 -> checkpoint -> requeue -> resume -> finish, bitwise equal to a straight run
 #   time_limit              a real 1-minute limit: Slurm's USR1 lead signal, requeue, resume, completion
 #                           (step budgets that hold on a machine of any speed)
+#   early_signal            Slurm's stop signal before the ranks exist: held back until they handle it;
+#                           they checkpoint after their first step and requeue (not killed by it)
 #   resize                  stopped without requeue, resubmitted as 1 node x 3 ranks: resumes and completes
 #   kill9                   kill -9 of one rank: FAILED within 60 s, no rank left, rank named, checkpoint intact
 #   stream                  a Hugging Face folder streamed into shards across 2 nodes, by one reader per
@@ -178,6 +180,40 @@ time_limit)
       fail "no final checkpoint at step $((first + 20))"
     echo "time limit: signalled and requeued at step $first, resumed, completed at step $((first + 20))"
   fi
+  ;;
+
+early_signal)
+  # srun's prolog runs on the batch node before the step starts and holds the launch until the
+  # batch script has received the stop signal: on a machine of any speed, the signal arrives
+  # before any rank could handle it. The ranks must get it once they are ready, checkpoint at
+  # their next step boundary and exit for a requeue, which the batch script then asks for.
+  out="$out_root/run"
+  hold="$out_root/hold-launch.sh"
+  printf '#!/bin/bash\nfor _ in $(seq 1200); do grep -qs "received SIGUSR1" %s/slurm-*.out && exit 0; sleep 0.1; done\n' \
+    "$out" >"$hold"
+  chmod +x "$hold"
+  job=$(submit "$out" --set train.max_train_step=100000 --set checkpoint.every_steps=0 \
+    --set "launch.extra_srun_options=[\"--prolog=$hold\"]") || fail "submit failed"
+  log="$out/slurm-$job.out"
+  deadline=$((SECONDS + 120))
+  until grep -qs "starting the ranks" "$log" || ((SECONDS > deadline)); do sleep 0.2; done
+  scancel --signal=USR1 --batch "$job"
+  deadline=$((SECONDS + 300))
+  while ((SECONDS < deadline)); do
+    s=$(state "$job")
+    [[ "$s" == PENDING && "$(field "$job" Restarts)" == 1 ]] && break
+    [[ "$s" == COMPLETED || "$s" == FAILED || "$s" == CANCELLED || "$s" == TIMEOUT ]] && break
+    sleep 1
+  done
+  scancel "$job" 2>/dev/null
+  [[ "$s" == PENDING ]] || { fail "the job is $s, not requeued after the early signal"; show_log "$log"; }
+  grep -q "the ranks are still starting: the signal reaches them once they are ready" "$log" ||
+    fail "the signal did not arrive before the ranks were ready"
+  first=$(readlink "$out/checkpoints/latest" || echo step-0)
+  first=$((10#${first#step-}))
+  ((first >= 1)) || fail "no checkpoint after the early signal"
+  grep -q "checkpoint at step $first: requeueing job $job" "$log" || fail "the job did not requeue itself at step $first"
+  ls "$out"/.ranks-ready-* >/dev/null 2>&1 && fail "the ready file was left behind"
   ;;
 
 resize)

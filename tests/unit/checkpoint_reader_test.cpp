@@ -229,7 +229,7 @@ TEST_F(CheckpointReaderTest, AManifestWithTheWrongNumberOfSumsIsNamed) {
     CheckpointReader reader(dir_);
     ADD_FAILURE() << "a broken manifest was accepted";
   } catch (const common::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("slice a@20 of a: 5 checksums listed for 6 blocks"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("slice 1 (param of \"a\" in \"f1.h5\"): 5 checksums listed for 6 blocks"), std::string::npos) << e.what();
   }
   m["slices"][1].erase("crc32_blocks");
   std::ofstream(dir_ + "/manifest.json") << m.dump();
@@ -237,8 +237,7 @@ TEST_F(CheckpointReaderTest, AManifestWithTheWrongNumberOfSumsIsNamed) {
     CheckpointReader reader(dir_);
     ADD_FAILURE() << "a manifest without checksums was accepted";
   } catch (const common::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("slice a@20 of a: the manifest is broken"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("crc32_blocks"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("slice 1: \"crc32_blocks\" is missing"), std::string::npos) << e.what();
   }
 }
 

@@ -1,0 +1,244 @@
+// The checkpoint commit protocol.
+#include "checkpoint/commit.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <stdio.h>  // renameat2
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <map>
+
+#include "checkpoint/fault_injection.h"
+#include "common/atomic_file.h"
+#include "common/error.h"
+
+namespace shardtune::checkpoint {
+namespace {
+
+namespace fs = std::filesystem;
+using common::ErrorKind;
+
+constexpr const char* kTmpPrefix = ".tmp-";
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(fs::file_time_type::clock::now().time_since_epoch())
+      .count();
+}
+
+int64_t mtime_ns(const fs::path& p) {
+  std::error_code ec;
+  const auto t = fs::last_write_time(p, ec);
+  return ec ? 0 : std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
+std::string unique_suffix() {
+  static std::atomic<uint64_t> counter{0};
+  std::array<char, 64> host{};
+  ::gethostname(host.data(), host.size() - 1);
+  return fmt::format("{}-{}-{}", host.data(), ::getpid(), counter++);
+}
+
+// Puts `from` in place of `to`. An existing `to` is swapped out atomically (both names exist
+// throughout) and then removed; removal failures come back as warnings.
+void rename_into_place(const std::string& from, const std::string& to, std::vector<std::string>& warnings) {
+  if (::rename(from.c_str(), to.c_str()) == 0) return;
+  const int err = errno;
+  ST_CHECK(err == EEXIST || err == ENOTEMPTY, ErrorKind::kIo, "cannot rename {} to {}: {}", from, to, std::strerror(err));
+  // A committed checkpoint of the same step (a rerun): exchange, so that no moment is without one.
+  if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_EXCHANGE) != 0) {
+    // A filesystem without RENAME_EXCHANGE: move the old one aside first.
+    const std::string aside = fmt::format("{}/{}replaced-{}", fs::path(to).parent_path().string(), kTmpPrefix,
+                                          unique_suffix());
+    ST_CHECK(::rename(to.c_str(), aside.c_str()) == 0, ErrorKind::kIo, "cannot move {} aside: {}", to,
+             std::strerror(errno));
+    ST_CHECK(::rename(from.c_str(), to.c_str()) == 0, ErrorKind::kIo, "cannot rename {} to {}: {}", from, to,
+             std::strerror(errno));
+    std::error_code ec;
+    fs::remove_all(aside, ec);
+    if (ec) warnings.push_back(fmt::format("could not remove the replaced checkpoint {}: {}", aside, ec.message()));
+    return;
+  }
+  std::error_code ec;
+  fs::remove_all(from, ec);  // now the replaced checkpoint
+  if (ec) warnings.push_back(fmt::format("could not remove the replaced checkpoint (now {}): {}", from, ec.message()));
+}
+
+struct Committed {
+  std::string name;
+  int64_t step;
+};
+
+// Directories named step-N with a manifest file, lowest step first.
+std::vector<Committed> committed_dirs(const std::string& root) {
+  std::vector<Committed> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const std::string name = e.path().filename().string();
+    const auto step = step_of_dir_name(name);
+    if (step && fs::exists(e.path() / kManifestFile)) out.push_back({name, *step});
+  }
+  std::sort(out.begin(), out.end(), [](const Committed& a, const Committed& b) { return a.step < b.step; });
+  return out;
+}
+
+// Validates the manifest by reading it back as text, then writes it last and durably.
+void write_manifest(const std::string& dir, const Manifest& manifest) {
+  for (const ManifestSlice& s : manifest.slices)
+    ST_CHECK(is_plain_file_name(s.file) && fs::exists(fs::path(dir) / s.file), ErrorKind::kInternal,
+             "the manifest lists {}, which is not in {}", s.file, dir);
+  const std::string text = manifest_text(manifest);
+  parse_manifest(text, dir + "/" + kManifestFile);  // what is committed reads back, or nothing is
+  common::AtomicFile file(dir + "/" + kManifestFile);
+  file.write(text);
+  file.commit();  // fsyncs the file and the directory
+}
+
+}  // namespace
+
+std::string step_dir_name(int64_t step) { return fmt::format("step-{:07d}", step); }
+
+std::optional<int64_t> step_of_dir_name(const std::string& name) {
+  constexpr std::string_view kPrefix = "step-";
+  if (name.size() <= kPrefix.size() || name.size() > kPrefix.size() + 18 || name.compare(0, kPrefix.size(), kPrefix) != 0)
+    return std::nullopt;
+  int64_t step = 0;
+  for (size_t i = kPrefix.size(); i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return std::nullopt;
+    step = step * 10 + (name[i] - '0');
+  }
+  return step;
+}
+
+PendingCheckpoint::PendingCheckpoint(std::string root, int64_t step)
+    : root_(std::move(root)),
+      step_(step),
+      dir_(fmt::format("{}/{}{}-{}", root_, kTmpPrefix, step_dir_name(step), unique_suffix())),
+      started_ns_(now_ns()) {
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  ST_CHECK(!ec, ErrorKind::kIo, "cannot create {}: {}", dir_, ec.message());
+}
+
+PendingCheckpoint::~PendingCheckpoint() {
+  if (committed_) return;
+  std::error_code ec;
+  fs::remove_all(dir_, ec);
+}
+
+PendingCheckpoint::Committed PendingCheckpoint::commit(const Manifest& manifest, int64_t keep_last) {
+  ST_CHECK(!committed_, ErrorKind::kInternal, "{} committed twice", dir_);
+  write_manifest(dir_, manifest);
+  kill_point("manifest-written", manifest.step);
+  const std::string final_dir = root_ + "/" + step_dir_name(step_);
+  Committed out{final_dir, {}};
+  rename_into_place(dir_, final_dir, out.warnings);
+  committed_ = true;
+  common::fsync_path(root_, true);
+  kill_point("renamed", manifest.step);
+  // `latest` moves atomically: a new link under a name of its own, renamed over the old one.
+  try {
+    const std::string link_tmp = fmt::format("{}/{}latest-{}", root_, kTmpPrefix, unique_suffix());
+    fs::create_directory_symlink(step_dir_name(step_), link_tmp);
+    fs::rename(link_tmp, root_ + "/latest");
+    common::fsync_path(root_, true);
+  } catch (const std::exception& e) {
+    out.warnings.push_back(fmt::format("could not point {}/latest at {}: {}", root_, step_dir_name(step_), e.what()));
+  }
+  kill_point("latest-updated", manifest.step);
+  if (keep_last > 0) {
+    std::vector<std::string> pruned = prune_checkpoints(root_, keep_last, step_dir_name(step_), started_ns_);
+    out.warnings.insert(out.warnings.end(), pruned.begin(), pruned.end());
+  }
+  return out;
+}
+
+namespace {
+
+// "out/" and "out/." name the same directory as "out".
+std::string without_trailing_slash(const std::string& dir) {
+  std::string s = fs::path(dir).lexically_normal().string();
+  while (s.size() > 1 && s.back() == '/') s.pop_back();
+  return s;
+}
+
+}  // namespace
+
+PendingDirectory::PendingDirectory(std::string final_dir)
+    : final_dir_(without_trailing_slash(final_dir)), dir_(fmt::format("{}{}{}", final_dir_, kTmpPrefix, unique_suffix())) {
+  std::error_code ec;
+  ST_CHECK(!fs::exists(final_dir_, ec), ErrorKind::kIo, "{} exists already: choose a new directory", final_dir_);
+  fs::create_directories(dir_, ec);
+  ST_CHECK(!ec, ErrorKind::kIo, "cannot create {}: {}", dir_, ec.message());
+}
+
+PendingDirectory::~PendingDirectory() {
+  if (committed_) return;
+  std::error_code ec;
+  fs::remove_all(dir_, ec);
+}
+
+void PendingDirectory::commit(const Manifest& manifest) {
+  ST_CHECK(!committed_, ErrorKind::kInternal, "{} committed twice", dir_);
+  write_manifest(dir_, manifest);
+  ST_CHECK(::rename(dir_.c_str(), final_dir_.c_str()) == 0, ErrorKind::kIo, "cannot rename {} to {}: {}", dir_,
+           final_dir_, std::strerror(errno));
+  committed_ = true;
+  std::string parent = fs::path(final_dir_).parent_path().string();
+  common::fsync_path(parent.empty() ? "." : parent, true);
+}
+
+std::vector<std::string> prune_checkpoints(const std::string& root, int64_t keep_last, const std::string& keep,
+                                           int64_t older_than_ns) {
+  std::vector<std::string> problems;
+  const std::vector<Committed> all = committed_dirs(root);
+  const std::optional<int64_t> kept_step = step_of_dir_name(keep);
+  // Only checkpoints of a lower step than the one just committed may go, lowest first, while more
+  // than keep_last remain. A higher step belongs to another run of this directory: never touched.
+  size_t remaining = all.size();
+  for (const Committed& c : all) {
+    if (remaining <= static_cast<size_t>(keep_last) || !kept_step || c.step >= *kept_step) break;
+    std::error_code ec;
+    fs::remove_all(fs::path(root) / c.name, ec);
+    if (ec) {
+      problems.push_back(fmt::format("could not prune checkpoint {}/{}: {}", root, c.name, ec.message()));
+      continue;
+    }
+    --remaining;
+  }
+  // Leftovers of saves that died: temporary directories untouched since before this save began.
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(kTmpPrefix, 0) != 0 || mtime_ns(e.path()) >= older_than_ns) continue;
+    std::error_code rm;
+    fs::remove_all(e.path(), rm);
+    if (rm) problems.push_back(fmt::format("could not remove the leftover {}: {}", e.path().string(), rm.message()));
+  }
+  return problems;
+}
+
+std::optional<std::string> find_latest_checkpoint(const std::string& root) {
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return std::nullopt;
+  std::vector<Committed> all = committed_dirs(root);
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    const std::string dir = root + "/" + it->name;
+    try {
+      read_manifest(dir);
+      return dir;
+    } catch (const common::Error& e) {
+      spdlog::warn("skipping {}: {}", dir, e.what());
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace shardtune::checkpoint

@@ -1,0 +1,79 @@
+// How a checkpoint becomes visible, for training and for every tool alike. Files are written into
+// a temporary directory whose name no other writer uses; every file is closed and fsynced; the
+// manifest is written last (an AtomicFile); the directory is fsynced and renamed to step-NNNNNNN
+// (a committed checkpoint already under that name is swapped out in one atomic rename and only
+// then removed); `latest` moves to it atomically; then older checkpoints are pruned. A crash at any
+// point leaves either the new checkpoint committed or the previous state intact. Failures after
+// the rename (pruning, cleaning up) do not undo the commit: they come back as warnings.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "checkpoint/manifest.h"
+
+namespace shardtune::checkpoint {
+
+// "step-0000400"; a step past 9,999,999 takes more digits.
+std::string step_dir_name(int64_t step);
+// The step of a checkpoint directory's name ("step-" and digits), or nullopt.
+std::optional<int64_t> step_of_dir_name(const std::string& name);
+
+class PendingCheckpoint {
+ public:
+  // Creates <root>/.tmp-step-NNNNNNN-<host>-<pid>-<n> (and root). Throws common::Error(kIo).
+  PendingCheckpoint(std::string root, int64_t step);
+  // Removes the temporary directory unless committed; never throws.
+  ~PendingCheckpoint();
+  PendingCheckpoint(const PendingCheckpoint&) = delete;
+  PendingCheckpoint& operator=(const PendingCheckpoint&) = delete;
+
+  const std::string& dir() const { return dir_; }  // where the files go
+  const std::string& root() const { return root_; }
+
+  struct Committed {
+    std::string dir;                    // <root>/step-NNNNNNN
+    std::vector<std::string> warnings;  // what went wrong after the commit (pruning, cleanup)
+  };
+  // Writes the manifest, fsyncs, renames into place, moves `latest`, prunes to `keep_last`
+  // committed checkpoints (0: none pruned). Throws common::Error(kIo) if nothing was committed.
+  Committed commit(const Manifest& manifest, int64_t keep_last);
+
+ private:
+  std::string root_;
+  int64_t step_;
+  std::string dir_;
+  int64_t started_ns_;  // when this save began: uncommitted directories older than that are leftovers
+  bool committed_ = false;
+};
+
+// A checkpoint directory of the tools (consolidate, reshard, import-hf), which name their output:
+// files go into a temporary sibling directory; commit() writes the manifest last and renames the
+// directory to `final_dir`, which must not exist (a tool never replaces a checkpoint).
+class PendingDirectory {
+ public:
+  explicit PendingDirectory(std::string final_dir);  // throws common::Error(kIo) if final_dir exists
+  ~PendingDirectory();                                // removes the temporary directory unless committed
+  PendingDirectory(const PendingDirectory&) = delete;
+  PendingDirectory& operator=(const PendingDirectory&) = delete;
+  const std::string& dir() const { return dir_; }
+  void commit(const Manifest& manifest);
+
+ private:
+  std::string final_dir_, dir_;
+  bool committed_ = false;
+};
+
+// Removes committed checkpoints beyond the `keep_last` most recently committed ones; never `keep`
+// (the one just committed) nor one committed after it; and removes leftovers of saves that died
+// (temporary directories untouched since before `older_than_ns`). Returns what could not be done.
+std::vector<std::string> prune_checkpoints(const std::string& root, int64_t keep_last, const std::string& keep,
+                                           int64_t older_than_ns);
+
+// The most recently committed checkpoint under `root` whose manifest is sound (others are
+// skipped with a warning), or nullopt. Steps compare as numbers, not as names.
+std::optional<std::string> find_latest_checkpoint(const std::string& root);
+
+}  // namespace shardtune::checkpoint

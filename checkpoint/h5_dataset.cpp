@@ -1,0 +1,39 @@
+// Datasets opened only when they hold their own data.
+#include "checkpoint/h5_dataset.h"
+
+#include <fmt/format.h>
+
+#include "checkpoint/h5_check.h"
+#include "common/error.h"
+
+namespace shardtune::checkpoint {
+namespace {
+
+using common::ErrorKind;
+
+// `path` must exist as a hard link: no external file, no symbolic path.
+void require_hard_link(hid_t file, const std::string& path) {
+  const htri_t exists = H5Lexists(file, path.c_str(), H5P_DEFAULT);
+  ST_CHECK(exists > 0, ErrorKind::kIo, "{} is not in the file", path);
+  H5L_info_t info{};
+  ST_H5_CHECK(H5Lget_info(file, path.c_str(), &info, H5P_DEFAULT));
+  ST_CHECK(info.type == H5L_TYPE_HARD, ErrorKind::kIo, "{} is {}, not a dataset of this file: refused", path,
+           info.type == H5L_TYPE_EXTERNAL ? "a link to another file" : "a soft link");
+}
+
+}  // namespace
+
+H5Handle open_checked_dataset(hid_t file, const std::string& group, const std::string& name) {
+  const std::string group_path = "/" + group, path = group_path + "/" + name;
+  require_hard_link(file, group_path);
+  require_hard_link(file, path);
+  H5Handle ds(ST_H5_CHECK(H5Dopen2(file, path.c_str(), H5P_DEFAULT)), H5Dclose);
+  H5Handle dcpl(ST_H5_CHECK(H5Dget_create_plist(ds.get())), H5Pclose);
+  ST_CHECK(ST_H5_CHECK(H5Pget_external_count(dcpl.get())) == 0, ErrorKind::kIo,
+           "{} keeps its data in external files: refused", path);
+  ST_CHECK(H5Pget_layout(dcpl.get()) != H5D_VIRTUAL, ErrorKind::kIo,
+           "{} is a virtual dataset mapped onto other files: refused", path);
+  return ds;
+}
+
+}  // namespace shardtune::checkpoint

@@ -1,0 +1,19 @@
+// Opening a dataset of a checkpoint file, refusing what could make a read reach outside that
+// file: an external link on the path (H5L_TYPE_EXTERNAL), a soft link, a dataset stored in
+// external raw files, or a virtual dataset mapped onto other files. A checkpoint's files are
+// written by shardtune and hold their data themselves; anything else was made by someone else.
+#pragma once
+
+#include <hdf5.h>
+
+#include <string>
+
+#include "checkpoint/h5_handle.h"
+
+namespace shardtune::checkpoint {
+
+// Opens /<group>/<name>. Throws common::Error(kIo) saying what was refused, or kHdf5 when it is
+// not there.
+H5Handle open_checked_dataset(hid_t file, const std::string& group, const std::string& name);
+
+}  // namespace shardtune::checkpoint

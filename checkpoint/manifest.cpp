@@ -1,0 +1,331 @@
+// Manifest reading, validation and writing.
+#include "checkpoint/manifest.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <functional>
+#include <limits>
+
+#include "checkpoint/crc32.h"
+#include "checkpoint/strict_json.h"
+#include "common/error.h"
+#include "common/file_io.h"
+
+namespace shardtune::checkpoint {
+namespace {
+
+using common::ErrorKind;
+using nlohmann::json;
+
+constexpr const char* kFormat = "shardtune-sharded";
+constexpr const char* kChecksumKey = "manifest_crc32";
+constexpr size_t kMaxListedProblems = 20;
+const json kEmptyObject = json::object();
+const json kEmptyArray = json::array();
+
+// The CRC-32 of the manifest as written without its checksum (objects' keys sorted, one-space
+// indentation): what the writer summed and what a reader recomputes from the parsed document.
+uint32_t checksum_of(const json& without_checksum) {
+  const std::string text = without_checksum.dump(1);
+  return crc32(text.data(), text.size());
+}
+
+// Typed fields, each problem recorded (not thrown) so that every one is reported.
+class Fields {
+ public:
+  explicit Fields(std::vector<std::string>& problems) : problems_(problems) {}
+
+  void problem(std::string text) { problems_.push_back(std::move(text)); }
+
+  const json* get(const json& object, const char* key, const std::string& where, bool required = true) {
+    if (!object.is_object()) {
+      problem(fmt::format("{} is {}, expected an object", where, described(object)));
+      return nullptr;
+    }
+    auto it = object.find(key);
+    if (it == object.end()) {
+      if (required) problem(fmt::format("{}: \"{}\" is missing", where, key));
+      return nullptr;
+    }
+    return &*it;
+  }
+
+  int64_t integer(const json& object, const char* key, const std::string& where, int64_t min, int64_t fallback = 0,
+                  bool required = true) {
+    const json* v = get(object, key, where, required);
+    if (v == nullptr) return fallback;
+    if (!v->is_number_integer() || (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(INT64_MAX)) ||
+        v->get<int64_t>() < min) {
+      problem(fmt::format("{}: \"{}\" is {}, expected an integer of at least {}", where, key, v->dump(), min));
+      return fallback;
+    }
+    return v->get<int64_t>();
+  }
+
+  double number(const json& object, const char* key, const std::string& where, double fallback = 0) {
+    const json* v = get(object, key, where, false);
+    if (v == nullptr) return fallback;
+    if (!v->is_number()) {
+      problem(fmt::format("{}: \"{}\" is {}, expected a number", where, key, v->dump()));
+      return fallback;
+    }
+    return v->get<double>();
+  }
+
+  bool boolean(const json& object, const char* key, const std::string& where, bool fallback = false) {
+    const json* v = get(object, key, where, false);
+    if (v == nullptr) return fallback;
+    if (!v->is_boolean()) {
+      problem(fmt::format("{}: \"{}\" is {}, expected true or false", where, key, v->dump()));
+      return fallback;
+    }
+    return v->get<bool>();
+  }
+
+  std::string string(const json& object, const char* key, const std::string& where, bool required = true) {
+    const json* v = get(object, key, where, required);
+    if (v == nullptr) return "";
+    if (!v->is_string()) {
+      problem(fmt::format("{}: \"{}\" is {}, expected a string", where, key, described(*v)));
+      return "";
+    }
+    return v->get<std::string>();
+  }
+
+ private:
+  std::vector<std::string>& problems_;
+};
+
+std::vector<uint32_t> crc_list(const json& v, const std::string& where, Fields& f) {
+  std::vector<uint32_t> out;
+  if (!v.is_array()) {
+    f.problem(fmt::format("{}: \"crc32_blocks\" is {}, expected an array", where, described(v)));
+    return out;
+  }
+  for (const json& c : v) {
+    if (!c.is_number_unsigned() || c.get<uint64_t>() > UINT32_MAX) {
+      f.problem(fmt::format("{}: a block checksum is {}, expected a 32-bit unsigned integer", where, c.dump()));
+      return {};
+    }
+    out.push_back(c.get<uint32_t>());
+  }
+  return out;
+}
+
+// Each (kind, tensor)'s slices, sorted by offset, must cover [0, numel) exactly once; parameters
+// of every tensor must be there, moments of every tensor or of none (frozen tensors have none).
+void check_tiling(const Manifest& m, Fields& f, const std::string& where) {
+  std::map<std::pair<std::string, std::string>, std::vector<const ManifestSlice*>> by_tensor;
+  for (const ManifestSlice& s : m.slices) by_tensor[{s.kind, s.tensor}].push_back(&s);
+  for (const auto& [name, tensor] : m.tensors)
+    if (!by_tensor.count({kParamKind, name})) f.problem(fmt::format("{}: no slice holds the parameter {}", where, name));
+  for (auto& [key, slices] : by_tensor) {
+    const auto& [kind, name] = key;
+    auto t = m.tensors.find(name);
+    if (t == m.tensors.end()) continue;  // reported with the slice
+    std::sort(slices.begin(), slices.end(), [](const ManifestSlice* a, const ManifestSlice* b) {
+      return a->offset != b->offset ? a->offset < b->offset : a->length < b->length;
+    });
+    int64_t covered = 0;
+    for (const ManifestSlice* s : slices) {
+      if (s->offset != covered) {
+        f.problem(fmt::format("{}: {} of {}: {} at element {} (slice {} in {}), where element {} comes next", where, kind,
+                              name, s->offset < covered ? "slices overlap" : "a gap", covered, s->dataset, s->file,
+                              covered));
+        covered = std::max(covered, s->offset + s->length);
+        continue;
+      }
+      covered += s->length;
+    }
+    if (covered != t->second.numel())
+      f.problem(fmt::format("{}: {} of {}: the slices cover {} of its {} elements", where, kind, name, covered,
+                            t->second.numel()));
+  }
+}
+
+}  // namespace
+
+int64_t ManifestTensor::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+bool is_plain_file_name(const std::string& name) {
+  if (name.empty() || name == "." || name == ".." || name.size() > 255) return false;
+  return std::none_of(name.begin(), name.end(), [](char c) { return c == '/' || static_cast<unsigned char>(c) < 0x20; });
+}
+
+namespace {
+
+json slices_json(const std::vector<ManifestSlice>& slices) {
+  json out = json::array();
+  for (const ManifestSlice& s : slices)
+    out.push_back({{"kind", s.kind}, {"tensor", s.tensor}, {"file", s.file}, {"dataset", s.dataset},
+                   {"offset", s.offset}, {"length", s.length}, {"crc32_blocks", s.crcs}});
+  return out;
+}
+
+}  // namespace
+
+std::string slices_text(const std::vector<ManifestSlice>& slices) { return slices_json(slices).dump(); }
+
+std::vector<ManifestSlice> parse_slices_text(const std::string& text) {
+  std::vector<ManifestSlice> out;
+  for (const json& s : json::parse(text)) {
+    ManifestSlice m{s.at("kind"), s.at("tensor"), s.at("file"), s.at("dataset"), s.at("offset"), s.at("length"),
+                    kCrcBlock, s.at("crc32_blocks").get<std::vector<uint32_t>>()};
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+std::string manifest_text(const Manifest& m) {
+  json tensors = json::object();
+  for (const auto& [name, t] : m.tensors) tensors[name] = {{"shape", t.shape}, {"dtype", t.dtype}};
+  const json slices = slices_json(m.slices);
+  json j = {{"format", kFormat},
+            {"version", kManifestVersion},
+            {"layout", m.layout},
+            {"step", m.step},
+            {"epoch", m.epoch},
+            {"sample_in_epoch", m.sample_in_epoch},
+            {"loss_scale", m.loss_scale},
+            {"optimizer_step", m.optimizer_step},
+            {"has_optimizer", m.has_optimizer},
+            {"world_size", m.world_size},
+            {"shard_group_size", m.shard_group_size},
+            {"job", m.job_toml},
+            {"crc32_block", kCrcBlock},
+            {"tensors", tensors},
+            {"slices", slices}};
+  if (!m.model_config.is_null()) j["model_config"] = m.model_config;
+  j[kChecksumKey] = checksum_of(j);
+  return j.dump(1);
+}
+
+Manifest parse_manifest(const std::string& text, const std::string& where) {
+  StrictJson parsed;
+  try {
+    parsed = parse_json_strict(text.data(), text.data() + text.size(), 16);
+  } catch (const json::exception& e) {
+    common::raise(ErrorKind::kIo, fmt::format("{}: not valid JSON: {}", where, e.what()));
+  }
+  ST_CHECK(!parsed.too_deep, ErrorKind::kIo, "{}: nested more than 16 deep: not a shardtune manifest", where);
+  ST_CHECK(!parsed.duplicate, ErrorKind::kIo, "{}: the key {} appears twice in one object", where,
+           json_quoted(parsed.duplicate ? parsed.duplicate->second : ""));
+  json& j = parsed.value;
+  ST_CHECK(j.is_object() && j.value("format", json()) == kFormat, ErrorKind::kIo,
+           "{}: not a shardtune checkpoint manifest (no \"format\": \"{}\")", where, kFormat);
+
+  std::vector<std::string> problems;
+  Fields f(problems);
+  Manifest m;
+  m.version = static_cast<int>(f.integer(j, "version", where, 1));
+  ST_CHECK(m.version >= 1 && m.version <= kManifestVersion, ErrorKind::kIo,
+           "{}: format version {} is not one this build reads (1 to {})", where, m.version, kManifestVersion);
+  if (m.version >= 3) {
+    const int64_t stored = f.integer(j, kChecksumKey, where, 0, -1);
+    j.erase(kChecksumKey);
+    if (stored >= 0 && static_cast<uint32_t>(stored) != checksum_of(j))
+      common::raise(ErrorKind::kIo, fmt::format("{}: the manifest fails its own checksum: it was changed or damaged "
+                                                "after it was written",
+                                                where));
+  }
+  m.layout = f.string(j, "layout", where, false);
+  if (m.layout.empty()) m.layout = "sharded";
+  if (m.layout != "sharded" && m.layout != "full") f.problem(fmt::format("{}: layout \"{}\" is not sharded or full", where, m.layout));
+  m.step = f.integer(j, "step", where, 0);
+  const bool v3 = m.version >= 3;  // earlier versions did not always record the layout and cursor
+  m.epoch = f.integer(j, "epoch", where, 0, 0, v3);
+  m.sample_in_epoch = f.integer(j, "sample_in_epoch", where, 0, 0, v3);
+  m.loss_scale = f.number(j, "loss_scale", where);
+  m.optimizer_step = f.integer(j, "optimizer_step", where, 0, 0, false);
+  m.has_optimizer = f.boolean(j, "has_optimizer", where);
+  m.world_size = f.integer(j, "world_size", where, 1, 1, v3);
+  m.shard_group_size = f.integer(j, "shard_group_size", where, 1, 1, v3);
+  m.job_toml = f.string(j, "job", where, false);
+  if (const json* c = f.get(j, "model_config", where, false)) m.model_config = *c;
+  const int64_t block = m.version >= 2 ? f.integer(j, "crc32_block", where, 1, kCrcBlock) : kCrcBlock;
+
+  if (const json* tensors = f.get(j, "tensors", where)) {
+    if (!tensors->is_object()) f.problem(fmt::format("{}: \"tensors\" is {}, expected an object", where, described(*tensors)));
+    const json& all = tensors->is_object() ? *tensors : kEmptyObject;
+    for (const auto& [name, t] : all.items()) {
+      const std::string at = fmt::format("{}: tensor {}", where, json_quoted(name));
+      ManifestTensor mt;
+      if (const json* shape = f.get(t, "shape", at)) {
+        bool ok = shape->is_array() && shape->size() <= 8;
+        int64_t numel = 1;
+        for (const json& d : ok ? *shape : kEmptyArray) {
+          ok = ok && d.is_number_integer() && d.get<int64_t>() >= 0 && d.get<int64_t>() <= (int64_t{1} << 40);
+          if (ok) numel *= d.get<int64_t>();
+          ok = ok && numel <= (int64_t{1} << 40);
+          if (ok) mt.shape.push_back(d.get<int64_t>());
+        }
+        if (!ok) f.problem(fmt::format("{}: shape {} is not a list of sizes", at, shape->dump()));
+      }
+      mt.dtype = f.string(t, "dtype", at);
+      if (mt.dtype != "F32") f.problem(fmt::format("{}: dtype {} is not F32", at, json_quoted(mt.dtype)));
+      m.tensors.emplace(name, std::move(mt));
+    }
+  }
+
+  if (const json* slices = f.get(j, "slices", where)) {
+    if (!slices->is_array()) f.problem(fmt::format("{}: \"slices\" is {}, expected an array", where, described(*slices)));
+    size_t index = 0;
+    for (const json& s : slices->is_array() ? *slices : kEmptyArray) {
+      const std::string at = fmt::format("{}: slice {}", where, index++);
+      ManifestSlice ms;
+      ms.kind = f.string(s, "kind", at);
+      ms.tensor = f.string(s, "tensor", at);
+      ms.file = f.string(s, "file", at);
+      ms.dataset = f.string(s, "dataset", at);
+      ms.offset = f.integer(s, "offset", at, 0);
+      ms.length = f.integer(s, "length", at, 0);
+      const std::string what = fmt::format("{} ({} of {} in {})", at, ms.kind, json_quoted(ms.tensor), json_quoted(ms.file));
+      if (std::find(std::begin(kStateKinds), std::end(kStateKinds), ms.kind) == std::end(kStateKinds))
+        f.problem(fmt::format("{}: kind {} is not param, exp_avg or exp_avg_sq", what, json_quoted(ms.kind)));
+      if (!m.tensors.count(ms.tensor)) f.problem(fmt::format("{}: the tensor is not among \"tensors\"", what));
+      if (!is_plain_file_name(ms.file))
+        f.problem(fmt::format("{}: the file name is not a plain name inside the checkpoint directory", what));
+      if (ms.dataset.empty() || ms.dataset.find('/') != std::string::npos)
+        f.problem(fmt::format("{}: the dataset name {} is not a plain name", what, json_quoted(ms.dataset)));
+      if (m.version == 1) {  // one checksum for the whole slice
+        ms.block = std::max<int64_t>(ms.length, 1);
+        const int64_t crc = f.integer(s, "crc32", at, 0, 0);
+        if (crc > UINT32_MAX) f.problem(fmt::format("{}: crc32 {} is not a 32-bit checksum", what, crc));
+        if (ms.length > 0) ms.crcs = {static_cast<uint32_t>(crc)};
+      } else {
+        ms.block = block;
+        if (const json* c = f.get(s, "crc32_blocks", at)) ms.crcs = crc_list(*c, what, f);
+        const int64_t want = (ms.length + block - 1) / block;
+        if (static_cast<int64_t>(ms.crcs.size()) != want)
+          f.problem(fmt::format("{}: {} checksums listed for {} blocks", what, ms.crcs.size(), want));
+      }
+      m.slices.push_back(std::move(ms));
+    }
+  }
+  if (problems.empty()) check_tiling(m, f, where);
+  if (!problems.empty()) {
+    const size_t shown = std::min(problems.size(), kMaxListedProblems);
+    common::raise(ErrorKind::kIo,
+                  fmt::format("{} is broken ({} problem{}): {}{}", where, problems.size(), problems.size() == 1 ? "" : "s",
+                              fmt::join(problems.begin(), problems.begin() + static_cast<ptrdiff_t>(shown), "; "),
+                              problems.size() > shown ? fmt::format("; and {} more", problems.size() - shown) : ""));
+  }
+  return m;
+}
+
+Manifest read_manifest(const std::string& dir) {
+  const std::string path = dir + "/" + kManifestFile;
+  std::error_code ec;
+  ST_CHECK(std::filesystem::exists(path, ec), ErrorKind::kIo, "{} is not a committed checkpoint: {} is missing", dir,
+           kManifestFile);
+  return parse_manifest(common::read_file(path, ErrorKind::kIo, "the manifest"), path);
+}
+
+}  // namespace shardtune::checkpoint

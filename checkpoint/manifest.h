@@ -1,0 +1,79 @@
+// The manifest of a checkpoint (manifest.json, written last): the training state, every tensor's
+// shape, and every slice (which file, which dataset, which elements, their block checksums). This
+// is the only place the manifest's keys appear. Reading validates everything before anything is
+// used and lists every problem at once: types and ranges, file names that stay inside the
+// checkpoint directory, slices that tile each tensor exactly (no gap, no overlap), checksum counts
+// that fit, and, from format 3, the manifest's own checksum.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "checkpoint/block_crc.h"
+
+namespace shardtune::checkpoint {
+
+// 3: the manifest carries its own CRC-32; 2: a CRC-32 per block of each slice; 1: one per slice.
+// Every version from 1 is read; 3 is written.
+inline constexpr int kManifestVersion = 3;
+inline constexpr const char* kManifestFile = "manifest.json";
+// The kinds of state a checkpoint holds of each tensor.
+inline constexpr const char* kParamKind = "param";
+inline constexpr const char* kStateKinds[] = {"param", "exp_avg", "exp_avg_sq"};
+
+struct ManifestTensor {
+  std::vector<int64_t> shape;
+  std::string dtype = "F32";
+  int64_t numel() const;
+};
+
+struct ManifestSlice {
+  std::string kind;     // one of kStateKinds
+  std::string tensor;   // the Hugging Face name
+  std::string file;     // a file of the checkpoint directory, by its plain name
+  std::string dataset;  // the dataset's name inside the file's group /<kind>/
+  int64_t offset = 0;   // first element of the flattened tensor
+  int64_t length = 0;
+  int64_t block = kCrcBlock;   // elements per checksum (format 1: the whole slice)
+  std::vector<uint32_t> crcs;  // one per block
+};
+
+struct Manifest {
+  int version = kManifestVersion;
+  std::string layout = "sharded";  // "sharded": a file per writing rank; "full": model.h5
+  int64_t step = 0;                // optimizer steps taken
+  int64_t epoch = 0;               // the epoch the next step belongs to
+  int64_t sample_in_epoch = 0;     // samples of that epoch's global order already trained on
+  double loss_scale = 0;           // fp16 loss scale (0 when unused)
+  int64_t optimizer_step = 0;
+  bool has_optimizer = false;
+  int64_t world_size = 1;
+  int64_t shard_group_size = 1;
+  std::string job_toml;               // the resolved job that wrote it
+  nlohmann::json model_config;        // the model's config.json; null when not recorded
+  std::map<std::string, ManifestTensor> tensors;
+  std::vector<ManifestSlice> slices;  // in any order; they tile each (kind, tensor) exactly
+};
+
+// The manifest as written: JSON of the current version with its checksum.
+std::string manifest_text(const Manifest& m);
+
+// Parses and validates. Throws common::Error(kIo) naming `where` and every problem found.
+Manifest parse_manifest(const std::string& text, const std::string& where);
+
+// The manifest of the committed checkpoint `dir` (throws common::Error(kIo) if it has none or it
+// is broken).
+Manifest read_manifest(const std::string& dir);
+
+// Slices as text between ranks: each writer sends its own to the rank that commits.
+std::string slices_text(const std::vector<ManifestSlice>& slices);
+std::vector<ManifestSlice> parse_slices_text(const std::string& text);
+
+// A name that can only mean a file of the checkpoint directory itself: not empty, no '/', not "."
+// or "..", no control characters.
+bool is_plain_file_name(const std::string& name);
+
+}  // namespace shardtune::checkpoint
