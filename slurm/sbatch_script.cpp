@@ -61,10 +61,12 @@ say() {{ echo "shardtune[batch] $(date '+%F %T'): $*"; }}
 ranks_pid=""
 interrupted=0
 stop_pending=0
+stop_sent=0
 pass_stop_on() {{
   if (( stop_pending )) && [[ -n "$ranks_pid" && -e "$READY_FILE" ]]; then
     kill -USR1 "$ranks_pid" 2>/dev/null || true
     stop_pending=0
+    stop_sent=1
   fi
 }}
 forward() {{
@@ -121,9 +123,15 @@ if [[ "$job_state" == "JobState=CANCELLED" ]]; then
   say "the job was cancelled (ranks' exit $rc); last committed checkpoint: step $end_step"
   exit "$rc"
 fi
+# After a stop, a rank killed once the checkpoint was committed (srun's --kill-on-bad-exit ends
+# the others as soon as the first exits, or a rank dies on its way out) loses nothing.
 if (( rc != REQUEUE_EXIT )); then
-  say "the ranks failed (exit $rc); last committed checkpoint: step $end_step; not requeueing"
-  exit "$rc"
+  if (( stop_sent && end_step > start_step )); then
+    say "the ranks ended with exit $rc after the stop signal, but checkpoint step $end_step is committed: requeueing as stopped"
+  else
+    say "the ranks failed (exit $rc); last committed checkpoint: step $end_step; not requeueing"
+    exit "$rc"
+  fi
 fi
 if (( end_step <= start_step )); then
   say "the ranks stopped without a new checkpoint (still step $start_step): not requeueing"

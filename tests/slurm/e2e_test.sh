@@ -8,6 +8,9 @@
 #                           (step budgets that hold on a machine of any speed)
 #   early_signal            Slurm's stop signal before the ranks exist: held back until they handle it;
 #                           they checkpoint after their first step and requeue (not killed by it)
+#   requeue_stress          20 rounds of signal -> checkpoint -> requeue -> resume (STRESS_CYCLES), half
+#                           of them signalled as a start begins: every round advances, no step lost
+#   killed_after_stop       a rank killed after the stop's checkpoint was committed: still requeued
 #   resize                  stopped without requeue, resubmitted as 1 node x 3 ranks: resumes and completes
 #   kill9                   kill -9 of one rank: FAILED within 60 s, no rank left, rank named, checkpoint intact
 #   stream                  a Hugging Face folder streamed into shards across 2 nodes, by one reader per
@@ -214,6 +217,85 @@ early_signal)
   ((first >= 1)) || fail "no checkpoint after the early signal"
   grep -q "checkpoint at step $first: requeueing job $job" "$log" || fail "the job did not requeue itself at step $first"
   ls "$out"/.ranks-ready-* >/dev/null 2>&1 && fail "the ready file was left behind"
+  ;;
+
+requeue_stress)
+  # STRESS_CYCLES (default 20) rounds of: USR1 to the batch shell -> checkpoint -> requeue ->
+  # resume. Odd rounds signal as soon as a start begins (before its ranks can handle a signal),
+  # even rounds after it has made progress. Every round must requeue with a newer checkpoint, and
+  # the steps in metrics.jsonl must run 1, 2, 3, ... with none lost and none repeated.
+  cycles=${STRESS_CYCLES:-20}
+  out="$out_root/run"
+  job=$(submit "$out" --set train.max_train_step=100000 --set checkpoint.every_steps=0 \
+    --set slurm.max_requeues="$cycles") || fail "submit failed"
+  log="$out/slurm-$job.out"
+  last=0
+  for ((i = 1; i <= cycles && failures == 0; i++)); do
+    deadline=$((SECONDS + 180))
+    until grep -qs "(start $i)" "$log" || ((SECONDS > deadline)); do sleep 0.2; done
+    if ((i % 2 == 0)); then
+      before=$(wc -l <"$out/metrics.jsonl" 2>/dev/null || echo 0)
+      wait_steps "$out" $((before + 5)) 120 || fail "round $i: no progress"
+    fi
+    scancel --signal=USR1 --batch "$job"
+    deadline=$((SECONDS + 300))
+    while ((SECONDS < deadline)); do
+      s=$(state "$job")
+      [[ "$s" == PENDING && "$(field "$job" Restarts)" == "$i" ]] && break
+      [[ "$s" == COMPLETED || "$s" == FAILED || "$s" == CANCELLED || "$s" == TIMEOUT ]] && break
+      sleep 0.5
+    done
+    [[ "$s" == PENDING ]] || { fail "round $i: the job is $s, not requeued"; show_log "$log"; break; }
+    now=$(readlink "$out/checkpoints/latest" || echo step-0)
+    now=$((10#${now#step-}))
+    ((now > last)) || fail "round $i: the checkpoint did not advance (step $now after step $last)"
+    last=$now
+    if ((i == cycles)); then
+      sed -i "s/^max_train_step = 100000$/max_train_step = $((last + 10))/" "$out/job.toml"
+    fi
+    sleep 3  # not within the second of the requeue, whose revoked credential would refuse the start
+    scontrol update JobId="$job" StartTime=now
+  done
+  if ((failures == 0)); then
+    wait_state "$job" 300 COMPLETED FAILED CANCELLED || true
+    [[ "$(state "$job")" == COMPLETED ]] || { fail "the last start ended $(state "$job")"; show_log "$log"; }
+    [[ "$(grep -c "requeueing job $job" "$log")" == "$cycles" ]] || fail "not $cycles requeues"
+    [[ "$(grep -c "resuming at step" "$log")" == "$cycles" ]] || fail "not $cycles resumes"
+    $py - "$out/metrics.jsonl" $((last + 10)) <<'PY' || fail "steps were lost or repeated"
+import json, sys
+steps = [json.loads(line)["step"] for line in open(sys.argv[1])]
+assert steps == list(range(1, int(sys.argv[2]) + 1)), steps
+print(f"{len(steps)} steps, each once, over the requeues")
+PY
+    echo "requeue stress: $cycles of $cycles requeues resumed; final step $((last + 10))"
+  else
+    scancel "$job" 2>/dev/null
+  fi
+  ;;
+
+killed_after_stop)
+  # Rank 0 SIGKILLs itself right after the stop's checkpoint is committed (the test-only kill
+  # point): the ranks end by a signal, not with the requeue exit, yet nothing is lost, so the
+  # batch script must still requeue (as it must when srun's --kill-on-bad-exit ends a rank that
+  # was on its way out).
+  out="$out_root/run"
+  job=$(SHARDTUNE_TEST_KILL_AT='latest-updated@*:0' submit "$out" --set train.max_train_step=100000 \
+    --set checkpoint.every_steps=0) || fail "submit failed"
+  log="$out/slurm-$job.out"
+  wait_steps "$out" 5 120 || fail "no progress"
+  scancel --signal=USR1 --batch "$job"
+  deadline=$((SECONDS + 300))
+  while ((SECONDS < deadline)); do
+    s=$(state "$job")
+    [[ "$s" == PENDING && "$(field "$job" Restarts)" == 1 ]] && break
+    [[ "$s" == COMPLETED || "$s" == FAILED || "$s" == CANCELLED || "$s" == TIMEOUT ]] && break
+    sleep 1
+  done
+  scancel "$job" 2>/dev/null
+  [[ "$s" == PENDING ]] || { fail "the job is $s, not requeued"; show_log "$log"; }
+  grep -q "after the stop signal, but checkpoint step [0-9]* is committed: requeueing as stopped" "$log" ||
+    fail "the batch script did not explain the requeue"
+  "$ckpt_tool" verify "$out/checkpoints/latest" >/dev/null || fail "the committed checkpoint does not verify"
   ;;
 
 resize)
