@@ -10,11 +10,16 @@
 #include <limits>
 
 #include "checkpoint/crc32.h"
-#include "checkpoint/strict_json.h"
+#include "common/strict_json.h"
 #include "common/error.h"
 #include "common/file_io.h"
 
 namespace shardtune::checkpoint {
+
+using common::StrictJson;
+using common::described;
+using common::json_quoted;
+using common::parse_json_strict;
 namespace {
 
 using common::ErrorKind;

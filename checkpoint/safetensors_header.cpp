@@ -14,10 +14,16 @@
 #include <source_location>
 #include <tuple>
 
-#include "checkpoint/strict_json.h"
+#include "common/strict_json.h"
 #include "common/error.h"
 
 namespace shardtune::checkpoint {
+
+using common::StrictJson;
+using common::described;
+using common::json_quoted;
+using common::kMaxJsonDepth;
+using common::parse_json_strict;
 namespace {
 
 using nlohmann::json;

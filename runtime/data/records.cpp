@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "common/file_io.h"
+#include "common/strict_json.h"
 #include "runtime/data/utf8.h"
 
 namespace shardtune::data {
@@ -163,9 +164,14 @@ RecordFile read_records(const std::string& path, const std::vector<std::string>&
     case RecordFormat::kJson: {
       json all;
       try {
-        all = json::parse(text);
+        common::StrictJson parsed = common::parse_json_strict(text.data(), text.data() + text.size());
+        ST_CHECK(!parsed.too_deep, ErrorKind::kConfig, "{}: nested more than {} deep: not a file of records", path,
+                 common::kMaxJsonDepth);
+        all = std::move(parsed.value);
       } catch (const json::parse_error& e) {
         common::raise(ErrorKind::kConfig, fmt::format("{}:{}: not valid JSON: {}", path, line_of(text, e.byte), e.what()));
+      } catch (const json::exception& e) {  // a number out of range, like 1e400
+        common::raise(ErrorKind::kConfig, fmt::format("{}: not valid JSON: {}", path, e.what()));
       }
       ST_CHECK(all.is_array(), ErrorKind::kConfig, "{}: expected a JSON array of records, found {}", path, all.type_name());
       const std::vector<size_t> starts = array_element_offsets(text);
@@ -187,8 +193,12 @@ RecordFile read_records(const std::string& path, const std::vector<std::string>&
             c.bad(where, "the line is not UTF-8");
           } else {
             try {
-              c.add_object(json::parse(content), where);
-            } catch (const json::parse_error& e) {
+              common::StrictJson parsed = common::parse_json_strict(content.data(), content.data() + content.size());
+              if (parsed.too_deep)
+                c.bad(where, fmt::format("nested more than {} deep", common::kMaxJsonDepth));
+              else
+                c.add_object(parsed.value, where);
+            } catch (const json::exception& e) {  // syntax, or a number out of range (1e400)
               c.bad(where, fmt::format("not valid JSON ({})", e.what()));
             }
           }

@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "common/file_io.h"
+#include "common/strict_json.h"
 #include "runtime/data/added_tokens.h"
 #include "runtime/data/bpe.h"
 #include "runtime/data/regex_split.h"
@@ -240,11 +241,23 @@ Tokenizer Tokenizer::from_file(const std::string& tokenizer_json) {
                    std::filesystem::exists(config) ? common::read_file(config.string(), ErrorKind::kConfig) : std::string());
 }
 
+namespace {
+
+// The document, refused if nested deeper than any tokenizer file is (HF's nest a few levels).
+json parse_limited(std::string_view text, const std::string& name) {
+  common::StrictJson parsed = common::parse_json_strict(text.data(), text.data() + text.size());
+  ST_CHECK(!parsed.too_deep, ErrorKind::kConfig, "{}: nested more than {} deep: not a tokenizer file", name,
+           common::kMaxJsonDepth);
+  return std::move(parsed.value);
+}
+
+}  // namespace
+
 Tokenizer Tokenizer::from_json(std::string_view text, const std::string& name, std::string_view config_text) {
   auto impl = std::make_unique<Impl>();
   impl->name = name;
   try {
-    const json j = json::parse(text);
+    const json j = parse_limited(text, name);
     const json& m = j.at("model");
     if (m.value("type", "") != "BPE" || !m.value("dropout", json()).is_null() ||
         !m.value("continuing_subword_prefix", json()).is_null() || !m.value("end_of_word_suffix", json()).is_null())
@@ -301,7 +314,7 @@ Tokenizer Tokenizer::from_json(std::string_view text, const std::string& name, s
     }
 
     if (!config_text.empty()) {
-      const json c = json::parse(config_text);
+      const json c = parse_limited(config_text, name + " (tokenizer_config.json)");
       auto special = [&](const char* key) -> std::optional<int32_t> {
         if (!c.contains(key) || c.at(key).is_null()) return std::nullopt;
         const json& v = c.at(key);

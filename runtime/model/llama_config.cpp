@@ -4,9 +4,11 @@
 #include <fmt/format.h>
 
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/strict_json.h"
 
 namespace shardtune::model {
 namespace {
@@ -129,11 +131,17 @@ LlamaConfig LlamaConfig::from_json(const json& j, const std::string& source) {
 LlamaConfig LlamaConfig::from_file(const std::string& path) {
   std::ifstream in(path);
   ST_CHECK(in.good(), ErrorKind::kIo, "cannot open {}: {}", path, std::strerror(errno));
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   json j;
   try {
-    j = json::parse(in);
+    common::StrictJson parsed = common::parse_json_strict(text.data(), text.data() + text.size());
+    ST_CHECK(!parsed.too_deep, ErrorKind::kConfig, "{}: nested more than {} deep: not a model config", path,
+             common::kMaxJsonDepth);
+    j = std::move(parsed.value);
   } catch (const json::parse_error& e) {
     common::raise(ErrorKind::kConfig, fmt::format("{}: not valid JSON at byte {}: {}", path, e.byte, e.what()));
+  } catch (const json::exception& e) {  // a number out of range, like 1e400
+    common::raise(ErrorKind::kConfig, fmt::format("{}: not valid JSON: {}", path, e.what()));
   }
   return from_json(j, path);
 }

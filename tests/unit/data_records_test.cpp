@@ -69,6 +69,29 @@ TEST(Records, BadJsonLinesAreNamedAndEitherStopOrAreSkipped) {
   EXPECT_NE(f.skip_reasons[4].find(":7: a record must be a JSON object"), std::string::npos);
 }
 
+// A number past double's range (nlohmann throws out_of_range, not parse_error) and nesting deeper
+// than any record needs are bad records like any other: named, and skipped when asked.
+TEST(Records, NumbersOutOfRangeAndDeepNestingAreBadRecords) {
+  const std::string deep = "{\"prompt\": " + std::string(100000, '[') + std::string(100000, ']') + ", \"response\": \"b\"}";
+  const std::string path = write("c.jsonl",
+                                 "{\"prompt\": \"a\", \"response\": \"b\"}\n"
+                                 "{\"prompt\": 1e400, \"response\": \"b\"}\n" +
+                                     deep + "\n{\"prompt\": \"c\", \"response\": \"d\"}\n");
+  const std::string error = error_of([&] { read_records(path, {"prompt", "response"}, {}, false); });
+  EXPECT_NE(error.find(path + ":2: not valid JSON"), std::string::npos) << error;
+  const RecordFile f = read_records(path, {"prompt", "response"}, {}, true);
+  ASSERT_EQ(f.records.size(), 2u);
+  ASSERT_EQ(f.skip_reasons.size(), 2u);
+  EXPECT_NE(f.skip_reasons[0].find(":2: not valid JSON"), std::string::npos) << f.skip_reasons[0];
+  EXPECT_NE(f.skip_reasons[1].find(":3: nested more than 64 deep"), std::string::npos) << f.skip_reasons[1];
+  const std::string array = write("c.json", "[{\"prompt\": \"a\", \"response\": 2e999}]");
+  const std::string e2 = error_of([&] { read_records(array, {"prompt", "response"}, {}, true); });
+  EXPECT_NE(e2.find(array + ": not valid JSON"), std::string::npos) << e2;
+  const std::string nested = write("d.json", "[" + std::string(100000, '[') + std::string(100000, ']') + "]");
+  const std::string e3 = error_of([&] { read_records(nested, {"prompt", "response"}, {}, true); });
+  EXPECT_NE(e3.find(nested + ": nested more than 64 deep"), std::string::npos) << e3;
+}
+
 TEST(Records, CsvFollowsRfc4180) {
   const auto rows = parse_csv("input,target\n\"a, \"\"quoted\"\"\nline\",b\r\nc,d\n\ne,f", "x.csv");
   ASSERT_EQ(rows.size(), 4u);

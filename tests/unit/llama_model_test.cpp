@@ -14,6 +14,9 @@
 #include <ATen/ops/softmax.h>
 #include <ATen/ops/zeros.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -82,6 +85,26 @@ TEST(LlamaConfig, ErrorsNameTheFileAndKey) {
   EXPECT_NE(error_of(R"({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}})").find("rope type \"yarn\" is not supported"),
             std::string::npos);
   EXPECT_NE(error_of(R"({"num_hidden_layers": 0})").find("'num_hidden_layers' must be positive"), std::string::npos);
+}
+
+TEST(LlamaConfig, FilesTooDeepOrOutOfRangeAreRefusedByName) {
+  const auto dir = std::filesystem::temp_directory_path() / ("shardtune_config_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  for (const auto& [name, text, want] :
+       {std::tuple<std::string, std::string, std::string>{"deep.json",
+                                                          "{\"x\": " + std::string(100000, '[') + std::string(100000, ']') + "}",
+                                                          "nested more than 64 deep"},
+        {"huge.json", R"({"rope_theta": 1e400})", "not valid JSON"}}) {
+    const std::string path = (dir / name).string();
+    std::ofstream(path) << text;
+    try {
+      LlamaConfig::from_file(path);
+      ADD_FAILURE() << name << " accepted";
+    } catch (const common::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(path + ": " + want), std::string::npos) << e.what();
+    }
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST(LlamaConfig, JsonRoundTrip) {

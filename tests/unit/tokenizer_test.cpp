@@ -82,6 +82,25 @@ TEST(TokenizerFile, UnsupportedPartsAndBrokenMergesAreRefusedByName) {
   EXPECT_THROW(Tokenizer::from_json("{not json", "bad.json"), common::Error);
 }
 
+TEST(TokenizerFile, DeepNestingIsRefusedByName) {
+  const std::string deep = "{\"model\": " + std::string(200000, '[') + std::string(200000, ']') + "}";
+  try {
+    Tokenizer::from_json(deep, "deep.json");
+    ADD_FAILURE() << "accepted";
+  } catch (const common::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("deep.json: nested more than 64 deep"), std::string::npos) << e.what();
+  }
+  const std::string config = "{\"bos_token\": " + std::string(200000, '[') + std::string(200000, ']') + "}";
+  try {
+    Tokenizer::from_json(toy().dump(), "toy.json", config);
+    ADD_FAILURE() << "accepted";
+  } catch (const common::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("toy.json (tokenizer_config.json): nested more than 64 deep"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // Ids are refused outside 0..kMaxTokenId by name, before anything is sized by them: INT_MAX once
 // overflowed id + 1 and crashed; 2e9 asked for 64 GB of id-to-text table.
 TEST(TokenizerFile, TokenIdsOutsideTheirRangeAreRefusedByName) {

@@ -1,6 +1,7 @@
-// JSON for untrusted files (safetensors headers, index.json, config.json): parsing that notices a
-// key repeated in one object (nlohmann keeps the last silently; a tensor listed twice is exactly
-// the mistake to report), and the quoting that keeps hostile names from breaking error messages.
+// JSON for untrusted files (safetensors headers, index.json, config.json, tokenizer.json, data
+// records, manifests): parsing with a nesting limit that notices a key repeated in one object
+// (nlohmann keeps the last silently; a tensor listed twice is exactly the mistake to report), and
+// the quoting that keeps hostile names from breaking error messages.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -10,7 +11,7 @@
 #include <string_view>
 #include <utility>
 
-namespace shardtune::checkpoint {
+namespace shardtune::common {
 
 struct StrictJson {
   nlohmann::json value;
@@ -32,4 +33,4 @@ std::string json_quoted(std::string_view s);
 // "an array", "a number": a JSON value's type for an error message.
 std::string described(const nlohmann::json& v);
 
-}  // namespace shardtune::checkpoint
+}  // namespace shardtune::common

@@ -1,12 +1,12 @@
 // Strict JSON parsing and quoting for error messages.
-#include "checkpoint/strict_json.h"
+#include "common/strict_json.h"
 
 #include <fmt/format.h>
 
 #include <set>
 #include <vector>
 
-namespace shardtune::checkpoint {
+namespace shardtune::common {
 
 using nlohmann::json;
 
@@ -41,4 +41,4 @@ std::string described(const json& v) {
   return v.is_object() || v.is_array() ? fmt::format("an {}", v.type_name()) : fmt::format("a {}", v.type_name());
 }
 
-}  // namespace shardtune::checkpoint
+}  // namespace shardtune::common
