@@ -73,9 +73,15 @@ struct TokenCache {
     paths = {(fs::path(data_file).parent_path() / name).string(), job.job.output_dir + "/token-cache/" + name};
   }
 
-  std::shared_ptr<const data::TokenFile> open() const {
-    for (const std::string& p : paths)
-      if (auto f = data::TokenFile::open(p, key)) return f;
+  // A damaged file is reported and then made again, like a missing one.
+  std::shared_ptr<const data::TokenFile> open(int64_t vocab_size) const {
+    for (const std::string& p : paths) {
+      try {
+        if (auto f = data::TokenFile::open(p, key, vocab_size)) return f;
+      } catch (const common::Error& e) {
+        spdlog::warn("{}: tokenizing again", e.what());
+      }
+    }
     return nullptr;
   }
 
@@ -203,8 +209,8 @@ JobData load_job_data(const job::Job& job, const model::LlamaConfig& config, con
   const TokenCache train_cache(job, job.data.train_file, key, "training");
   const bool want_val = !job.data.val_file.empty() || job.data.val_fraction > 0;
   const TokenCache val_cache(job, job.data.val_file.empty() ? job.data.train_file : job.data.val_file, key, "validation");
-  std::shared_ptr<const data::TokenFile> train_tokens = train_cache.open();
-  std::shared_ptr<const data::TokenFile> val_tokens = want_val ? val_cache.open() : nullptr;
+  std::shared_ptr<const data::TokenFile> train_tokens = train_cache.open(config.vocab_size);
+  std::shared_ptr<const data::TokenFile> val_tokens = want_val ? val_cache.open(config.vocab_size) : nullptr;
   // Collective: another job may be writing the same token files right now, so ranks could see
   // them differently; all tokenize-or-map decisions must be the same.
   const bool cached = context.all_agree(train_tokens != nullptr && (!want_val || val_tokens != nullptr));
@@ -212,8 +218,8 @@ JobData load_job_data(const job::Job& job, const model::LlamaConfig& config, con
     // Rank 0 reads and tokenizes; every rank then maps the token files it wrote.
     if (context.rank == 0) build_token_files(job, tokenizer, options, train_cache, want_val ? &val_cache : nullptr);
     context.barrier();
-    train_tokens = train_cache.open();
-    val_tokens = want_val ? val_cache.open() : nullptr;
+    train_tokens = train_cache.open(config.vocab_size);
+    val_tokens = want_val ? val_cache.open(config.vocab_size) : nullptr;
     ST_CHECK(train_tokens != nullptr && (!want_val || val_tokens != nullptr), ErrorKind::kIo,
              "rank {} cannot read the token files rank 0 wrote (under {} or {})", context.rank,
              std::filesystem::path(train_cache.paths[0]).parent_path().string(), job.job.output_dir + "/token-cache");

@@ -17,11 +17,24 @@ namespace {
 
 using common::ErrorKind;
 
-constexpr char kMagic[8] = {'S', 'T', 'T', 'O', 'K', 'v', '1', '\n'};
+constexpr char kMagic[8] = {'S', 'T', 'T', 'O', 'K', 'v', '2', '\n'};
+constexpr char kMagicV1[8] = {'S', 'T', 'T', 'O', 'K', 'v', '1', '\n'};
 
-// Layout: magic[8], key length u64, key bytes padded to 8, examples u64, tokens u64,
-// offsets i64[examples + 1], ids i32[tokens], labels i32[tokens].
+// Layout: magic[8], key length u64, key bytes padded to 8, examples u64, tokens u64, checksum
+// u64 (of the arrays), offsets i64[examples + 1], ids i32[tokens], labels i32[tokens]. The
+// arrays are whole 8-byte words (ids and labels together: 8 bytes per token).
 size_t padded(size_t n) { return (n + 7) / 8 * 8; }
+
+// FNV-1a over 8-byte words: several GB/s, enough to notice a damaged file (not an adversary).
+uint64_t words_checksum(const char* p, size_t bytes) {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i + 8 <= bytes; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    h = (h ^ w) * 1099511628211ull;
+  }
+  return h;
+}
 
 }  // namespace
 
@@ -44,15 +57,17 @@ void TokenFile::write(const std::string& path, const std::string& key, const std
     std::string k = key;
     k.resize(padded(key.size()), '\0');
     common::write_all(fd, k.data(), k.size(), tmp);
-    const uint64_t counts[2] = {examples.size(), static_cast<uint64_t>(offsets.back())};
+    std::string arrays(reinterpret_cast<const char*>(offsets.data()), offsets.size() * sizeof(int64_t));
+    for (const Example& e : examples) arrays.append(reinterpret_cast<const char*>(e.ids.data()), e.ids.size() * 4);
+    for (const Example& e : examples) arrays.append(reinterpret_cast<const char*>(e.labels.data()), e.labels.size() * 4);
+    const uint64_t counts[3] = {examples.size(), static_cast<uint64_t>(offsets.back()),
+                                words_checksum(arrays.data(), arrays.size())};
     common::write_all(fd, counts, sizeof counts, tmp);
-    common::write_all(fd, offsets.data(), offsets.size() * sizeof(int64_t), tmp);
-    for (const Example& e : examples) common::write_all(fd, e.ids.data(), e.ids.size() * sizeof(int32_t), tmp);
-    for (const Example& e : examples) common::write_all(fd, e.labels.data(), e.labels.size() * sizeof(int32_t), tmp);
+    common::write_all(fd, arrays.data(), arrays.size(), tmp);
   });
 }
 
-std::shared_ptr<const TokenFile> TokenFile::open(const std::string& path, const std::string& key) {
+std::shared_ptr<const TokenFile> TokenFile::open(const std::string& path, const std::string& key, int64_t vocab_size) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return nullptr;
   struct stat st {};
@@ -69,25 +84,43 @@ std::shared_ptr<const TokenFile> TokenFile::open(const std::string& path, const 
     ST_CHECK(end <= size, ErrorKind::kIo, "{} is damaged: it ends inside its {} ({} bytes): delete it to tokenize again",
              path, what, size);
   };
+  auto damaged = [&](const std::string& why) {
+    common::raise(ErrorKind::kIo, fmt::format("{} is damaged: {}: delete it to tokenize again", path, why));
+  };
   need(16, "header");
+  if (std::memcmp(base, kMagicV1, sizeof kMagicV1) == 0) return nullptr;  // an older format: tokenize again
   ST_CHECK(std::memcmp(base, kMagic, sizeof kMagic) == 0, ErrorKind::kIo,
            "{} is not a shardtune token file: delete it to tokenize again", path);
   uint64_t key_size = 0;
   std::memcpy(&key_size, base + 8, 8);
-  need(16 + padded(key_size) + 16, "header");
+  if (key_size > size) damaged(fmt::format("its key length {} exceeds its size", key_size));
+  need(16 + padded(key_size) + 24, "header");
   if (std::string_view(base + 16, key_size) != key) return nullptr;  // made for other data or settings
   size_t at = 16 + padded(key_size);
-  uint64_t counts[2];
+  uint64_t counts[3];
   std::memcpy(counts, base + at, sizeof counts);
   at += sizeof counts;
-  need(at + (counts[0] + 1) * 8 + counts[1] * 8, "arrays");
+  // Each count is below size / 8 before anything is multiplied, so nothing below can overflow.
+  if (counts[0] >= size / 8 || counts[1] >= size / 8)
+    damaged(fmt::format("its counts ({} examples, {} tokens) exceed its {} bytes", counts[0], counts[1], size));
+  const size_t arrays = (counts[0] + 1) * 8 + counts[1] * 8;
+  if (at + arrays != size) damaged(fmt::format("{} bytes, where its counts make {}", size, at + arrays));
+  if (words_checksum(base + at, arrays) != counts[2]) damaged("its checksum does not match");
   f->offsets_ = {reinterpret_cast<const int64_t*>(base + at), counts[0] + 1};
   at += (counts[0] + 1) * 8;
   f->ids_ = {reinterpret_cast<const int32_t*>(base + at), counts[1]};
   at += counts[1] * 4;
   f->labels_ = {reinterpret_cast<const int32_t*>(base + at), counts[1]};
-  ST_CHECK(f->offsets_.front() == 0 && static_cast<uint64_t>(f->offsets_.back()) == counts[1], ErrorKind::kIo,
-           "{} is damaged: its offsets do not cover its {} tokens", path, counts[1]);
+  if (f->offsets_.front() != 0 || static_cast<uint64_t>(f->offsets_.back()) != counts[1])
+    damaged(fmt::format("its offsets do not cover its {} tokens", counts[1]));
+  for (size_t e = 1; e < f->offsets_.size(); ++e)
+    if (f->offsets_[e] < f->offsets_[e - 1]) damaged(fmt::format("the offset of example {} goes backwards", e));
+  for (size_t i = 0; i < counts[1]; ++i) {
+    const int32_t id = f->ids_[i], label = f->labels_[i];
+    if (id < 0 || id >= vocab_size) damaged(fmt::format("token {} has the id {}, outside the vocabulary of {}", i, id, vocab_size));
+    if (label != kIgnoreLabel && (label < 0 || label >= vocab_size))
+      damaged(fmt::format("token {} has the label {}, outside the vocabulary of {}", i, label, vocab_size));
+  }
   return f;
 }
 

@@ -19,9 +19,11 @@ class TokenFile {
  public:
   // Writes atomically (temporary file, fsync, rename). `key` identifies what was tokenized.
   static void write(const std::string& path, const std::string& key, const std::vector<Example>& examples);
-  // nullptr when the file is missing or was made for another key; throws common::Error(kIo) when
-  // it is damaged (wrong size or magic).
-  static std::shared_ptr<const TokenFile> open(const std::string& path, const std::string& key);
+  // nullptr when the file is missing, of an older format, or made for another key. Throws
+  // common::Error(kIo) when it is damaged: a size its counts do not make (checked without
+  // overflow), a checksum that does not match, offsets that go backwards, or an id or label
+  // outside 0..vocab_size-1 (labels may also be kIgnoreLabel).
+  static std::shared_ptr<const TokenFile> open(const std::string& path, const std::string& key, int64_t vocab_size);
   // In memory, for tests and small data.
   static std::shared_ptr<const TokenFile> from_examples(const std::vector<Example>& examples);
 

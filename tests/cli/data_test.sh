@@ -45,6 +45,15 @@ grep -q "cached by an earlier run" "$tmp/log" && fail "the first run claims cach
 ls "$tmp"/.train.json.training.*.tokens >/dev/null 2>&1 || fail "no token file next to the data"
 "$st" run configs/tiny-alpaca.toml -n 2 --set "job.output_dir=$tmp/c2" "${again[@]}" >"$tmp/log" 2>&1 || fail "cache run 2"
 grep -q "training data: 1900 examples, .* (tokens cached by an earlier run)" "$tmp/log" || fail "the second run tokenized again"
+# A damaged token file (one byte flipped in its arrays) is named and tokenized anew, not trained on.
+tokens=$(ls "$tmp"/.train.json.training.*.tokens)
+printf '\x7f' | dd of="$tokens" bs=1 seek=$(($(stat -c %s "$tokens") - 5)) conv=notrunc status=none
+"$st" run configs/tiny-alpaca.toml -n 2 --set "job.output_dir=$tmp/c2b" "${again[@]}" >"$tmp/log" 2>&1 || fail "damaged cache run"
+grep -q "$tokens is damaged: its checksum does not match" "$tmp/log" && grep -q "tokenizing again" "$tmp/log" ||
+  fail "the damaged token file was not named: $(grep -m2 -i 'damaged\|warn' "$tmp/log")"
+grep -q "tokens cached by an earlier run" "$tmp/log" && fail "the damaged token file was used"
+"$st" run configs/tiny-alpaca.toml -n 2 --set "job.output_dir=$tmp/c2c" "${again[@]}" >"$tmp/log" 2>&1 || fail "cache run after rebuild"
+grep -q "(tokens cached by an earlier run)" "$tmp/log" || fail "the rebuilt token file was not used"
 /usr/bin/python3 - "$tmp/train.json" <<'PY'
 import json, sys
 records = json.load(open(sys.argv[1]))

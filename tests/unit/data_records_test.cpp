@@ -183,8 +183,8 @@ TEST(TokenFile, MappedRowsEqualInMemoryPackingAndStaleFilesAreIgnored) {
   }
   const std::string path = write("x.tokens", "");
   TokenFile::write(path, "key-1", examples);
-  EXPECT_EQ(TokenFile::open(path, "key-2"), nullptr);
-  const auto mapped = TokenFile::open(path, "key-1");
+  EXPECT_EQ(TokenFile::open(path, "key-2", 500), nullptr);
+  const auto mapped = TokenFile::open(path, "key-1", 500);
   ASSERT_NE(mapped, nullptr);
   EXPECT_EQ(mapped->num_examples(), 200);
   for (const int64_t t : {1, 7, 16, 33}) {
@@ -204,7 +204,50 @@ TEST(TokenFile, MappedRowsEqualInMemoryPackingAndStaleFilesAreIgnored) {
   }
   // A damaged file is an error, not garbage.
   std::filesystem::resize_file(path, 100);
-  EXPECT_THROW(TokenFile::open(path, "key-1"), common::Error);
+  EXPECT_THROW(TokenFile::open(path, "key-1", 500), common::Error);
+}
+
+// Damage anywhere is named before anything is read through the file: counts that would overflow
+// the size computation, one offset flipped (padded batching once read past the mapping), a flipped
+// id (the checksum), ids outside the vocabulary.
+TEST(TokenFile, DamageIsFoundWithoutOverflowAndNamed) {
+  std::vector<Example> examples(3);
+  for (int e = 0; e < 3; ++e)
+    for (int i = 0; i < 4; ++i) {
+      examples[static_cast<size_t>(e)].ids.push_back(e * 10 + i);
+      examples[static_cast<size_t>(e)].labels.push_back(i == 0 ? kIgnoreLabel : e * 10 + i);
+    }
+  const std::string path = write("d.tokens", "");
+  const std::string key = "k";
+  const size_t counts_at = 16 + 8, offsets_at = counts_at + 24;  // the key "k" pads to 8 bytes
+  auto patched = [&](size_t at, uint64_t value) {
+    TokenFile::write(path, key, examples);
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(at));
+    f.write(reinterpret_cast<const char*>(&value), 8);
+  };
+  auto error = [&](int64_t vocab) {
+    try {
+      TokenFile::open(path, key, vocab);
+    } catch (const common::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  TokenFile::write(path, key, examples);
+  ASSERT_NE(TokenFile::open(path, key, 100), nullptr);
+  EXPECT_NE(error(21).find("token 9 has the id 21, outside the vocabulary of 21"), std::string::npos) << error(21);
+  patched(counts_at, uint64_t{1} << 61);  // examples: (n + 1) * 8 wraps around to 8
+  EXPECT_NE(error(100).find("its counts (2305843009213693952 examples, 12 tokens) exceed"), std::string::npos) << error(100);
+  patched(counts_at + 8, ~uint64_t{0} / 4);  // tokens
+  EXPECT_NE(error(100).find("exceed its"), std::string::npos) << error(100);
+  patched(offsets_at + 8, 9);  // example 1 starts at 9 instead of 4: checksum first
+  EXPECT_NE(error(100).find(path + " is damaged: its checksum does not match"), std::string::npos) << error(100);
+  patched(offsets_at + 4 * 8 + 8, 0x0000000100000001ull);  // ids 2 and 3 of example 0
+  EXPECT_NE(error(100).find("its checksum does not match"), std::string::npos) << error(100);
+  TokenFile::write(path, key, examples);
+  std::ofstream(path, std::ios::app) << "trailing";
+  EXPECT_NE(error(100).find("bytes, where its counts make"), std::string::npos) << error(100);
 }
 
 }  // namespace
