@@ -47,6 +47,17 @@ wait_state() {  # wait_state JOB SECONDS STATE...: succeeds when the job reaches
   return 1
 }
 
+wait_requeued() {  # wait_requeued JOB RESTARTS SECONDS: until the job waits requeued RESTARTS times, or ends; sets s
+  local deadline=$((SECONDS + $3))
+  while ((SECONDS < deadline)); do
+    s=$(state "$1")
+    [[ "$s" == PENDING && "$(field "$1" Restarts)" == "$2" ]] && return 0
+    [[ "$s" == COMPLETED || "$s" == FAILED || "$s" == CANCELLED || "$s" == TIMEOUT ]] && return 1
+    sleep 0.5
+  done
+  return 1
+}
+
 wait_steps() {  # wait_steps OUT N SECONDS: until metrics.jsonl has N lines
   local deadline=$((SECONDS + $3))
   while ((SECONDS < deadline)); do
@@ -154,13 +165,7 @@ time_limit)
   out="$out_root/run"
   job=$(submit "$out" --set slurm.time=1 --set slurm.signal_lead_s=45 --set train.max_train_step=100000 \
     --set checkpoint.every_steps=0) || fail "submit failed"
-  deadline=$((SECONDS + 300))
-  while ((SECONDS < deadline)); do
-    s=$(state "$job")
-    [[ "$s" == PENDING && "$(field "$job" Restarts)" == 1 ]] && break
-    [[ "$s" == COMPLETED || "$s" == FAILED || "$s" == CANCELLED || "$s" == TIMEOUT ]] && break
-    sleep 1
-  done
+  wait_requeued "$job" 1 300
   log="$out/slurm-$job.out"
   if [[ "$s" != PENDING ]]; then
     fail "the job is $s, not requeued by its time limit"
@@ -201,13 +206,7 @@ early_signal)
   deadline=$((SECONDS + 120))
   until grep -qs "starting the ranks" "$log" || ((SECONDS > deadline)); do sleep 0.2; done
   scancel --signal=USR1 --batch "$job"
-  deadline=$((SECONDS + 300))
-  while ((SECONDS < deadline)); do
-    s=$(state "$job")
-    [[ "$s" == PENDING && "$(field "$job" Restarts)" == 1 ]] && break
-    [[ "$s" == COMPLETED || "$s" == FAILED || "$s" == CANCELLED || "$s" == TIMEOUT ]] && break
-    sleep 1
-  done
+  wait_requeued "$job" 1 300
   scancel "$job" 2>/dev/null
   [[ "$s" == PENDING ]] || { fail "the job is $s, not requeued after the early signal"; show_log "$log"; }
   grep -q "the ranks are still starting: the signal reaches them once they are ready" "$log" ||
@@ -238,13 +237,7 @@ requeue_stress)
       wait_steps "$out" $((before + 5)) 120 || fail "round $i: no progress"
     fi
     scancel --signal=USR1 --batch "$job"
-    deadline=$((SECONDS + 300))
-    while ((SECONDS < deadline)); do
-      s=$(state "$job")
-      [[ "$s" == PENDING && "$(field "$job" Restarts)" == "$i" ]] && break
-      [[ "$s" == COMPLETED || "$s" == FAILED || "$s" == CANCELLED || "$s" == TIMEOUT ]] && break
-      sleep 0.5
-    done
+    wait_requeued "$job" "$i" 300
     [[ "$s" == PENDING ]] || { fail "round $i: the job is $s, not requeued"; show_log "$log"; break; }
     now=$(readlink "$out/checkpoints/latest" || echo step-0)
     now=$((10#${now#step-}))
@@ -284,13 +277,7 @@ killed_after_stop)
   log="$out/slurm-$job.out"
   wait_steps "$out" 5 120 || fail "no progress"
   scancel --signal=USR1 --batch "$job"
-  deadline=$((SECONDS + 300))
-  while ((SECONDS < deadline)); do
-    s=$(state "$job")
-    [[ "$s" == PENDING && "$(field "$job" Restarts)" == 1 ]] && break
-    [[ "$s" == COMPLETED || "$s" == FAILED || "$s" == CANCELLED || "$s" == TIMEOUT ]] && break
-    sleep 1
-  done
+  wait_requeued "$job" 1 300
   scancel "$job" 2>/dev/null
   [[ "$s" == PENDING ]] || { fail "the job is $s, not requeued"; show_log "$log"; }
   grep -q "after the stop signal, but checkpoint step [0-9]* is committed: requeueing as stopped" "$log" ||
