@@ -14,6 +14,7 @@
 #include "launcher/local_run.h"
 #include "launcher/status.h"
 #include "launcher/submit.h"
+#include "launcher/writer_guard.h"
 
 namespace {
 
@@ -64,6 +65,11 @@ int cmd_run(const std::string& path, std::vector<std::string> overrides, int ran
     std::cout << line << "\n";
     return 0;
   }
+  // One writer per output directory: no queued or running Slurm job of it, and its lock held by
+  // mpirun (inherited across exec) until the last process of the run exits.
+  launcher::refuse_if_slurm_job_active(job.job.output_dir);
+  common::DirLock lock = launcher::lock_output_dir(job.job.output_dir, launcher::holder_note("shardtune run"));
+  lock.keep_across_exec();
   common::write_file_atomically(resolved_path, job::to_toml(job));
   std::cerr << "shardtune: " << line << "\n";
   launcher::exec_argv(argv);

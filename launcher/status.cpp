@@ -65,7 +65,9 @@ std::string status_report(const std::string& target, int log_lines) {
     report += "slurm job:       none submitted from this directory\n";
   } else {
     const slurm::JobInfo info = slurm::query_job(id);
-    if (!info.known) {
+    if (!info.error.empty()) {
+      report += fmt::format("slurm job:       {} (state unknown: {})\n", id, info.error);
+    } else if (!info.known) {
       report += fmt::format("slurm job:       {} (no longer known to slurmctld; see {}/slurm-{}.out)\n", id,
                             output_dir, id);
     } else {

@@ -10,8 +10,8 @@
 #include "common/file_io.h"
 #include "common/job/job_writer.h"
 #include "launcher/local_run.h"
+#include "launcher/writer_guard.h"
 #include "slurm/command.h"
-#include "slurm/job_state.h"
 #include "slurm/sbatch_script.h"
 
 namespace shardtune::launcher {
@@ -30,16 +30,6 @@ std::string absolute(const std::string& path, const std::string& cwd) {
 std::string trim(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
   return s;
-}
-
-void refuse_if_active(const std::string& output_dir) {
-  const std::string previous = last_job_id(output_dir);
-  if (previous.empty()) return;
-  const std::string state = slurm::query_job_state(previous);
-  ST_CHECK(!slurm::is_active_state(state), ErrorKind::kUsage,
-           "Slurm job {} of {} is still {}: a second job would write the same checkpoints. HINT: wait for it, or "
-           "`scancel {}`",
-           previous, output_dir, state, previous);
 }
 
 }  // namespace
@@ -71,10 +61,14 @@ int submit(const job::Job& job, const SubmitOptions& options) {
     std::cout << "# " << slurm::command_line(argv) << "\n";
     return 0;
   }
-  refuse_if_active(job.job.output_dir);
-  common::write_file_atomically(resolved_job_path(job), job::to_toml(job));
-  common::write_file_atomically(script_path(job), script);
-  fs::permissions(script_path(job), fs::perms::owner_exec | fs::perms::group_exec, fs::perm_options::add);
+  refuse_if_slurm_job_active(job.job.output_dir);
+  {
+    // Held while the files are written, not across sbatch: the job's first start takes it.
+    const common::DirLock lock = lock_output_dir(job.job.output_dir, holder_note("shardtune submit"));
+    common::write_file_atomically(resolved_job_path(job), job::to_toml(job));
+    common::write_file_atomically(script_path(job), script);
+    fs::permissions(script_path(job), fs::perms::owner_exec | fs::perms::group_exec, fs::perm_options::add);
+  }
 
   const slurm::CommandResult r = slurm::run_command(argv);
   if (r.exit_code != 0) {

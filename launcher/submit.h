@@ -1,6 +1,7 @@
 // `shardtune submit`: the resolved job and its sbatch script written into the job's output
 // directory, then sbatch run by argv. Refuses to submit while an earlier job of the same output
-// directory is still queued or running (two jobs would write the same checkpoints).
+// directory is still queued or running, or while another writer holds the directory's lock
+// (launcher/writer_guard.h): two jobs would write the same checkpoints.
 #pragma once
 
 #include <string>

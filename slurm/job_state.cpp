@@ -1,8 +1,11 @@
 #include "slurm/job_state.h"
 
+#include <fmt/format.h>
+
 #include <set>
 #include <sstream>
 
+#include "common/error.h"
 #include "slurm/command.h"
 
 namespace shardtune::slurm {
@@ -25,14 +28,26 @@ JobInfo parse_scontrol_job(const std::string& text) {
   return info;
 }
 
+JobInfo scontrol_job_result(int exit_code, const std::string& out, const std::string& err) {
+  if (exit_code == 0) return parse_scontrol_job(out);
+  JobInfo info;
+  if (err.find("Invalid job id") == std::string::npos) {
+    std::string why = err;
+    while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
+    info.error = fmt::format("scontrol exited {}{}", exit_code, why.empty() ? "" : ": " + why);
+  }
+  return info;
+}
+
 JobInfo query_job(const std::string& job_id) {
   const CommandResult r = run_command({"scontrol", "show", "job", "-o", job_id});
-  if (r.exit_code != 0) return {};
-  return parse_scontrol_job(r.out);
+  return scontrol_job_result(r.exit_code, r.out, r.err);
 }
 
 std::string query_job_state(const std::string& job_id) {
   const JobInfo info = query_job(job_id);
+  ST_CHECK(info.error.empty(), common::ErrorKind::kIo, "cannot tell whether Slurm job {} still runs: {}", job_id,
+           info.error);
   return info.known ? info.field("JobState") : "UNKNOWN";
 }
 

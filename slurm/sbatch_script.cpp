@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "common/dir_lock.h"
 #include "common/error.h"
 #include "common/exit_codes.h"
 #include "common/shell_words.h"
@@ -46,7 +47,9 @@ std::string launcher_words(const job::Job& job, const ScriptPaths& paths) {
 constexpr const char* kBody = R"SH(set -uo pipefail
 
 readonly CHECKPOINT_DIR={checkpoint_dir}
+readonly OUTPUT_DIR={output_dir}
 readonly READY_FILE={output_dir}/{ready_prefix}"${{SLURM_JOB_ID:-0}}"
+readonly LOCK_FILE={output_dir}/{lock_name}
 readonly MAX_REQUEUES={max_requeues}
 readonly REQUEUE_EXIT={requeue_exit}
 export SRUN_CPUS_PER_TASK={cpus_per_task}
@@ -91,6 +94,21 @@ last_checkpoint_step() {{
 restarts=${{SLURM_RESTART_COUNT:-0}}
 start_step=$(last_checkpoint_step)
 say "job ${{SLURM_JOB_ID:-?}} (start $((restarts + 1))): ${{SLURM_JOB_NUM_NODES:-?}} node(s) ${{SLURM_JOB_NODELIST:-?}}; last checkpoint: step $start_step"
+
+# One writer per output directory: this start holds the directory's lock until it ends (`shardtune
+# run` and `shardtune submit` take the same lock). A file system without locks leaves it unguarded.
+exec 9<>"$LOCK_FILE" || {{ say "cannot open $LOCK_FILE: not starting"; exit 1; }}
+flock -n -E 200 9
+lock_rc=$?
+if (( lock_rc == 200 )); then
+  say "$OUTPUT_DIR is in use by $(head -n 1 "$LOCK_FILE" | head -c 300): a second writer would corrupt its checkpoints; not starting"
+  exit 1
+elif (( lock_rc != 0 )); then
+  say "warning: cannot lock $LOCK_FILE (flock exit $lock_rc): nothing keeps a second job out of $OUTPUT_DIR"
+else
+  printf 'Slurm job %s, start %s (batch script on %s pid %s), since %s\n' "${{SLURM_JOB_ID:-?}}" \
+    "$((restarts + 1))" "$(hostname)" "$$" "$(date '+%F %T')" >"$LOCK_FILE"
+fi
 
 say "starting the ranks: ${{ranks[*]}}"
 rm -f -- "$READY_FILE"
@@ -142,6 +160,7 @@ if (( restarts >= MAX_REQUEUES )); then
   exit "$rc"
 fi
 say "checkpoint at step $end_step: requeueing job $SLURM_JOB_ID ($((restarts + 1)) of $MAX_REQUEUES)"
+exec 9>&-  # the next start takes the lock again
 if ! scontrol requeue "$SLURM_JOB_ID"; then
   say "scontrol requeue failed"
   exit "$rc"
@@ -207,6 +226,7 @@ std::string sbatch_script(const job::Job& job, const ScriptPaths& paths) {
   script += fmt::format(kBody, fmt::arg("checkpoint_dir", shell_quote(job.checkpoint.dir)),
                         fmt::arg("output_dir", shell_quote(job.job.output_dir)),
                         fmt::arg("ready_prefix", kReadyFilePrefix),
+                        fmt::arg("lock_name", common::kDirLockName),
                         fmt::arg("max_requeues", job.slurm.max_requeues),
                         fmt::arg("requeue_exit", common::kExitRequeue),
                         fmt::arg("cpus_per_task", job.slurm.cpus_per_task),

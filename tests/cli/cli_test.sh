@@ -64,6 +64,43 @@ else
   fail "shardtune run -n 2 failed: $(tail -20 "$tmp/log")"
 fi
 
+# One writer per output directory. A directory whose lock another process holds refuses `run`
+# and `submit`, naming the holder, and nothing in it changes.
+locked="$tmp/locked"
+mkdir -p "$locked"
+echo "the job of another writer" >"$locked/job.toml"
+echo "a test holder" >"$locked/.shardtune.lock"
+(exec 9<>"$locked/.shardtune.lock" && flock 9 && exec sleep 120) &
+holder=$!
+deadline=$((SECONDS + 30))
+while flock -n "$locked/.shardtune.lock" true && ((SECONDS < deadline)); do sleep 0.2; done
+for cmd in run submit; do
+  "$st" "$cmd" "$src/configs/tiny-cpu.toml" --set "job.output_dir=$locked" >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  [ "$rc" -ne 0 ] || fail "$cmd into a locked output directory exited 0"
+  grep -q "$locked is in use by a test holder" "$tmp/err" || fail "$cmd into a locked directory: $(cat "$tmp/err")"
+done
+grep -qx "the job of another writer" "$locked/job.toml" || fail "a refused writer changed job.toml"
+[ -e "$locked/shardtune.sbatch" ] && fail "a refused submit wrote its script"
+kill "$holder" 2>/dev/null
+wait "$holder" 2>/dev/null
+
+# A run holds the lock while its ranks train (mpirun inherits it), and frees it when they end.
+held="$tmp/held"
+"$st" run "$src/configs/tiny-cpu.toml" -n 2 --set "job.output_dir=$held" --set train.max_train_step=100000 \
+  >"$tmp/first.log" 2>&1 &
+first=$!
+deadline=$((SECONDS + 180))
+until [ -s "$held/metrics.jsonl" ] || ((SECONDS > deadline)); do sleep 0.5; done
+[ -s "$held/metrics.jsonl" ] || fail "the first run did not start training: $(tail -5 "$tmp/first.log")"
+"$st" run "$src/configs/tiny-cpu.toml" -n 2 --set "job.output_dir=$held" >"$tmp/out" 2>"$tmp/err"
+[ $? -ne 0 ] || fail "a second run into a directory in use exited 0"
+grep -q "$held is in use by shardtune run on .* pid $first, since " "$tmp/err" ||
+  fail "the second run does not name the first: $(cat "$tmp/err")"
+kill -TERM "$first"
+wait "$first"
+flock -n "$held/.shardtune.lock" true || fail "the lock outlived the run"
+
 # Deterministic: the same seed and world size give bit-identical losses.
 if "$st" run "$src/configs/tiny-cpu.toml" -n 2 --set "job.output_dir=$tmp/run2b" --set train.max_train_step=40 \
      >"$tmp/log" 2>&1; then

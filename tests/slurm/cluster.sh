@@ -68,6 +68,14 @@ EOF
       >>"$dir/slurm.conf"
   done
   echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES" >>"$dir/slurm.conf"
+  # PMIx fences through the ring algorithm only. With the default ("mixed"), a fence that
+  # collects no data takes the tree algorithm, and here every node's slurmstepd takes itself for
+  # the tree's root with no children: MPI_Init's final barrier then returns on one node before
+  # the other node has even reached it, and a rank whose first message arrives while its peer is
+  # still inside MPI_Init kills that peer (SIGSEGV in Open MPI's TCP transport). Traced with a
+  # shim around PMIx_Fence_nb: the barrier completed early in every launch with the tree, in none
+  # with the ring.
+  echo "PMIxCollFence=ring" >"$dir/mpi.conf"
 }
 
 wait_for() {  # wait_for SECONDS DESCRIPTION COMMAND...

@@ -11,6 +11,8 @@
 #   requeue_stress          20 rounds of signal -> checkpoint -> requeue -> resume (STRESS_CYCLES), half
 #                           of them signalled as a start begins: every round advances, no step lost
 #   killed_after_stop       a rank killed after the stop's checkpoint was committed: still requeued
+#   second_writer           the job's script submitted again by hand and `shardtune run` into the same
+#                           output directory are refused while the job runs; the job completes
 #   resize                  stopped without requeue, resubmitted as 1 node x 3 ranks: resumes and completes
 #   kill9                   kill -9 of one rank: FAILED within 60 s, no rank left, rank named, checkpoint intact
 #   stream                  a Hugging Face folder streamed into shards across 2 nodes, by one reader per
@@ -302,6 +304,27 @@ resize)
   grep -q "job 'tiny-2x2': 3 ranks on 1 node(s)" "$out/slurm-$job2.out" || fail "not 3 ranks on 1 node"
   grep -q "resuming at step $((10#${at#step-})) " "$out/slurm-$job2.out" || fail "did not resume from $at"
   [[ "$(readlink "$out/checkpoints/latest")" == step-0000600 ]] || fail "no final checkpoint at step 600"
+  ;;
+
+second_writer)
+  # One writer per output directory. While a job trains, its own batch script submitted again by
+  # hand fails at its start naming the running job, and `shardtune run` into the directory is
+  # refused; the first job goes on untouched and completes.
+  out="$out_root/run"
+  job=$(submit "$out" --set train.max_train_step=300 --set checkpoint.every_steps=0) || fail "submit failed"
+  wait_steps "$out" 20 120 || fail "no progress"
+  toml_before=$(md5sum <"$out/job.toml")
+  second=$(sbatch --parsable "$out/shardtune.sbatch") || fail "sbatch of the script by hand failed"
+  wait_state "$second" 120 FAILED COMPLETED CANCELLED || true
+  [[ "$(state "$second")" == FAILED ]] || fail "the second writer's job ended $(state "$second"), expected FAILED"
+  grep -q "is in use by Slurm job $job, start 1 (batch script on n[12] pid [0-9]*), since .*: a second writer would corrupt its checkpoints; not starting" \
+    "$out/slurm-$second.out" || { fail "the second writer's job does not name the first"; show_log "$out/slurm-$second.out"; }
+  "$st" run "$src/tests/slurm/tiny-2x2.toml" --set "job.output_dir=$out" >/dev/null 2>"$out_root/run.err" &&
+    fail "shardtune run into a running job's directory exited 0"
+  grep -q "Slurm job $job of $out is still RUNNING" "$out_root/run.err" ||
+    fail "shardtune run was not refused for the running job: $(cat "$out_root/run.err")"
+  [[ "$(md5sum <"$out/job.toml")" == "$toml_before" ]] || fail "a refused writer changed job.toml"
+  check_completed "$out" "$job" 4 "2 node(s)"
   ;;
 
 kill9)

@@ -173,5 +173,19 @@ TEST(JobState, ParsesScontrolOneLineOutput) {
   EXPECT_FALSE(parse_scontrol_job("slurm_load_jobs error: Invalid job id specified\n").known);
 }
 
+// A job slurmctld has forgotten is not running; a controller that does not answer says nothing.
+TEST(JobState, AFailedQueryIsNotANotRunningJob) {
+  const JobInfo gone = scontrol_job_result(1, "", "slurm_load_jobs error: Invalid job id specified\n");
+  EXPECT_FALSE(gone.known);
+  EXPECT_TRUE(gone.error.empty());
+  const JobInfo down = scontrol_job_result(1, "", "slurm_load_jobs error: Unable to contact slurm controller\n");
+  EXPECT_FALSE(down.known);
+  EXPECT_EQ(down.error, "scontrol exited 1: slurm_load_jobs error: Unable to contact slurm controller");
+  const JobInfo running = scontrol_job_result(0, "JobId=3 JobState=RUNNING\n", "");
+  EXPECT_TRUE(running.known);
+  EXPECT_TRUE(running.error.empty());
+  EXPECT_EQ(running.field("JobState"), "RUNNING");
+}
+
 }  // namespace
 }  // namespace shardtune::slurm
