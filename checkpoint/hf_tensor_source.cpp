@@ -32,11 +32,13 @@ HfTensorSource::~HfTensorSource() {
   for (auto& [path, fd] : fds_) ::close(fd);
 }
 
-std::vector<SourceTensor> HfTensorSource::tensors() const {
-  std::vector<SourceTensor> out;
+std::vector<fsdp::SourceTensor> HfTensorSource::tensors() const {
+  std::vector<fsdp::SourceTensor> out;
   for (const std::string& name : folder_.tensor_names()) {
     const TensorInfo& info = folder_.info(name);
-    out.push_back({name, info.dtype, info.shape});
+    std::optional<at::ScalarType> trainable;
+    if (is_trainable_dtype(info.dtype)) trainable = to_scalar_type(info.dtype);
+    out.push_back({name, std::string(to_string(info.dtype)), trainable, info.shape});
   }
   return out;
 }
@@ -101,8 +103,8 @@ void HfTensorSource::read(const std::string& name, int64_t offset, int64_t count
   }
 }
 
-void HfTensorSource::prefetch(const std::vector<ReadRequest>& requests) {
-  for (const ReadRequest& r : requests) {
+void HfTensorSource::prefetch(const std::vector<fsdp::ReadRequest>& requests) {
+  for (const fsdp::ReadRequest& r : requests) {
     const SafetensorsFile& file = folder_.file_of(*r.name);
     const TensorInfo& info = file.at(*r.name);
     const uint64_t esize = st_dtype_size(info.dtype);
@@ -111,15 +113,15 @@ void HfTensorSource::prefetch(const std::vector<ReadRequest>& requests) {
   }
 }
 
-void HfTensorSource::read_batch(std::vector<ReadRequest> requests) {
+void HfTensorSource::read_batch(std::vector<fsdp::ReadRequest> requests) {
   struct Located {
-    const ReadRequest* request;
+    const fsdp::ReadRequest* request;
     const SafetensorsFile* file;
     uint64_t begin, bytes;
     bool raw;  // stored in the requested dtype
   };
   std::vector<Located> order;
-  for (const ReadRequest& r : requests) {
+  for (const fsdp::ReadRequest& r : requests) {
     const SafetensorsFile& file = folder_.file_of(*r.name);
     const TensorInfo& info = file.at(*r.name);
     const uint64_t esize = st_dtype_size(info.dtype);

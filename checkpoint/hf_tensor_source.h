@@ -1,4 +1,4 @@
-// A Hugging Face safetensors folder as a TensorSource. Ranges are read with pread into the
+// A Hugging Face safetensors folder as the loader's TensorSource (runtime/fsdp/tensor_source.h). Ranges are read with pread into the
 // destination (or a bounded conversion buffer), so the page cache, not this process, holds the
 // file data: the reader's memory does not grow with the model.
 #pragma once
@@ -7,24 +7,24 @@
 #include <memory>
 
 #include "checkpoint/hf_folder.h"
-#include "checkpoint/tensor_source.h"
+#include "runtime/fsdp/tensor_source.h"
 
 namespace shardtune::checkpoint {
 
-class HfTensorSource final : public TensorSource {
+class HfTensorSource final : public fsdp::TensorSource {
  public:
   explicit HfTensorSource(const std::string& dir);
   ~HfTensorSource() override;
 
   const HfFolder& folder() const { return folder_; }
-  std::vector<SourceTensor> tensors() const override;
+  std::vector<fsdp::SourceTensor> tensors() const override;
   void read(const std::string& name, int64_t offset, int64_t count, at::ScalarType dtype, void* dst) override;
   std::vector<std::string> storage_order() const override;  // by file, then offset
   // Sorted by file and offset; runs of ranges that lie end to end in a file and need no
   // conversion are read by one preadv each.
-  void read_batch(std::vector<ReadRequest> requests) override;
+  void read_batch(std::vector<fsdp::ReadRequest> requests) override;
   // Asks the kernel to start reading the ranges into the page cache (POSIX_FADV_WILLNEED).
-  void prefetch(const std::vector<ReadRequest>& requests) override;
+  void prefetch(const std::vector<fsdp::ReadRequest>& requests) override;
   uint64_t bytes_read() const override { return bytes_read_; }
   std::string location(const std::string& name) const override { return folder_.file_of(name).path(); }
 
@@ -41,7 +41,7 @@ class HfTensorSource final : public TensorSource {
 // Opens an HfTensorSource on the folder when called (on the ranks that read).
 struct HfFolderSourceFactory {
   std::string dir;
-  std::unique_ptr<TensorSource> operator()() const { return std::make_unique<HfTensorSource>(dir); }
+  std::unique_ptr<fsdp::TensorSource> operator()() const { return std::make_unique<HfTensorSource>(dir); }
 };
 
 }  // namespace shardtune::checkpoint

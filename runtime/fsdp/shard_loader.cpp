@@ -24,7 +24,6 @@
 #include "runtime/dist/mpi_check.h"
 #include "runtime/dist/mpi_text.h"
 #include "runtime/fsdp/load_plan.h"
-#include "checkpoint/safetensors_torch.h"
 
 namespace shardtune::fsdp {
 namespace {
@@ -73,9 +72,9 @@ std::string duration_text(double seconds) {
 
 }  // namespace
 
-std::vector<std::string> weight_mismatches(model::LlamaForCausalLM& model, const checkpoint::TensorSource& source) {
-  std::map<std::string, checkpoint::SourceTensor> have;
-  for (const checkpoint::SourceTensor& t : source.tensors()) have.emplace(t.name, t);
+std::vector<std::string> weight_mismatches(model::LlamaForCausalLM& model, const TensorSource& source) {
+  std::map<std::string, SourceTensor> have;
+  for (const SourceTensor& t : source.tensors()) have.emplace(t.name, t);
   auto where = [&](const std::string& name) {
     const std::string file = source.location(name);
     return file.empty() ? std::string() : " in " + file;
@@ -93,10 +92,10 @@ std::vector<std::string> weight_mismatches(model::LlamaForCausalLM& model, const
     if (it->second.shape != shape)
       problems.push_back(fmt::format("{} has shape [{}]{}, but config.json implies [{}]", p.name,
                                      fmt::join(it->second.shape, ", "), where(p.name), fmt::join(shape, ", ")));
-    if (!checkpoint::is_trainable_dtype(it->second.dtype))
+    if (!it->second.trainable)
       problems.push_back(fmt::format("{} is stored as {}{}: only F32, F16, BF16 and F64 weights can be trained "
                                      "(quantized checkpoints are not supported)",
-                                     p.name, checkpoint::to_string(it->second.dtype), where(p.name)));
+                                     p.name, it->second.stored_dtype, where(p.name)));
   }
   for (const auto& [name, t] : have)
     if (!needed.count(name) && !(name == "lm_head.weight" && model.config().tie_word_embeddings))
@@ -184,20 +183,20 @@ Plan join_groups(const std::vector<FlatParam*>& flats, MPI_Comm world, const Loa
 
 // Every parameter's stored dtype and place in the storage order, as world rank 0's source says
 // (it always reads).
-void agree_storage(Plan& plan, const std::vector<FlatParam*>& flats, const checkpoint::TensorSource* source,
+void agree_storage(Plan& plan, const std::vector<FlatParam*>& flats, const TensorSource* source,
                    MPI_Comm world) {
-  std::map<std::string, std::pair<checkpoint::StDtype, int32_t>> stored;  // name -> dtype, position
+  std::map<std::string, std::pair<at::ScalarType, int32_t>> stored;  // name -> dtype, position
   if (source) {
-    std::map<std::string, checkpoint::StDtype> dtypes;
-    for (const checkpoint::SourceTensor& t : source->tensors()) dtypes.emplace(t.name, t.dtype);
+    std::map<std::string, at::ScalarType> dtypes;  // validate_source refused untrainable ones
+    for (const SourceTensor& t : source->tensors()) dtypes.emplace(t.name, t.trainable.value_or(at::kFloat));
     int32_t position = 0;
     for (const std::string& name : source->storage_order()) stored.emplace(name, std::make_pair(dtypes.at(name), position++));
   }
   std::vector<int32_t> codes;  // per parameter: scalar type, position
   for (FlatParam* flat : flats) {
     for (const ParamSpan& p : flat->layout().params()) {
-      const auto [dtype, position] = source ? stored.at(p.name) : std::make_pair(checkpoint::StDtype::kF32, 0);
-      codes.push_back(source ? static_cast<int32_t>(checkpoint::to_scalar_type(dtype)) : 0);
+      const auto [dtype, position] = source ? stored.at(p.name) : std::make_pair(at::kFloat, 0);
+      codes.push_back(source ? static_cast<int32_t>(dtype) : 0);
       codes.push_back(position);
     }
   }
@@ -302,7 +301,7 @@ LoadStats load_shards(FsdpLlama& model, const SourceFactory& open_source, MPI_Co
   ST_MPI_CHECK(MPI_Comm_rank(world, &world_rank));
   const std::vector<FlatParam*> flats = model.flat_params();
   Plan plan = join_groups(flats, world, options);
-  std::unique_ptr<checkpoint::TensorSource> source;
+  std::unique_ptr<TensorSource> source;
   if (plan.reader) source = open_source();
   agree_storage(plan, flats, source.get(), world);
   allocate_staging(plan, options);
@@ -328,7 +327,7 @@ LoadStats load_shards(FsdpLlama& model, const SourceFactory& open_source, MPI_Co
   };
   auto requests_of = [&](size_t k) {
     const size_t f = rounds[k].first;
-    std::vector<checkpoint::ReadRequest> requests;
+    std::vector<ReadRequest> requests;
     for (const RoundParam& p : params_of(k))
       requests.push_back({&flats[f]->layout().params()[p.param].name, p.begin, p.end - p.begin,
                           plan.stored[f][p.param], plan.buffer(static_cast<int64_t>(k)) + p.staged_offset});

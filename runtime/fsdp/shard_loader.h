@@ -11,8 +11,8 @@
 #include <functional>
 #include <memory>
 
-#include "checkpoint/tensor_source.h"
 #include "runtime/fsdp/fsdp_llama.h"
+#include "runtime/fsdp/tensor_source.h"
 
 namespace shardtune::fsdp {
 
@@ -32,12 +32,12 @@ struct LoadStats {
   bool reader = false;
 };
 
-using SourceFactory = std::function<std::unique_ptr<checkpoint::TensorSource>()>;
+using SourceFactory = std::function<std::unique_ptr<TensorSource>()>;
 
 // Every way the source's tensors differ from the model's parameters: missing, misshapen, of a dtype
 // that cannot be trained, or extra (an lm_head.weight beside tied embeddings is allowed). Each
 // names the tensor and, where the source can say, its file. Empty when they match.
-std::vector<std::string> weight_mismatches(model::LlamaForCausalLM& model, const checkpoint::TensorSource& source);
+std::vector<std::string> weight_mismatches(model::LlamaForCausalLM& model, const TensorSource& source);
 
 // Collective over `world`, before anything is allocated: world rank 0 opens the source and checks
 // it against the model's parameters (every missing, extra or misshapen tensor, every non-float

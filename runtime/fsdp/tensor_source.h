@@ -1,21 +1,21 @@
 // Where weights come from when they are streamed into shards: element ranges of named tensors,
-// converted to the dtype asked for. A Hugging Face folder is one source; shardtune's own
-// checkpoints are another. Only the ranks that read ever create one.
+// converted to the dtype asked for. The loader owns this interface; a Hugging Face folder
+// (checkpoint/hf_tensor_source.h) is one implementation. Only the ranks that read ever create one.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
-#include "checkpoint/safetensors_dtype.h"
-
-namespace shardtune::checkpoint {
+namespace shardtune::fsdp {
 
 struct SourceTensor {
   std::string name;
-  StDtype dtype;
+  std::string stored_dtype;                  // as the storage names it ("BF16", "F8_E4M3", "I64"): for messages
+  std::optional<at::ScalarType> trainable;   // the floating type it loads as; nullopt when it cannot be trained
   std::vector<int64_t> shape;
 };
 
@@ -54,4 +54,4 @@ class TensorSource {
   virtual uint64_t bytes_read() const = 0;
 };
 
-}  // namespace shardtune::checkpoint
+}  // namespace shardtune::fsdp
