@@ -155,7 +155,8 @@ int main(int argc, char** argv) {
   cfg.num_hidden_layers = argc > 2 ? std::stoi(argv[2]) : 12;
   job::Job job;
   job.slurm.ntasks_per_node = world;
-  const fsdp::FsdpOptions options = fsdp::fsdp_options_from_job(job, world);
+  const fsdp::FsdpOptions options =
+      fsdp::fsdp_options(job.fsdp, job.train, world, static_cast<int>(job.slurm.ranks_per_node()));
   dist::ProcessGroups groups = dist::make_mpi_groups(MPI_COMM_WORLD, options.shard_size, 3600.0);
   model::LlamaForCausalLM skeleton(cfg, at::TensorOptions().device(at::kMeta));
   fsdp::FsdpLlama model(skeleton, groups, options);

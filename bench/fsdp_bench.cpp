@@ -86,7 +86,8 @@ int main(int argc, char** argv) {
   job.slurm.ntasks_per_node = world;
   job.train.mixed_precision = false;
   job.fsdp.activation_checkpointing = false;  // the plain baseline keeps its activations too
-  const fsdp::FsdpOptions options = fsdp::fsdp_options_from_job(job, world);
+  const fsdp::FsdpOptions options =
+      fsdp::fsdp_options(job.fsdp, job.train, world, static_cast<int>(job.slurm.ranks_per_node()));
   dist::ProcessGroups groups = dist::make_mpi_groups(MPI_COMM_WORLD, options.shard_size, 600.0);
   model::LlamaForCausalLM m(bench_config(), at::TensorOptions().dtype(at::kFloat));
   model::init_weights(m, 1);

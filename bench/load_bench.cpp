@@ -15,9 +15,9 @@
 #include <filesystem>
 #include <vector>
 
-#include "checkpoint/hf_tensor_source.h"
+#include "checkpoint/hf/hf_tensor_source.h"
 #include "common/process_memory.h"
-#include "checkpoint/safetensors_torch.h"
+#include "checkpoint/hf/safetensors_torch.h"
 #include "runtime/dist/mpi_runtime.h"
 #include "runtime/fsdp/shard_loader.h"
 
@@ -105,7 +105,8 @@ int main(int argc, char** argv) {
   job::Job job;
   job.slurm.ntasks_per_node = world;
   job.train.mixed_precision = true;  // fp32 master shards
-  const fsdp::FsdpOptions options = fsdp::fsdp_options_from_job(job, world);
+  const fsdp::FsdpOptions options =
+      fsdp::fsdp_options(job.fsdp, job.train, world, static_cast<int>(job.slurm.ranks_per_node()));
   dist::ProcessGroups groups = dist::make_mpi_groups(MPI_COMM_WORLD, options.shard_size, 3600.0);
   MPI_Barrier(MPI_COMM_WORLD);
   common::reset_peak_resident();

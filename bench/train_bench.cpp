@@ -19,7 +19,7 @@
 #include <random>
 #include <string>
 
-#include "checkpoint/hf_tensor_source.h"
+#include "checkpoint/hf/hf_tensor_source.h"
 #include "common/error.h"
 #include "runtime/dist/device.h"
 #include "runtime/dist/gpu_sharing.h"
@@ -93,7 +93,8 @@ int run(const Args& a) {
   job.slurm.ntasks_per_node = world;
   job.train.mixed_precision = true;
   job.fsdp.activation_checkpointing = a.checkpointing;
-  const fsdp::FsdpOptions options = fsdp::fsdp_options_from_job(job, world, device);
+  const fsdp::FsdpOptions options =
+      fsdp::fsdp_options(job.fsdp, job.train, world, static_cast<int>(job.slurm.ranks_per_node()), device);
   dist::ProcessGroups groups = dist::make_process_groups(
       MPI_COMM_WORLD, options.shard_size,
       {600.0, choice.device, dist::choose_device_collectives(MPI_COMM_WORLD, choice.device)});

@@ -3,7 +3,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "checkpoint/hf_model_io.h"
+#include "checkpoint/hf/hf_model_io.h"
 #include "runtime/data/tokenizer.h"
 #include "runtime/job_data.h"
 #include "runtime/model/init.h"

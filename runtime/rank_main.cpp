@@ -23,7 +23,7 @@
 #include "runtime/dist/process_groups.h"
 #include "runtime/dist/topology.h"
 #include "checkpoint/h5_check.h"
-#include "checkpoint/hf_tensor_source.h"
+#include "checkpoint/hf/hf_tensor_source.h"
 #include <nlohmann/json.hpp>
 #include "runtime/fsdp/fsdp_llama.h"
 #include "runtime/fsdp/shard_loader.h"
@@ -190,7 +190,8 @@ int run(int argc, char** argv) {
              : runtime::build_model(job);
   const checkpoint::HfFolderSourceFactory source{job.model.path};
   if (stream) fsdp::validate_source(*model, source, MPI_COMM_WORLD);
-  const fsdp::FsdpOptions fsdp_options = fsdp::fsdp_options_from_job(job, topo.world_size, torch_device);
+  const fsdp::FsdpOptions fsdp_options = fsdp::fsdp_options(job.fsdp, job.train, topo.world_size,
+                                                            static_cast<int>(job.slurm.ranks_per_node()), torch_device);
   const auto frozen = runtime::frozen_parameters(job, *model);
   fsdp::FsdpLlama sharded(*model, groups, fsdp_options, frozen);
   if (stream) {
@@ -206,7 +207,8 @@ int run(int argc, char** argv) {
   const slurm::SlurmEnv slurm_env = slurm::read_slurm_env([](const char* name) { return std::getenv(name); });
   const train::CheckpointHooks hooks =
       runtime::checkpoint_hooks(job, config.to_json().dump(), sharded, groups, slurm_env.restart_count);
-  train::Trainer trainer(job, groups, sharded, *data.train, data.val.get(), hooks);
+  train::Trainer trainer({job.train, job.metrics, job.job.output_dir, job.checkpoint.every_steps}, groups, sharded,
+                         *data.train, data.val.get(), hooks);
   const train::TrainSummary summary = trainer.run();
   if (summary.stop_signal != 0) {
     spdlog::warn("stopped on signal {} after {} step(s) with a committed checkpoint: exit {} asks for a requeue",

@@ -15,10 +15,10 @@
 #include "checkpoint/h5_check.h"
 #include "checkpoint/h5_handle.h"
 #include "checkpoint/h5_range.h"
-#include "checkpoint/hf_tensor_source.h"
-#include "checkpoint/hf_folder.h"
-#include "checkpoint/safetensors_stream_writer.h"
-#include "checkpoint/safetensors_torch.h"
+#include "checkpoint/hf/hf_tensor_source.h"
+#include "checkpoint/hf/hf_folder.h"
+#include "checkpoint/hf/safetensors_stream_writer.h"
+#include "checkpoint/hf/safetensors_torch.h"
 #include "checkpoint/commit.h"
 #include "checkpoint/manifest.h"
 #include "common/atomic_file.h"
@@ -274,7 +274,7 @@ void export_hf(const std::string& src, const std::string& out, const std::string
            "{} records no model config.json, so it cannot become a Hugging Face folder", src);
   json config = reader.manifest().model_config;
   const model::LlamaConfig cfg = model::LlamaConfig::from_json(config, src + "/manifest.json model_config");
-  const checkpoint::StDtype st = dtype == "bf16" ? checkpoint::StDtype::kBF16 : checkpoint::StDtype::kF32;
+  const common::Dtype st = dtype == "bf16" ? common::Dtype::kBF16 : common::Dtype::kF32;
   config["torch_dtype"] = dtype == "bf16" ? "bfloat16" : "float32";
   // Shards in Hugging Face's parameter order, each at most max_shard_bytes (a larger tensor alone).
   model::LlamaForCausalLM skeleton(cfg, at::TensorOptions().device(at::kMeta));
@@ -283,7 +283,7 @@ void export_hf(const std::string& src, const std::string& out, const std::string
   for (const model::NamedParam& p : skeleton.named_parameters()) {
     const std::vector<int64_t> shape(p.tensor->sizes().begin(), p.tensor->sizes().end());
     ST_CHECK(reader.has("param", p.name), ErrorKind::kConfig, "{} lacks tensor {}", src, p.name);
-    const uint64_t bytes = static_cast<uint64_t>(numel(shape)) * checkpoint::st_dtype_size(st);
+    const uint64_t bytes = static_cast<uint64_t>(numel(shape)) * common::element_size(st);
     if (in_shard > 0 && in_shard + bytes > max_shard_bytes) {
       shards.emplace_back();
       in_shard = 0;
@@ -305,7 +305,7 @@ void export_hf(const std::string& src, const std::string& out, const std::string
       checkpoint::CheckpointReader::Stream stream = reader.stream("param", t.name);
       for (int64_t n; (n = stream.read(piece.data(), kPiece)) > 0;) {
         writer.append_elements(at::from_blob(piece.data(), {n}, at::kFloat));
-        progress.add(static_cast<uint64_t>(n) * checkpoint::st_dtype_size(st));
+        progress.add(static_cast<uint64_t>(n) * common::element_size(st));
       }
       weight_map[t.name] = name;
     }

@@ -13,7 +13,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "checkpoint/safetensors_torch.h"
+#include "checkpoint/hf/safetensors_torch.h"
 #include "common/error.h"
 #include "runtime/fsdp/llama_units.h"
 #include "runtime/model/init.h"

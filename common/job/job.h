@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "common/dtype.h"
+
 namespace shardtune::job {
 
 enum class Launcher { kSrun, kMpirun };
@@ -20,7 +22,6 @@ enum class LongExamples { kSplit, kTruncate };
 enum class BatchingStrategy { kPacking, kPadding };
 enum class LrScheduler { kStep, kCosine };
 enum class ShardingStrategy { kFullShard, kShardGradOp, kNoShard, kHybridShard };
-enum class ReduceDtype { kFp32, kBf16 };
 enum class CheckpointType { kFull, kSharded };
 enum class LoadReaders { kNode, kRank0 };
 
@@ -122,7 +123,7 @@ struct FsdpSection {
   LoadReaders load_readers = LoadReaders::kNode;
   CheckpointType checkpoint_type = CheckpointType::kSharded;
   bool save_optimizer = false;
-  ReduceDtype reduce_dtype = ReduceDtype::kFp32;
+  common::Dtype reduce_dtype = common::Dtype::kF32;  // kF32 or kBF16
 };
 
 struct CheckpointSection {

@@ -72,9 +72,9 @@ struct EnumNames<ShardingStrategy> {
        {ShardingStrategy::kHybridShard, "HYBRID_SHARD"}}};
 };
 template <>
-struct EnumNames<ReduceDtype> {
-  static constexpr std::array<std::pair<ReduceDtype, std::string_view>, 2> kNames{
-      {{ReduceDtype::kFp32, "fp32"}, {ReduceDtype::kBf16, "bf16"}}};
+struct EnumNames<common::Dtype> {  // the reduction types a job may choose
+  static constexpr std::array<std::pair<common::Dtype, std::string_view>, 2> kNames{
+      {{common::Dtype::kF32, "fp32"}, {common::Dtype::kBF16, "bf16"}}};
 };
 template <>
 struct EnumNames<LoadReaders> {
@@ -104,7 +104,7 @@ template std::string_view enum_name(LongExamples);
 template std::string_view enum_name(BatchingStrategy);
 template std::string_view enum_name(LrScheduler);
 template std::string_view enum_name(ShardingStrategy);
-template std::string_view enum_name(ReduceDtype);
+template std::string_view enum_name(common::Dtype);
 template std::string_view enum_name(CheckpointType);
 template std::string_view enum_name(LoadReaders);
 

@@ -9,16 +9,16 @@ namespace shardtune::dist {
 
 using common::ErrorKind;
 
-DType dtype_of(const at::Tensor& t) {
+common::Dtype dtype_of(const at::Tensor& t) {
   switch (t.scalar_type()) {
-    case at::kFloat: return DType::kFloat32;
-    case at::kDouble: return DType::kFloat64;
-    case at::kBFloat16: return DType::kBFloat16;
-    case at::kHalf: return DType::kFloat16;
-    case at::kInt: return DType::kInt32;
-    case at::kLong: return DType::kInt64;
+    case at::kFloat: return common::Dtype::kF32;
+    case at::kDouble: return common::Dtype::kF64;
+    case at::kBFloat16: return common::Dtype::kBF16;
+    case at::kHalf: return common::Dtype::kF16;
+    case at::kInt: return common::Dtype::kI32;
+    case at::kLong: return common::Dtype::kI64;
     case at::kByte:
-    case at::kBool: return DType::kUInt8;
+    case at::kBool: return common::Dtype::kU8;
     default:
       common::raise(ErrorKind::kInternal,
                     fmt::format("collectives do not carry {} tensors", c10::toString(t.scalar_type())));

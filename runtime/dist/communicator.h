@@ -71,7 +71,7 @@ class Communicator {
 };
 
 // The communicator's element type for a tensor's dtype; throws for dtypes collectives do not carry.
-DType dtype_of(const at::Tensor& t);
+common::Dtype dtype_of(const at::Tensor& t);
 
 // Shape checks shared by every implementation; each throws common::Error(kInternal) naming the group.
 void check_all_gather_sizes(const Communicator& c, const at::Tensor& input, const at::Tensor& output);

@@ -113,7 +113,7 @@ WorkHandle MpiCommunicator::start_all_gather(const at::Tensor& input, at::Tensor
   check_cpu_contiguous(input, "all_gather", "input");
   check_cpu_contiguous(output, "all_gather", "output");
   check_all_gather_sizes(*this, input, output);
-  const DType t = dtype_of(input);
+  const common::Dtype t = dtype_of(input);
   const int count = checked_count(input.numel(), "all_gather");
   auto* out = static_cast<char*>(output.data_ptr());
   const void* send = input.data_ptr();
@@ -128,7 +128,7 @@ WorkHandle MpiCommunicator::start_reduce_scatter(const at::Tensor& input, at::Te
   check_cpu_contiguous(input, "reduce_scatter", "input");
   check_cpu_contiguous(output, "reduce_scatter", "output");
   check_reduce_scatter_sizes(*this, input, output);
-  const DType t = dtype_of(input);
+  const common::Dtype t = dtype_of(input);
   const int count = checked_count(output.numel(), "reduce_scatter");
   auto work = std::make_unique<MpiWork>(this, "reduce_scatter", std::vector<at::Tensor>{input, output});
   ST_MPI_CHECK(MPI_Ireduce_scatter_block(input.data_ptr(), output.data_ptr(), count, mpi_datatype(t), mpi_op(t, op),
@@ -139,7 +139,7 @@ WorkHandle MpiCommunicator::start_reduce_scatter(const at::Tensor& input, at::Te
 
 WorkHandle MpiCommunicator::start_all_reduce(at::Tensor& tensor, ReduceOp op) {
   check_cpu_contiguous(tensor, "all_reduce", "tensor");
-  const DType t = dtype_of(tensor);
+  const common::Dtype t = dtype_of(tensor);
   auto* data = static_cast<char*>(tensor.data_ptr());
   auto work = std::make_unique<MpiWork>(this, "all_reduce", std::vector<at::Tensor>{tensor});
   int64_t done = 0;
@@ -156,7 +156,7 @@ WorkHandle MpiCommunicator::start_all_reduce(at::Tensor& tensor, ReduceOp op) {
 void MpiCommunicator::broadcast(at::Tensor& tensor, int root) {
   check_cpu_contiguous(tensor, "broadcast", "tensor");
   check_root(*this, root, "broadcast");
-  const DType t = dtype_of(tensor);
+  const common::Dtype t = dtype_of(tensor);
   auto* data = static_cast<char*>(tensor.data_ptr());
   MpiWork work(this, "broadcast", {tensor});
   int64_t done = 0;
@@ -176,7 +176,7 @@ void MpiCommunicator::gather(const at::Tensor& input, at::Tensor& output, int ro
     check_cpu_contiguous(output, "gather", "output");
     out = output.data_ptr();
   }
-  const DType t = dtype_of(input);
+  const common::Dtype t = dtype_of(input);
   const int count = checked_count(input.numel(), "gather");
   MpiWork work(this, "gather", {input});
   ST_MPI_CHECK(

@@ -3,6 +3,7 @@
 
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 
@@ -67,25 +68,30 @@ MPI_Op builtin_op(ReduceOp op) {
 
 }  // namespace
 
-MPI_Datatype mpi_datatype(DType t) {
+MPI_Datatype mpi_datatype(common::Dtype t) {
   switch (t) {
-    case DType::kFloat32: return MPI_FLOAT;
-    case DType::kFloat64: return MPI_DOUBLE;
-    case DType::kInt32: return MPI_INT32_T;
-    case DType::kInt64: return MPI_INT64_T;
-    case DType::kUInt8: return MPI_UINT8_T;
-    case DType::kBFloat16: return sixteen_bit().bf16;
-    case DType::kFloat16: return sixteen_bit().fp16;
+    case common::Dtype::kF32: return MPI_FLOAT;
+    case common::Dtype::kF64: return MPI_DOUBLE;
+    case common::Dtype::kI32: return MPI_INT32_T;
+    case common::Dtype::kI64: return MPI_INT64_T;
+    case common::Dtype::kU8: return MPI_UINT8_T;
+    case common::Dtype::kBF16: return sixteen_bit().bf16;
+    case common::Dtype::kF16: return sixteen_bit().fp16;
+    case common::Dtype::kI16: return MPI_INT16_T;
+    case common::Dtype::kI8: return MPI_INT8_T;
+    case common::Dtype::kBool: return MPI_UINT8_T;
+    case common::Dtype::kF8E4M3:
+    case common::Dtype::kF8E5M2: break;
   }
-  return MPI_DATATYPE_NULL;
+  common::raise(common::ErrorKind::kInternal, fmt::format("collectives do not carry {} tensors", short_name(t)));
 }
 
-MPI_Op mpi_op(DType t, ReduceOp op) {
+MPI_Op mpi_op(common::Dtype t, ReduceOp op) {
   ST_CHECK(op != ReduceOp::kAvg || is_floating(t), common::ErrorKind::kInternal,
-           "avg reduction of {} tensors: average floating-point tensors only", to_string(t));
-  if (t == DType::kBFloat16 || t == DType::kFloat16) {
+           "avg reduction of {} tensors: average floating-point tensors only", short_name(t));
+  if (t == common::Dtype::kBF16 || t == common::Dtype::kF16) {
     const SixteenBitTypes& s = sixteen_bit();
-    const bool bf = t == DType::kBFloat16;
+    const bool bf = t == common::Dtype::kBF16;
     switch (op) {
       case ReduceOp::kSum:
       case ReduceOp::kAvg: return bf ? s.bf16_sum : s.fp16_sum;

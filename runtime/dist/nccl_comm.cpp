@@ -104,17 +104,22 @@ void check_nccl(ncclResult_t rc, ncclComm_t comm, const char* expr, const std::s
   common::raise(ErrorKind::kNccl, nccl_error_message(rc, comm, expr), loc);
 }
 
-ncclDataType_t to_nccl(DType t) {
+ncclDataType_t to_nccl(common::Dtype t) {
   switch (t) {
-    case DType::kFloat32: return ncclFloat32;
-    case DType::kFloat64: return ncclFloat64;
-    case DType::kBFloat16: return ncclBfloat16;
-    case DType::kFloat16: return ncclFloat16;
-    case DType::kInt32: return ncclInt32;
-    case DType::kInt64: return ncclInt64;
-    case DType::kUInt8: return ncclUint8;
+    case common::Dtype::kF32: return ncclFloat32;
+    case common::Dtype::kF64: return ncclFloat64;
+    case common::Dtype::kBF16: return ncclBfloat16;
+    case common::Dtype::kF16: return ncclFloat16;
+    case common::Dtype::kI32: return ncclInt32;
+    case common::Dtype::kI64: return ncclInt64;
+    case common::Dtype::kU8:
+    case common::Dtype::kBool: return ncclUint8;
+    case common::Dtype::kI8: return ncclInt8;
+    case common::Dtype::kI16:
+    case common::Dtype::kF8E4M3:
+    case common::Dtype::kF8E5M2: break;
   }
-  common::raise(ErrorKind::kInternal, fmt::format("no NCCL type for DType {}", static_cast<int>(t)));
+  common::raise(ErrorKind::kInternal, fmt::format("NCCL has no type for {} tensors", short_name(t)));
 }
 
 ncclRedOp_t to_nccl(ReduceOp op) {
@@ -288,25 +293,26 @@ void NcclComm::await_enqueued(ncclResult_t rc, std::string_view call) {
   if (rc != ncclSuccess) fail(rc, call);
 }
 
-void NcclComm::all_gather(const void* send, void* recv, size_t send_count, DType dtype, cudaStream_t stream) {
+void NcclComm::all_gather(const void* send, void* recv, size_t send_count, common::Dtype dtype, cudaStream_t stream) {
   require_live("all_gather");
   await_enqueued(ncclAllGather(send, recv, send_count, to_nccl(dtype), comm_, stream), "ncclAllGather");
 }
 
-void NcclComm::reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype, ReduceOp op,
+void NcclComm::reduce_scatter(const void* send, void* recv, size_t recv_count, common::Dtype dtype, ReduceOp op,
                               cudaStream_t stream) {
   require_live("reduce_scatter");
   await_enqueued(ncclReduceScatter(send, recv, recv_count, to_nccl(dtype), to_nccl(op), comm_, stream),
                  "ncclReduceScatter");
 }
 
-void NcclComm::all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
+void NcclComm::all_reduce(const void* send, void* recv, size_t count, common::Dtype dtype, ReduceOp op,
                           cudaStream_t stream) {
   require_live("all_reduce");
   await_enqueued(ncclAllReduce(send, recv, count, to_nccl(dtype), to_nccl(op), comm_, stream), "ncclAllReduce");
 }
 
-void NcclComm::broadcast(const void* send, void* recv, size_t count, DType dtype, int root, cudaStream_t stream) {
+void NcclComm::broadcast(const void* send, void* recv, size_t count, common::Dtype dtype, int root,
+                         cudaStream_t stream) {
   require_live("broadcast");
   if (root < 0 || root >= size_) {
     common::raise(ErrorKind::kInternal, fmt::format("broadcast root {} is outside the group of {} ranks", root, size_));
@@ -314,7 +320,7 @@ void NcclComm::broadcast(const void* send, void* recv, size_t count, DType dtype
   await_enqueued(ncclBroadcast(send, recv, count, to_nccl(dtype), root, comm_, stream), "ncclBroadcast");
 }
 
-void NcclComm::gather(const void* send, void* recv, size_t count, DType dtype, int root, cudaStream_t stream) {
+void NcclComm::gather(const void* send, void* recv, size_t count, common::Dtype dtype, int root, cudaStream_t stream) {
   require_live("gather");
   if (root < 0 || root >= size_) {
     common::raise(ErrorKind::kInternal, fmt::format("gather root {} is outside the group of {} ranks", root, size_));
@@ -375,7 +381,7 @@ void NcclComm::barrier(cudaStream_t stream) {
     ST_CUDA_CHECK(cudaMemsetAsync(barrier_buf_, 0, sizeof(int32_t), stream));
   }
   // Max keeps the value at 0 however many barriers run; only the rendezvous matters.
-  all_reduce(barrier_buf_, barrier_buf_, 1, DType::kInt32, ReduceOp::kMax, stream);
+  all_reduce(barrier_buf_, barrier_buf_, 1, common::Dtype::kI32, ReduceOp::kMax, stream);
   synchronize(stream, "barrier");
 }
 

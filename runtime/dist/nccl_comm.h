@@ -22,7 +22,7 @@ namespace shardtune::dist {
 // Calls on a non-blocking communicator may return ncclInProgress: NcclComm handles those itself.
 void check_nccl(ncclResult_t rc, ncclComm_t comm, const char* expr, const std::source_location& loc);
 
-ncclDataType_t to_nccl(DType t);
+ncclDataType_t to_nccl(common::Dtype t);
 ncclRedOp_t to_nccl(ReduceOp op);
 
 class NcclComm {
@@ -53,17 +53,17 @@ class NcclComm {
   // Counts are in elements of `dtype`. Buffers are device pointers on device().
 
   // recv = concat over ranks of send; recv holds size() * send_count elements.
-  void all_gather(const void* send, void* recv, size_t send_count, DType dtype, cudaStream_t stream);
+  void all_gather(const void* send, void* recv, size_t send_count, common::Dtype dtype, cudaStream_t stream);
   // recv = this rank's slot of reduce(send); send holds size() * recv_count elements.
-  void reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype, ReduceOp op,
+  void reduce_scatter(const void* send, void* recv, size_t recv_count, common::Dtype dtype, ReduceOp op,
                       cudaStream_t stream);
   // send == recv is allowed (in place).
-  void all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, cudaStream_t stream);
+  void all_reduce(const void* send, void* recv, size_t count, common::Dtype dtype, ReduceOp op, cudaStream_t stream);
   // recv = root's send; `send` is read on the root only.
-  void broadcast(const void* send, void* recv, size_t count, DType dtype, int root, cudaStream_t stream);
+  void broadcast(const void* send, void* recv, size_t count, common::Dtype dtype, int root, cudaStream_t stream);
   // On `root`, recv = concat over ranks of send (size() * count elements); elsewhere recv is not
   // used and may be null. Point-to-point sends and receives in one NCCL group.
-  void gather(const void* send, void* recv, size_t count, DType dtype, int root, cudaStream_t stream);
+  void gather(const void* send, void* recv, size_t count, common::Dtype dtype, int root, cudaStream_t stream);
 
   // NCCL's asynchronous error on this communicator, as text (empty: none, or still in progress).
   // Safe to call from another thread than the one enqueueing.

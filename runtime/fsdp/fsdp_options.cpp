@@ -5,7 +5,7 @@ namespace shardtune::fsdp {
 
 PrecisionPolicy precision_from_job(const job::TrainSection& train, const job::FsdpSection& fsdp) {
   PrecisionPolicy p;
-  const at::ScalarType wire = fsdp.reduce_dtype == job::ReduceDtype::kBf16 ? at::kBFloat16 : at::kFloat;
+  const at::ScalarType wire = fsdp.reduce_dtype == common::Dtype::kBF16 ? at::kBFloat16 : at::kFloat;
   if (train.pure_bf16) {
     p = {at::kBFloat16, at::kBFloat16, wire};
   } else if (train.mixed_precision) {
@@ -14,12 +14,13 @@ PrecisionPolicy precision_from_job(const job::TrainSection& train, const job::Fs
   return p;
 }
 
-FsdpOptions fsdp_options_from_job(const job::Job& job, int world_size, at::Device device) {
+FsdpOptions fsdp_options(const job::FsdpSection& fsdp, const job::TrainSection& train, int world_size,
+                         int ranks_per_node, at::Device device) {
   FsdpOptions o;
   o.device = device;
-  o.precision = precision_from_job(job.train, job.fsdp);
-  o.activation_checkpointing = job.fsdp.activation_checkpointing;
-  switch (job.fsdp.sharding_strategy) {
+  o.precision = precision_from_job(train, fsdp);
+  o.activation_checkpointing = fsdp.activation_checkpointing;
+  switch (fsdp.sharding_strategy) {
     case job::ShardingStrategy::kFullShard: o.shard_size = world_size; break;
     case job::ShardingStrategy::kShardGradOp:
       o.shard_size = world_size;
@@ -31,7 +32,7 @@ FsdpOptions fsdp_options_from_job(const job::Job& job, int world_size, at::Devic
       o.reshard_after_backward = false;
       break;
     case job::ShardingStrategy::kHybridShard:
-      o.shard_size = static_cast<int>(job.fsdp.hsdp_shard_size > 0 ? job.fsdp.hsdp_shard_size : job.slurm.ranks_per_node());
+      o.shard_size = static_cast<int>(fsdp.hsdp_shard_size > 0 ? fsdp.hsdp_shard_size : ranks_per_node);
       break;
   }
   return o;

@@ -31,7 +31,10 @@ struct FsdpOptions {
 // masters; pure_bf16 keeps masters in bf16 too; reduce_dtype picks the gradient wire type.
 PrecisionPolicy precision_from_job(const job::TrainSection& train, const job::FsdpSection& fsdp);
 
-// world_size: the ranks actually running; device: where this rank trains.
-FsdpOptions fsdp_options_from_job(const job::Job& job, int world_size, at::Device device = at::kCPU);
+// From the [fsdp] section and the precision keys of [train]. world_size: the ranks actually
+// running; ranks_per_node: the HSDP shard group when hsdp_shard_size is 0; device: where this
+// rank trains.
+FsdpOptions fsdp_options(const job::FsdpSection& fsdp, const job::TrainSection& train, int world_size,
+                         int ranks_per_node, at::Device device = at::kCPU);
 
 }  // namespace shardtune::fsdp

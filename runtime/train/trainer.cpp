@@ -66,16 +66,21 @@ std::string duration_text(double seconds) {
 
 }  // namespace
 
-Trainer::Trainer(const job::Job& job, dist::ProcessGroups& groups, fsdp::FsdpLlama& model, const Dataset& train,
+Trainer::Trainer(TrainerOptions options, dist::ProcessGroups& groups, fsdp::FsdpLlama& model, const Dataset& train,
                  const Dataset* val, CheckpointHooks hooks)
-    : job_(job), groups_(groups), model_(model), train_(train), val_(val), hooks_(std::move(hooks)) {}
+    : options_(std::move(options)),
+      groups_(groups),
+      model_(model),
+      train_(train),
+      val_(val),
+      hooks_(std::move(hooks)) {}
 
 double Trainer::validate() {
   at::NoGradGuard no_grad;
   const int ranks = groups_.world->size(), rank = groups_.world->rank();
-  const int64_t per_rank = job_.train.val_batch_size;
+  const int64_t per_rank = options_.train.val_batch_size;
   int64_t batches = val_->size() / (per_rank * ranks);
-  if (job_.train.max_eval_step > 0) batches = std::min(batches, job_.train.max_eval_step);
+  if (options_.train.max_eval_step > 0) batches = std::min(batches, options_.train.max_eval_step);
   double sum = 0;
   for (int64_t b = 0; b < batches; ++b) {
     std::vector<int64_t> indices;
@@ -90,7 +95,7 @@ double Trainer::validate() {
 }
 
 TrainSummary Trainer::run() {
-  const job::TrainSection& t = job_.train;
+  const job::TrainSection& t = options_.train;
   const int ranks = groups_.world->size(), rank = groups_.world->rank();
   const int accumulation = static_cast<int>(t.gradient_accumulation_steps);
   const int64_t global_batch = t.batch_size_training * ranks * accumulation;
@@ -106,7 +111,7 @@ TrainSummary Trainer::run() {
   if (model_.options().precision.compute == at::kHalf) step_options.loss_scaler = &scaler;
 
   std::ofstream metrics;
-  if (rank == 0 && job_.metrics.jsonl) metrics.open(job_.job.output_dir + "/metrics.jsonl", std::ios::app);
+  if (rank == 0 && options_.metrics.jsonl) metrics.open(options_.output_dir + "/metrics.jsonl", std::ios::app);
   spdlog::info("training: {} steps ({} per epoch, {} epoch(s)), global batch {} = {} per rank x {} ranks x {} "
                "accumulation",
                total_steps, order.steps_per_epoch(), t.num_epochs, global_batch, t.batch_size_training, ranks,
@@ -120,7 +125,7 @@ TrainSummary Trainer::run() {
       spdlog::info("resuming at step {} (epoch {}, at sample {} of its {} in the global order)", from.step, from.epoch + 1,
                    from.sample_in_epoch, order.dataset_size());
     }
-  const int64_t every = job_.checkpoint.every_steps;
+  const int64_t every = options_.checkpoint_every_steps;
   // Where the epoch's global order stands is a sample position, so a resume with another
   // global batch (another world size) continues it exactly.
   const int64_t epoch_samples = order.dataset_size();
@@ -178,7 +183,7 @@ TrainSummary Trainer::run() {
                      hooks_.save ? "checkpointing" : "stopping", step + 1);
         if (!saved) save(step + 1, epoch, cursor + global_batch);
       }
-      if ((step + 1) % job_.metrics.log_every_steps == 0 || step + 1 == total_steps) {
+      if ((step + 1) % options_.metrics.log_every_steps == 0 || step + 1 == total_steps) {
         const double per_step = window_seconds / static_cast<double>(window_steps);
         spdlog::info("step {}/{} | epoch {}/{} | loss {:.4f} | lr {:.3e} | {:.0f} tok/s | {:.3f} s/step | ETA {}",
                      step + 1, total_steps, epoch + 1, t.num_epochs, r.loss, step_options.lr,

@@ -43,17 +43,26 @@ struct TrainSummary {
   int stop_signal = 0;  // non-zero: the ranks stopped early on this signal, after a checkpoint
 };
 
+// What the loop takes from the job: its [train] and [metrics] sections, where metrics.jsonl goes,
+// and how often to checkpoint.
+struct TrainerOptions {
+  job::TrainSection train;
+  job::MetricsSection metrics;
+  std::string output_dir;              // rank 0 appends metrics.jsonl here (when metrics.jsonl is on)
+  int64_t checkpoint_every_steps = 0;  // 0: at the end only (and when asked to stop)
+};
+
 class Trainer {
  public:
   // `val` may be null. All ranks pass the same datasets.
-  Trainer(const job::Job& job, dist::ProcessGroups& groups, fsdp::FsdpLlama& model, const Dataset& train,
+  Trainer(TrainerOptions options, dist::ProcessGroups& groups, fsdp::FsdpLlama& model, const Dataset& train,
           const Dataset* val, CheckpointHooks hooks = {});
   TrainSummary run();
 
  private:
   double validate();
 
-  const job::Job& job_;
+  const TrainerOptions options_;
   dist::ProcessGroups& groups_;
   fsdp::FsdpLlama& model_;
   const Dataset& train_;

@@ -5,7 +5,7 @@
 #include <span>
 #include <string>
 
-#include "checkpoint/safetensors_header.h"
+#include "checkpoint/hf/safetensors_header.h"
 #include "common/error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

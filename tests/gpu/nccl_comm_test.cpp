@@ -69,28 +69,28 @@ float fp16_to_float(uint16_t h) {
 }
 
 // Host buffers in the device layout of each element type.
-std::vector<std::byte> encode(DType dtype, const std::vector<float>& values) {
+std::vector<std::byte> encode(common::Dtype dtype, const std::vector<float>& values) {
   std::vector<std::byte> bytes(values.size() * element_size(dtype));
   for (size_t i = 0; i < values.size(); ++i) {
-    if (dtype == DType::kFloat32) {
+    if (dtype == common::Dtype::kF32) {
       std::memcpy(bytes.data() + 4 * i, &values[i], 4);
     } else {
-      const uint16_t bits = dtype == DType::kBFloat16 ? float_to_bf16(values[i]) : float_to_fp16(values[i]);
+      const uint16_t bits = dtype == common::Dtype::kBF16 ? float_to_bf16(values[i]) : float_to_fp16(values[i]);
       std::memcpy(bytes.data() + 2 * i, &bits, 2);
     }
   }
   return bytes;
 }
 
-std::vector<float> decode(DType dtype, const std::vector<std::byte>& bytes) {
+std::vector<float> decode(common::Dtype dtype, const std::vector<std::byte>& bytes) {
   std::vector<float> values(bytes.size() / element_size(dtype));
   for (size_t i = 0; i < values.size(); ++i) {
-    if (dtype == DType::kFloat32) {
+    if (dtype == common::Dtype::kF32) {
       std::memcpy(&values[i], bytes.data() + 4 * i, 4);
     } else {
       uint16_t bits = 0;
       std::memcpy(&bits, bytes.data() + 2 * i, 2);
-      values[i] = dtype == DType::kBFloat16 ? bf16_to_float(bits) : fp16_to_float(bits);
+      values[i] = dtype == common::Dtype::kBF16 ? bf16_to_float(bits) : fp16_to_float(bits);
     }
   }
   return values;
@@ -120,8 +120,8 @@ float reduce_reference(ReduceOp op, int size, size_t i) {
 }
 
 // Half a unit in the last place of the type, relative: the most one rounding can move a value.
-float tolerance(DType dtype, float expected) {
-  const float eps = dtype == DType::kFloat32 ? 0x1p-24f : dtype == DType::kBFloat16 ? 0x1p-8f : 0x1p-11f;
+float tolerance(common::Dtype dtype, float expected) {
+  const float eps = dtype == common::Dtype::kF32 ? 0x1p-24f : dtype == common::Dtype::kBF16 ? 0x1p-8f : 0x1p-11f;
   return eps * std::max(1.0f, std::fabs(expected));
 }
 
@@ -139,7 +139,7 @@ class DeviceBuffer {
   size_t bytes_;
 };
 
-const DType kFloatTypes[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat16};
+const common::Dtype kFloatTypes[] = {common::Dtype::kF32, common::Dtype::kBF16, common::Dtype::kF16};
 
 class NcclCommTest : public ::testing::Test {
  protected:
@@ -161,7 +161,7 @@ class NcclCommTest : public ::testing::Test {
 
   // Uploads `input`, runs `collective(send, recv)` on the stream, waits, and returns recv
   // (`out_count` elements) decoded to float.
-  std::vector<float> run(DType dtype, const std::vector<float>& input, size_t out_count,
+  std::vector<float> run(common::Dtype dtype, const std::vector<float>& input, size_t out_count,
                          const std::function<void(const void*, void*)>& collective) {
     const std::vector<std::byte> host_in = encode(dtype, input);
     DeviceBuffer send(host_in.size());
@@ -176,12 +176,12 @@ class NcclCommTest : public ::testing::Test {
     return decode(dtype, host_out);
   }
 
-  static void expect_close(DType dtype, const std::vector<float>& got, const std::vector<float>& want) {
+  static void expect_close(common::Dtype dtype, const std::vector<float>& got, const std::vector<float>& want) {
     ASSERT_EQ(got.size(), want.size());
     size_t reported = 0;
     for (size_t i = 0; i < got.size() && reported < 5; ++i) {
       if (!(std::fabs(got[i] - want[i]) <= tolerance(dtype, want[i]))) {
-        ADD_FAILURE() << to_string(dtype) << " element " << i << ": got " << got[i] << ", want " << want[i];
+        ADD_FAILURE() << short_name(dtype) << " element " << i << ": got " << got[i] << ", want " << want[i];
         ++reported;
       }
     }
@@ -208,8 +208,8 @@ TEST_F(NcclCommTest, AllGather) {
     const std::vector<float> part = rank_input(r, kCount);
     want.insert(want.end(), part.begin(), part.end());
   }
-  for (DType dtype : kFloatTypes) {
-    SCOPED_TRACE(to_string(dtype));
+  for (common::Dtype dtype : kFloatTypes) {
+    SCOPED_TRACE(short_name(dtype));
     const auto got = run(dtype, rank_input(comm_->rank(), kCount), size * kCount, [&](const void* s, void* r) {
       comm_->all_gather(s, r, kCount, dtype, stream_);
     });
@@ -224,8 +224,8 @@ TEST_F(NcclCommTest, ReduceScatterSumAndAvg) {
   for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
     std::vector<float> want(kCount);
     for (size_t i = 0; i < kCount; ++i) want[i] = reduce_reference(op, size, rank * kCount + i);
-    for (DType dtype : kFloatTypes) {
-      SCOPED_TRACE(fmt::format("{} {}", to_string(op), to_string(dtype)));
+    for (common::Dtype dtype : kFloatTypes) {
+      SCOPED_TRACE(fmt::format("{} {}", to_string(op), short_name(dtype)));
       const auto got = run(dtype, rank_input(rank, size * kCount), kCount, [&](const void* s, void* r) {
         comm_->reduce_scatter(s, r, kCount, dtype, op, stream_);
       });
@@ -239,8 +239,8 @@ TEST_F(NcclCommTest, AllReduceSumAndMax) {
   for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
     std::vector<float> want(kCount);
     for (size_t i = 0; i < kCount; ++i) want[i] = reduce_reference(op, comm_->size(), i);
-    for (DType dtype : kFloatTypes) {
-      SCOPED_TRACE(fmt::format("{} {}", to_string(op), to_string(dtype)));
+    for (common::Dtype dtype : kFloatTypes) {
+      SCOPED_TRACE(fmt::format("{} {}", to_string(op), short_name(dtype)));
       const auto got = run(dtype, rank_input(comm_->rank(), kCount), kCount, [&](const void* s, void* r) {
         comm_->all_reduce(s, r, kCount, dtype, op, stream_);
       });
@@ -252,8 +252,8 @@ TEST_F(NcclCommTest, AllReduceSumAndMax) {
 TEST_F(NcclCommTest, Broadcast) {
   if (shardtune::dist::visible_gpu_count() == 0) GTEST_SKIP() << "no GPU visible: NCCL tests need one";
   const int root = comm_->size() - 1;
-  for (DType dtype : kFloatTypes) {
-    SCOPED_TRACE(to_string(dtype));
+  for (common::Dtype dtype : kFloatTypes) {
+    SCOPED_TRACE(short_name(dtype));
     const auto got = run(dtype, rank_input(comm_->rank(), kCount), kCount, [&](const void* s, void* r) {
       comm_->broadcast(s, r, kCount, dtype, root, stream_);
     });
@@ -264,7 +264,7 @@ TEST_F(NcclCommTest, Broadcast) {
 TEST_F(NcclCommTest, BroadcastRootOutsideGroupThrowsWithoutAborting) {
   if (shardtune::dist::visible_gpu_count() == 0) GTEST_SKIP() << "no GPU visible: NCCL tests need one";
   DeviceBuffer buf(sizeof(float));
-  EXPECT_THROW(comm_->broadcast(buf.get(), buf.get(), 1, DType::kFloat32, comm_->size(), stream_), common::Error);
+  EXPECT_THROW(comm_->broadcast(buf.get(), buf.get(), 1, common::Dtype::kF32, comm_->size(), stream_), common::Error);
   EXPECT_TRUE(comm_->valid());
 }
 
@@ -320,13 +320,13 @@ TEST(CheckCuda, FailureNamesTheCallAndCudasReason) {
 }
 
 TEST(NcclTypes, EveryDTypeAndOpMaps) {
-  EXPECT_EQ(to_nccl(DType::kFloat32), ncclFloat32);
-  EXPECT_EQ(to_nccl(DType::kFloat64), ncclFloat64);
-  EXPECT_EQ(to_nccl(DType::kBFloat16), ncclBfloat16);
-  EXPECT_EQ(to_nccl(DType::kFloat16), ncclFloat16);
-  EXPECT_EQ(to_nccl(DType::kInt32), ncclInt32);
-  EXPECT_EQ(to_nccl(DType::kInt64), ncclInt64);
-  EXPECT_EQ(to_nccl(DType::kUInt8), ncclUint8);
+  EXPECT_EQ(to_nccl(common::Dtype::kF32), ncclFloat32);
+  EXPECT_EQ(to_nccl(common::Dtype::kF64), ncclFloat64);
+  EXPECT_EQ(to_nccl(common::Dtype::kBF16), ncclBfloat16);
+  EXPECT_EQ(to_nccl(common::Dtype::kF16), ncclFloat16);
+  EXPECT_EQ(to_nccl(common::Dtype::kI32), ncclInt32);
+  EXPECT_EQ(to_nccl(common::Dtype::kI64), ncclInt64);
+  EXPECT_EQ(to_nccl(common::Dtype::kU8), ncclUint8);
   EXPECT_EQ(to_nccl(ReduceOp::kSum), ncclSum);
   EXPECT_EQ(to_nccl(ReduceOp::kAvg), ncclAvg);
   EXPECT_EQ(to_nccl(ReduceOp::kMax), ncclMax);
@@ -336,7 +336,7 @@ TEST(NcclTypes, EveryDTypeAndOpMaps) {
 TEST(NcclCommEmpty, CollectivesOnAnEmptyCommunicatorThrow) {
   NcclComm empty;
   EXPECT_FALSE(empty.valid());
-  EXPECT_THROW(empty.all_reduce(nullptr, nullptr, 0, DType::kFloat32, ReduceOp::kSum, nullptr), common::Error);
+  EXPECT_THROW(empty.all_reduce(nullptr, nullptr, 0, common::Dtype::kF32, ReduceOp::kSum, nullptr), common::Error);
 }
 
 // The host conversions the GPU tests rely on, against values worked by hand.

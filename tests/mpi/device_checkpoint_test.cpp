@@ -61,7 +61,7 @@ fsdp::FsdpOptions options_on(const c10::Device& device, bool pure_bf16) {
   job.slurm.ntasks_per_node = world_size();
   job.train.mixed_precision = true;
   job.train.pure_bf16 = pure_bf16;
-  return fsdp::fsdp_options_from_job(job, world_size(), device);
+  return fsdp::fsdp_options(job.fsdp, job.train, world_size(), static_cast<int>(job.slurm.ranks_per_node()), device);
 }
 
 // A sharded model and its optimizer on one device, without weights until trained or loaded.

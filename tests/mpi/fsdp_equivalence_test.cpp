@@ -142,7 +142,8 @@ void run_case(const Case& c) {
   job.fsdp.hsdp_shard_size = c.hsdp_shard;
   job.fsdp.activation_checkpointing = c.checkpointing;
   job.train.mixed_precision = c.bf16;
-  const fsdp::FsdpOptions options = fsdp::fsdp_options_from_job(job, world, testing_support::test_device());
+  const fsdp::FsdpOptions options = fsdp::fsdp_options(
+      job.fsdp, job.train, world, static_cast<int>(job.slurm.ranks_per_node()), testing_support::test_device());
   dist::ProcessGroups groups = testing_support::make_test_groups(options.shard_size);
 
   model::LlamaForCausalLM m(config_for(c), at::TensorOptions().dtype(at::kFloat));
@@ -277,7 +278,8 @@ TEST(FsdpOverlap, OverlappedCollectivesGiveBitwiseTheSameTraining) {
     std::vector<std::map<std::string, at::Tensor>> finals;
     std::vector<std::vector<double>> losses(2);
     for (bool overlap : {true, false}) {
-      fsdp::FsdpOptions options = fsdp::fsdp_options_from_job(job, world, testing_support::test_device());
+      fsdp::FsdpOptions options = fsdp::fsdp_options(
+          job.fsdp, job.train, world, static_cast<int>(job.slurm.ranks_per_node()), testing_support::test_device());
       options.overlap = overlap;
       dist::ProcessGroups groups = testing_support::make_test_groups(options.shard_size);
       model::LlamaForCausalLM m(config_for(Case{}), at::TensorOptions().dtype(at::kFloat));

@@ -87,7 +87,8 @@ fsdp::FsdpOptions options_for(job::ShardingStrategy strategy, int hsdp_shard, bo
   job.fsdp.hsdp_shard_size = hsdp_shard;
   job.train.mixed_precision = mixed;
   job.train.use_fp16 = fp16;
-  return fsdp::fsdp_options_from_job(job, world_size(), testing_support::test_device());
+  return fsdp::fsdp_options(job.fsdp, job.train, world_size(), static_cast<int>(job.slurm.ranks_per_node()),
+                            testing_support::test_device());
 }
 
 // Bytes in live tensors on the test device.
@@ -198,7 +199,8 @@ TEST(FsdpTraining, PureBf16LearnsTheCopyTask) {
   job::Job job;
   job.slurm.ntasks_per_node = world_size();
   job.train.pure_bf16 = true;
-  const fsdp::FsdpOptions options = fsdp::fsdp_options_from_job(job, world_size(), testing_support::test_device());
+  const fsdp::FsdpOptions options = fsdp::fsdp_options(
+      job.fsdp, job.train, world_size(), static_cast<int>(job.slurm.ranks_per_node()), testing_support::test_device());
   ASSERT_EQ(options.precision.master, at::kBFloat16);
   expect_learns_copy_task(options);
 }

@@ -11,10 +11,10 @@
 #include <filesystem>
 #include <optional>
 
-#include "checkpoint/hf_tensor_source.h"
+#include "checkpoint/hf/hf_tensor_source.h"
 #include "common/process_memory.h"
-#include "checkpoint/hf_writer.h"
-#include "checkpoint/safetensors_torch.h"
+#include "checkpoint/hf/hf_writer.h"
+#include "checkpoint/hf/safetensors_torch.h"
 #include "common/error.h"
 #include "common/job/schema.h"
 #include "runtime/fsdp/shard_loader.h"
@@ -72,7 +72,8 @@ fsdp::FsdpOptions options_for(job::ShardingStrategy strategy, int hsdp_shard, bo
   job.fsdp.sharding_strategy = strategy;
   job.fsdp.hsdp_shard_size = hsdp_shard;
   job.train.pure_bf16 = pure_bf16;
-  return fsdp::fsdp_options_from_job(job, world_size(), testing_support::test_device());
+  return fsdp::fsdp_options(job.fsdp, job.train, world_size(), static_cast<int>(job.slurm.ranks_per_node()),
+                            testing_support::test_device());
 }
 
 fsdp::SourceFactory hf_source(const std::string& dir) {

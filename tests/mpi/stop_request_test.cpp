@@ -31,7 +31,8 @@ TEST(StopRequest, OneRanksSignalStopsEveryRankAtTheSameStepAfterOneSave) {
   dist::ProcessGroups groups = dist::make_mpi_groups(MPI_COMM_WORLD, world, 60.0);
   model::LlamaForCausalLM m(model::LlamaConfig::tiny(), at::TensorOptions().dtype(at::kFloat));
   model::init_weights(m, 1);
-  fsdp::FsdpLlama sharded(m, groups, fsdp::fsdp_options_from_job(job, world));
+  fsdp::FsdpLlama sharded(m, groups,
+                          fsdp::fsdp_options(job.fsdp, job.train, world, static_cast<int>(job.slurm.ranks_per_node())));
   const train::SyntheticCopyDataset data(4096, 16, 256, 3);
 
   // The last rank is signalled during step 6 (a real SIGUSR1, through the installed handler).
@@ -46,7 +47,8 @@ TEST(StopRequest, OneRanksSignalStopsEveryRankAtTheSameStepAfterOneSave) {
       std::raise(SIGTERM);
     }
   };
-  train::Trainer trainer(job, groups, sharded, data, nullptr, hooks);
+  train::Trainer trainer({job.train, job.metrics, job.job.output_dir, job.checkpoint.every_steps}, groups, sharded,
+                         data, nullptr, hooks);
   const train::TrainSummary summary = trainer.run();
 
   EXPECT_EQ(summary.stop_signal, SIGUSR1);

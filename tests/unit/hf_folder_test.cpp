@@ -11,9 +11,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "checkpoint/hf_folder.h"
-#include "checkpoint/hf_writer.h"
-#include "checkpoint/safetensors_torch.h"
+#include "checkpoint/hf/hf_folder.h"
+#include "checkpoint/hf/hf_writer.h"
+#include "checkpoint/hf/safetensors_torch.h"
 #include "common/error.h"
 
 #include "tests/unit/temp_dir.h"

@@ -10,8 +10,8 @@
 #include <filesystem>
 #include <vector>
 
-#include "checkpoint/hf_model_io.h"
-#include "checkpoint/safetensors_torch.h"
+#include "checkpoint/hf/hf_model_io.h"
+#include "checkpoint/hf/safetensors_torch.h"
 #include "runtime/model/loss.h"
 
 namespace shardtune::checkpoint {

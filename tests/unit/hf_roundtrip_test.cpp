@@ -9,8 +9,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "checkpoint/hf_model_io.h"
-#include "checkpoint/safetensors_torch.h"
+#include "checkpoint/hf/hf_model_io.h"
+#include "checkpoint/hf/safetensors_torch.h"
 #include "common/error.h"
 #include "runtime/model/init.h"
 

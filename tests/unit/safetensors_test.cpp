@@ -19,9 +19,9 @@
 #include <span>
 #include <sstream>
 
-#include "checkpoint/safetensors_file.h"
-#include "checkpoint/safetensors_header.h"
-#include "checkpoint/safetensors_torch.h"
+#include "checkpoint/hf/safetensors_file.h"
+#include "checkpoint/hf/safetensors_header.h"
+#include "checkpoint/hf/safetensors_torch.h"
 #include "common/error.h"
 
 #include "tests/unit/temp_dir.h"
@@ -138,17 +138,18 @@ TEST(SafetensorsTest, RoundTripEveryDtypeBitIdentical) {
 }
 
 TEST(SafetensorsTest, DtypeNamesAndSizes) {
-  for (auto d : {StDtype::kF64, StDtype::kF32, StDtype::kF16, StDtype::kBF16, StDtype::kI64, StDtype::kI32,
-                 StDtype::kI16, StDtype::kI8, StDtype::kU8, StDtype::kBool, StDtype::kF8E4M3, StDtype::kF8E5M2}) {
-    EXPECT_EQ(parse_st_dtype(to_string(d)), d);
+  using common::Dtype;
+  for (auto d : {Dtype::kF64, Dtype::kF32, Dtype::kF16, Dtype::kBF16, Dtype::kI64, Dtype::kI32, Dtype::kI16, Dtype::kI8,
+                 Dtype::kU8, Dtype::kBool, Dtype::kF8E4M3, Dtype::kF8E5M2}) {
+    EXPECT_EQ(common::parse_safetensors_name(common::safetensors_name(d)), d);
   }
-  EXPECT_EQ(st_dtype_size(StDtype::kBF16), 2u);
-  EXPECT_EQ(st_dtype_size(StDtype::kF8E5M2), 1u);
-  EXPECT_FALSE(parse_st_dtype("f32").has_value());
-  EXPECT_FALSE(parse_st_dtype("F8_E4M3FN").has_value());
+  EXPECT_EQ(common::element_size(common::Dtype::kBF16), 2u);
+  EXPECT_EQ(common::element_size(common::Dtype::kF8E5M2), 1u);
+  EXPECT_FALSE(common::parse_safetensors_name("f32").has_value());
+  EXPECT_FALSE(common::parse_safetensors_name("F8_E4M3FN").has_value());
   // LibTorch 1.13 has no float8: the bridge says so instead of picking another type.
   try {
-    to_scalar_type(StDtype::kF8E4M3);
+    to_scalar_type(common::Dtype::kF8E4M3);
     SUCCEED() << "this LibTorch has float8";
   } catch (const common::Error& e) {
     EXPECT_NE(std::string(e.what()).find("F8_E4M3"), std::string::npos) << e.what();

@@ -1,6 +1,6 @@
 // write_hf_folder: the sharding and naming rules of transformers' save_pretrained, so that the
 // folder loads there unchanged and a reader can stream one shard at a time.
-#include "checkpoint/hf_writer.h"
+#include "checkpoint/hf/hf_writer.h"
 
 #include <fmt/format.h>
 
@@ -12,8 +12,8 @@
 #include <set>
 #include <sstream>
 
-#include "checkpoint/hf_folder.h"
-#include "checkpoint/safetensors_torch.h"
+#include "checkpoint/hf/hf_folder.h"
+#include "checkpoint/hf/safetensors_torch.h"
 #include "common/error.h"
 #include "common/file_io.h"
 
@@ -82,13 +82,13 @@ void write_hf_folder(const std::string& dir, const std::vector<std::pair<std::st
       fail(fmt::format("writing model folder {}: tensor \"{}\" appears twice in the list of tensors", dir, name));
     }
     if (!tensor.defined()) fail(fmt::format("writing model folder {}: tensor \"{}\" is undefined", dir, name));
-    StDtype dtype;
+    common::Dtype dtype;
     try {
       dtype = to_st_dtype(tensor.scalar_type());
     } catch (const common::Error& e) {
       fail(fmt::format("writing model folder {}: tensor \"{}\": {}", dir, name, e.what()));
     }
-    const uint64_t nbytes = static_cast<uint64_t>(tensor.numel()) * st_dtype_size(dtype);
+    const uint64_t nbytes = static_cast<uint64_t>(tensor.numel()) * common::element_size(dtype);
     if (!shards.back().empty() && shard_bytes + nbytes > max_shard_bytes) {
       shards.emplace_back();
       shard_bytes = 0;

@@ -10,14 +10,14 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/safetensors_dtype.h"
+#include "common/dtype.h"
 #include "common/atomic_file.h"
 
 namespace shardtune::checkpoint {
 
 struct StreamedTensor {
   std::string name;
-  StDtype dtype;
+  common::Dtype dtype;
   std::vector<int64_t> shape;
 };
 

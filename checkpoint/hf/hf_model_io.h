@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "checkpoint/hf_folder.h"
+#include "checkpoint/hf/hf_folder.h"
 #include "runtime/model/llama.h"
 
 namespace shardtune::checkpoint {

@@ -6,7 +6,7 @@
 #include <map>
 #include <memory>
 
-#include "checkpoint/hf_folder.h"
+#include "checkpoint/hf/hf_folder.h"
 #include "runtime/fsdp/tensor_source.h"
 
 namespace shardtune::checkpoint {

@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "checkpoint/safetensors_file.h"
+#include "checkpoint/hf/safetensors_file.h"
 
 namespace shardtune::checkpoint {
 

@@ -1,12 +1,12 @@
 // Streaming safetensors writer.
-#include "checkpoint/safetensors_stream_writer.h"
+#include "checkpoint/hf/safetensors_stream_writer.h"
 
 #include <ATen/ops/empty.h>
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
 
-#include "checkpoint/safetensors_torch.h"
+#include "checkpoint/hf/safetensors_torch.h"
 #include "common/error.h"
 
 namespace shardtune::checkpoint {
@@ -23,9 +23,11 @@ SafetensorsStreamWriter::SafetensorsStreamWriter(std::string path, std::vector<S
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
   for (const StreamedTensor& t : tensors_) {
-    uint64_t bytes = st_dtype_size(t.dtype);
+    uint64_t bytes = common::element_size(t.dtype);
     for (int64_t d : t.shape) bytes *= static_cast<uint64_t>(d);
-    header[t.name] = {{"dtype", std::string(to_string(t.dtype))}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    header[t.name] = {{"dtype", std::string(safetensors_name(t.dtype))},
+                      {"shape", t.shape},
+                      {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   std::string text = header.dump();

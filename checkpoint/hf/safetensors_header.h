@@ -9,17 +9,17 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/safetensors_dtype.h"
+#include "common/dtype.h"
 
 namespace shardtune::checkpoint {
 
 // One tensor of a safetensors file, after validation.
 struct TensorInfo {
   std::string name;
-  StDtype dtype;
+  common::Dtype dtype;
   std::vector<int64_t> shape;  // () for a scalar; a 0 anywhere for an empty tensor
   uint64_t data_begin;         // absolute offset of the first byte in the file
-  uint64_t nbytes;             // numel × st_dtype_size(dtype)
+  uint64_t nbytes;             // numel × common::element_size(dtype)
 };
 
 struct ParsedHeader {

@@ -1,6 +1,6 @@
 // SafetensorsFile: mmap-based reading, so that a 70B-parameter shard costs memory only for the
 // tensors a rank actually touches (DESIGN.md, invariant 5: no rank holds the whole model).
-#include "checkpoint/safetensors_file.h"
+#include "checkpoint/hf/safetensors_file.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>

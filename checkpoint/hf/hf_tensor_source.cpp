@@ -1,5 +1,5 @@
 // Reading ranges of tensors from a Hugging Face folder with pread.
-#include "checkpoint/hf_tensor_source.h"
+#include "checkpoint/hf/hf_tensor_source.h"
 
 #include <ATen/ops/from_blob.h>
 #include <fcntl.h>
@@ -13,7 +13,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "checkpoint/safetensors_torch.h"
+#include "checkpoint/hf/safetensors_torch.h"
 #include "common/error.h"
 
 namespace shardtune::checkpoint {
@@ -37,8 +37,8 @@ std::vector<fsdp::SourceTensor> HfTensorSource::tensors() const {
   for (const std::string& name : folder_.tensor_names()) {
     const TensorInfo& info = folder_.info(name);
     std::optional<at::ScalarType> trainable;
-    if (is_trainable_dtype(info.dtype)) trainable = to_scalar_type(info.dtype);
-    out.push_back({name, std::string(to_string(info.dtype)), trainable, info.shape});
+    if (common::is_floating(info.dtype)) trainable = to_scalar_type(info.dtype);
+    out.push_back({name, std::string(safetensors_name(info.dtype)), trainable, info.shape});
   }
   return out;
 }
@@ -79,7 +79,7 @@ void HfTensorSource::pread_exactly(int fd, const std::string& path, uint64_t off
 void HfTensorSource::read(const std::string& name, int64_t offset, int64_t count, at::ScalarType dtype, void* dst) {
   const SafetensorsFile& file = folder_.file_of(name);
   const TensorInfo& info = file.at(name);
-  const uint64_t esize = st_dtype_size(info.dtype);
+  const uint64_t esize = common::element_size(info.dtype);
   ST_CHECK(offset >= 0 && count >= 0 && static_cast<uint64_t>(offset + count) * esize <= info.nbytes,
            ErrorKind::kInternal, "{}: elements [{}, {}) are outside tensor {}", file.path(), offset, offset + count, name);
   const int fd = fd_of(file.path());
@@ -107,7 +107,7 @@ void HfTensorSource::prefetch(const std::vector<fsdp::ReadRequest>& requests) {
   for (const fsdp::ReadRequest& r : requests) {
     const SafetensorsFile& file = folder_.file_of(*r.name);
     const TensorInfo& info = file.at(*r.name);
-    const uint64_t esize = st_dtype_size(info.dtype);
+    const uint64_t esize = common::element_size(info.dtype);
     ::posix_fadvise(fd_of(file.path()), static_cast<off_t>(info.data_begin + static_cast<uint64_t>(r.offset) * esize),
                     static_cast<off_t>(static_cast<uint64_t>(r.count) * esize), POSIX_FADV_WILLNEED);
   }
@@ -124,7 +124,7 @@ void HfTensorSource::read_batch(std::vector<fsdp::ReadRequest> requests) {
   for (const fsdp::ReadRequest& r : requests) {
     const SafetensorsFile& file = folder_.file_of(*r.name);
     const TensorInfo& info = file.at(*r.name);
-    const uint64_t esize = st_dtype_size(info.dtype);
+    const uint64_t esize = common::element_size(info.dtype);
     order.push_back({&r, &file, info.data_begin + static_cast<uint64_t>(r.offset) * esize,
                      static_cast<uint64_t>(r.count) * esize, to_scalar_type(info.dtype) == r.dtype});
   }

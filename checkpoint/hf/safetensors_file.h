@@ -10,8 +10,8 @@
 #include <string_view>
 #include <vector>
 
-#include "checkpoint/safetensors_dtype.h"
-#include "checkpoint/safetensors_header.h"
+#include "common/dtype.h"
+#include "checkpoint/hf/safetensors_header.h"
 
 namespace shardtune::checkpoint {
 

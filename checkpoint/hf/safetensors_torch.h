@@ -11,15 +11,15 @@
 #include <utility>
 #include <vector>
 
-#include "checkpoint/safetensors_dtype.h"
-#include "checkpoint/safetensors_file.h"
+#include "common/dtype.h"
+#include "checkpoint/hf/safetensors_file.h"
 
 namespace shardtune::checkpoint {
 
 // Throws common::Error(kIo) for F8_E4M3 / F8_E5M2 when this LibTorch has no float8 (before 2.1).
-at::ScalarType to_scalar_type(StDtype dtype);
+at::ScalarType to_scalar_type(common::Dtype dtype);
 // Throws common::Error(kIo) for scalar types safetensors cannot store (complex, quantized, ...).
-StDtype to_st_dtype(at::ScalarType type);
+common::Dtype to_st_dtype(at::ScalarType type);
 
 // A freshly allocated, contiguous CPU tensor with the stored dtype and shape; the bytes are
 // copied out of the mapping, so the result does not keep the file alive.

@@ -1,13 +1,13 @@
 // Loading and saving Hugging Face Llama folders.
-#include "checkpoint/hf_model_io.h"
+#include "checkpoint/hf/hf_model_io.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 
-#include "checkpoint/hf_tensor_source.h"
-#include "checkpoint/hf_writer.h"
-#include "checkpoint/safetensors_torch.h"
+#include "checkpoint/hf/hf_tensor_source.h"
+#include "checkpoint/hf/hf_writer.h"
+#include "checkpoint/hf/safetensors_torch.h"
 #include "common/error.h"
 #include "runtime/fsdp/shard_loader.h"
 

@@ -1,6 +1,6 @@
 // Safetensors header validation: every field is checked before any tensor byte is trusted, because
 // checkpoints come from the Hub and other untrusted places (DESIGN.md, invariant 8).
-#include "checkpoint/safetensors_header.h"
+#include "checkpoint/hf/safetensors_header.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -166,7 +166,7 @@ class HeaderChecker {
     info.name = name;
     const json& dtype = entry["dtype"];
     if (!dtype.is_string()) fail_tensor(name, fmt::format("\"dtype\" is {}, expected a string", described(dtype)));
-    const auto parsed_dtype = parse_st_dtype(dtype.get_ref<const std::string&>());
+    const auto parsed_dtype = common::parse_safetensors_name(dtype.get_ref<const std::string&>());
     if (!parsed_dtype) {
       fail_tensor(name, fmt::format("unknown dtype {} (expected one of F64, F32, F16, BF16, I64, I32, I16, "
                                     "I8, U8, BOOL, F8_E4M3, F8_E5M2)", json_quoted(dtype.get_ref<const std::string&>())));
@@ -190,7 +190,7 @@ class HeaderChecker {
       info.shape.push_back(static_cast<int64_t>(*dim));
       overflow = overflow || __builtin_mul_overflow(numel, *dim, &numel);
     }
-    const uint64_t elem = st_dtype_size(info.dtype);
+    const uint64_t elem = common::element_size(info.dtype);
     uint64_t nbytes = 0;
     overflow = overflow || __builtin_mul_overflow(numel, elem, &nbytes);
     // A zero dimension makes the tensor empty whatever the others are; then only a bogus range is
@@ -198,7 +198,7 @@ class HeaderChecker {
     const bool empty = std::find(info.shape.begin(), info.shape.end(), 0) != info.shape.end();
     if (overflow && !empty) {
       fail_tensor(name, fmt::format("shape {} of {} describes more than 2^64 bytes: the header is corrupt",
-                                    brief(shape), to_string(info.dtype)));
+                                    brief(shape), safetensors_name(info.dtype)));
     }
     if (empty) nbytes = 0;
 
@@ -220,7 +220,7 @@ class HeaderChecker {
     if (end - begin != nbytes) {
       fail_tensor(name, fmt::format("data_offsets [{}, {}] span {} bytes, but shape {} of {} needs {} bytes "
                                     "({} elements × {} bytes)",
-                                    begin, end, end - begin, brief(shape), to_string(info.dtype), nbytes,
+                                    begin, end, end - begin, brief(shape), safetensors_name(info.dtype), nbytes,
                                     empty ? 0 : numel, elem));
     }
     info.data_begin = data_begin_ + begin;

@@ -1,6 +1,6 @@
 // LibTorch side of safetensors: tensors are copied out of the mapping one at a time on read and
 // streamed with write(2) on write, so neither direction ever holds a whole file in memory.
-#include "checkpoint/safetensors_torch.h"
+#include "checkpoint/hf/safetensors_torch.h"
 
 #include <ATen/ops/empty.h>
 #include <fcntl.h>
@@ -28,52 +28,52 @@
 namespace shardtune::checkpoint {
 namespace {
 
-std::optional<at::ScalarType> scalar_type_of(StDtype dtype) {
+std::optional<at::ScalarType> scalar_type_of(common::Dtype dtype) {
   switch (dtype) {
-    case StDtype::kF64: return at::kDouble;
-    case StDtype::kF32: return at::kFloat;
-    case StDtype::kF16: return at::kHalf;
-    case StDtype::kBF16: return at::kBFloat16;
-    case StDtype::kI64: return at::kLong;
-    case StDtype::kI32: return at::kInt;
-    case StDtype::kI16: return at::kShort;
-    case StDtype::kI8: return at::kChar;
-    case StDtype::kU8: return at::kByte;
-    case StDtype::kBool: return at::kBool;
+    case common::Dtype::kF64: return at::kDouble;
+    case common::Dtype::kF32: return at::kFloat;
+    case common::Dtype::kF16: return at::kHalf;
+    case common::Dtype::kBF16: return at::kBFloat16;
+    case common::Dtype::kI64: return at::kLong;
+    case common::Dtype::kI32: return at::kInt;
+    case common::Dtype::kI16: return at::kShort;
+    case common::Dtype::kI8: return at::kChar;
+    case common::Dtype::kU8: return at::kByte;
+    case common::Dtype::kBool: return at::kBool;
 #if ST_TORCH_HAS_FLOAT8
-    case StDtype::kF8E4M3: return at::ScalarType::Float8_e4m3fn;
-    case StDtype::kF8E5M2: return at::ScalarType::Float8_e5m2;
+    case common::Dtype::kF8E4M3: return at::ScalarType::Float8_e4m3fn;
+    case common::Dtype::kF8E5M2: return at::ScalarType::Float8_e5m2;
 #else
-    case StDtype::kF8E4M3:
-    case StDtype::kF8E5M2: return std::nullopt;
+    case common::Dtype::kF8E4M3:
+    case common::Dtype::kF8E5M2: return std::nullopt;
 #endif
   }
   return std::nullopt;
 }
 
-std::optional<StDtype> st_dtype_of(at::ScalarType type) {
+std::optional<common::Dtype> st_dtype_of(at::ScalarType type) {
   switch (type) {
-    case at::kDouble: return StDtype::kF64;
-    case at::kFloat: return StDtype::kF32;
-    case at::kHalf: return StDtype::kF16;
-    case at::kBFloat16: return StDtype::kBF16;
-    case at::kLong: return StDtype::kI64;
-    case at::kInt: return StDtype::kI32;
-    case at::kShort: return StDtype::kI16;
-    case at::kChar: return StDtype::kI8;
-    case at::kByte: return StDtype::kU8;
-    case at::kBool: return StDtype::kBool;
+    case at::kDouble: return common::Dtype::kF64;
+    case at::kFloat: return common::Dtype::kF32;
+    case at::kHalf: return common::Dtype::kF16;
+    case at::kBFloat16: return common::Dtype::kBF16;
+    case at::kLong: return common::Dtype::kI64;
+    case at::kInt: return common::Dtype::kI32;
+    case at::kShort: return common::Dtype::kI16;
+    case at::kChar: return common::Dtype::kI8;
+    case at::kByte: return common::Dtype::kU8;
+    case at::kBool: return common::Dtype::kBool;
 #if ST_TORCH_HAS_FLOAT8
-    case at::ScalarType::Float8_e4m3fn: return StDtype::kF8E4M3;
-    case at::ScalarType::Float8_e5m2: return StDtype::kF8E5M2;
+    case at::ScalarType::Float8_e4m3fn: return common::Dtype::kF8E4M3;
+    case at::ScalarType::Float8_e5m2: return common::Dtype::kF8E5M2;
 #endif
     default: return std::nullopt;
   }
 }
 
-std::string unsupported_dtype_message(StDtype dtype) {
+std::string unsupported_dtype_message(common::Dtype dtype) {
   return fmt::format("dtype {} has no LibTorch scalar type in LibTorch {} (float8 needs LibTorch 2.1 or newer)",
-                     to_string(dtype), TORCH_VERSION);
+                     safetensors_name(dtype), TORCH_VERSION);
 }
 
 std::string unsupported_scalar_type_message(at::ScalarType type) {
@@ -105,13 +105,13 @@ void write_all(int fd, const void* data, uint64_t n, const std::string& path, st
 
 }  // namespace
 
-at::ScalarType to_scalar_type(StDtype dtype) {
+at::ScalarType to_scalar_type(common::Dtype dtype) {
   const auto type = scalar_type_of(dtype);
   if (!type) common::raise(common::ErrorKind::kIo, unsupported_dtype_message(dtype));
   return *type;
 }
 
-StDtype to_st_dtype(at::ScalarType type) {
+common::Dtype to_st_dtype(at::ScalarType type) {
   const auto dtype = st_dtype_of(type);
   if (!dtype) common::raise(common::ErrorKind::kIo, unsupported_scalar_type_message(type));
   return *dtype;
@@ -127,7 +127,7 @@ at::Tensor read_tensor(const SafetensorsFile& file, std::string_view name) {
   at::Tensor out = at::empty(info.shape, at::TensorOptions().dtype(*type));
   if (info.nbytes == 0) return out;
   file.read_bytes(info, 0, info.nbytes, out.data_ptr());
-  if (info.dtype == StDtype::kBool) {
+  if (info.dtype == common::Dtype::kBool) {
     // LibTorch assumes bool bytes are 0 or 1; any other value is a corrupt file, not a true.
     const auto* bytes = static_cast<const uint8_t*>(out.data_ptr());
     for (uint64_t i = 0; i < info.nbytes; ++i) {
@@ -161,8 +161,8 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
     if (tensor.layout() != at::kStrided) fail("only dense (strided) tensors can be written, not sparse ones");
     const auto dtype = st_dtype_of(tensor.scalar_type());
     if (!dtype) fail(unsupported_scalar_type_message(tensor.scalar_type()));
-    const uint64_t nbytes = static_cast<uint64_t>(tensor.numel()) * st_dtype_size(*dtype);
-    header[name] = {{"dtype", to_string(*dtype)},
+    const uint64_t nbytes = static_cast<uint64_t>(tensor.numel()) * common::element_size(*dtype);
+    header[name] = {{"dtype", safetensors_name(*dtype)},
                     {"shape", tensor.sizes().vec()},
                     {"data_offsets", {offset, offset + nbytes}}};
     sizes.push_back(nbytes);

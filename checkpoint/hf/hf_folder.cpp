@@ -1,6 +1,6 @@
 // Reading a Hugging Face model folder. The index and the shards are cross-checked in both
 // directions, because a checkpoint that silently drops or duplicates a tensor trains garbage.
-#include "checkpoint/hf_folder.h"
+#include "checkpoint/hf/hf_folder.h"
 
 #include <fmt/format.h>
 
