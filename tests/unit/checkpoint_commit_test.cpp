@@ -18,6 +18,7 @@
 #include "checkpoint/h5_handle.h"
 #include "checkpoint/manifest.h"
 #include "common/error.h"
+#include "error_text.h"
 #include "temp_dir.h"
 
 namespace shardtune::checkpoint {
@@ -43,14 +44,7 @@ Manifest small_manifest(int64_t step) {
   return m;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const common::Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing_support::error_of;
 
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 

@@ -13,6 +13,7 @@
 #include "runtime/data/tokenizer.h"
 #include "runtime/data/records.h"
 #include "runtime/data/sft_examples.h"
+#include "error_text.h"
 
 namespace shardtune::data {
 namespace {
@@ -25,14 +26,7 @@ std::string write(const std::string& name, const std::string& text) {
   return path;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const common::Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing_support::error_of;
 
 TEST(Records, JsonArrayRecordsKnowTheirLines) {
   const std::string path = write("a.json",
