@@ -208,6 +208,19 @@ std::string manifest_text(const Manifest& m) {
             {"tensors", tensors},
             {"slices", slices}};
   if (!m.model_config.is_null()) j["model_config"] = m.model_config;
+  if (m.adapter) {
+    const AdapterRecord& a = *m.adapter;
+    j["adapter"] = {{"method", a.method},
+                    {"r", a.r},
+                    {"alpha", a.alpha},
+                    {"dropout", a.dropout},
+                    {"target_modules", a.target_modules},
+                    {"base_model",
+                     {{"path", a.base_path},
+                      {"config_sha256", a.base_config_sha256},
+                      {"tensors_sha256", a.base_tensors_sha256},
+                      {"weights_sha256", a.base_weights_sha256}}}};
+  }
   j[kChecksumKey] = checksum_of(j);
   return j.dump(1);
 }
@@ -254,6 +267,30 @@ Manifest parse_manifest(const std::string& text, const std::string& where) {
   m.shard_group_size = f.integer(j, "shard_group_size", where, 1, 1, v3);
   m.job_toml = f.string(j, "job", where, false);
   if (const json* c = f.get(j, "model_config", where, false)) m.model_config = *c;
+  if (const json* a = f.get(j, "adapter", where, false)) {
+    const std::string at = where + ": adapter";
+    AdapterRecord r;
+    r.method = f.string(*a, "method", at);
+    if (r.method != "lora") f.problem(fmt::format("{}: method {} is not lora", at, json_quoted(r.method)));
+    r.r = f.integer(*a, "r", at, 1);
+    r.alpha = f.number(*a, "alpha", at);
+    r.dropout = f.number(*a, "dropout", at);
+    if (const json* t = f.get(*a, "target_modules", at)) {
+      bool ok = t->is_array() && !t->empty();
+      for (const json& name : ok ? *t : kEmptyArray) {
+        ok = ok && name.is_string();
+        if (ok) r.target_modules.push_back(name.get<std::string>());
+      }
+      if (!ok) f.problem(fmt::format("{}: target_modules {} is not a list of names", at, t->dump()));
+    }
+    if (const json* b = f.get(*a, "base_model", at)) {
+      r.base_path = f.string(*b, "path", at + ".base_model");
+      r.base_config_sha256 = f.string(*b, "config_sha256", at + ".base_model");
+      r.base_tensors_sha256 = f.string(*b, "tensors_sha256", at + ".base_model");
+      r.base_weights_sha256 = f.string(*b, "weights_sha256", at + ".base_model");
+    }
+    m.adapter = std::move(r);
+  }
   const int64_t block = m.version >= 2 ? f.integer(j, "crc32_block", where, 1, kCrcBlock) : kCrcBlock;
 
   if (const json* tensors = f.get(j, "tensors", where)) {

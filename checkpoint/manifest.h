@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,20 @@ struct ManifestSlice {
   std::vector<uint32_t> crcs;  // one per block
 };
 
+// A LoRA checkpoint holds only the adapters (and their AdamW moments): this records how they were
+// made and the base model they adapt, which a resume and the tools compare with theirs.
+struct AdapterRecord {
+  std::string method = "lora";
+  int64_t r = 0;
+  double alpha = 0;
+  double dropout = 0;
+  std::vector<std::string> target_modules;  // as expanded ("all-linear" spelled out)
+  std::string base_path;                    // the base model folder, or "preset:<name>"
+  std::string base_config_sha256;           // SHA-256 of the base's config.json
+  std::string base_tensors_sha256;          // SHA-256 of its tensor index (every name, dtype, shape)
+  std::string base_weights_sha256;          // SHA-256 of the first bytes of every tensor
+};
+
 struct Manifest {
   int version = kManifestVersion;
   std::string layout = "sharded";  // "sharded": a file per writing rank; "full": model.h5
@@ -54,6 +69,7 @@ struct Manifest {
   int64_t shard_group_size = 1;
   std::string job_toml;               // the resolved job that wrote it
   nlohmann::json model_config;        // the model's config.json; null when not recorded
+  std::optional<AdapterRecord> adapter;  // set: an adapter checkpoint (tensors are the adapters only)
   std::map<std::string, ManifestTensor> tensors;
   std::vector<ManifestSlice> slices;  // in any order; they tile each (kind, tensor) exactly
 };

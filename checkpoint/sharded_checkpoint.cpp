@@ -24,6 +24,7 @@
 #include "common/atomic_file.h"
 #include "common/error.h"
 #include "runtime/dist/text_collectives.h"
+#include "runtime/model/lora.h"
 
 namespace shardtune::checkpoint {
 namespace {
@@ -85,13 +86,22 @@ struct CheckpointFile {
   }
 };
 
+// The flat parameters a checkpoint holds: all of them, or only the trainable ones (the adapters of
+// a LoRA model, whose frozen base is the base model's own).
+std::vector<fsdp::FlatParam*> saved_flats(fsdp::FsdpLlama& model, bool adapters_only) {
+  std::vector<fsdp::FlatParam*> out;
+  for (fsdp::FlatParam* f : model.flat_params())
+    if (!adapters_only || f->trainable()) out.push_back(f);
+  return out;
+}
+
 // Writes this rank's slices; returns their records.
-std::vector<ManifestSlice> write_rank_file(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, const std::string& path,
-                                           const std::string& file_name) {
+std::vector<ManifestSlice> write_rank_file(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, bool adapters_only,
+                                           const std::string& path, const std::string& file_name) {
   std::vector<ManifestSlice> slices;
   CheckpointFile out(path);
   size_t trainable_index = 0;
-  for (fsdp::FlatParam* f : model.flat_params()) {
+  for (fsdp::FlatParam* f : saved_flats(model, adapters_only)) {
     const auto sources = state_of(f, optimizer, trainable_index);
     for (const fsdp::ShardPiece& piece : f->layout().pieces_in_shard(f->shard_rank())) {
       const fsdp::ParamSpan& p = f->layout().params()[piece.param];
@@ -112,7 +122,7 @@ std::vector<ManifestSlice> write_rank_file(fsdp::FsdpLlama& model, fsdp::AdamW* 
 // group that holds it, one at a time, and written there as whole tensors of their own shape.
 // Collective over that shard group; only world rank 0 receives and writes. A failure to write is
 // recorded, not thrown, so that the gathers go on in step on every rank.
-std::vector<ManifestSlice> write_full_file(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer,
+std::vector<ManifestSlice> write_full_file(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, bool adapters_only,
                                            dist::Communicator& shard_group, bool writer, const std::string& path,
                                            const std::string& file_name, std::string& failure) {
   const std::vector<int>& members = shard_group.world_ranks();
@@ -131,7 +141,7 @@ std::vector<ManifestSlice> write_full_file(fsdp::FsdpLlama& model, fsdp::AdamW* 
   };
   guarded([&] { out.emplace(path); });
   size_t trainable_index = 0;
-  for (fsdp::FlatParam* f : model.flat_params()) {
+  for (fsdp::FlatParam* f : saved_flats(model, adapters_only)) {
     const auto sources = state_of(f, optimizer, trainable_index);
     for (const auto& [kind, shard] : sources) {
       at::Tensor full;  // one unit at a time, on the writer only
@@ -201,6 +211,7 @@ std::string save_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, cons
                             dist::ProcessGroups& groups, const std::string& root, int64_t keep_last, bool consolidated) {
   dist::Communicator& world = *groups.world;
   const int rank = world.world_ranks()[static_cast<size_t>(world.rank())];
+  const bool adapters_only = state.adapter.has_value();
   // World rank 0 opens a temporary directory of its own and tells every rank where it is.
   std::optional<PendingCheckpoint> pending;
   std::string where;  // "D<dir>", or "E<why not>"
@@ -226,11 +237,11 @@ std::string save_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, cons
       std::vector<ManifestSlice> written;
       std::string failure;
       if (consolidated) {
-        written = write_full_file(model, optimizer, *groups.shard, rank == 0, tmp_dir + "/" + file_name, file_name,
-                                  failure);
+        written = write_full_file(model, optimizer, adapters_only, *groups.shard, rank == 0, tmp_dir + "/" + file_name,
+                                  file_name, failure);
         ST_CHECK(failure.empty(), ErrorKind::kIo, "{}", failure);
       } else {
-        written = write_rank_file(model, optimizer, tmp_dir + "/" + file_name, file_name);
+        written = write_rank_file(model, optimizer, adapters_only, tmp_dir + "/" + file_name, file_name);
       }
       records = slices_text(written);
     } catch (const std::exception& e) {
@@ -262,7 +273,8 @@ std::string save_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, cons
         m.shard_group_size = groups.shard->size();
         m.job_toml = state.job_toml;
         if (!state.model_config.empty()) m.model_config = nlohmann::json::parse(state.model_config);
-        for (fsdp::FlatParam* f : model.flat_params())
+        m.adapter = state.adapter;
+        for (fsdp::FlatParam* f : saved_flats(model, adapters_only))
           for (const fsdp::ParamSpan& p : f->layout().params()) m.tensors[p.name] = {p.shape, "F32"};
         for (const std::string& r : all)
           if (r.size() > 1)
@@ -284,10 +296,23 @@ TrainingState load_sharded_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optim
                                       dist::Communicator& world) {
   CheckpointReader reader(dir);
   const Manifest& manifest = reader.manifest();
+  bool model_has_adapters = false;
+  for (fsdp::FlatParam* f : model.flat_params())
+    for (const fsdp::ParamSpan& p : f->layout().params())
+      model_has_adapters = model_has_adapters || model::is_adapter_parameter(p.name);
+  const bool adapters_only = manifest.adapter.has_value();
+  ST_CHECK(adapters_only == model_has_adapters, ErrorKind::kConfig, "{}",
+           adapters_only ? fmt::format("{} is a LoRA adapter checkpoint (base model {}): it resumes only a job with "
+                                       "[peft] method = \"lora\"",
+                                       dir, manifest.adapter->base_path)
+                         : fmt::format("{} holds a whole model, not LoRA adapters: a LoRA job cannot resume it (to "
+                                       "train adapters on those weights, convert it with shardtune-ckpt export-hf and "
+                                       "make that folder [model] path)",
+                                       dir));
   // The model's tensors and the checkpoint's must be the same set with the same shapes.
   std::vector<std::string> problems;
   std::map<std::string, std::vector<int64_t>> want;
-  for (fsdp::FlatParam* f : model.flat_params())
+  for (fsdp::FlatParam* f : saved_flats(model, adapters_only))
     for (const fsdp::ParamSpan& p : f->layout().params()) want[p.name] = p.shape;
   for (const auto& [name, shape] : want) {
     auto it = manifest.tensors.find(name);
@@ -304,7 +329,7 @@ TrainingState load_sharded_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optim
 
   const bool load_optimizer = optimizer != nullptr && manifest.has_optimizer;
   size_t trainable_index = 0;
-  for (fsdp::FlatParam* f : model.flat_params()) {
+  for (fsdp::FlatParam* f : saved_flats(model, adapters_only)) {
     auto targets = state_of(f, load_optimizer ? optimizer : nullptr, trainable_index);
     for (const fsdp::ShardPiece& piece : f->layout().pieces_in_shard(f->shard_rank())) {
       const fsdp::ParamSpan& p = f->layout().params()[piece.param];
@@ -325,6 +350,7 @@ TrainingState load_sharded_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optim
   state.sample_in_epoch = manifest.sample_in_epoch;
   state.loss_scale = manifest.loss_scale;
   state.job_toml = manifest.job_toml;
+  state.adapter = manifest.adapter;
   return state;
 }
 

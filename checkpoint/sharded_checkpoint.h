@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/manifest.h"
 #include "runtime/dist/process_groups.h"
 #include "runtime/fsdp/adamw.h"
 #include "runtime/fsdp/fsdp_llama.h"
@@ -25,6 +26,8 @@ struct TrainingState {
   double loss_scale = 0;        // fp16 loss scale (0 when unused)
   std::string job_toml;         // the resolved job that wrote it
   std::string model_config;     // the model's config.json, so the checkpoint converts to HF alone
+  // LoRA: the checkpoint holds only the trainable flat parameters (the adapters), and records this.
+  std::optional<AdapterRecord> adapter;
 };
 
 // Collective over the groups' world. Writes <root>/step-NNNNNNN, points <root>/latest at it, then
@@ -39,7 +42,9 @@ std::string save_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, cons
 
 // Collective over `world`. Fills the model's shards (and the optimizer's moments and step, when both
 // the checkpoint and `optimizer` have them) from any checkpoint, whatever world size and strategy
-// wrote it; every block read is checked against its checksum. Returns the training state.
+// wrote it; every block read is checked against its checksum. Returns the training state. An
+// adapter checkpoint fills only the trainable (adapter) shards; it loads only into a model with
+// adapters, and a full-model checkpoint only into one without.
 TrainingState load_sharded_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, const std::string& dir,
                                       dist::Communicator& world);
 

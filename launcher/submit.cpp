@@ -35,8 +35,11 @@ std::string trim(std::string s) {
 }  // namespace
 
 job::Job with_absolute_paths(job::Job job, const std::string& cwd) {
-  job.job.output_dir = absolute(job.job.output_dir, cwd);
-  job.checkpoint.dir = absolute(job.checkpoint.dir, cwd);
+  for (std::string* path : {&job.job.output_dir, &job.checkpoint.dir, &job.model.path, &job.peft.from_peft_checkpoint,
+                            &job.data.train_file, &job.data.val_file, &job.data.tokenizer})
+    *path = absolute(*path, cwd);
+  if (job.checkpoint.resume != "auto" && job.checkpoint.resume != "none")
+    job.checkpoint.resume = absolute(job.checkpoint.resume, cwd);
   return job;
 }
 

@@ -15,7 +15,9 @@ struct SubmitOptions {
   bool dry_run = false;  // print the script and the sbatch argv; write nothing, submit nothing
 };
 
-// `job` as a batch job needs it: output_dir and checkpoint.dir absolute (relative to `cwd`).
+// `job` as a batch job needs it: every path of the job file absolute (relative to `cwd`): output and
+// checkpoint directories, the model folder, the data and tokenizer files, the PEFT adapter folder
+// and an explicit resume path. The resolved job then means the same wherever it is started.
 job::Job with_absolute_paths(job::Job job, const std::string& cwd);
 
 // Files of a submitted job, under output_dir.

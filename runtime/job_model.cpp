@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include "checkpoint/hf/hf_model_io.h"
+#include "checkpoint/hf/peft_adapter.h"
 #include "runtime/data/tokenizer.h"
 #include "runtime/job_data.h"
 #include "runtime/model/init.h"
@@ -48,8 +49,29 @@ std::unique_ptr<model::LlamaForCausalLM> build_model(const job::Job& job) {
   return m;
 }
 
+std::optional<model::LoraSpec> lora_spec(const job::Job& job) {
+  if (job.peft.method != job::PeftMethod::kLora) return std::nullopt;
+  const job::PeftSection& p = job.peft;
+  return model::LoraSpec{p.lora_r, p.lora_alpha, p.lora_dropout, model::expand_lora_targets(p.target_modules)};
+}
+
+void add_job_adapters(const job::Job& job, model::LlamaForCausalLM& model) {
+  const std::optional<model::LoraSpec> spec = lora_spec(job);
+  if (!spec) return;
+  model::add_lora(model, *spec, static_cast<uint64_t>(job.train.seed));
+  if (!job.peft.from_peft_checkpoint.empty()) {
+    checkpoint::load_peft_adapter(model, *spec, job.peft.from_peft_checkpoint);
+    spdlog::info("LoRA adapters from {}", job.peft.from_peft_checkpoint);
+  }
+}
+
 std::set<std::string> frozen_parameters(const job::Job& job, model::LlamaForCausalLM& model) {
   std::set<std::string> out;
+  if (job.peft.method == job::PeftMethod::kLora) {
+    for (const model::NamedParam& p : model.named_parameters())
+      if (!model::is_adapter_parameter(p.name)) out.insert(p.name);
+    return out;
+  }
   if (!job.train.freeze_layers) return out;
   for (const model::NamedParam& p : model.named_parameters())
     for (int64_t l = 0; l < job.train.num_freeze_layers; ++l)

@@ -3,11 +3,13 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 
 #include "common/job/job.h"
 #include "runtime/model/llama.h"
+#include "runtime/model/lora.h"
 
 namespace shardtune::runtime {
 
@@ -21,7 +23,16 @@ bool streams_weights(const job::Job& job, const model::LlamaConfig& config);
 // The whole model with values, on every rank (not streamed).
 std::unique_ptr<model::LlamaForCausalLM> build_model(const job::Job& job);
 
-// freeze_layers: every parameter of the first num_freeze_layers blocks.
+// The job's LoRA adapters ([peft] method = "lora"), or nullopt for full fine-tuning.
+std::optional<model::LoraSpec> lora_spec(const job::Job& job);
+
+// With LoRA: adds the adapters to the model (whose base may be on the meta device; adapters are
+// always real fp32 CPU tensors), fresh (seeded by [train] seed) or from [peft] from_peft_checkpoint.
+// Without LoRA: nothing.
+void add_job_adapters(const job::Job& job, model::LlamaForCausalLM& model);
+
+// The parameters that get no gradient and no optimizer state: with LoRA, the whole base model;
+// with freeze_layers, every parameter of the first num_freeze_layers blocks.
 std::set<std::string> frozen_parameters(const job::Job& job, model::LlamaForCausalLM& model);
 
 }  // namespace shardtune::runtime

@@ -188,11 +188,16 @@ int run(int argc, char** argv) {
   std::unique_ptr<model::LlamaForCausalLM> model =
       stream ? std::make_unique<model::LlamaForCausalLM>(config, at::TensorOptions().device(at::kMeta))
              : runtime::build_model(job);
+  runtime::add_job_adapters(job, *model);
   const checkpoint::HfFolderSourceFactory source{job.model.path};
   if (stream) fsdp::validate_source(*model, source, MPI_COMM_WORLD);
-  const fsdp::FsdpOptions fsdp_options = fsdp::fsdp_options(job.fsdp, job.train, topo.world_size,
-                                                            static_cast<int>(job.slurm.ranks_per_node()), torch_device);
+  const bool lora = job.peft.method == job::PeftMethod::kLora;
+  const fsdp::FsdpOptions fsdp_options = fsdp::fsdp_options(
+      job.fsdp, job.train, topo.world_size, static_cast<int>(job.slurm.ranks_per_node()), torch_device, lora);
   const auto frozen = runtime::frozen_parameters(job, *model);
+  int64_t trainable = 0;
+  for (const model::NamedParam& p : model->named_parameters())
+    if (!frozen.count(p.name)) trainable += p.tensor->numel();
   fsdp::FsdpLlama sharded(*model, groups, fsdp_options, frozen);
   if (stream) {
     const fsdp::LoadStats load = fsdp::load_shards(sharded, source, MPI_COMM_WORLD,
@@ -200,8 +205,9 @@ int run(int argc, char** argv) {
     spdlog::info("streamed the weights into shards in {:.1f} s{}", load.seconds,
                  load.reader ? fmt::format(" ({:.2f} GB read by this rank)", static_cast<double>(load.bytes_read) / 1e9) : "");
   }
-  spdlog::info("model: {:.1f}M parameters ({} frozen tensors), {} units; {} bytes of shards per rank",
-               static_cast<double>(model->config().num_parameters()) / 1e6, frozen.size(),
+  spdlog::info("model: {:.1f}M parameters, {} trainable ({} frozen tensors{}), {} units; {} bytes of shards per rank",
+               static_cast<double>(model->config().num_parameters()) / 1e6, trainable, frozen.size(),
+               lora ? fmt::format(", LoRA r = {} on {}", job.peft.lora_r, fmt::join(job.peft.target_modules, ", ")) : "",
                model->num_layers() + 2, sharded.persistent_bytes());
   const runtime::JobData data = runtime::load_job_data(job, config, data_context);
   const slurm::SlurmEnv slurm_env = slurm::read_slurm_env([](const char* name) { return std::getenv(name); });

@@ -28,6 +28,7 @@
 #include "runtime/fsdp/llama_units.h"
 #include "runtime/fsdp/shard_layout.h"
 #include "runtime/model/llama.h"
+#include "runtime/model/lora.h"
 
 namespace shardtune::tools {
 namespace {
@@ -172,13 +173,19 @@ void reshard(const std::string& src, const std::string& out, int world_size) {
            "{} records no model config.json: its FSDP units cannot be laid out", src);
   model::LlamaForCausalLM skeleton(model::LlamaConfig::from_json(manifest.model_config, src + "/manifest.json"),
                                    at::TensorOptions().device(at::kMeta));
+  // An adapter checkpoint is laid out as a LoRA job's trainable flat parameters: the adapters of
+  // each unit.
+  if (manifest.adapter)
+    model::add_lora(skeleton, {manifest.adapter->r, manifest.adapter->alpha, 0.0, manifest.adapter->target_modules}, 0);
   checkpoint::PendingDirectory pending(out);
   const std::string tmp = pending.dir();
   std::vector<fsdp::FlatLayout> layouts;
   uint64_t total = 0;
   for (const auto& unit : fsdp::llama_units(skeleton)) {
     std::vector<fsdp::FlatLayout::Entry> entries;
-    for (const model::NamedParam& p : unit) entries.push_back({p.name, p.tensor->sizes().vec()});
+    for (const model::NamedParam& p : unit)
+      if (!manifest.adapter || model::is_adapter_parameter(p.name)) entries.push_back({p.name, p.tensor->sizes().vec()});
+    if (entries.empty()) continue;
     layouts.emplace_back(entries, world_size);
     total += static_cast<uint64_t>(layouts.back().numel()) * 4;
   }
@@ -270,6 +277,10 @@ void reshard(const std::string& src, const std::string& out, int world_size) {
 void export_hf(const std::string& src, const std::string& out, const std::string& dtype, uint64_t max_shard_bytes,
                const std::string& tokenizer_dir) {
   checkpoint::CheckpointReader reader(src);
+  ST_CHECK(!reader.manifest().adapter, ErrorKind::kConfig,
+           "{} holds LoRA adapters, not a whole model: export-peft writes them as a PEFT adapter folder, and "
+           "merge-lora {} BASE OUT writes the base model with them merged in",
+           src, src);
   ST_CHECK(!reader.manifest().model_config.is_null(), ErrorKind::kConfig,
            "{} records no model config.json, so it cannot become a Hugging Face folder", src);
   json config = reader.manifest().model_config;

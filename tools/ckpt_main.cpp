@@ -6,6 +6,8 @@
 //   shardtune-ckpt export-hf DIR OUT         -> Hugging Face folder (safetensors, index, config.json)
 //   shardtune-ckpt import-hf HF_DIR OUT      Hugging Face folder -> full checkpoint
 //   shardtune-ckpt diff A B                  largest absolute and relative difference per tensor
+//   shardtune-ckpt export-peft DIR OUT       LoRA adapter checkpoint -> PEFT adapter folder
+//   shardtune-ckpt merge-lora DIR BASE OUT   LoRA adapter checkpoint + its base -> merged HF folder
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -18,6 +20,7 @@
 #include "checkpoint/sharded_checkpoint.h"
 #include "common/process_memory.h"
 #include "tools/ckpt_convert.h"
+#include "tools/ckpt_lora.h"
 
 using namespace shardtune;
 
@@ -28,6 +31,12 @@ int inspect(const std::string& dir) {
   fmt::print("{}: shardtune {} checkpoint, format version {}\n", dir, m.layout, m.version);
   fmt::print("step {} (epoch {}, {} samples into it); saved by {} ranks in shard groups of {}; optimizer state: {}\n",
              m.step, m.epoch + 1, m.sample_in_epoch, m.world_size, m.shard_group_size, m.has_optimizer ? "yes" : "no");
+  if (m.adapter)
+    fmt::print("LoRA adapters only: r = {}, alpha = {}, dropout = {}, on [{}]; base model {} (SHA-256 of config.json "
+               "{}, tensor index {}, weights {})\n",
+               m.adapter->r, m.adapter->alpha, m.adapter->dropout, fmt::join(m.adapter->target_modules, ", "),
+               m.adapter->base_path, m.adapter->base_config_sha256, m.adapter->base_tensors_sha256,
+               m.adapter->base_weights_sha256);
   std::map<std::string, int64_t> files;
   for (const checkpoint::ManifestSlice& s : m.slices) files[s.file] += s.length * 4;
   int64_t total = 0;
@@ -87,6 +96,14 @@ int main(int argc, char** argv) {
   auto* dif = app.add_subcommand("diff", "Largest absolute and relative difference of every tensor");
   dif->add_option("a", dir, "Checkpoint directory")->required();
   dif->add_option("b", other, "Checkpoint directory")->required();
+  auto* peft = app.add_subcommand("export-peft", "LoRA adapter checkpoint -> PEFT adapter folder");
+  peft->add_option("dir", dir, "Checkpoint directory")->required();
+  peft->add_option("out", out, "New folder")->required();
+  std::string base;
+  auto* merge = app.add_subcommand("merge-lora", "LoRA adapter checkpoint + its base model -> merged Hugging Face folder");
+  merge->add_option("dir", dir, "Checkpoint directory")->required();
+  merge->add_option("base", base, "The base model folder the adapters were trained on")->required();
+  merge->add_option("out", out, "New folder")->required();
   CLI11_PARSE(app, argc, argv);
   try {
     checkpoint::silence_hdf5_auto_print();
@@ -96,6 +113,8 @@ int main(int argc, char** argv) {
     if (exp->parsed()) return (tools::export_hf(dir, out, dtype, max_shard_bytes, tokenizer), 0);
     if (imp->parsed()) return (tools::import_hf(dir, out), 0);
     if (dif->parsed()) return tools::diff(dir, other) == 0.0 ? 0 : 1;
+    if (peft->parsed()) return (tools::export_peft(dir, out), 0);
+    if (merge->parsed()) return (tools::merge_lora(dir, base, out), 0);
     return verify(dir);
   } catch (const std::exception& e) {
     fmt::print(stderr, "shardtune-ckpt: {}\n", e.what());

@@ -33,6 +33,8 @@ class HfFolder {
   // when the model has no such tensor.
   const SafetensorsFile& file_of(std::string_view tensor) const;
   const TensorInfo& info(std::string_view tensor) const;
+  // The weight files: model.safetensors, or the shards in the index's order of first mention.
+  const std::vector<SafetensorsFile>& files() const { return files_; }
 
   // Which of the tokenizer and generation files transformers looks for exist in the folder, in
   // the order of kTokenizerFileNames.

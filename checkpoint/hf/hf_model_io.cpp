@@ -4,12 +4,12 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-
 #include "checkpoint/hf/hf_tensor_source.h"
 #include "checkpoint/hf/hf_writer.h"
 #include "checkpoint/hf/safetensors_torch.h"
 #include "common/error.h"
 #include "runtime/fsdp/shard_loader.h"
+#include "runtime/model/lora.h"
 
 namespace shardtune::checkpoint {
 using common::ErrorKind;
@@ -28,6 +28,7 @@ void check_hf_weights(model::LlamaForCausalLM& model, const HfFolder& folder) {
 void load_hf_weights(model::LlamaForCausalLM& model, const HfFolder& folder) {
   check_hf_weights(model, folder);
   for (const model::NamedParam& p : model.named_parameters()) {
+    if (model::is_adapter_parameter(p.name)) continue;  // LoRA adapters are not base weights
     ST_CHECK(!p.tensor->is_meta(), ErrorKind::kInternal, "load_hf_weights: {} has no storage (materialize first)", p.name);
     at::Tensor stored = read_tensor(folder.file_of(p.name), p.name);
     p.tensor->detach().copy_(stored);
@@ -39,6 +40,8 @@ void save_hf_model(model::LlamaForCausalLM& model, const std::string& dir, const
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   at::ScalarType dtype = at::kFloat;
   for (const model::NamedParam& p : model.named_parameters()) {
+    ST_CHECK(!model::is_adapter_parameter(p.name), ErrorKind::kInternal,
+             "save_hf_model: {} is a LoRA adapter; merge adapters into the weights first", p.name);
     tensors.emplace_back(p.name, p.tensor->detach().contiguous());
     dtype = p.tensor->scalar_type();
   }

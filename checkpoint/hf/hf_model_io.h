@@ -21,7 +21,7 @@ model::LlamaConfig read_hf_config(const HfFolder& folder);
 void check_hf_weights(model::LlamaForCausalLM& model, const HfFolder& folder);
 
 // check_hf_weights, then copies every tensor into the model's parameters (which must have
-// storage), converted to each parameter's dtype.
+// storage), converted to each parameter's dtype. LoRA adapters are not base weights: untouched.
 void load_hf_weights(model::LlamaForCausalLM& model, const HfFolder& folder);
 
 // Writes the model as a Hugging Face folder: safetensors shards of at most max_shard_bytes with

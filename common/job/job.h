@@ -73,6 +73,7 @@ struct PeftSection {
   double lora_alpha = 32.0;
   double lora_dropout = 0.05;
   std::vector<std::string> target_modules = {"q_proj", "v_proj"};
+  std::string from_peft_checkpoint;
 };
 
 struct DataSection {

@@ -22,6 +22,8 @@ class Checker {
   void warning(std::initializer_list<const char*> keys, const std::string& message) {
     diags_.warning(where(keys), *keys.begin(), message);
   }
+  // Whether the job file (or an override) gives `key` a value.
+  bool is_set(const char* key) const { return sources_.count(key) != 0; }
 
  private:
   SourcePos where(std::initializer_list<const char*> keys) const {
@@ -103,7 +105,25 @@ void check_train(const Job& job, Checker& c) {
                                                   t.warmup_steps, t.max_train_step));
   }
   if (t.freeze_layers && job.peft.method != PeftMethod::kNone) {
-    c.warning({"train.freeze_layers"}, "freeze_layers with LoRA: the base model is frozen anyway");
+    c.error({"train.freeze_layers", "peft.method"},
+            "freeze_layers = true with [peft] method = \"lora\": LoRA freezes the whole base model already and "
+            "trains only the adapters; remove freeze_layers");
+  }
+}
+
+// LoRA's keys mean nothing to a full fine-tune: one given a value of its own there is refused. (A
+// resolved job file spells out every key with its default; those are not refused.)
+void check_peft(const Job& job, Checker& c) {
+  if (job.peft.method != PeftMethod::kNone) return;
+  const Job defaults;
+  for (const char* key : {"lora_r", "lora_alpha", "lora_dropout", "target_modules", "from_peft_checkpoint"}) {
+    const FieldSpec* field = find_field("peft", key);
+    const std::string dotted = field->dotted();
+    if (c.is_set(dotted.c_str()) && field->literal(job) != field->literal(defaults))
+      c.error({dotted.c_str(), "peft.method"},
+              fmt::format("{} = {} is set but [peft] method is \"none\" (full fine-tuning), which would ignore it: "
+                          "set method = \"lora\" or remove it",
+                          key, field->literal(job)));
   }
 }
 
@@ -132,6 +152,7 @@ void check_job(const Job& job, const FieldSources& sources, const std::string& f
   check_slurm(job, c);
   check_fsdp(job, c);
   check_train(job, c);
+  check_peft(job, c);
   check_data(job, c);
 }
 

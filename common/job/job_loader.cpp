@@ -44,6 +44,12 @@ std::string suggestion(const std::string& word, const std::vector<std::string>& 
   return guess.empty() ? "" : fmt::format("; did you mean '{}'?", guess);
 }
 
+// The error for a key of no field: another tool's spelling names shardtune's, others get a guess.
+std::string unknown_key_message(const SectionSpec& section, const std::string& key) {
+  if (auto hint = foreign_key_hint(section.name, key)) return fmt::format("unknown key in [{}]: {}", section.name, *hint);
+  return fmt::format("unknown key in [{}]{}", section.name, suggestion(key, field_names(section)));
+}
+
 // Parses `value` as the TOML value of `field`; a string field also takes a bare word.
 std::optional<toml::table> parse_override_value(const FieldSpec& field, const std::string& value,
                                                 const std::string& source) {
@@ -83,8 +89,7 @@ void apply_override(toml::table& root, const std::string& arg, Diagnostics& diag
   }
   const FieldSpec* field = find_field(section, key);
   if (field == nullptr) {
-    diags.error(pos, section + "." + key,
-                fmt::format("unknown key in [{}]{}", section, suggestion(key, field_names(*spec))));
+    diags.error(pos, section + "." + key, unknown_key_message(*spec, key));
     return;
   }
   auto parsed = parse_override_value(*field, value, source);
@@ -121,7 +126,7 @@ void read_sections(const toml::table& root, const std::string& file, LoadedJob& 
       const FieldSpec* field = find_field(section, key);
       if (field == nullptr) {
         out.diagnostics.error(position_of(key_node.source(), file), section + "." + key,
-                              fmt::format("unknown key in [{}]{}", section, suggestion(key, field_names(*spec))));
+                              unknown_key_message(*spec, key));
         continue;
       }
       const SourcePos pos = position_of(value.source(), file);

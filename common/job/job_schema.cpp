@@ -2,8 +2,11 @@
 // single place where a field is declared; docs/job-file.md is generated from it.
 #include "common/job/schema.h"
 
+#include <algorithm>
+
 #include "common/job/field_builder.h"
 #include "common/job/slurm_time.h"
+#include "common/lora_targets.h"
 #include "common/shell_words.h"
 
 namespace shardtune::job {
@@ -239,14 +242,32 @@ std::vector<SectionSpec> build_schema() {
   }
   {
     SectionBuilder<PeftSection> s(schema, "peft", "Parameter-efficient fine-tuning.", &Job::peft);
-    s.field("method", &PeftSection::method, "none: full fine-tuning; lora: low-rank adapters.");
-    s.field("lora_r", &PeftSection::lora_r, "LoRA rank.").in_range(1, 4096);
-    s.field("lora_alpha", &PeftSection::lora_alpha, "LoRA scaling numerator (scale = alpha / r).").positive();
-    s.field("lora_dropout", &PeftSection::lora_dropout, "Dropout on the LoRA input.").in_range(0.0, 0.99);
+    s.field("method", &PeftSection::method,
+            "none: full fine-tuning; lora: low-rank adapters on the target modules, the base model frozen "
+            "(no gradient, no optimizer state, held in the compute dtype). Checkpoints then hold only the "
+            "adapters and name the base model they need.");
+    s.field("lora_r", &PeftSection::lora_r, "LoRA rank r.").in_range(1, 4096);
+    s.field("lora_alpha", &PeftSection::lora_alpha, "LoRA scaling numerator: adapters add (alpha / r) B A x.")
+        .positive();
+    s.field("lora_dropout", &PeftSection::lora_dropout,
+            "Dropout on each adapter's input while training, its masks drawn from [train] seed, the step and "
+            "the rank: a rerun or a resume draws the same ones.")
+        .in_range(0.0, 0.99);
     s.field("target_modules", &PeftSection::target_modules,
-            "Linear layers that get adapters, by their Hugging Face names.")
-        .require("a non-empty list of module names",
-                 [](const std::vector<std::string>& v) { return !v.empty() && all_one_line(v); });
+            "Linear layers that get adapters, by their Hugging Face names: q_proj, k_proj, v_proj, o_proj, "
+            "gate_proj, up_proj, down_proj (in every block), lm_head; \"all-linear\" means the seven block "
+            "projections.")
+        .require("a non-empty list of q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, lm_head or "
+                 "all-linear",
+                 [](const std::vector<std::string>& v) {
+                   return !v.empty() &&
+                          std::all_of(v.begin(), v.end(), [](const std::string& m) { return common::is_lora_target_name(m); });
+                 });
+    s.field("from_peft_checkpoint", &PeftSection::from_peft_checkpoint,
+            "A PEFT adapter folder (adapter_config.json, adapter_model.safetensors) whose adapters training "
+            "starts from, instead of fresh ones; its r, lora_alpha and target_modules must be this section's. "
+            "Empty: fresh adapters.")
+        .require("one line without control characters", is_one_line);
   }
   {
     SectionBuilder<DataSection> s(schema, "data", "Training and validation data.", &Job::data);
@@ -309,7 +330,10 @@ std::vector<SectionSpec> build_schema() {
     s.field("lr_scheduler", &TrainSection::lr_scheduler,
             "step: StepLR with gamma per epoch; cosine: linear warmup then cosine decay to 0.");
     s.field("warmup_steps", &TrainSection::warmup_steps, "Linear warmup steps (cosine schedule).").at_least(0);
-    s.field("seed", &TrainSection::seed, "Seed for initialisation, data order and dropout.").at_least(0);
+    s.field("seed", &TrainSection::seed,
+            "Seed of random initialisation (init = \"random\", LoRA's A matrices), of the data order and of "
+            "LoRA dropout.")
+        .at_least(0);
     s.field("run_validation", &TrainSection::run_validation, "Evaluate on the validation data every epoch.");
     s.field("mixed_precision", &TrainSection::mixed_precision,
             "Compute in bf16 (or fp16 with use_fp16) with fp32 master weights in the shards.");
@@ -388,6 +412,29 @@ const FieldSpec* find_field(std::string_view section, std::string_view key) {
   for (const FieldSpec& f : s->fields)
     if (f.key == key) return &f;
   return nullptr;
+}
+
+std::optional<std::string> foreign_key_hint(std::string_view section, std::string_view key) {
+  struct Foreign {
+    std::string_view section, key, hint;
+  };
+  // llama-recipes' train_config and lora_config names, wherever a user copying a recipe puts them.
+  static constexpr Foreign kForeign[] = {
+      {"train", "use_peft", "llama-recipes' use_peft is [peft] method here: method = \"lora\" (or \"none\")"},
+      {"train", "peft_method", "llama-recipes' peft_method is [peft] method here (\"lora\" or \"none\")"},
+      {"train", "from_peft_checkpoint", "llama-recipes' from_peft_checkpoint is [peft] from_peft_checkpoint here"},
+      {"train", "enable_fsdp", "FSDP is always on here: choose how with [fsdp] sharding_strategy"},
+      {"train", "low_cpu_fsdp", "llama-recipes' low_cpu_fsdp is [fsdp] low_cpu_fsdp here"},
+      {"train", "use_fast_kernels", "attention uses LibTorch's fused kernels by itself here; remove the key"},
+      {"peft", "use_peft", "llama-recipes' use_peft is [peft] method here: method = \"lora\" (or \"none\")"},
+      {"peft", "peft_method", "llama-recipes' peft_method is [peft] method here (\"lora\" or \"none\")"},
+      {"peft", "r", "PEFT's r is [peft] lora_r here"},
+      {"peft", "bias", "only bias = \"none\" is supported (no trained biases): remove the key"},
+      {"peft", "task_type", "the task is always CAUSAL_LM: remove the key"},
+  };
+  for (const Foreign& f : kForeign)
+    if (f.section == section && f.key == key) return std::string(f.hint);
+  return std::nullopt;
 }
 
 int64_t shard_group_size(const Job& job) {

@@ -48,7 +48,11 @@ std::string schema_markdown() {
       "- `[fsdp]`: with `HYBRID_SHARD`, the shard group size (`hsdp_shard_size`, default the ranks of one "
       "node) divides the world size (`nodes` x ranks per node).\n"
       "- `[train]`: `use_fp16` and `pure_bf16` exclude each other; `use_fp16` needs `mixed_precision`.\n"
-      "- `[data]`: every format but `synthetic` needs `train_file`.\n";
+      "- `[data]`: every format but `synthetic` needs `train_file`.\n"
+      "- `[peft]`: with `method = \"none\"`, the LoRA keys keep their defaults (a value of their own would be "
+      "ignored, so it is refused); `freeze_layers` does not go with LoRA, which freezes the whole base.\n"
+      "- Keys that llama-recipes or PEFT spell differently (`use_peft`, `peft_method`, `from_peft_checkpoint` "
+      "in `[train]`, `r` in `[peft]`, ...) are refused with the key to use instead.\n";
   return out;
 }
 

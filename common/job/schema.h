@@ -43,6 +43,10 @@ const std::vector<SectionSpec>& job_schema();
 const SectionSpec* find_section(std::string_view name);
 const FieldSpec* find_field(std::string_view section, std::string_view key);
 
+// For a key that is not in the schema but is another tool's spelling of one (llama-recipes'
+// use_peft, peft_method, ...): what to write instead. nullopt for keys nobody spells that way.
+std::optional<std::string> foreign_key_hint(std::string_view section, std::string_view key);
+
 // The name of an enum value as written in job files ("FULL_SHARD", "packing", ...).
 template <class E>
 std::string_view enum_name(E value);

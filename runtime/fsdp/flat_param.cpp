@@ -48,7 +48,8 @@ FlatParam::FlatParam(FlatLayout layout, std::vector<at::Tensor*> slots, bool tra
       shard_rank_(shard_rank) {
   ST_CHECK(slots_.size() == layout_.params().size(), common::ErrorKind::kInternal, "flat param: {} slots for {} params",
            slots_.size(), layout_.params().size());
-  const at::TensorOptions master = at::TensorOptions().dtype(options_.precision.master).device(options_.device);
+  const at::ScalarType master_dtype = trainable_ ? options_.precision.master : options_.precision.frozen;
+  const at::TensorOptions master = at::TensorOptions().dtype(master_dtype).device(options_.device);
   shard_ = zeros_on_huge_pages(layout_.shard_numel(), master);  // padding stays zero
   // Slots on the meta device have no values: the shard is filled later by a loader.
   const bool have_values = !slots_.empty() && !slots_.front()->is_meta();
@@ -57,7 +58,7 @@ FlatParam::FlatParam(FlatLayout layout, std::vector<at::Tensor*> slots, bool tra
     shard_.narrow(0, piece.shard_offset, piece.length).copy_(src);
   }
   for (at::Tensor* slot : slots_) *slot = at::Tensor();
-  alias_full_to_shard_ = layout_.shard_count() == 1 && options_.precision.compute == options_.precision.master;
+  alias_full_to_shard_ = layout_.shard_count() == 1 && options_.precision.compute == master_dtype;
   if (alias_full_to_shard_) {
     full_ = shard_;
     gathered_ = true;
@@ -90,6 +91,7 @@ void FlatParam::start_gather(dist::Communicator& shard_group) {
   at::Tensor mine = full.narrow(0, layout_.shard_begin(shard_rank_), layout_.shard_numel());
   mine.copy_(shard_);  // to the compute dtype
   gathered_version_ = shard_._version();
+  if (shard_group.size() > 1) wire_.gathered += static_cast<int64_t>(full.nbytes());
   gather_work_ = shard_group.start_all_gather(mine, full);
 }
 
@@ -139,6 +141,7 @@ void FlatParam::start_reduce(dist::Communicator& shard_group) {
   ST_CHECK(reduce_work_ == nullptr, common::ErrorKind::kInternal, "a second gradient reduction of one flat parameter");
   at::NoGradGuard no_grad;
   reduced_ = at::empty({layout_.shard_numel()}, full_grad_.options());
+  if (shard_group.size() > 1) wire_.reduced += static_cast<int64_t>(full_grad_.nbytes());
   // The work keeps the unsharded gradient alive until the reduce-scatter is done with it.
   reduce_work_ = shard_group.start_reduce_scatter(full_grad_, reduced_, dist::ReduceOp::kAvg);
   all_reducing_ = false;
@@ -151,6 +154,7 @@ bool FlatParam::advance_reduce(dist::Communicator& replicate_group) {
   reduce_work_->wait();
   reduce_work_.reset();
   if (!all_reducing_ && replicate_group.size() > 1) {
+    wire_.reduced += static_cast<int64_t>(reduced_.nbytes());
     reduce_work_ = replicate_group.start_all_reduce(reduced_, dist::ReduceOp::kAvg);
     all_reducing_ = true;
     return false;

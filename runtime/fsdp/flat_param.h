@@ -1,5 +1,6 @@
 // One flat parameter: some of a unit's parameters (all trainable, or all frozen) laid end to end.
-// Each rank keeps its shard (master dtype) on its device and, when trainable, a gradient shard.
+// Each rank keeps its shard (master dtype; frozen ones in the policy's frozen dtype) on its device
+// and, when trainable, a gradient shard.
 // For forward and backward the full buffer is gathered in the compute dtype; the model's
 // parameter slots then hold views of it. Freeing keeps the buffer's storage object and drops its
 // memory, so views saved by autograd stay valid once it is gathered again.
@@ -32,7 +33,7 @@ class FlatParam {
   const FlatLayout& layout() const { return layout_; }
   int shard_rank() const { return shard_rank_; }
   bool trainable() const { return trainable_; }
-  at::Tensor& shard() { return shard_; }  // (shard_numel,) master dtype, on the device
+  at::Tensor& shard() { return shard_; }  // (shard_numel,) master (or frozen) dtype, on the device
   // (shard_numel,), allocated at first use (loading needs none); undefined when frozen. Throws
   // while a gradient reduction into it is still in flight.
   at::Tensor& grad_shard();
@@ -76,6 +77,15 @@ class FlatParam {
   // Bytes held between steps: shard, gradient shard, and the full buffer when it is kept.
   int64_t persistent_bytes() const;
 
+  // Bytes this rank has handed to collectives over groups of more than one rank, since
+  // construction: all-gather outputs (parameters) and gradient reduction inputs (reduce-scatter,
+  // then the all-reduce across replicas).
+  struct WireBytes {
+    int64_t gathered = 0;
+    int64_t reduced = 0;
+  };
+  const WireBytes& wire_bytes() const { return wire_; }
+
  private:
   FlatLayout layout_;
   std::vector<at::Tensor*> slots_;
@@ -94,6 +104,7 @@ class FlatParam {
   at::Tensor reduced_;    // (shard_numel,) reduce dtype, this rank's part while it is reduced
   dist::WorkHandle reduce_work_;
   bool all_reducing_ = false;  // reduce_work_ is the all-reduce across replicas
+  WireBytes wire_;
 };
 
 }  // namespace shardtune::fsdp

@@ -52,7 +52,8 @@ FsdpLlama::FsdpLlama(model::LlamaForCausalLM& model, dist::ProcessGroups& groups
                  options.shard_size);
 }
 
-at::Tensor FsdpLlama::forward(const at::Tensor& input_ids, const at::Tensor& position_ids) {
+at::Tensor FsdpLlama::forward(const at::Tensor& input_ids, const at::Tensor& position_ids,
+                              const model::DropoutSeed& dropout) {
   for (FlatParam* f : flat_params()) f->reset_leaves();
   const model::AttentionMask mask =
       position_ids.defined() ? model::packed_document_mask(position_ids) : model::AttentionMask{};
@@ -63,11 +64,11 @@ at::Tensor FsdpLlama::forward(const at::Tensor& input_ids, const at::Tensor& pos
   const model::RopeTables rope = model_.rope(positions, context_.options.precision.compute);
   for (int64_t i = 0; i < model_.num_layers(); ++i) {
     model::DecoderLayer* layer = &model_.layer(i);
-    h = blocks_[static_cast<size_t>(i)]->run(h, [layer, rope, mask](const at::Tensor& x) {
-      return layer->forward(x, rope, mask);
+    h = blocks_[static_cast<size_t>(i)]->run(h, [layer, rope, mask, dropout](const at::Tensor& x) {
+      return layer->forward(x, rope, mask, dropout);
     });
   }
-  return head_->run(h, [this](const at::Tensor& x) { return model_.head(x); });
+  return head_->run(h, [this, dropout](const at::Tensor& x) { return model_.head(x, dropout); });
 }
 
 std::vector<FlatParam*> FsdpLlama::flat_params() {
@@ -111,6 +112,15 @@ std::map<std::string, at::Tensor> FsdpLlama::gather_full_parameters() {
       out[p.name] = full.narrow(0, p.offset, p.numel).view(p.shape).to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
   }
   return out;
+}
+
+FlatParam::WireBytes FsdpLlama::wire_bytes() {
+  FlatParam::WireBytes total;
+  for (FlatParam* f : flat_params()) {
+    total.gathered += f->wire_bytes().gathered;
+    total.reduced += f->wire_bytes().reduced;
+  }
+  return total;
 }
 
 int64_t FsdpLlama::persistent_bytes() {

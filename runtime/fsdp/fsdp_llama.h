@@ -29,7 +29,9 @@ class FsdpLlama {
   // Logits (B, T, vocab) in the compute dtype, on the model's device; backward through them
   // reduces the gradients. The ids and positions may be on the CPU (they are moved), and
   // preferably are: the documents of packed rows are read from the positions on the host.
-  at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& position_ids = {});
+  // `dropout`: the pass's LoRA dropout (disabled: none), also used when a unit recomputes.
+  at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& position_ids = {},
+                     const model::DropoutSeed& dropout = {});
 
   // false: gradients of the coming backward stay unsharded and local (an accumulation
   // micro-batch); the next backward with true reduces everything accumulated.
@@ -51,6 +53,8 @@ class FsdpLlama {
   std::map<std::string, at::Tensor> gather_full_parameters();
 
   int64_t persistent_bytes();
+  // Bytes this rank has handed to collectives since construction, over every flat parameter.
+  FlatParam::WireBytes wire_bytes();
   // Time in gathers and gradient reductions since construction.
   const CommStats& comm_stats() const { return context_.comm; }
   const FsdpOptions& options() const { return context_.options; }

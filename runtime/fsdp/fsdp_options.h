@@ -12,6 +12,9 @@ struct PrecisionPolicy {
   at::ScalarType master = at::kFloat;   // sharded parameters and optimizer state
   at::ScalarType compute = at::kFloat;  // gathered parameters, activations, local gradients
   at::ScalarType reduce = at::kFloat;   // gradients on the wire
+  // Shards of frozen parameters (they have no optimizer state). LoRA keeps its frozen base in the
+  // compute dtype: a bf16 shard and no fp32 master, which its forward would round to bf16 anyway.
+  at::ScalarType frozen = at::kFloat;
 };
 
 struct FsdpOptions {
@@ -29,12 +32,13 @@ struct FsdpOptions {
 
 // llama-recipes' semantics: mixed_precision computes in bf16 (fp16 with use_fp16) over fp32
 // masters; pure_bf16 keeps masters in bf16 too; reduce_dtype picks the gradient wire type.
-PrecisionPolicy precision_from_job(const job::TrainSection& train, const job::FsdpSection& fsdp);
+// Frozen shards: like masters, or in the compute dtype with `lora`.
+PrecisionPolicy precision_from_job(const job::TrainSection& train, const job::FsdpSection& fsdp, bool lora = false);
 
 // From the [fsdp] section and the precision keys of [train]. world_size: the ranks actually
 // running; ranks_per_node: the HSDP shard group when hsdp_shard_size is 0; device: where this
-// rank trains.
+// rank trains; lora: [peft] method = "lora" (the frozen base is kept in the compute dtype).
 FsdpOptions fsdp_options(const job::FsdpSection& fsdp, const job::TrainSection& train, int world_size,
-                         int ranks_per_node, at::Device device = at::kCPU);
+                         int ranks_per_node, at::Device device = at::kCPU, bool lora = false);
 
 }  // namespace shardtune::fsdp

@@ -24,6 +24,7 @@
 #include "runtime/dist/mpi_check.h"
 #include "runtime/dist/mpi_text.h"
 #include "runtime/fsdp/load_plan.h"
+#include "runtime/model/lora.h"
 
 namespace shardtune::fsdp {
 namespace {
@@ -82,6 +83,7 @@ std::vector<std::string> weight_mismatches(model::LlamaForCausalLM& model, const
   std::vector<std::string> problems;
   std::set<std::string> needed;
   for (const model::NamedParam& p : model.named_parameters()) {
+    if (model::is_adapter_parameter(p.name)) continue;  // LoRA adapters are not part of the base weights
     const std::vector<int64_t> shape(p.tensor->sizes().begin(), p.tensor->sizes().end());
     needed.insert(p.name);
     auto it = have.find(p.name);
@@ -292,6 +294,19 @@ void convert(const char* in, at::ScalarType from, char* out, const at::TensorOpt
   }
 }
 
+// The flat parameters of the base model: LoRA adapters hold their initial values already.
+std::vector<FlatParam*> base_flats(FsdpLlama& model) {
+  std::vector<FlatParam*> out;
+  for (FlatParam* f : model.flat_params()) {
+    size_t adapters = 0;
+    for (const ParamSpan& p : f->layout().params()) adapters += model::is_adapter_parameter(p.name) ? 1 : 0;
+    ST_CHECK(adapters == 0 || adapters == f->layout().params().size(), ErrorKind::kInternal,
+             "a flat parameter mixes LoRA adapters with base weights");
+    if (adapters == 0) out.push_back(f);
+  }
+  return out;
+}
+
 }  // namespace
 
 LoadStats load_shards(FsdpLlama& model, const SourceFactory& open_source, MPI_Comm world, const LoadOptions& options) {
@@ -299,7 +314,7 @@ LoadStats load_shards(FsdpLlama& model, const SourceFactory& open_source, MPI_Co
   const OneThread one_thread;
   int world_rank = 0;
   ST_MPI_CHECK(MPI_Comm_rank(world, &world_rank));
-  const std::vector<FlatParam*> flats = model.flat_params();
+  const std::vector<FlatParam*> flats = base_flats(model);
   Plan plan = join_groups(flats, world, options);
   std::unique_ptr<TensorSource> source;
   if (plan.reader) source = open_source();

@@ -5,6 +5,7 @@
 #include <ATen/core/Generator.h>
 #include <ATen/ops/empty.h>
 
+#include <cmath>
 #include <string>
 
 namespace shardtune::model {
@@ -20,20 +21,27 @@ uint64_t parameter_seed(uint64_t seed, const std::string& name) {
 }
 
 void init_parameter(const std::string& name, at::Tensor& t, double std, uint64_t seed) {
+  auto ends_with = [&](const char* suffix) {
+    const std::string s(suffix);
+    return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
+  };
   const bool is_norm = name.find("norm.weight") != std::string::npos;
-  const bool is_bias = name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
   if (is_norm) {
     t.fill_(1.0);
-  } else if (is_bias) {
-    t.zero_();
+  } else if (ends_with(".bias") || ends_with(".lora_B.weight")) {
+    t.zero_();  // LoRA's B starts at zero: training starts from the base model's outputs
   } else {
     at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(parameter_seed(seed, name));
-    if (t.device().is_cpu()) {
-      t.normal_(0.0, std, gen);
+    // Drawn on the CPU so values match whatever the device. LoRA's A as PEFT draws it:
+    // kaiming_uniform_(a=√5), which is U(−1/√fan_in, 1/√fan_in).
+    at::Tensor host = at::empty(t.sizes(), t.options().device(at::kCPU));
+    if (ends_with(".lora_A.weight")) {
+      const double bound = 1.0 / std::sqrt(static_cast<double>(t.size(1)));
+      host.uniform_(-bound, bound, gen);
     } else {
-      // Draw on the CPU so values match whatever the device.
-      t.copy_(at::empty(t.sizes(), t.options().device(at::kCPU)).normal_(0.0, std, gen));
+      host.normal_(0.0, std, gen);
     }
+    t.copy_(host);
   }
 }
 

@@ -18,6 +18,7 @@ void materialize(LlamaForCausalLM& model, const at::TensorOptions& options);
 void init_weights(LlamaForCausalLM& model, uint64_t seed);
 
 // One parameter as init_weights would set it (so tools can write huge models one tensor at a time).
+// LoRA adapters as PEFT initialises them: A Kaiming-uniform, B zero.
 void init_parameter(const std::string& name, at::Tensor& tensor, double std, uint64_t seed);
 
 // The generator seed of one parameter.

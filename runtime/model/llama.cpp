@@ -18,6 +18,7 @@
 #include <limits>
 
 #include "common/error.h"
+#include "runtime/model/lora.h"
 #if TORCH_VERSION_MAJOR >= 2
 #include <ATen/ops/scaled_dot_product_attention.h>
 #endif
@@ -85,7 +86,17 @@ at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
 
 }  // namespace
 
-at::Tensor Linear::forward(const at::Tensor& x) const { return at::linear(x, weight, bias); }
+at::Tensor LoraAdapter::add_to(const at::Tensor& y, const at::Tensor& x, const DropoutSeed& dropout_seed) const {
+  if (r == 0) return y;
+  const at::Tensor in =
+      dropout_seed.enabled && dropout > 0 ? seeded_dropout(x, dropout, mix_seed(dropout_seed.seed, id)) : x;
+  // PEFT's order: result + lora_B(lora_A(dropout(x))) * scaling.
+  return y + at::linear(at::linear(in, A), B) * scale;
+}
+
+at::Tensor Linear::forward(const at::Tensor& x, const DropoutSeed& dropout) const {
+  return lora.add_to(at::linear(x, weight, bias), x, dropout);
+}
 
 at::Tensor RMSNorm::forward(const at::Tensor& x) const {
   at::Tensor h = x.to(at_least_fp32(x.scalar_type()));
@@ -93,31 +104,37 @@ at::Tensor RMSNorm::forward(const at::Tensor& x) const {
   return weight * h.to(x.scalar_type());
 }
 
-at::Tensor Attention::forward(const at::Tensor& x, const RopeTables& rope, const AttentionMask& mask) const {
+at::Tensor Attention::forward(const at::Tensor& x, const RopeTables& rope, const AttentionMask& mask,
+                              const DropoutSeed& dropout) const {
   const int64_t b = x.size(0), t = x.size(1);
-  at::Tensor q = q_proj.forward(x).view({b, t, num_heads, head_dim}).transpose(1, 2);
-  at::Tensor k = k_proj.forward(x).view({b, t, num_kv_heads, head_dim}).transpose(1, 2);
-  at::Tensor v = v_proj.forward(x).view({b, t, num_kv_heads, head_dim}).transpose(1, 2);
+  at::Tensor q = q_proj.forward(x, dropout).view({b, t, num_heads, head_dim}).transpose(1, 2);
+  at::Tensor k = k_proj.forward(x, dropout).view({b, t, num_kv_heads, head_dim}).transpose(1, 2);
+  at::Tensor v = v_proj.forward(x, dropout).view({b, t, num_kv_heads, head_dim}).transpose(1, 2);
   q = apply_rope(q, rope);
   k = apply_rope(k, rope);
   const int64_t groups = num_heads / num_kv_heads;
   at::Tensor out = attend(q, repeat_kv(k, groups), repeat_kv(v, groups), mask);
-  return o_proj.forward(out.transpose(1, 2).reshape({b, t, num_heads * head_dim}));
+  return o_proj.forward(out.transpose(1, 2).reshape({b, t, num_heads * head_dim}), dropout);
 }
 
-at::Tensor Mlp::forward(const at::Tensor& x) const {
-  return down_proj.forward(at::silu(gate_proj.forward(x)) * up_proj.forward(x));
+at::Tensor Mlp::forward(const at::Tensor& x, const DropoutSeed& dropout) const {
+  return down_proj.forward(at::silu(gate_proj.forward(x, dropout)) * up_proj.forward(x, dropout), dropout);
 }
 
-at::Tensor DecoderLayer::forward(const at::Tensor& hidden, const RopeTables& rope, const AttentionMask& mask) const {
-  at::Tensor h = hidden + self_attn.forward(input_layernorm.forward(hidden), rope, mask);
-  return h + mlp.forward(post_attention_layernorm.forward(h));
+at::Tensor DecoderLayer::forward(const at::Tensor& hidden, const RopeTables& rope, const AttentionMask& mask,
+                                 const DropoutSeed& dropout) const {
+  at::Tensor h = hidden + self_attn.forward(input_layernorm.forward(hidden), rope, mask, dropout);
+  return h + mlp.forward(post_attention_layernorm.forward(h), dropout);
 }
 
 void DecoderLayer::named_parameters(const std::string& prefix, std::vector<NamedParam>& out) {
   auto linear = [&](const std::string& name, Linear& l) {
     out.push_back({prefix + name + ".weight", &l.weight});
     if (l.bias.defined()) out.push_back({prefix + name + ".bias", &l.bias});
+    if (l.lora.r > 0) {
+      out.push_back({prefix + name + ".lora_A.weight", &l.lora.A});
+      out.push_back({prefix + name + ".lora_B.weight", &l.lora.B});
+    }
   };
   // transformers' registration order: self_attn (q, k, v, o), mlp (gate, up, down), norms.
   linear("self_attn.q_proj", self_attn.q_proj);
@@ -161,28 +178,34 @@ std::vector<NamedParam> LlamaForCausalLM::named_parameters() {
   for (size_t i = 0; i < layers_.size(); ++i) layers_[i].named_parameters(fmt::format("model.layers.{}.", i), out);
   out.push_back({"model.norm.weight", &norm_.weight});
   if (lm_head_.defined()) out.push_back({"lm_head.weight", &lm_head_});
+  if (head_lora_.r > 0) {
+    out.push_back({"lm_head.lora_A.weight", &head_lora_.A});
+    out.push_back({"lm_head.lora_B.weight", &head_lora_.B});
+  }
   return out;
 }
 
 at::Tensor LlamaForCausalLM::embed(const at::Tensor& input_ids) const { return at::embedding(embed_tokens_, input_ids); }
 
-at::Tensor LlamaForCausalLM::head(const at::Tensor& hidden) const {
-  return at::linear(norm_.forward(hidden), lm_head_.defined() ? lm_head_ : embed_tokens_);
+at::Tensor LlamaForCausalLM::head(const at::Tensor& hidden, const DropoutSeed& dropout) const {
+  const at::Tensor h = norm_.forward(hidden);
+  return head_lora_.add_to(at::linear(h, lm_head_.defined() ? lm_head_ : embed_tokens_), h, dropout);
 }
 
 RopeTables LlamaForCausalLM::rope(const at::Tensor& position_ids, at::ScalarType dtype) const {
   return rope_tables(inv_freq_, position_ids, dtype);
 }
 
-at::Tensor LlamaForCausalLM::forward(const at::Tensor& input_ids, const at::Tensor& position_ids) const {
+at::Tensor LlamaForCausalLM::forward(const at::Tensor& input_ids, const at::Tensor& position_ids,
+                                     const DropoutSeed& dropout) const {
   ST_CHECK(input_ids.dim() == 2, common::ErrorKind::kInternal, "input_ids must be (batch, tokens), got {} dims",
            input_ids.dim());
   const at::Tensor positions = position_ids.defined() ? position_ids : default_position_ids(input_ids);
   at::Tensor h = embed(input_ids);
   const RopeTables rope_tables = rope(positions, h.scalar_type());
   const AttentionMask mask = packed_document_mask(positions);
-  for (const DecoderLayer& layer : layers_) h = layer.forward(h, rope_tables, mask);
-  return head(h);
+  for (const DecoderLayer& layer : layers_) h = layer.forward(h, rope_tables, mask, dropout);
+  return head(h, dropout);
 }
 
 at::Tensor default_position_ids(const at::Tensor& input_ids) {

@@ -20,10 +20,31 @@ struct NamedParam {
   at::Tensor* tensor;
 };
 
+// The randomness of one forward pass. When `enabled` (training), LoRA dropout draws each module's
+// mask from mix_seed(seed, module id): a pass recomputed for activation checkpointing, a rerun and
+// a resumed run draw the same masks. Evaluation passes leave it disabled.
+struct DropoutSeed {
+  bool enabled = false;
+  uint64_t seed = 0;
+};
+
+// A LoRA adapter of one Linear (runtime/model/lora.h): adds scale · B·A·dropout(x) to its output.
+struct LoraAdapter {
+  int64_t r = 0;     // 0: no adapter
+  at::Tensor A;      // lora_A.weight (r, in)
+  at::Tensor B;      // lora_B.weight (out, r)
+  double scale = 0;  // alpha / r
+  double dropout = 0;
+  uint64_t id = 0;   // the module's index in the model, which picks its dropout mask
+  // y + scale · B·A·dropout(x); y itself without an adapter.
+  at::Tensor add_to(const at::Tensor& y, const at::Tensor& x, const DropoutSeed& dropout_seed) const;
+};
+
 struct Linear {
   at::Tensor weight;  // (out, in)
   at::Tensor bias;    // (out,) or undefined
-  at::Tensor forward(const at::Tensor& x) const;
+  LoraAdapter lora;
+  at::Tensor forward(const at::Tensor& x, const DropoutSeed& dropout = {}) const;
 };
 
 struct RMSNorm {
@@ -46,19 +67,22 @@ struct AttentionMask {
 struct Attention {
   Linear q_proj, k_proj, v_proj, o_proj;
   int64_t num_heads = 0, num_kv_heads = 0, head_dim = 0;
-  at::Tensor forward(const at::Tensor& x, const RopeTables& rope, const AttentionMask& mask) const;
+  at::Tensor forward(const at::Tensor& x, const RopeTables& rope, const AttentionMask& mask,
+                     const DropoutSeed& dropout = {}) const;
 };
 
 struct Mlp {
   Linear gate_proj, up_proj, down_proj;
-  at::Tensor forward(const at::Tensor& x) const;
+  at::Tensor forward(const at::Tensor& x, const DropoutSeed& dropout = {}) const;
 };
 
 struct DecoderLayer {
   RMSNorm input_layernorm, post_attention_layernorm;
   Attention self_attn;
   Mlp mlp;
-  at::Tensor forward(const at::Tensor& hidden, const RopeTables& rope, const AttentionMask& mask) const;
+  at::Tensor forward(const at::Tensor& hidden, const RopeTables& rope, const AttentionMask& mask,
+                     const DropoutSeed& dropout = {}) const;
+  // Each Linear's weight, bias and adapter (lora_A, lora_B) in turn, then the norms.
   void named_parameters(const std::string& prefix, std::vector<NamedParam>& out);
 };
 
@@ -70,22 +94,25 @@ class LlamaForCausalLM {
 
   const LlamaConfig& config() const { return config_; }
 
-  // Every parameter under its Hugging Face name, in Hugging Face's order. With tied embeddings
-  // the head has no parameter of its own ("lm_head.weight" is absent, as in HF files).
+  // Every parameter under its Hugging Face name, in Hugging Face's order, each LoRA adapter after
+  // its Linear's weight. With tied embeddings the head has no weight of its own ("lm_head.weight"
+  // is absent, as in HF files).
   std::vector<NamedParam> named_parameters();
 
   // The pieces FSDP wraps, in forward order.
   at::Tensor embed(const at::Tensor& input_ids) const;             // (B, T) -> (B, T, H)
   int64_t num_layers() const { return static_cast<int64_t>(layers_.size()); }
   DecoderLayer& layer(int64_t i) { return layers_.at(static_cast<size_t>(i)); }
-  at::Tensor head(const at::Tensor& hidden) const;                 // final norm + lm_head: logits
+  at::Tensor head(const at::Tensor& hidden, const DropoutSeed& dropout = {}) const;  // final norm + lm_head
+  LoraAdapter& head_adapter() { return head_lora_; }
 
   // Positions and mask for a batch: position_ids (B, T) restart at 0 for each packed document;
   // undefined means 0..T-1. Documents are the runs of consecutive positions.
   RopeTables rope(const at::Tensor& position_ids, at::ScalarType dtype) const;
 
   // The whole forward: logits (B, T, vocab).
-  at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& position_ids = {}) const;
+  at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& position_ids = {},
+                     const DropoutSeed& dropout = {}) const;
 
  private:
   LlamaConfig config_;
@@ -93,6 +120,7 @@ class LlamaForCausalLM {
   std::vector<DecoderLayer> layers_;
   RMSNorm norm_;
   at::Tensor lm_head_;       // (vocab, hidden); undefined when tied to embed_tokens_
+  LoraAdapter head_lora_;
   at::Tensor inv_freq_;      // (head_dim / 2,) fp32, a buffer, not a parameter
 };
 

@@ -5,6 +5,7 @@
 #include <ATen/ops/zeros.h>
 
 #include "common/error.h"
+#include "runtime/model/lora.h"
 #include "runtime/model/loss.h"
 
 namespace shardtune::train {
@@ -24,7 +25,8 @@ StepResult train_step(fsdp::FsdpLlama& model, fsdp::AdamW& optimizer, const std:
   for (size_t i = 0; i < micro_batches.size(); ++i) {
     const Batch& b = micro_batches[i];
     model.set_sync_grads(options.reduce_every_micro_batch || i + 1 == micro_batches.size());
-    const at::Tensor logits = model.forward(b.input_ids, b.position_ids);
+    const model::DropoutSeed dropout{options.dropout.enabled, model::mix_seed(options.dropout.seed, i)};
+    const at::Tensor logits = model.forward(b.input_ids, b.position_ids, dropout);
     // Averaging over micro-batches here and over ranks in the reduction gives the gradient of
     // the mean loss of the whole global batch.
     const at::Tensor loss = model::causal_lm_loss(logits, b.labels.to(model.device())) / n;

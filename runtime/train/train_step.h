@@ -18,6 +18,8 @@ struct StepOptions {
   double clipping_threshold = 1.0;
   bool reduce_every_micro_batch = true;
   fsdp::LossScaler* loss_scaler = nullptr;  // fp16 compute: scale the loss, skip overflowing steps
+  // LoRA dropout of the step: micro-batch i draws from mix_seed(dropout.seed, i). Disabled: none.
+  model::DropoutSeed dropout;
 };
 
 struct StepResult {

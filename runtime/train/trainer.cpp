@@ -12,6 +12,7 @@
 #include <fstream>
 
 #include "common/error.h"
+#include "runtime/model/lora.h"
 #include "runtime/model/loss.h"
 #include "runtime/train/data_order.h"
 #include "runtime/train/lr_schedule.h"
@@ -164,6 +165,9 @@ TrainSummary Trainer::run() {
       }
       std::vector<Batch> micro = prefetch.take(cursor, upcoming);
       step_options.lr = schedule.lr(step, epoch);
+      // Dropout masks follow from the seed, the step and the rank: a rerun or a resume at the same
+      // world size draws the same ones.
+      step_options.dropout = {true, model::mix_seed(model::mix_seed(static_cast<uint64_t>(t.seed), step), rank)};
       const StepResult r = train_step(model_, optimizer, micro, step_options, *groups_.world);
       summary.losses.push_back(r.loss);
       const double seconds = std::chrono::duration<double>(Clock::now() - step_start).count();

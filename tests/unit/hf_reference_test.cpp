@@ -1,7 +1,8 @@
 // shardtune's Llama against Hugging Face transformers itself (folders made by
 // tools/reference/make_llama_fixtures.py) and against an independent plain-PyTorch Llama
 // (tools/reference/llama_torch_reference.py): load each folder with shardtune and match the
-// logits, loss and gradients the reference computed (fp32, relative error below 1e-5).
+// logits, loss and gradients the reference computed (fp32, relative error below 1e-5); with LoRA
+// adapters too.
 #include <ATen/TensorOperators.h>
 #include <gtest/gtest.h>
 
@@ -11,7 +12,9 @@
 #include <vector>
 
 #include "checkpoint/hf/hf_model_io.h"
+#include "checkpoint/hf/peft_adapter.h"
 #include "checkpoint/hf/safetensors_torch.h"
+#include "runtime/model/lora.h"
 #include "runtime/model/loss.h"
 
 namespace shardtune::checkpoint {
@@ -27,12 +30,14 @@ double relative_error(const at::Tensor& a, const at::Tensor& b) {
   return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>() / (scale > 0 ? scale : 1.0);
 }
 
-// The folders under `root` that hold a reference.safetensors, sorted.
-std::vector<fs::path> reference_folders(const fs::path& root) {
+// The folders under `root` that hold a reference.safetensors, sorted: model folders (with their
+// config.json) or, with `lora`, LoRA folders (base/, adapter/).
+std::vector<fs::path> reference_folders(const fs::path& root, bool lora = false) {
   std::vector<fs::path> out;
   if (fs::exists(root))
     for (const auto& e : fs::directory_iterator(root))
-      if (fs::exists(e.path() / "reference.safetensors")) out.push_back(e.path());
+      if (fs::exists(e.path() / "reference.safetensors") && fs::exists(e.path() / (lora ? "adapter" : "config.json")))
+        out.push_back(e.path());
   std::sort(out.begin(), out.end());
   return out;
 }
@@ -80,6 +85,47 @@ TEST(TorchReference, LogitsLossAndGradientsMatchThePlainTorchLlama) {
   const auto folders = reference_folders(root);
   ASSERT_GE(folders.size(), 5u) << "reference folders under " << root;
   for (const fs::path& dir : folders) expect_matches_reference(dir);
+}
+
+// LoRA: the plain-PyTorch reference's base model with its PEFT adapter folder, loaded by
+// shardtune (add_lora, then the adapter folder): logits, loss and every adapter's gradient match
+// the reference, and the frozen base gets no gradient.
+TEST(TorchReference, LoraLogitsLossAndAdapterGradientsMatchThePlainTorchReference) {
+  const char* root = std::getenv("SHARDTUNE_TORCH_REFERENCE");
+  if (root == nullptr) GTEST_SKIP() << "SHARDTUNE_TORCH_REFERENCE is not set (ctest -R torch_reference sets it)";
+  const auto folders = reference_folders(root, /*lora=*/true);
+  ASSERT_GE(folders.size(), 2u) << "LoRA reference folders under " << root;
+  for (const fs::path& dir : folders) {
+    SCOPED_TRACE(dir.string());
+    const HfFolder folder = HfFolder::open((dir / "base").string());
+    model::LlamaForCausalLM m(read_hf_config(folder), at::TensorOptions().dtype(at::kFloat));
+    load_hf_weights(m, folder);
+    const PeftAdapterConfig adapter = read_peft_config((dir / "adapter").string());
+    model::add_lora(m, adapter.lora, 7);
+    load_peft_adapter(m, adapter.lora, (dir / "adapter").string());
+    for (model::NamedParam& p : m.named_parameters()) p.tensor->requires_grad_(model::is_adapter_parameter(p.name));
+
+    const SafetensorsFile ref = SafetensorsFile::open((dir / "reference.safetensors").string());
+    const at::Tensor logits = m.forward(read_tensor(ref, "input_ids"));
+    EXPECT_LT(relative_error(logits, read_tensor(ref, "logits")), 1e-5);
+    const at::Tensor loss = model::causal_lm_loss(logits, read_tensor(ref, "labels"));
+    EXPECT_LT(relative_error(loss, read_tensor(ref, "loss")), 1e-5);
+    loss.backward();
+    int adapters = 0;
+    for (model::NamedParam& p : m.named_parameters()) {
+      if (!model::is_adapter_parameter(p.name)) {
+        EXPECT_FALSE(p.tensor->grad().defined()) << p.name;
+        continue;
+      }
+      ++adapters;
+      ASSERT_NE(ref.find("grad." + p.name), nullptr) << p.name;
+      EXPECT_LT(relative_error(p.tensor->grad(), read_tensor(ref, "grad." + p.name)), 1e-5) << p.name;
+    }
+    const auto grads = std::count_if(ref.tensors().begin(), ref.tensors().end(),
+                                     [](const TensorInfo& t) { return t.name.rfind("grad.", 0) == 0; });
+    EXPECT_EQ(adapters, grads) << "every adapter the reference has, and no other";
+    EXPECT_GE(adapters, 10);
+  }
 }
 
 }  // namespace

@@ -65,12 +65,13 @@ TEST(HfRoundTrip, RandomLlama32LikeModelShardedSaveReloadsBitIdentically) {
   fs::remove_all(dir);
 }
 
-// Every model folder under `root`, loaded into a model of its stored dtype and saved by shardtune,
-// reloads bit-identically.
+// Every model folder under `root` (a LoRA reference folder: its base/), loaded into a model of its
+// stored dtype and saved by shardtune, reloads bit-identically.
 void expect_folders_round_trip(const fs::path& root) {
   for (const auto& e : fs::directory_iterator(root)) {
-    SCOPED_TRACE(e.path().string());
-    const HfFolder original = HfFolder::open(e.path().string());
+    const fs::path dir = fs::exists(e.path() / "base") ? e.path() / "base" : e.path();
+    SCOPED_TRACE(dir.string());
+    const HfFolder original = HfFolder::open(dir.string());
     const std::string first = original.tensor_names().front();
     const at::ScalarType stored = read_tensor(original.file_of(first), first).scalar_type();
     model::LlamaForCausalLM m(read_hf_config(original), at::TensorOptions().dtype(stored));

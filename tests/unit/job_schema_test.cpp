@@ -57,7 +57,7 @@ TEST(JobSchema, DefaultsAreLlamaRecipesDefaults) {
 TEST(JobSchema, OverridesBeatTheFileWhichBeatsDefaults) {
   const std::string text = std::string(kMinimal) + "\n[train]\nlr = 3e-4\nseed = 7\n";
   const LoadedJob loaded = parse_ok(text, {"train.lr=5e-5", "job.name=renamed", "fsdp.sharding_strategy=NO_SHARD",
-                                           "peft.target_modules=[\"q_proj\", \"k_proj\"]"});
+                                           "peft.method=lora", "peft.target_modules=[\"q_proj\", \"k_proj\"]"});
   EXPECT_DOUBLE_EQ(loaded.job.train.lr, 5e-5);  // --set
   EXPECT_EQ(loaded.job.train.seed, 7);           // file
   EXPECT_EQ(loaded.job.train.num_epochs, 3);     // default
@@ -66,6 +66,44 @@ TEST(JobSchema, OverridesBeatTheFileWhichBeatsDefaults) {
   EXPECT_EQ(loaded.job.peft.target_modules, (std::vector<std::string>{"q_proj", "k_proj"}));
   EXPECT_EQ(loaded.sources.at("train.lr").file, "--set train.lr=5e-5");
   EXPECT_EQ(loaded.sources.at("train.seed").line, 10);
+}
+
+// LoRA's keys: each takes effect with method = "lora"; given a value of its own under method =
+// "none", which would ignore it, it is refused. The resolved job of a full fine-tune (every key at
+// its default) loads clean.
+TEST(JobSchema, LoraKeysWithoutLoraAreRefusedAndLlamaRecipesSpellingsNameTheKeyToUse) {
+  for (const std::string& key : {"lora_r = 4", "lora_alpha = 8.0", "lora_dropout = 0.1",
+                                 "target_modules = [\"q_proj\"]", "from_peft_checkpoint = \"adapter\""}) {
+    const LoadedJob loaded = parse_job(std::string(kMinimal) + "\n[peft]\n" + key + "\n", "job.toml", {});
+    const std::string out = loaded.diagnostics.to_string();
+    EXPECT_NE(out.find("is set but [peft] method is \"none\" (full fine-tuning), which would ignore it"),
+              std::string::npos)
+        << key << ": " << out;
+    EXPECT_NE(out.find("job.toml:9:"), std::string::npos) << "not at the key's line: " << out;
+    parse_ok(std::string(kMinimal) + "\n[peft]\nmethod = \"lora\"\n" + key + "\n");
+  }
+  const Job defaults = parse_ok(kMinimal).job;
+  parse_ok(to_toml(defaults));
+
+  const LoadedJob freeze =
+      parse_job(std::string(kMinimal) + "\n[peft]\nmethod = \"lora\"\n[train]\nfreeze_layers = true\n", "job.toml", {});
+  EXPECT_NE(freeze.diagnostics.to_string().find("LoRA freezes the whole base model already"), std::string::npos)
+      << freeze.diagnostics.to_string();
+
+  const LoadedJob unknown = parse_job(std::string(kMinimal) + "\n[peft]\nmethod = \"lora\"\ntarget_modules = [\"qkv\"]\n",
+                                      "job.toml", {});
+  EXPECT_NE(unknown.diagnostics.to_string().find("a non-empty list of q_proj, k_proj"), std::string::npos)
+      << unknown.diagnostics.to_string();
+
+  const LoadedJob recipes = parse_job(std::string(kMinimal) + "\n[train]\nuse_peft = true\npeft_method = \"lora\"\n",
+                                      "job.toml", {"peft.r=8"});
+  const std::string out = recipes.diagnostics.to_string();
+  EXPECT_NE(out.find("train.use_peft: unknown key in [train]: llama-recipes' use_peft is [peft] method here"),
+            std::string::npos) << out;
+  EXPECT_NE(out.find("train.peft_method: unknown key in [train]: llama-recipes' peft_method is [peft] method"),
+            std::string::npos) << out;
+  EXPECT_NE(out.find("--set peft.r=8: error: peft.r: unknown key in [peft]: PEFT's r is [peft] lora_r here"),
+            std::string::npos) << out;
 }
 
 TEST(JobSchema, BadOverridesAreReportedWithTheArgument) {

@@ -23,6 +23,12 @@ tests/unit/hf_reference_test.cpp (TorchReference) matches shardtune against thes
 folders made by transformers itself (make_llama_fixtures.py) are the primary reference, this
 is a cross-check that needs only Debian's python3-torch.
 
+LoRA (lora-<config>/): PEFT's lora.Linear written out, y = W x + b + (alpha / r) B A x on the
+targeted projections and the head, the base frozen. Each folder holds base/ (the base model),
+adapter/ (a PEFT adapter folder as peft's save_pretrained writes it) and reference.safetensors with
+logits, loss and grad.<adapter name> for every adapter, for a batch of 12 rows whose every token
+counts (so any even split over 1 to 4 ranks averages to the same loss).
+
 Usage: python3 tools/reference/llama_torch_reference.py OUT_DIR
 """
 import json
@@ -59,6 +65,39 @@ def write_safetensors(path, tensors):
         f.write(raw)
         for b in blobs:
             f.write(b)
+
+
+def read_safetensors(path):
+    """Every tensor of a safetensors file (F32, BF16, F16, I64) by name."""
+    dtypes = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16, "I64": torch.int64}
+    with open(path, "rb") as f:
+        (size,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(size))
+        data = f.read()
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = info["data_offsets"]
+        raw = bytearray(data[begin:end])
+        dtype = dtypes[info["dtype"]]
+        if dtype == torch.bfloat16:
+            t = torch.frombuffer(raw, dtype=torch.int16).view(torch.bfloat16)
+        else:
+            t = torch.frombuffer(raw, dtype=dtype)
+        out[name] = t.reshape(info["shape"]).clone()
+    return out
+
+
+def read_folder(folder):
+    """config.json and every weight of a Hugging Face model folder."""
+    with open(os.path.join(folder, "config.json")) as f:
+        cfg = json.load(f)
+    files = sorted(n for n in os.listdir(folder) if n.endswith(".safetensors"))
+    weights = {}
+    for name in files:
+        weights.update(read_safetensors(os.path.join(folder, name)))
+    return cfg, weights
 
 
 def head_dim(cfg):
@@ -144,11 +183,16 @@ def rms_norm(x, weight, eps):
     return weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
 
 
-def linear(x, w, name):
-    return F.linear(x, w[name + ".weight"], w.get(name + ".bias"))
+def linear(x, w, name, lora_scale=None):
+    """x W^T + b, plus LoRA's lora_scale * (x A^T) B^T where the module has an adapter (PEFT's
+    lora.Linear without dropout)."""
+    y = F.linear(x, w[name + ".weight"], w.get(name + ".bias"))
+    if name + ".lora_A.weight" in w:
+        y = y + F.linear(F.linear(x, w[name + ".lora_A.weight"]), w[name + ".lora_B.weight"]) * lora_scale
+    return y
 
 
-def forward(cfg, w, input_ids, position_ids):
+def forward(cfg, w, input_ids, position_ids, lora_scale=None):
     b, t = input_ids.shape
     heads, kv_heads, hd, eps = cfg["num_attention_heads"], cfg["num_key_value_heads"], head_dim(cfg), cfg["rms_norm_eps"]
     angles = position_ids.double()[:, :, None] * inv_freq(cfg)[None, None, :]
@@ -160,9 +204,9 @@ def forward(cfg, w, input_ids, position_ids):
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
         h = rms_norm(x, w[p + "input_layernorm.weight"], eps)
-        q = linear(h, w, p + "self_attn.q_proj").view(b, t, heads, hd).transpose(1, 2)
-        k = linear(h, w, p + "self_attn.k_proj").view(b, t, kv_heads, hd).transpose(1, 2)
-        v = linear(h, w, p + "self_attn.v_proj").view(b, t, kv_heads, hd).transpose(1, 2)
+        q = linear(h, w, p + "self_attn.q_proj", lora_scale).view(b, t, heads, hd).transpose(1, 2)
+        k = linear(h, w, p + "self_attn.k_proj", lora_scale).view(b, t, kv_heads, hd).transpose(1, 2)
+        v = linear(h, w, p + "self_attn.v_proj", lora_scale).view(b, t, kv_heads, hd).transpose(1, 2)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
         k = k.repeat_interleave(heads // kv_heads, dim=1)  # query head j reads kv head j // groups
@@ -170,13 +214,16 @@ def forward(cfg, w, input_ids, position_ids):
         scores = (q @ k.transpose(-1, -2)) / math.sqrt(hd)
         probs = scores.masked_fill(~allowed, float("-inf")).softmax(-1)
         attn = (probs @ v).transpose(1, 2).reshape(b, t, heads * hd)
-        x = x + linear(attn, w, p + "self_attn.o_proj")
+        x = x + linear(attn, w, p + "self_attn.o_proj", lora_scale)
         h = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
-        gated = F.silu(linear(h, w, p + "mlp.gate_proj")) * linear(h, w, p + "mlp.up_proj")
-        x = x + linear(gated, w, p + "mlp.down_proj")
+        gated = F.silu(linear(h, w, p + "mlp.gate_proj", lora_scale)) * linear(h, w, p + "mlp.up_proj", lora_scale)
+        x = x + linear(gated, w, p + "mlp.down_proj", lora_scale)
     x = rms_norm(x, w["model.norm.weight"], eps)
     head = w["model.embed_tokens.weight"] if cfg["tie_word_embeddings"] else w["lm_head.weight"]
-    return x @ head.T
+    logits = x @ head.T
+    if "lm_head.lora_A.weight" in w:
+        logits = logits + (x @ w["lm_head.lora_A.weight"].T) @ w["lm_head.lora_B.weight"].T * lora_scale
+    return logits
 
 
 def causal_lm_loss(logits, labels):
@@ -232,10 +279,81 @@ def make_one(folder, cfg, packed=False, shards=1, bf16=False):
     print(f"{folder}: loss {loss.item():.6f}")
 
 
+LORA_CASES = {
+    # Adapters on every projection and the head, on fp32 weights.
+    "lora-llama3-gqa-rope": dict(config="llama3-gqa-rope", r=4, alpha=8.0,
+                                 targets=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                          "down_proj", "lm_head"]),
+    # Adapters on two projections and a tied head, on bf16 weights in shards.
+    "lora-llama32-tied": dict(config="llama32-tied", r=2, alpha=5.0, targets=["q_proj", "v_proj", "lm_head"]),
+}
+LORA_ROWS = 12  # rows of the reference batch: 1, 2, 3 and 4 ranks take equal shares
+
+
+def lora_names(cfg, targets):
+    """Every adapter under shardtune's (and PEFT's, less its adapter name) name, in model order."""
+    names = []
+    for name in parameter_shapes(cfg):
+        parts = name.split(".")
+        if len(parts) >= 3 and parts[-1] == "weight" and parts[-2] in targets:
+            names += [name[:-len("weight")] + "lora_A.weight", name[:-len("weight")] + "lora_B.weight"]
+    if "lm_head" in targets:
+        names += ["lm_head.lora_A.weight", "lm_head.lora_B.weight"]
+    return names
+
+
+def make_lora(folder, case):
+    """A base model folder, a PEFT adapter folder written as peft's save_pretrained writes it
+    (adapter_config.json; adapter_model.safetensors under base_model.model.<name>), and the
+    reference: logits, loss and every adapter's gradient in float64, the base frozen."""
+    cfg = CONFIGS[case["config"]]
+    tied = cfg["tie_word_embeddings"]
+    generator = torch.Generator().manual_seed(SEED)
+    weights = random_weights(cfg, generator, torch.bfloat16 if tied else torch.float32)
+    shutil.rmtree(folder, ignore_errors=True)
+    save_folder(os.path.join(folder, "base"), cfg, weights, 2 if tied else 1, "bfloat16" if tied else "float32")
+
+    h, v = cfg["hidden_size"], cfg["vocab_size"]
+    shapes = parameter_shapes(cfg)
+    adapters = {}
+    for name in lora_names(cfg, case["targets"]):
+        base = name.replace(".lora_A.weight", "").replace(".lora_B.weight", "")
+        out, inp = shapes[base + ".weight"] if base != "lm_head" else (v, h)
+        shape = (case["r"], inp) if ".lora_A." in name else (out, case["r"])
+        # B is not zero (as after training), so A's gradients are not zero either.
+        adapters[name] = 0.1 * torch.randn(shape, generator=generator)
+    os.makedirs(os.path.join(folder, "adapter"))
+    write_safetensors(os.path.join(folder, "adapter", "adapter_model.safetensors"),
+                      {"base_model.model." + n: t for n, t in adapters.items()})
+    with open(os.path.join(folder, "adapter", "adapter_config.json"), "w") as f:
+        json.dump({"peft_type": "LORA", "task_type": "CAUSAL_LM", "base_model_name_or_path": "base",
+                   "r": case["r"], "lora_alpha": case["alpha"], "lora_dropout": 0.0,
+                   "target_modules": case["targets"], "bias": "none", "fan_in_fan_out": False,
+                   "inference_mode": True, "init_lora_weights": True, "use_rslora": False, "use_dora": False,
+                   "modules_to_save": None, "layers_to_transform": None, "layers_pattern": None,
+                   "rank_pattern": {}, "alpha_pattern": {}, "revision": None}, f, indent=2)
+
+    ids_generator = torch.Generator().manual_seed(SEED + 2)
+    input_ids = torch.randint(3, v, (LORA_ROWS, 16), generator=ids_generator)
+    position_ids = torch.arange(16).expand_as(input_ids)
+    exact = {n: t.double() for n, t in weights.items()}
+    exact.update({n: t.double().requires_grad_(True) for n, t in adapters.items()})
+    logits = forward(cfg, exact, input_ids, position_ids, lora_scale=case["alpha"] / case["r"])
+    loss = causal_lm_loss(logits, input_ids)  # every token counted: any split of the rows averages alike
+    loss.backward()
+    tensors = {"input_ids": input_ids.contiguous(), "labels": input_ids.contiguous(),
+               "logits": logits.detach().float(), "loss": loss.detach().float().reshape(())}
+    tensors.update({"grad." + n: exact[n].grad.float() for n in adapters})
+    write_safetensors(os.path.join(folder, "reference.safetensors"), tensors)
+    print(f"{folder}: loss {loss.item():.6f}, {len(adapters)} adapter tensors")
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__.strip().splitlines()[-1])
     out_dir = sys.argv[1]
+    for name, case in LORA_CASES.items():
+        make_lora(os.path.join(out_dir, name), case)
     for name, cfg in CONFIGS.items():
         # The tied model comes as downloads of Llama 3.2 do: bf16, in shards with an index.
         tied = cfg["tie_word_embeddings"]

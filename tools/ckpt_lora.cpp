@@ -1,0 +1,135 @@
+// LoRA adapter checkpoints out of shardtune: a PEFT adapter folder, or the base model with the
+// adapters merged in, written row block by row block.
+#include "tools/ckpt_lora.h"
+
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/from_blob.h>
+#include <ATen/ops/matmul.h>
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/checkpoint_reader.h"
+#include "checkpoint/hf/hf_folder.h"
+#include "checkpoint/hf/peft_adapter.h"
+#include "checkpoint/hf/safetensors_stream_writer.h"
+#include "checkpoint/hf/safetensors_torch.h"
+#include "common/error.h"
+#include "common/file_io.h"
+#include "common/process_memory.h"
+
+namespace shardtune::tools {
+namespace {
+
+namespace fs = std::filesystem;
+using common::ErrorKind;
+
+// Rows of a weight merged at a time: at most this many elements (32 MiB of float32).
+constexpr int64_t kMergeElements = int64_t(8) << 20;
+
+const checkpoint::AdapterRecord& adapter_of(const checkpoint::CheckpointReader& reader, const char* instead) {
+  ST_CHECK(reader.manifest().adapter.has_value(), ErrorKind::kConfig,
+           "{} holds a whole model, not LoRA adapters: {}", reader.dir(), instead);
+  return *reader.manifest().adapter;
+}
+
+}  // namespace
+
+void export_peft(const std::string& src, const std::string& out) {
+  checkpoint::CheckpointReader reader(src);
+  const checkpoint::AdapterRecord& a = adapter_of(reader, "export-hf writes it as a Hugging Face folder");
+  checkpoint::PeftAdapterConfig config;
+  config.lora = {a.r, a.alpha, a.dropout, a.target_modules};
+  config.base_model_name_or_path = a.base_path;
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  for (const std::string& name : reader.tensor_names()) tensors.emplace_back(name, reader.read_tensor("param", name));
+  checkpoint::write_peft_adapter(out, config, tensors);
+  fmt::print(stderr, "exported {} adapter tensors (r = {}, alpha = {}, on {}) to {}\n", tensors.size(), a.r, a.alpha,
+             a.base_path, out);
+}
+
+void merge_lora(const std::string& src, const std::string& base_dir, const std::string& out) {
+  checkpoint::CheckpointReader reader(src);
+  const checkpoint::AdapterRecord& a = adapter_of(reader, "there is nothing to merge");
+  const checkpoint::HfFolder base = checkpoint::HfFolder::open(base_dir);
+  const checkpoint::ModelIdentity id = checkpoint::model_identity(base);
+  ST_CHECK(id.config_sha256 == a.base_config_sha256 && id.tensors_sha256 == a.base_tensors_sha256 &&
+               id.weights_sha256 == a.base_weights_sha256,
+           ErrorKind::kConfig,
+           "{} is not the base model the adapters of {} were trained on ({}): the SHA-256 of its config.json, tensor "
+           "index and weights are {}, {}, {}; the checkpoint records {}, {}, {}",
+           base_dir, src, a.base_path, id.config_sha256.substr(0, 12), id.tensors_sha256.substr(0, 12),
+           id.weights_sha256.substr(0, 12), a.base_config_sha256.substr(0, 12), a.base_tensors_sha256.substr(0, 12),
+           a.base_weights_sha256.substr(0, 12));
+  ST_CHECK(!fs::exists(out) || fs::is_empty(out), ErrorKind::kIo, "{} is not empty: choose a new directory", out);
+  fs::create_directories(out);
+
+  // Every targeted weight's adapter pair (small: r rows or columns).
+  const double scale = a.alpha / static_cast<double>(a.r);
+  std::map<std::string, std::pair<at::Tensor, at::Tensor>> adapters;  // weight name -> (A, B)
+  for (const std::string& name : reader.tensor_names()) {
+    const std::string suffix = ".lora_A.weight";
+    if (name.size() <= suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
+    const std::string module = name.substr(0, name.size() - suffix.size());
+    adapters[module + ".weight"] = {reader.read_tensor("param", name), reader.read_tensor("param", module + ".lora_B.weight")};
+  }
+  for (const auto& [weight, pair] : adapters) {
+    ST_CHECK(weight != "lm_head.weight" || !base.config().value("tie_word_embeddings", false), ErrorKind::kConfig,
+             "{}: the head is tied to the input embeddings, so merging lm_head's adapter would change the embeddings "
+             "too; export the adapters with export-peft instead",
+             src);
+    const checkpoint::TensorInfo& w = base.info(weight);  // throws naming the folder when it has no such weight
+    ST_CHECK(w.shape.size() == 2 && w.shape[0] == pair.second.size(0) && w.shape[1] == pair.first.size(1),
+             ErrorKind::kConfig, "{}: {} has shape [{}, {}] in {}, the adapter ({} x {}) x ({} x {}) does not fit it", src,
+             weight, w.shape.empty() ? 0 : w.shape[0], w.shape.size() < 2 ? 0 : w.shape[1], base_dir,
+             pair.second.size(0), pair.second.size(1), pair.first.size(0), pair.first.size(1));
+  }
+
+  // Every file of the base rewritten with the same tensors, in the same order and dtypes; a
+  // targeted weight gets W + scale · B·A, in fp32, a block of rows at a time.
+  size_t merged = 0;
+  uint64_t total = 0;
+  nlohmann::json weight_map = nlohmann::json::object();
+  std::vector<std::byte> raw;
+  for (const checkpoint::SafetensorsFile& file : base.files()) {
+    const std::string name = fs::path(file.path()).filename().string();
+    std::vector<checkpoint::StreamedTensor> declared;
+    for (const checkpoint::TensorInfo& t : file.tensors()) declared.push_back({t.name, t.dtype, t.shape});
+    checkpoint::SafetensorsStreamWriter writer((fs::path(out) / name).string(), declared, file.metadata());
+    for (const checkpoint::TensorInfo& t : file.tensors()) {
+      weight_map[t.name] = name;
+      total += t.nbytes;
+      const int64_t element = static_cast<int64_t>(common::element_size(t.dtype));
+      const int64_t cols = t.shape.empty() ? 1 : std::max<int64_t>(t.shape.back(), 1);
+      const int64_t rows = static_cast<int64_t>(t.nbytes) / element / cols;
+      const auto adapter = adapters.find(t.name);
+      const int64_t block = std::max<int64_t>(1, kMergeElements / cols);
+      for (int64_t r0 = 0; r0 < rows; r0 += block) {
+        const int64_t n = std::min(block, rows - r0);
+        raw.resize(static_cast<size_t>(n * cols * element));
+        file.read_bytes(t, static_cast<uint64_t>(r0 * cols * element), raw.size(), raw.data());
+        at::Tensor part = at::from_blob(raw.data(), {n, cols}, checkpoint::to_scalar_type(t.dtype));
+        if (adapter != adapters.end()) {
+          const auto& [A, B] = adapter->second;
+          part = part.to(at::kFloat) + at::matmul(B.narrow(0, r0, n), A) * scale;
+        }
+        writer.append_elements(part.reshape({-1}));
+      }
+      if (adapter != adapters.end()) ++merged;
+    }
+    writer.finish();
+  }
+  ST_CHECK(merged == adapters.size(), ErrorKind::kInternal, "merged {} of {} adapters", merged, adapters.size());
+  if (base.files().size() > 1)
+    common::write_file_atomically((fs::path(out) / checkpoint::kSafeWeightsIndexName).string(),
+                                  nlohmann::json{{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}}.dump(2));
+  common::write_file_atomically((fs::path(out) / "config.json").string(),
+                                common::read_file((fs::path(base_dir) / "config.json").string()));
+  for (const std::string& f : base.tokenizer_files()) fs::copy_file(fs::path(base_dir) / f, fs::path(out) / f);
+  fmt::print(stderr, "merged {} adapters (scale {}) into {} tensors of {}: {}; peak memory {:.0f} MiB\n", merged, scale,
+             weight_map.size(), base_dir, out, static_cast<double>(common::peak_resident_bytes()) / (1 << 20));
+}
+
+}  // namespace shardtune::tools
