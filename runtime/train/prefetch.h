@@ -3,6 +3,7 @@
 // at most `depth` steps of batches. depth 0: made on demand, on the training thread.
 #pragma once
 
+#include <algorithm>
 #include <deque>
 #include <functional>
 #include <future>
@@ -30,15 +31,20 @@ class Prefetcher {
       if (next <= pending_.back().first) continue;
       pending_.emplace_back(next, std::async(std::launch::async, make_, next));
     }
+    most_ahead_ = std::max(most_ahead_, static_cast<int>(pending_.size()) - 1);
     std::vector<Batch> out = pending_.front().second.get();
     pending_.pop_front();
     return out;
   }
 
+  // The most steps whose batches were being collated ahead of the one taken, at any take.
+  int most_ahead() const { return most_ahead_; }
+
  private:
   Make make_;
   int depth_;
   std::deque<std::pair<int64_t, std::future<std::vector<Batch>>>> pending_;
+  int most_ahead_ = 0;
 };
 
 }  // namespace shardtune::train

@@ -76,7 +76,7 @@ Trainer::Trainer(TrainerOptions options, dist::ProcessGroups& groups, fsdp::Fsdp
       val_(val),
       hooks_(std::move(hooks)) {}
 
-double Trainer::validate() {
+Trainer::Validation Trainer::validate() {
   at::NoGradGuard no_grad;
   const int ranks = groups_.world->size(), rank = groups_.world->rank();
   const int64_t per_rank = options_.train.val_batch_size;
@@ -92,7 +92,7 @@ double Trainer::validate() {
   }
   at::Tensor mean = at::full({1}, batches > 0 ? sum / static_cast<double>(batches) : 0.0, at::kDouble);
   groups_.world->all_reduce(mean, dist::ReduceOp::kAvg);
-  return mean.item<double>();
+  return {mean.item<double>(), batches};
 }
 
 TrainSummary Trainer::run() {
@@ -142,6 +142,7 @@ TrainSummary Trainer::run() {
   double window_seconds = 0;
   int64_t window_steps = 0, window_tokens = 0, total_tokens = 0;  // this rank's tokens, padding included
   int64_t step = from.step;
+  int prefetch_depth_seen = 0;  // num_workers_dataloader as it took effect
   for (int64_t epoch = from.epoch; epoch < t.num_epochs && step < total_steps; ++epoch) {
     const std::vector<int64_t> permutation = order.permutation(epoch);
     const int64_t first = epoch == from.epoch ? from.sample_in_epoch : 0;
@@ -203,13 +204,21 @@ TrainSummary Trainer::run() {
         break;
       }
     }
+    prefetch_depth_seen = std::max(prefetch_depth_seen, prefetch.most_ahead());
     if (summary.stop_signal != 0) break;
     if (t.run_validation && val_ != nullptr) {
-      summary.last_val_loss = validate();
-      spdlog::info("epoch {} validation: loss {:.4f}, perplexity {:.3f}", epoch + 1, summary.last_val_loss,
-                   std::exp(summary.last_val_loss));
+      const Validation v = validate();
+      summary.last_val_loss = v.loss;
+      spdlog::info("epoch {} validation: loss {:.4f}, perplexity {:.3f} ({} batch(es) of {} row(s) per rank{})",
+                   epoch + 1, v.loss, std::exp(v.loss), v.batches, t.val_batch_size,
+                   t.max_eval_step > 0 ? fmt::format(", max_eval_step = {}", t.max_eval_step) : "");
     }
+
   }
+  spdlog::info("data: {}", prefetch_depth_seen == 0
+                               ? std::string("batches collated on the training thread")
+                               : fmt::format("batches collated up to {} step(s) ahead, each on its own thread",
+                                             prefetch_depth_seen));
   summary.steps = step - from.step;
   const double total_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   total_tokens += window_tokens;

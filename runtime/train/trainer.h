@@ -60,7 +60,11 @@ class Trainer {
   TrainSummary run();
 
  private:
-  double validate();
+  struct Validation {
+    double loss = 0;
+    int64_t batches = 0;  // per rank
+  };
+  Validation validate();
 
   const TrainerOptions options_;
   dist::ProcessGroups& groups_;

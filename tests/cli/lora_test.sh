@@ -3,11 +3,13 @@
 #  - its loss falls, and its checkpoints hold only the adapters, their AdamW moments and the base's
 #    identity (read back by h5py and from the manifest);
 #  - a rerun draws the same dropout masks: bitwise the same losses; lora_dropout = 0 changes them;
+#  - the base streamed into shards (low_cpu_fsdp) gives bitwise the same losses;
 #  - a checkpoint of 2 ranks resumes at 3 ranks and continues;
 #  - resuming on another base model, or with another rank, is refused with the reason;
 #  - export-peft writes a PEFT adapter folder that trains again through [peft] from_peft_checkpoint;
 #    merge-lora writes a merged model whose logits equal base + adapters (tests/cli/lora_check.py,
-#    the plain-PyTorch reference) and refuses another base;
+#    the plain-PyTorch reference) and refuses another base; where peft and transformers are
+#    installed, peft loads the exported folder and gives the same logits (skipped elsewhere);
 #  - llama-recipes' use_peft is refused naming [peft] method.
 # usage: lora_test.sh SHARDTUNE SOURCE_DIR SHARDTUNE_CKPT SHARDTUNE_MAKE_MODEL
 set -u
@@ -68,6 +70,11 @@ run "$tmp/nodrop" 2 10 --set peft.lora_dropout=0 || fail "the run without dropou
 [[ "$(losses "$tmp/nodrop" | head -1)" == "$(losses "$tmp/a" | head -1)" ]] || fail "step 1 differs without dropout"
 [[ "$(losses "$tmp/nodrop" | sed -n 3p)" != "$(losses "$tmp/a" | sed -n 3p)" ]] || fail "lora_dropout takes no effect"
 
+# The base streamed into shards (low_cpu_fsdp: no rank holds the whole model): the same losses.
+run "$tmp/stream" 2 10 --set fsdp.low_cpu_fsdp=true || fail "the streamed run failed: $(tail -3 "$tmp/log")"
+grep -q "streamed the weights into shards" "$tmp/log" || fail "the base was not streamed"
+[[ "$(losses "$tmp/stream")" == "$(losses "$tmp/a" | head -10)" ]] || fail "streaming the base changed the losses"
+
 # Another world size: 2 ranks' checkpoint resumed by 3.
 run "$tmp/a" 3 80 || { fail "the resume at 3 ranks failed"; tail -20 "$tmp/log"; }
 grep -q "resuming at step 60 " "$tmp/log" || fail "3 ranks did not resume from step 60"
@@ -110,6 +117,9 @@ grep -q "its r is 8, \[peft\] lora_r is 4" "$tmp/log" || fail "the rank mismatch
 # Merged: base + adapters in one model, and only onto its own base.
 "$ckpt" merge-lora "$c" configs/data/tiny-llama "$tmp/merged" 2>"$tmp/log" || fail "merge-lora failed: $(cat "$tmp/log")"
 $py tests/cli/lora_check.py merge configs/data/tiny-llama "$tmp/peft" "$tmp/merged" || fail "the merged logits differ"
+# Where peft and transformers are installed, peft loads the exported folder and agrees.
+$py tests/cli/lora_check.py peft configs/data/tiny-llama "$tmp/peft"
+case $? in 0) ;; 77) echo "peft check skipped: peft or transformers not installed" ;; *) fail "peft's logits differ" ;; esac
 "$ckpt" merge-lora "$c" "$tmp/other-base" "$tmp/merged2" 2>"$tmp/log" && fail "merge-lora onto another base exited 0"
 grep -q "is not the base model the adapters of" "$tmp/log" || fail "merge-lora onto another base: $(cat "$tmp/log")"
 "$ckpt" export-hf "$c" "$tmp/hf" 2>"$tmp/log" && fail "export-hf of adapters exited 0"

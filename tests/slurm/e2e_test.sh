@@ -19,6 +19,9 @@
 #                           node (shared memory) and by world rank 0 alone (messages to the other node):
 #                           the same losses as every rank loading the whole model
 #   hostile                 invalid jobs and hostile strings never reach sbatch or a shell
+#   lora                    configs/tiny-lora.toml (2 nodes x 2 ranks): USR1 -> adapter checkpoint -> requeue ->
+#                           resume, adapters and moments bitwise equal to a straight run; then resumed by
+#                           1 node x 3 ranks; its checkpoints export to PEFT and merge
 set -u
 scenario=$1 cluster=$2 work=$3 st=$4 src=$5
 source "$cluster/run/cluster.env" || { echo "FAIL: no cluster in $cluster (cluster.sh start)"; exit 1; }
@@ -73,6 +76,24 @@ submit() {  # submit OUT [--set ...]: prints the job id
   local out=$1
   shift
   "$st" submit "$src/tests/slurm/tiny-2x2.toml" --set "job.output_dir=$out" "$@" 2>>"$out_root/submit.err"
+}
+
+submit_lora() {  # submit_lora OUT [--set ...]: configs/tiny-lora.toml on both nodes; prints the job id
+  local out=$1
+  shift
+  (cd "$src" && "$st" submit configs/tiny-lora.toml --set "job.output_dir=$out" --set launch.launcher=srun \
+    --set slurm.nodes=2 --set slurm.ntasks_per_node=2 --set train.run_validation=false \
+    --set checkpoint.every_steps=0 --set train.lr_scheduler=step "$@" 2>>"$out_root/submit.err")
+}
+
+# Every slice of a checkpoint with its checksums, in a fixed order: equal lists, equal tensors.
+checkpoint_slices() {
+  $py - "$1/manifest.json" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+for s in sorted(m["slices"], key=lambda s: (s["kind"], s["tensor"], s["offset"])):
+    print(s["kind"], s["tensor"], s["offset"], s["crc32_blocks"])
+PY
 }
 
 show_log() { echo "--- $1"; tail -n 30 "$1"; }
@@ -377,6 +398,40 @@ stream)
   [[ -s "$out_root/whole/metrics.jsonl" && "$(losses whole)" == "$(losses node)" ]] || fail "per-node streaming changed the losses"
   [[ "$(losses whole)" == "$(losses rank0)" ]] || fail "streaming from rank 0 changed the losses"
   echo "whole, per-node and rank-0 loading: $(wc -l <"$out_root/whole/metrics.jsonl") identical steps"
+  ;;
+
+lora)
+  straight=$(submit_lora "$out_root/straight" --set train.max_train_step=150) || fail "submit failed: $(cat "$out_root/submit.err")"
+  wait_state "$straight" 300 COMPLETED FAILED CANCELLED || true
+  [[ "$(state "$straight")" == COMPLETED ]] || { fail "the straight run ended $(state "$straight")"; show_log "$out_root/straight/slurm-$straight.out"; }
+  grep -q "job 'tiny-lora': 4 ranks on 2 node(s) (n1, n2)" "$out_root/straight/slurm-$straight.out" || fail "not 4 ranks on n1, n2"
+
+  out="$out_root/stopped"
+  job=$(submit_lora "$out" --set train.max_train_step=150) || fail "submit failed"
+  wait_steps "$out" 40 120 || fail "no progress"
+  scancel --signal=USR1 --batch "$job"
+  wait_state "$job" 120 PENDING || { fail "not requeued"; show_log "$out/slurm-$job.out"; }
+  sleep 3
+  scontrol update JobId="$job" StartTime=now
+  wait_state "$job" 300 COMPLETED FAILED CANCELLED || true
+  [[ "$(state "$job")" == COMPLETED ]] || { fail "the requeued job ended $(state "$job")"; show_log "$out/slurm-$job.out"; }
+  grep -q "signal 10 asked the job to stop" "$out/slurm-$job.out" || fail "the ranks did not stop on the signal"
+  grep -q "resuming at step" "$out/slurm-$job.out" || fail "the second start did not resume"
+  echo "stopped after step $(grep -o "stop: checkpointing after step [0-9]*" "$out/slurm-$job.out" | head -1 | grep -o "[0-9]*$"), requeued, resumed"
+  a=$(checkpoint_slices "$out_root/straight/checkpoints/step-0000150") b=$(checkpoint_slices "$out/checkpoints/step-0000150")
+  [[ -n "$a" && "$a" == "$b" ]] || fail "the requeued run's adapters differ from the uninterrupted run's"
+  [[ "$(echo "$a" | grep -c '^exp_avg .*lora_A')" -gt 0 ]] || fail "no adapter moments compared"
+  echo "$a" | grep -v -q "lora_[AB]" && fail "the checkpoint holds more than the adapters"
+
+  job2=$(submit_lora "$out" --set train.max_train_step=180 --set slurm.nodes=1 --set slurm.ntasks_per_node=3) ||
+    fail "resubmit failed: $(tail -3 "$out_root/submit.err")"
+  wait_state "$job2" 300 COMPLETED FAILED CANCELLED || true
+  [[ "$(state "$job2")" == COMPLETED ]] || { fail "the 3-rank job ended $(state "$job2")"; show_log "$out/slurm-$job2.out"; }
+  grep -q "job 'tiny-lora': 3 ranks on 1 node(s)" "$out/slurm-$job2.out" || fail "not 3 ranks on 1 node"
+  grep -q "resuming at step 150 " "$out/slurm-$job2.out" || fail "3 ranks did not resume from step 150"
+  "$ckpt_tool" export-peft "$out/checkpoints/step-0000180" "$out_root/peft" 2>/dev/null || fail "export-peft failed"
+  "$ckpt_tool" merge-lora "$out/checkpoints/step-0000180" "$src/configs/data/tiny-llama" "$out_root/merged" 2>/dev/null ||
+    fail "merge-lora failed"
   ;;
 
 hostile)
