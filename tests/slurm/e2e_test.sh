@@ -401,13 +401,13 @@ stream)
   ;;
 
 lora)
-  straight=$(submit_lora "$out_root/straight" --set train.max_train_step=150) || fail "submit failed: $(cat "$out_root/submit.err")"
+  straight=$(submit_lora "$out_root/straight" --set train.max_train_step=100) || fail "submit failed: $(cat "$out_root/submit.err")"
   wait_state "$straight" 300 COMPLETED FAILED CANCELLED || true
   [[ "$(state "$straight")" == COMPLETED ]] || { fail "the straight run ended $(state "$straight")"; show_log "$out_root/straight/slurm-$straight.out"; }
   grep -q "job 'tiny-lora': 4 ranks on 2 node(s) (n1, n2)" "$out_root/straight/slurm-$straight.out" || fail "not 4 ranks on n1, n2"
 
   out="$out_root/stopped"
-  job=$(submit_lora "$out" --set train.max_train_step=150) || fail "submit failed"
+  job=$(submit_lora "$out" --set train.max_train_step=100) || fail "submit failed"
   wait_steps "$out" 40 120 || fail "no progress"
   scancel --signal=USR1 --batch "$job"
   wait_state "$job" 120 PENDING || { fail "not requeued"; show_log "$out/slurm-$job.out"; }
@@ -418,19 +418,19 @@ lora)
   grep -q "signal 10 asked the job to stop" "$out/slurm-$job.out" || fail "the ranks did not stop on the signal"
   grep -q "resuming at step" "$out/slurm-$job.out" || fail "the second start did not resume"
   echo "stopped after step $(grep -o "stop: checkpointing after step [0-9]*" "$out/slurm-$job.out" | head -1 | grep -o "[0-9]*$"), requeued, resumed"
-  a=$(checkpoint_slices "$out_root/straight/checkpoints/step-0000150") b=$(checkpoint_slices "$out/checkpoints/step-0000150")
+  a=$(checkpoint_slices "$out_root/straight/checkpoints/step-0000100") b=$(checkpoint_slices "$out/checkpoints/step-0000100")
   [[ -n "$a" && "$a" == "$b" ]] || fail "the requeued run's adapters differ from the uninterrupted run's"
   [[ "$(echo "$a" | grep -c '^exp_avg .*lora_A')" -gt 0 ]] || fail "no adapter moments compared"
   echo "$a" | grep -v -q "lora_[AB]" && fail "the checkpoint holds more than the adapters"
 
-  job2=$(submit_lora "$out" --set train.max_train_step=180 --set slurm.nodes=1 --set slurm.ntasks_per_node=3) ||
+  job2=$(submit_lora "$out" --set train.max_train_step=120 --set slurm.nodes=1 --set slurm.ntasks_per_node=3) ||
     fail "resubmit failed: $(tail -3 "$out_root/submit.err")"
   wait_state "$job2" 300 COMPLETED FAILED CANCELLED || true
   [[ "$(state "$job2")" == COMPLETED ]] || { fail "the 3-rank job ended $(state "$job2")"; show_log "$out/slurm-$job2.out"; }
   grep -q "job 'tiny-lora': 3 ranks on 1 node(s)" "$out/slurm-$job2.out" || fail "not 3 ranks on 1 node"
-  grep -q "resuming at step 150 " "$out/slurm-$job2.out" || fail "3 ranks did not resume from step 150"
-  "$ckpt_tool" export-peft "$out/checkpoints/step-0000180" "$out_root/peft" 2>/dev/null || fail "export-peft failed"
-  "$ckpt_tool" merge-lora "$out/checkpoints/step-0000180" "$src/configs/data/tiny-llama" "$out_root/merged" 2>/dev/null ||
+  grep -q "resuming at step 100 " "$out/slurm-$job2.out" || fail "3 ranks did not resume from step 100"
+  "$ckpt_tool" export-peft "$out/checkpoints/step-0000120" "$out_root/peft" 2>/dev/null || fail "export-peft failed"
+  "$ckpt_tool" merge-lora "$out/checkpoints/step-0000120" "$src/configs/data/tiny-llama" "$out_root/merged" 2>/dev/null ||
     fail "merge-lora failed"
   ;;
 
