@@ -74,7 +74,8 @@ else
   check configure st_with_libs cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
     "${ST_CMAKE_ARGS[@]}"
   targets=(shardtune shardtune-rank shardtune-make-model shardtune-ckpt shardtune-tokenize nccl_comm_test mpi_collectives_test
-           fsdp_equivalence_test fsdp_training_test shard_loader_test device_checkpoint_test hf_model_test train_bench)
+           fsdp_equivalence_test fsdp_training_test shard_loader_test device_checkpoint_test hf_model_test train_bench
+           lora_fsdp_test lora_bench)
   check build st_with_libs cmake --build "$build" -j"$jobs" --target "${targets[@]}"
 
   mpirun_args=(-np 1 --oversubscribe --bind-to none --mca btl self,vader,tcp --mca btl_tcp_if_include lo
@@ -116,8 +117,25 @@ PY
   check torch_reference bash -c "python3 '$root/tools/reference/llama_torch_reference.py' '$report/torch_reference' &&
     SHARDTUNE_TORCH_REFERENCE='$report/torch_reference' LD_LIBRARY_PATH='$ST_LIBS' '$bin/hf_model_test' --gtest_filter='TorchReference.*'"
 
+  # LoRA: under FSDP on the GPU against the plain-PyTorch LoRA reference; the tiny LoRA job on the
+  # GPU; its adapters exported, and loaded by peft onto transformers' Llama with the same logits.
+  for np in 1 2; do
+    args=("${mpirun_args[@]}")
+    args[1]=$np
+    check "lora_fsdp_np$np" st_with_libs env ST_TEST_DEVICE=cuda "SHARDTUNE_TORCH_REFERENCE=$report/torch_reference" \
+      mpirun "${args[@]}" "$bin/lora_fsdp_test"
+  done
+  rm -rf "$report/lora-job" "$report/lora-peft"
+  check lora_job st_with_libs "$bin/shardtune" run "$root/configs/tiny-lora.toml" --set launch.device=cuda \
+    --set "job.output_dir=$report/lora-job" --set train.max_train_step=100 --set train.mixed_precision=true
+  check lora_export_peft st_with_libs "$bin/shardtune-ckpt" export-peft "$report/lora-job/checkpoints/latest" \
+    "$report/lora-peft"
+  check lora_peft python3 "$root/tests/cli/lora_check.py" peft "$root/configs/data/tiny-llama" "$report/lora-peft"
+
   if [ $bench -eq 1 ]; then
     check benchmark bash "$root/bench/gpu.sh" "$build" "$report/bench"
+    # LoRA against full fine-tuning of a 0.63B model on one GPU: memory, step time, gradient bytes.
+    check lora_bench st_with_libs bash "$root/bench/lora.sh" "$build" "$report/lora-bench-model" 1 cuda 2048 16
     # Against Hugging Face's Rust tokenizers, on this machine's CPU: identical ids, and tokens/s.
     check tokenizer_rust st_with_libs bash "$root/bench/tokenizer_rust.sh" "$build" "$root/.deps/gpu/tokenizers" \
       "$report/tokenizer"
