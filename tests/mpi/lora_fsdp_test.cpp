@@ -52,6 +52,8 @@ struct Case {
   int hsdp_shard = 0;
   bool checkpointing = false;
   bool bf16 = false;
+  double dropout = 0.0;                               // of the adapters while training
+  std::map<std::string, at::Tensor>* trained = nullptr;  // receives every parameter after training
 };
 
 void run_case(const fs::path& dir, const Case& c) {
@@ -74,8 +76,10 @@ void run_case(const fs::path& dir, const Case& c) {
   model::LlamaForCausalLM m(checkpoint::read_hf_config(folder), at::TensorOptions().dtype(at::kFloat));
   checkpoint::load_hf_weights(m, folder);
   const checkpoint::PeftAdapterConfig adapter = checkpoint::read_peft_config((dir / "adapter").string());
-  model::add_lora(m, adapter.lora, 11);
-  checkpoint::load_peft_adapter(m, adapter.lora, (dir / "adapter").string());
+  model::LoraSpec spec = adapter.lora;
+  spec.dropout = c.dropout;
+  model::add_lora(m, spec, 11);
+  checkpoint::load_peft_adapter(m, spec, (dir / "adapter").string());
   std::set<std::string> frozen;
   std::map<std::string, at::Tensor> initial;
   for (const model::NamedParam& p : m.named_parameters()) {
@@ -154,6 +158,7 @@ void run_case(const fs::path& dir, const Case& c) {
       EXPECT_FALSE(at::equal(after.at(name), value)) << "adapter " << name << " did not train";
     }
   }
+  if (c.trained != nullptr) *c.trained = after;
 }
 
 int world_size() {
@@ -172,6 +177,27 @@ TEST(LoraFsdp, LossAndAdapterGradientsMatchTheTorchReferenceForEveryStrategy) {
     if (world_size() % 2 == 0) run_case(dir, {job::ShardingStrategy::kHybridShard, world_size() / 2});
     run_case(dir, {job::ShardingStrategy::kFullShard, 0, /*checkpointing=*/true});
   }
+}
+
+// Dropout masks come from a key, so a block recomputed for activation checkpointing draws the same
+// ones: training with dropout is bitwise the same with and without checkpointing, and differs
+// from training without dropout.
+TEST(LoraFsdp, DropoutDrawsTheSameMasksWhenActivationCheckpointingRecomputes) {
+  const auto folders = lora_folders();
+  if (folders.empty()) GTEST_SKIP() << "SHARDTUNE_TORCH_REFERENCE is not set or holds no LoRA folder";
+  std::map<std::string, at::Tensor> kept, recomputed, without;
+  run_case(folders.front(), {job::ShardingStrategy::kFullShard, 0, false, false, 0.3, &kept});
+  run_case(folders.front(), {job::ShardingStrategy::kFullShard, 0, true, false, 0.3, &recomputed});
+  run_case(folders.front(), {job::ShardingStrategy::kFullShard, 0, false, false, 0.0, &without});
+  int adapters = 0, changed_by_dropout = 0;
+  for (const auto& [name, value] : kept) {
+    if (!model::is_adapter_parameter(name)) continue;
+    ++adapters;
+    EXPECT_TRUE(at::equal(value, recomputed.at(name))) << name << " differs when checkpointing recomputes";
+    changed_by_dropout += at::equal(value, without.at(name)) ? 0 : 1;
+  }
+  EXPECT_GE(adapters, 10);
+  EXPECT_GT(changed_by_dropout, adapters / 2) << "dropout 0.3 left the training as without dropout";
 }
 
 TEST(LoraFsdp, Bf16KeepsTheFrozenBaseInBf16AndStaysWithinItsBound) {
