@@ -111,6 +111,30 @@ void check_train(const Job& job, Checker& c) {
   }
 }
 
+// A key given a value of its own (not its default) where another key makes it meaningless: a
+// warning naming both, so that nobody believes it took effect.
+void warn_if_no_effect(const Job& job, Checker& c, const char* section, const char* key, bool no_effect,
+                       const std::string& because) {
+  if (!no_effect) return;
+  const FieldSpec* field = find_field(section, key);
+  const std::string dotted = field->dotted();
+  if (c.is_set(dotted.c_str()) && field->literal(job) != field->literal(Job{}))
+    c.warning({dotted.c_str()}, fmt::format("{} = {} has no effect: {}", key, field->literal(job), because));
+}
+
+void check_no_effect(const Job& job, Checker& c) {
+  const TrainSection& t = job.train;
+  warn_if_no_effect(job, c, "train", "warmup_steps", t.lr_scheduler == LrScheduler::kStep,
+                    "lr_scheduler is \"step\" (only \"cosine\" warms up)");
+  warn_if_no_effect(job, c, "train", "gamma", t.lr_scheduler == LrScheduler::kCosine,
+                    "lr_scheduler is \"cosine\" (gamma is StepLR's factor)");
+  warn_if_no_effect(job, c, "train", "gradient_clipping_threshold", !t.gradient_clipping,
+                    "gradient_clipping is false");
+  warn_if_no_effect(job, c, "train", "num_freeze_layers", !t.freeze_layers, "freeze_layers is false");
+  for (const char* key : {"val_batch_size", "max_eval_step"})
+    warn_if_no_effect(job, c, "train", key, !t.run_validation, "run_validation is false");
+}
+
 // LoRA's keys mean nothing to a full fine-tune: one given a value of its own there is refused. (A
 // resolved job file spells out every key with its default; those are not refused.)
 void check_peft(const Job& job, Checker& c) {
@@ -153,6 +177,7 @@ void check_job(const Job& job, const FieldSources& sources, const std::string& f
   check_fsdp(job, c);
   check_train(job, c);
   check_peft(job, c);
+  check_no_effect(job, c);
   check_data(job, c);
 }
 

@@ -51,6 +51,9 @@ std::string schema_markdown() {
       "- `[data]`: every format but `synthetic` needs `train_file`.\n"
       "- `[peft]`: with `method = \"none\"`, the LoRA keys keep their defaults (a value of their own would be "
       "ignored, so it is refused); `freeze_layers` does not go with LoRA, which freezes the whole base.\n"
+      "- A key given its own value where another key makes it meaningless is warned about: `warmup_steps` "
+      "with the step schedule, `gamma` with cosine, `gradient_clipping_threshold` without clipping, "
+      "`num_freeze_layers` without `freeze_layers`, `val_batch_size` and `max_eval_step` without validation.\n"
       "- Keys that llama-recipes or PEFT spell differently (`use_peft`, `peft_method`, `from_peft_checkpoint` "
       "in `[train]`, `r` in `[peft]`, ...) are refused with the key to use instead.\n";
   return out;

@@ -106,6 +106,28 @@ TEST(JobSchema, LoraKeysWithoutLoraAreRefusedAndLlamaRecipesSpellingsNameTheKeyT
             std::string::npos) << out;
 }
 
+// A key set where another key makes it meaningless is warned about, naming both; the job still loads.
+TEST(JobSchema, KeysWithoutEffectAreWarnedAbout) {
+  const LoadedJob loaded = parse_job(std::string(kMinimal) +
+                                         "\n[train]\nlr_scheduler = \"step\"\nwarmup_steps = 5\n"
+                                         "gradient_clipping_threshold = 0.5\nnum_freeze_layers = 2\n"
+                                         "run_validation = false\nmax_eval_step = 3\n",
+                                     "job.toml", {});
+  const std::string out = loaded.diagnostics.to_string();
+  EXPECT_FALSE(loaded.diagnostics.has_errors()) << out;
+  for (const char* want : {"warmup_steps = 5 has no effect: lr_scheduler is \"step\"",
+                           "gradient_clipping_threshold = 0.5 has no effect: gradient_clipping is false",
+                           "num_freeze_layers = 2 has no effect: freeze_layers is false",
+                           "max_eval_step = 3 has no effect: run_validation is false"})
+    EXPECT_NE(out.find(want), std::string::npos) << want << "\n" << out;
+  // The same keys where they take effect, and a resolved job spelling out every default: no warning.
+  EXPECT_EQ(parse_ok(std::string(kMinimal) + "\n[train]\nlr_scheduler = \"cosine\"\nwarmup_steps = 5\n")
+                .diagnostics.to_string()
+                .find("no effect"),
+            std::string::npos);
+  EXPECT_EQ(parse_ok(to_toml(parse_ok(kMinimal).job)).diagnostics.to_string().find("no effect"), std::string::npos);
+}
+
 TEST(JobSchema, BadOverridesAreReportedWithTheArgument) {
   const LoadedJob loaded =
       parse_job(kMinimal, "job.toml", {"train.lr=fast", "train.lrr=1", "trian.lr=1", "nodot=1", "train.seed=-1"});
