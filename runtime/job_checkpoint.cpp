@@ -1,6 +1,8 @@
 // Resuming and saving the job's checkpoints.
 #include "runtime/job_checkpoint.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
@@ -68,7 +70,11 @@ std::vector<std::string> adapter_mismatches(const checkpoint::AdapterRecord& sav
   if (saved.r != job.r) out.push_back(fmt::format("its LoRA rank is {}, [peft] lora_r is {}", saved.r, job.r));
   if (saved.alpha != job.alpha)
     out.push_back(fmt::format("its lora_alpha is {}, [peft] lora_alpha is {}", saved.alpha, job.alpha));
-  if (saved.target_modules != job.target_modules)
+  auto sorted = [](std::vector<std::string> v) {
+    std::sort(v.begin(), v.end());
+    return v;
+  };
+  if (sorted(saved.target_modules) != sorted(job.target_modules))
     out.push_back(fmt::format("its target modules are [{}], [peft] target_modules are [{}]",
                               fmt::join(saved.target_modules, ", "), fmt::join(job.target_modules, ", ")));
   return out;

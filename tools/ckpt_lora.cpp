@@ -64,7 +64,6 @@ void merge_lora(const std::string& src, const std::string& base_dir, const std::
            id.weights_sha256.substr(0, 12), a.base_config_sha256.substr(0, 12), a.base_tensors_sha256.substr(0, 12),
            a.base_weights_sha256.substr(0, 12));
   ST_CHECK(!fs::exists(out) || fs::is_empty(out), ErrorKind::kIo, "{} is not empty: choose a new directory", out);
-  fs::create_directories(out);
 
   // Every targeted weight's adapter pair (small: r rows or columns).
   const double scale = a.alpha / static_cast<double>(a.r);
@@ -87,6 +86,7 @@ void merge_lora(const std::string& src, const std::string& base_dir, const std::
              pair.second.size(0), pair.second.size(1), pair.first.size(0), pair.first.size(1));
   }
 
+  fs::create_directories(out);
   // Every file of the base rewritten with the same tensors, in the same order and dtypes; a
   // targeted weight gets W + scale · B·A, in fp32, a block of rows at a time.
   size_t merged = 0;

@@ -4,7 +4,7 @@
 #    identity (read back by h5py and from the manifest);
 #  - a rerun draws the same dropout masks: bitwise the same losses; lora_dropout = 0 changes them;
 #  - the base streamed into shards (low_cpu_fsdp) gives bitwise the same losses;
-#  - a checkpoint of 2 ranks resumes at 3 ranks and continues;
+#  - a checkpoint of 2 ranks resumes at 3 ranks and continues, sharded or full (model.h5);
 #  - resuming on another base model, or with another rank, is refused with the reason;
 #  - export-peft writes a PEFT adapter folder that trains again through [peft] from_peft_checkpoint;
 #    merge-lora writes a merged model whose logits equal base + adapters (tests/cli/lora_check.py,
@@ -74,6 +74,20 @@ run "$tmp/nodrop" 2 10 --set peft.lora_dropout=0 || fail "the run without dropou
 run "$tmp/stream" 2 10 --set fsdp.low_cpu_fsdp=true || fail "the streamed run failed: $(tail -3 "$tmp/log")"
 grep -q "streamed the weights into shards" "$tmp/log" || fail "the base was not streamed"
 [[ "$(losses "$tmp/stream")" == "$(losses "$tmp/a" | head -10)" ]] || fail "streaming the base changed the losses"
+
+# A full (consolidated) adapter checkpoint: model.h5 of the adapters alone, resumed by 3 ranks.
+run "$tmp/full" 2 10 --set fsdp.checkpoint_type=full --set checkpoint.every_steps=5 || fail "the full-checkpoint run failed"
+$py - "$tmp/full/checkpoints/step-0000010" <<'PY' || fail "the full adapter checkpoint is not what it should be"
+import json, sys, h5py
+m = json.load(open(sys.argv[1] + "/manifest.json"))
+assert m["layout"] == "full" and "adapter" in m, m["layout"]
+with h5py.File(sys.argv[1] + "/model.h5", "r") as f:
+    names = list(f["param"])
+    assert len(names) == 30 and all(".lora_" in n for n in names), names[:3]
+    assert f["param/lm_head.lora_B.weight"].shape == (558, 8), f["param/lm_head.lora_B.weight"].shape
+PY
+run "$tmp/full" 3 12 --set fsdp.checkpoint_type=full || fail "resuming the full adapter checkpoint at 3 ranks failed"
+grep -q "resuming at step 10 " "$tmp/log" || fail "3 ranks did not resume the full adapter checkpoint"
 
 # Another world size: 2 ranks' checkpoint resumed by 3.
 run "$tmp/a" 3 80 || { fail "the resume at 3 ranks failed"; tail -20 "$tmp/log"; }
