@@ -165,15 +165,7 @@ requeue)
   grep -q "resuming at step" "$log" || fail "the second start did not resume"
   stopped_at=$(grep -o "stop: checkpointing after step [0-9]*" "$log" | head -1 | grep -o "[0-9]*$")
   echo "stopped after step $stopped_at, requeued, resumed, finished"
-  slices() {
-    $py - "$1/checkpoints/step-0000400/manifest.json" <<'PY'
-import json, sys
-m = json.load(open(sys.argv[1]))
-for s in sorted(m["slices"], key=lambda s: (s["kind"], s["tensor"], s["offset"])):
-    print(s["kind"], s["tensor"], s["offset"], s["crc32_blocks"])
-PY
-  }
-  a=$(slices "$out_root/straight") b=$(slices "$out")
+  a=$(checkpoint_slices "$out_root/straight/checkpoints/step-0000400") b=$(checkpoint_slices "$out/checkpoints/step-0000400")
   [[ -n "$a" && "$a" == "$b" ]] || fail "final parameters differ from the uninterrupted run"
   [[ "$(echo "$a" | grep -c '^exp_avg ')" -gt 0 ]] || fail "no optimizer moments compared"
   ;;
