@@ -5,10 +5,10 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <span>
 #include <filesystem>
 #include <map>
 #include <set>
+#include <span>
 
 #include "checkpoint/hf/safetensors_torch.h"
 #include "common/error.h"
@@ -44,6 +44,8 @@ PeftAdapterConfig read_peft_config(const std::string& dir) {
   }
   ST_CHECK(!parsed.too_deep && parsed.value.is_object(), ErrorKind::kIo, "{}: not a JSON object of adapter settings",
            path);
+  ST_CHECK(!parsed.duplicate, ErrorKind::kIo, "{}: the key {} appears twice in one object", path,
+           common::json_quoted(parsed.duplicate ? parsed.duplicate->second : ""));
   const json& j = parsed.value;
   std::vector<std::string> problems;
   auto need = [&](const char* key, auto check, const char* expected) -> const json* {
