@@ -1,6 +1,7 @@
 #include "launcher/status.h"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <deque>
 #include <filesystem>
@@ -27,10 +28,37 @@ std::deque<std::string> tail(const std::string& path, size_t lines) {
   return out;
 }
 
-// The last line of metrics.jsonl, e.g. {"step": 120, "epoch": 1, "loss": 0.53, ...}.
-std::string last_metrics(const std::string& output_dir) {
-  const std::deque<std::string> last = tail(output_dir + "/metrics.jsonl", 1);
-  return last.empty() ? "none yet" : last.back();
+// A number of the record in the given format, or "?" where it is missing or null.
+std::string field(const nlohmann::json& r, const char* key, const char* format = "{}", double scale = 1.0) {
+  const auto it = r.find(key);
+  return it != r.end() && it->is_number() ? fmt::format(fmt::runtime(format), scale * it->get<double>()) : "?";
+}
+
+// The newest training and validation records of metrics.jsonl, in words.
+std::pair<std::string, std::string> last_metrics(const std::string& output_dir) {
+  std::pair<std::string, std::string> out{"none yet", "none yet"};
+  bool step_seen = false, eval_seen = false;
+  const std::deque<std::string> last = tail(output_dir + "/metrics.jsonl", 64);
+  for (auto line = last.rbegin(); line != last.rend() && !(step_seen && eval_seen); ++line) {
+    const nlohmann::json r = nlohmann::json::parse(*line, nullptr, /*allow_exceptions=*/false);
+    if (!r.is_object()) continue;
+    if (!step_seen && r.contains("step")) {
+      step_seen = true;
+      out.first = fmt::format("{} (epoch {}): loss {}, lr {}, {} tokens/s, {} s/step", field(r, "step"),
+                              field(r, "epoch"), field(r, "loss", "{:.4f}"), field(r, "lr", "{:.3e}"),
+                              field(r, "tokens_per_second", "{:.0f}"), field(r, "step_seconds", "{:.3f}"));
+      constexpr double kGiB = 1.0 / (1 << 30);
+      if (r.contains("mfu")) out.first += fmt::format(", MFU {}%", field(r, "mfu", "{:.1f}", 100));
+      out.first += fmt::format(", peak RSS {} GiB", field(r, "peak_rss_bytes", "{:.2f}", kGiB));
+      if (r.contains("gpu_peak_reserved_bytes"))
+        out.first += fmt::format(", GPU peak {} GiB reserved", field(r, "gpu_peak_reserved_bytes", "{:.2f}", kGiB));
+    } else if (!eval_seen && r.contains("val_loss")) {
+      eval_seen = true;
+      out.second = fmt::format("after step {}: loss {}, perplexity {}", field(r, "after_step"),
+                               field(r, "val_loss", "{:.4f}"), field(r, "val_perplexity", "{:.3f}"));
+    }
+  }
+  return out;
 }
 
 std::string last_checkpoint(const std::string& checkpoint_dir) {
@@ -76,7 +104,9 @@ std::string status_report(const std::string& target, int log_lines) {
                             info.field("Restarts"), info.field("ExitCode"), info.field("NodeList"));
     }
   }
-  report += fmt::format("last step:       {}\n", last_metrics(output_dir));
+  const auto [step, validation] = last_metrics(output_dir);
+  report += fmt::format("last step:       {}\n", step);
+  report += fmt::format("last validation: {}\n", validation);
   report += fmt::format("last checkpoint: {}\n", last_checkpoint(checkpoint_dir));
   const std::string log = output_dir + "/logs/rank-00000.log";
   const std::deque<std::string> lines = tail(log, static_cast<size_t>(log_lines));

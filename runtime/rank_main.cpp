@@ -213,7 +213,7 @@ int run(int argc, char** argv) {
   const slurm::SlurmEnv slurm_env = slurm::read_slurm_env([](const char* name) { return std::getenv(name); });
   const train::CheckpointHooks hooks =
       runtime::checkpoint_hooks(job, config.to_json().dump(), sharded, groups, slurm_env.restart_count);
-  train::Trainer trainer({job.train, job.metrics, job.job.output_dir, job.checkpoint.every_steps}, groups, sharded,
+  train::Trainer trainer({job.train, job.metrics, job.job.output_dir, job.checkpoint.every_steps, config}, groups, sharded,
                          *data.train, data.val.get(), hooks);
   const train::TrainSummary summary = trainer.run();
   if (summary.stop_signal != 0) {

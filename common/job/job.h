@@ -137,6 +137,8 @@ struct CheckpointSection {
 struct MetricsSection {
   int64_t log_every_steps = 10;
   bool jsonl = true;
+  double peak_tflops = 0;  // per rank; 0: the GPU's from the table (none on the CPU)
+  bool save_metrics = false;
 };
 
 struct Job {

@@ -151,6 +151,13 @@ void check_peft(const Job& job, Checker& c) {
   }
 }
 
+void check_metrics(const Job& job, Checker& c) {
+  if (job.metrics.save_metrics && !job.metrics.jsonl)
+    c.error({"metrics.save_metrics", "metrics.jsonl"},
+            "save_metrics = true is made from metrics.jsonl, which jsonl = false turns off: set jsonl = true");
+  warn_if_no_effect(job, c, "metrics", "peak_tflops", !job.metrics.jsonl, "jsonl is false (MFU is written there)");
+}
+
 void check_data(const Job& job, Checker& c) {
   if (job.data.format != DataFormat::kSynthetic && job.data.train_file.empty()) {
     c.error({"data.train_file", "data.format"},
@@ -178,6 +185,7 @@ void check_job(const Job& job, const FieldSources& sources, const std::string& f
   check_train(job, c);
   check_peft(job, c);
   check_no_effect(job, c);
+  check_metrics(job, c);
   check_data(job, c);
 }
 

@@ -388,7 +388,18 @@ std::vector<SectionSpec> build_schema() {
     SectionBuilder<MetricsSection> s(schema, "metrics", "What the job reports.", &Job::metrics);
     s.field("log_every_steps", &MetricsSection::log_every_steps, "Progress line every this many steps.")
         .at_least(1);
-    s.field("jsonl", &MetricsSection::jsonl, "Write per-step metrics to <output_dir>/metrics.jsonl.");
+    s.field("jsonl", &MetricsSection::jsonl,
+            "Write <output_dir>/metrics.jsonl: per step the loss, learning rate, gradient norm, tokens/s, "
+            "step time split into compute, communication wait and data wait, MFU and peak memory; per "
+            "validation its loss and perplexity (docs/metrics.md).");
+    s.field("peak_tflops", &MetricsSection::peak_tflops,
+            "Peak TFLOP/s of one rank's device, for MFU. 0: a GPU's dense bf16 peak from shardtune's table "
+            "of data-sheet figures; on the CPU, no MFU.")
+        .in_range(0.0, 1e6);
+    s.field("save_metrics", &MetricsSection::save_metrics,
+            "Also write <output_dir>/metrics_data.json in llama-recipes' layout (train_step_loss, "
+            "train_epoch_loss, train_epoch_perplexity, val_epoch_loss, ...), after each validation and at "
+            "the end. Needs jsonl = true.");
   }
   return schema;
 }
@@ -426,6 +437,7 @@ std::optional<std::string> foreign_key_hint(std::string_view section, std::strin
       {"train", "enable_fsdp", "FSDP is always on here: choose how with [fsdp] sharding_strategy"},
       {"train", "low_cpu_fsdp", "llama-recipes' low_cpu_fsdp is [fsdp] low_cpu_fsdp here"},
       {"train", "use_fast_kernels", "attention uses LibTorch's fused kernels by itself here; remove the key"},
+      {"train", "save_metrics", "llama-recipes' save_metrics is [metrics] save_metrics here"},
       {"peft", "use_peft", "llama-recipes' use_peft is [peft] method here: method = \"lora\" (or \"none\")"},
       {"peft", "peft_method", "llama-recipes' peft_method is [peft] method here (\"lora\" or \"none\")"},
       {"peft", "r", "PEFT's r is [peft] lora_r here"},

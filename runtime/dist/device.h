@@ -7,6 +7,7 @@
 #include <c10/core/Device.h>
 
 #include <cstdint>
+#include <string>
 
 namespace shardtune::dist {
 
@@ -30,6 +31,9 @@ struct DeviceMemoryStats {
 // The caching allocator's figures for a CUDA device; zeros for the CPU.
 DeviceMemoryStats memory_stats(const c10::Device& device);
 void reset_peak_memory(const c10::Device& device);
+
+// The name the driver gives a CUDA device (e.g. "NVIDIA H100 80GB HBM3"); "cpu" for the CPU.
+std::string device_name(const c10::Device& device);
 
 // Returns the caching allocator's unused blocks to the device (after an out-of-memory error).
 void empty_cache(const c10::Device& device);

@@ -17,6 +17,8 @@ DeviceMemoryStats memory_stats(const c10::Device&) { return {}; }
 
 void reset_peak_memory(const c10::Device&) {}
 
+std::string device_name(const c10::Device&) { return "cpu"; }
+
 void empty_cache(const c10::Device&) {}
 
 }  // namespace shardtune::dist

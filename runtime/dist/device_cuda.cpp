@@ -2,6 +2,7 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 
+#include "runtime/dist/cuda_check.h"
 #include "runtime/dist/device.h"
 
 namespace shardtune::dist {
@@ -29,6 +30,13 @@ DeviceMemoryStats memory_stats(const c10::Device& device) {
 
 void reset_peak_memory(const c10::Device& device) {
   if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+}
+
+std::string device_name(const c10::Device& device) {
+  if (!device.is_cuda()) return "cpu";
+  cudaDeviceProp props{};
+  ST_CUDA_CHECK(cudaGetDeviceProperties(&props, device.has_index() ? device.index() : c10::cuda::current_device()));
+  return props.name;
 }
 
 void empty_cache(const c10::Device& device) {

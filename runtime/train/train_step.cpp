@@ -2,11 +2,15 @@
 #include "runtime/train/train_step.h"
 
 #include <ATen/TensorOperators.h>
+#include <ATen/ops/tensor.h>
 #include <ATen/ops/zeros.h>
+
+#include <limits>
 
 #include "common/error.h"
 #include "runtime/model/lora.h"
 #include "runtime/model/loss.h"
+#include "runtime/train/flops.h"
 
 namespace shardtune::train {
 
@@ -20,8 +24,11 @@ StepResult train_step(fsdp::FsdpLlama& model, fsdp::AdamW& optimizer, const std:
   ST_CHECK(!micro_batches.empty(), common::ErrorKind::kInternal, "a training step without micro-batches");
   const double n = static_cast<double>(micro_batches.size());
   // The loss is summed on the device and read once, at the end of the step: reading it per
-  // micro-batch would make the host wait for each backward before queueing the next.
-  at::Tensor loss_sum = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(model.device()));
+  // micro-batch would make the host wait for each backward before queueing the next. The rank's
+  // tokens and FLOPs ride in the same reduction.
+  at::Tensor totals = at::zeros({3}, at::TensorOptions().dtype(at::kDouble).device(model.device()));
+  at::Tensor loss_sum = totals.narrow(0, 0, 1);
+  double tokens = 0, flops = 0;
   for (size_t i = 0; i < micro_batches.size(); ++i) {
     const Batch& b = micro_batches[i];
     model.set_sync_grads(options.reduce_every_micro_batch || i + 1 == micro_batches.size());
@@ -37,17 +44,30 @@ StepResult train_step(fsdp::FsdpLlama& model, fsdp::AdamW& optimizer, const std:
     }
     model.finish_grad_sync();  // backward's own end-of-pass callback has normally done it
     loss_sum += loss.detach().to(at::kDouble);
+    const int64_t seq_len = b.input_ids.size(-1);
+    tokens += static_cast<double>(b.input_ids.numel());
+    if (options.model_config != nullptr)
+      flops += static_cast<double>(b.input_ids.numel()) * training_flops_per_token(*options.model_config, seq_len);
   }
   StepResult result;
   if (options.loss_scaler != nullptr && !options.loss_scaler->unscale_and_check(model.flat_params(), world)) {
     result.skipped = true;
   } else {
-    if (options.gradient_clipping) result.grad_norm = model.clip_grad_norm(options.clipping_threshold);
+    if (options.gradient_clipping) {
+      result.grad_norm = model.clip_grad_norm(options.clipping_threshold);
+    } else if (options.measure_grad_norm) {
+      result.grad_norm = model.clip_grad_norm(std::numeric_limits<double>::infinity());
+    }
     optimizer.step(options.lr);
   }
   model.zero_grad();
-  world.all_reduce(loss_sum, dist::ReduceOp::kAvg);
-  result.loss = loss_sum.item<double>();
+  totals.narrow(0, 1, 2).copy_(at::tensor({tokens, flops}, at::kDouble));
+  world.all_reduce(totals, dist::ReduceOp::kSum);
+  const at::Tensor host = totals.cpu();
+  const double ranks = static_cast<double>(world.size());
+  result.loss = host[0].item<double>() / ranks;
+  result.tokens = static_cast<int64_t>(host[1].item<double>());
+  result.flops = host[2].item<double>();
   return result;
 }
 

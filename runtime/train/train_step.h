@@ -8,6 +8,7 @@
 #include "runtime/fsdp/adamw.h"
 #include "runtime/fsdp/fsdp_llama.h"
 #include "runtime/fsdp/loss_scaler.h"
+#include "runtime/model/llama_config.h"
 #include "runtime/train/batch.h"
 
 namespace shardtune::train {
@@ -20,12 +21,18 @@ struct StepOptions {
   fsdp::LossScaler* loss_scaler = nullptr;  // fp16 compute: scale the loss, skip overflowing steps
   // LoRA dropout of the step: micro-batch i draws from mix_seed(dropout.seed, i). Disabled: none.
   model::DropoutSeed dropout;
+  // Also compute the gradient norm when clipping is off (for metrics).
+  bool measure_grad_norm = false;
+  // The model's shapes, to count the step's training FLOPs; null: not counted.
+  const model::LlamaConfig* model_config = nullptr;
 };
 
 struct StepResult {
   double loss = 0;       // mean over micro-batches and data-parallel ranks
-  double grad_norm = 0;  // before clipping; 0 when clipping is off
+  double grad_norm = 0;  // before clipping; 0 when neither clipping nor measured
   bool skipped = false;  // fp16 overflow: no update was made
+  int64_t tokens = 0;    // of the global batch (every rank's micro-batches), padding included
+  double flops = 0;      // training FLOPs of the global batch; 0 without a model_config
 };
 
 // Registers every trainable shard with the optimizer (frozen ones get no state).

@@ -4,19 +4,25 @@
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/full.h>
+#include <ATen/ops/tensor.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <optional>
 
 #include "common/error.h"
+#include "common/process_memory.h"
+#include "runtime/dist/device.h"
 #include "runtime/model/lora.h"
 #include "runtime/model/loss.h"
 #include "runtime/train/data_order.h"
 #include "runtime/train/lr_schedule.h"
+#include "runtime/train/metrics_file.h"
 #include "runtime/train/prefetch.h"
+#include "runtime/train/step_metrics.h"
 #include "runtime/train/stop_request.h"
 #include "runtime/train/train_step.h"
 
@@ -53,11 +59,49 @@ Batch collate(const Dataset& data, const std::vector<int64_t>& indices) {
   return batch;
 }
 
-// The stop signal any rank received (the largest signal number), agreed by all ranks.
-int agreed_stop_signal(dist::Communicator& world) {
-  at::Tensor flag = at::full({1}, static_cast<double>(stop_signal()), at::kDouble);
-  world.all_reduce(flag, dist::ReduceOp::kMax);
-  return static_cast<int>(flag.item<double>());
+// What the ranks agree on after a step, in one reduction: the stop signal any rank received (the
+// largest signal number) and the largest memory peaks of any rank during the step.
+struct AfterStep {
+  int stop_signal = 0;
+  int64_t peak_rss = 0;
+  dist::DeviceMemoryStats device;
+};
+
+AfterStep agree_after_step(dist::Communicator& world, const c10::Device& device) {
+  const dist::DeviceMemoryStats d = dist::memory_stats(device);
+  at::Tensor v = at::tensor({static_cast<double>(stop_signal()), static_cast<double>(common::peak_resident_bytes()),
+                             static_cast<double>(d.peak_allocated), static_cast<double>(d.peak_reserved)},
+                            at::kDouble);
+  world.all_reduce(v, dist::ReduceOp::kMax);
+  const auto at = [&](int64_t i) { return v[i].item<double>(); };
+  AfterStep out;
+  out.stop_signal = static_cast<int>(at(0));
+  out.peak_rss = static_cast<int64_t>(at(1));
+  out.device.peak_allocated = static_cast<int64_t>(at(2));
+  out.device.peak_reserved = static_cast<int64_t>(at(3));
+  return out;
+}
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// The peak FLOP/s per rank MFU is measured against: the job's, else the GPU's from the table.
+std::optional<double> peak_flops(const job::MetricsSection& m, const c10::Device& device) {
+  if (m.peak_tflops > 0) {
+    spdlog::info("metrics: MFU against {} TFLOP/s per rank ([metrics] peak_tflops)", m.peak_tflops);
+    return m.peak_tflops * 1e12;
+  }
+  if (!device.is_cuda()) {
+    spdlog::info("metrics: no MFU on the CPU unless [metrics] peak_tflops gives the peak");
+    return std::nullopt;
+  }
+  const std::string name = dist::device_name(device);
+  const std::optional<double> peak = gpu_bf16_peak_flops(name);
+  if (peak) {
+    spdlog::info("metrics: MFU against {} TFLOP/s per rank, the dense bf16 peak of {}", *peak / 1e12, name);
+  } else {
+    spdlog::warn("metrics: no MFU: the bf16 peak of {} is not known; set [metrics] peak_tflops", name);
+  }
+  return peak;
 }
 
 std::string duration_text(double seconds) {
@@ -111,8 +155,6 @@ TrainSummary Trainer::run() {
   fsdp::LossScaler scaler;
   if (model_.options().precision.compute == at::kHalf) step_options.loss_scaler = &scaler;
 
-  std::ofstream metrics;
-  if (rank == 0 && options_.metrics.jsonl) metrics.open(options_.output_dir + "/metrics.jsonl", std::ios::app);
   spdlog::info("training: {} steps ({} per epoch, {} epoch(s)), global batch {} = {} per rank x {} ranks x {} "
                "accumulation",
                total_steps, order.steps_per_epoch(), t.num_epochs, global_batch, t.batch_size_training, ranks,
@@ -126,6 +168,22 @@ TrainSummary Trainer::run() {
       spdlog::info("resuming at step {} (epoch {}, at sample {} of its {} in the global order)", from.step, from.epoch + 1,
                    from.sample_in_epoch, order.dataset_size());
     }
+  // metrics.jsonl holds this run's steps up to where it continues, each once.
+  const std::string metrics_path = options_.output_dir + "/metrics.jsonl";
+  const std::string recipes_path = options_.output_dir + "/metrics_data.json";
+  const job::MetricsSection& m = options_.metrics;
+  std::ofstream metrics;
+  if (rank == 0 && m.jsonl) {
+    trim_metrics(metrics_path, from.step);
+    metrics.open(metrics_path, std::ios::app);
+    ST_CHECK(metrics.good(), common::ErrorKind::kIo, "cannot append to {}", metrics_path);
+  }
+  auto write_recipes = [&] {
+    if (rank == 0 && m.save_metrics) write_recipes_metrics(metrics_path, recipes_path);
+  };
+  const std::optional<double> peak = m.jsonl ? peak_flops(m, model_.device()) : std::nullopt;
+  step_options.measure_grad_norm = m.jsonl;
+  step_options.model_config = &options_.model_config;
   const int64_t every = options_.checkpoint_every_steps;
   // Where the epoch's global order stands is a sample position, so a resume with another
   // global batch (another world size) continues it exactly.
@@ -157,6 +215,11 @@ TrainSummary Trainer::run() {
         static_cast<int>(t.num_workers_dataloader));
     for (int64_t cursor = first; cursor + global_batch <= epoch_samples && step < total_steps;
          cursor += global_batch, ++step) {
+      if (m.jsonl) {
+        common::reset_peak_resident();
+        dist::reset_peak_memory(model_.device());
+      }
+      const double comm_before = model_.comm_stats().seconds;
       const auto step_start = Clock::now();
       std::vector<int64_t> upcoming;
       for (int64_t k = 1; k <= t.num_workers_dataloader; ++k) {
@@ -165,24 +228,44 @@ TrainSummary Trainer::run() {
         upcoming.push_back(next);
       }
       std::vector<Batch> micro = prefetch.take(cursor, upcoming);
+      const double data_wait = seconds_since(step_start);
       step_options.lr = schedule.lr(step, epoch);
       // Dropout masks follow from the seed, the step and the rank: a rerun or a resume at the same
       // world size draws the same ones.
       step_options.dropout = {true, model::mix_seed(model::mix_seed(static_cast<uint64_t>(t.seed), step), rank)};
+      const double loss_scale = step_options.loss_scaler != nullptr ? scaler.scale() : 0.0;
       const StepResult r = train_step(model_, optimizer, micro, step_options, *groups_.world);
       summary.losses.push_back(r.loss);
-      const double seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
+      const double seconds = seconds_since(step_start);
       window_seconds += seconds;
       ++window_steps;
       for (const Batch& b : micro) window_tokens += b.input_ids.numel();
-      if (metrics.is_open())
-        metrics << fmt::format("{{\"step\": {}, \"epoch\": {}, \"samples\": [{}, {}], \"loss\": {}, \"lr\": {}, "
-                               "\"step_seconds\": {:.4f}}}\n",
-                               step + 1, epoch + 1, cursor, cursor + global_batch, r.loss, step_options.lr, seconds)
-                << std::flush;
-      const bool saved = (every > 0 && (step + 1) % every == 0) || step + 1 == total_steps;
+      const bool last = step + 1 == total_steps;
+      AfterStep agreed;
+      if (!last || m.jsonl) agreed = agree_after_step(*groups_.world, model_.device());
+      if (metrics.is_open()) {
+        StepRecord record{step + 1, epoch + 1, cursor, cursor + global_batch, r.loss, step_options.lr};
+        if (step_options.gradient_clipping || step_options.measure_grad_norm) record.grad_norm = r.grad_norm;
+        if (step_options.loss_scaler != nullptr) {
+          record.loss_scale = loss_scale;
+          record.skipped = r.skipped;
+        }
+        record.tokens = r.tokens;
+        record.flops = r.flops;
+        record.step_seconds = seconds;
+        record.comm_wait_seconds = model_.comm_stats().seconds - comm_before;
+        record.data_wait_seconds = data_wait;
+        if (peak) record.mfu = model_flops_utilisation(r.flops, seconds, *peak, ranks);
+        record.peak_rss_bytes = agreed.peak_rss;
+        if (model_.device().is_cuda()) {
+          record.gpu_peak_allocated_bytes = agreed.device.peak_allocated;
+          record.gpu_peak_reserved_bytes = agreed.device.peak_reserved;
+        }
+        metrics << jsonl_line(record) << std::flush;
+      }
+      const bool saved = (every > 0 && (step + 1) % every == 0) || last;
       if (saved) save(step + 1, epoch, cursor + global_batch);
-      if (step + 1 < total_steps) summary.stop_signal = agreed_stop_signal(*groups_.world);
+      if (!last) summary.stop_signal = agreed.stop_signal;
       if (summary.stop_signal != 0) {
         spdlog::warn("signal {} asked the job to stop: {} after step {}", summary.stop_signal,
                      hooks_.save ? "checkpointing" : "stopping", step + 1);
@@ -209,6 +292,8 @@ TrainSummary Trainer::run() {
     if (t.run_validation && val_ != nullptr) {
       const Validation v = validate();
       summary.last_val_loss = v.loss;
+      if (metrics.is_open()) metrics << jsonl_line(EvalRecord{epoch + 1, step, v.loss, v.batches}) << std::flush;
+      write_recipes();
       spdlog::info("epoch {} validation: loss {:.4f}, perplexity {:.3f} ({} batch(es) of {} row(s) per rank{})",
                    epoch + 1, v.loss, std::exp(v.loss), v.batches, t.val_batch_size,
                    t.max_eval_step > 0 ? fmt::format(", max_eval_step = {}", t.max_eval_step) : "");
@@ -219,6 +304,8 @@ TrainSummary Trainer::run() {
                                ? std::string("batches collated on the training thread")
                                : fmt::format("batches collated up to {} step(s) ahead, each on its own thread",
                                              prefetch_depth_seen));
+  if (metrics.is_open()) metrics.close();
+  write_recipes();
   summary.steps = step - from.step;
   const double total_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   total_tokens += window_tokens;

@@ -1,6 +1,7 @@
 // The training loop: epochs over the data in the global order, optimizer steps of sharded
-// training, the learning-rate schedule, validation after each epoch (loss and perplexity), and a
-// progress line on rank 0 (step, loss, learning rate, tokens per second, time per step, ETA).
+// training, the learning-rate schedule, validation after each epoch (loss and perplexity), a
+// progress line on rank 0 (step, loss, learning rate, tokens per second, time per step, ETA), and
+// rank 0's metrics.jsonl (step_metrics.h), trimmed back to the step a resumed run continues from.
 // After each step the ranks agree on whether any of them was asked to stop (stop_request.h); if
 // so they checkpoint together and return early.
 #pragma once
@@ -15,6 +16,7 @@
 #include "runtime/dist/process_groups.h"
 #include "runtime/fsdp/fsdp_llama.h"
 #include "runtime/fsdp/adamw.h"
+#include "runtime/model/llama_config.h"
 #include "runtime/train/dataset.h"
 
 namespace shardtune::train {
@@ -50,6 +52,7 @@ struct TrainerOptions {
   job::MetricsSection metrics;
   std::string output_dir;              // rank 0 appends metrics.jsonl here (when metrics.jsonl is on)
   int64_t checkpoint_every_steps = 0;  // 0: at the end only (and when asked to stop)
+  model::LlamaConfig model_config;     // for the FLOPs of a step
 };
 
 class Trainer {

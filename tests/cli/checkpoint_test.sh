@@ -24,7 +24,7 @@ run() {  # run OUT RANKS BATCH STEPS [extra --set ...]
     --set train.max_train_step="$steps" --set train.lr_scheduler=step --set train.run_validation=false \
     --set fsdp.save_optimizer=true --set checkpoint.every_steps=10 "$@" >"$tmp/log" 2>&1
 }
-losses() { sed 's/.*"loss": \([^,]*\),.*/\1/' "$1/metrics.jsonl"; }
+losses() { grep '"step":' "$1/metrics.jsonl" | sed 's/.*"loss": \([^,]*\),.*/\1/'; }
 slices() {
   $py - "$1" <<'PY'
 import json, sys
@@ -87,8 +87,8 @@ for ranks_batch in "2 6" "3 4"; do
   run "$out" "$1" "$2" 20 || fail "resume at $1 ranks: $(tail -5 "$tmp/log")"
   $py - "$tmp/straight/metrics.jsonl" "$out/metrics.jsonl" <<'PY' || fail "losses at $1 ranks drift from the uninterrupted run"
 import json, sys
-a = [json.loads(l)["loss"] for l in open(sys.argv[1])][10:]
-b = [json.loads(l)["loss"] for l in open(sys.argv[2])]
+a = [json.loads(l)["loss"] for l in open(sys.argv[1]) if '"step":' in l][10:]
+b = [json.loads(l)["loss"] for l in open(sys.argv[2]) if '"step":' in l]
 assert len(b) == 10, len(b)
 worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
 print(f"resumed at another world size: worst relative loss difference {worst:.2e}")
@@ -108,8 +108,8 @@ for ranks in 2 3; do
   run "$out" "$ranks" 3 20 || fail "resume at $ranks ranks, batch 3: $(tail -5 "$tmp/log")"
   $py - "$tmp/resumed/metrics.jsonl" "$out/metrics.jsonl" "$ranks" <<'PY' || fail "the global order did not continue at $ranks ranks"
 import json, sys
-before = [json.loads(l)["samples"] for l in open(sys.argv[1])][:10]
-after = [json.loads(l)["samples"] for l in open(sys.argv[2])]
+before = [json.loads(l)["samples"] for l in open(sys.argv[1]) if '"step":' in l][:10]
+after = [json.loads(l)["samples"] for l in open(sys.argv[2]) if '"step":' in l]
 width = 3 * int(sys.argv[3])
 ranges = before + after
 assert before[-1][1] == 120 and after[0][0] == 120, (before[-1], after[0])
@@ -148,8 +148,8 @@ rm -rf "$tmp/fullws2/checkpoints/step-0000020" && ln -sfn step-0000010 "$tmp/ful
 run "$tmp/fullws2" 2 6 20 --set fsdp.checkpoint_type=full || fail "resume from a full checkpoint: $(tail -5 "$tmp/log")"
 $py - "$tmp/straight/metrics.jsonl" "$tmp/fullws2/metrics.jsonl" <<'PY' || fail "losses after resuming from a full checkpoint drift"
 import json, sys
-a = [json.loads(l)["loss"] for l in open(sys.argv[1])][10:]
-b = [json.loads(l)["loss"] for l in open(sys.argv[2])]
+a = [json.loads(l)["loss"] for l in open(sys.argv[1]) if '"step":' in l][10:]
+b = [json.loads(l)["loss"] for l in open(sys.argv[2]) if '"step":' in l]
 sys.exit(0 if len(b) == 10 and max(abs(x - y) / abs(x) for x, y in zip(a, b)) < 1e-5 else 1)
 PY
 

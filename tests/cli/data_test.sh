@@ -30,7 +30,7 @@ grep -q 'evil.json: added token "<evil>" has the id 2147483647' "$tmp/err" || fa
   --set checkpoint.every_steps=0 >"$tmp/log" 2>&1 || fail "the alpaca job failed: $(tail -5 "$tmp/log")"
 /usr/bin/python3 - "$tmp/alpaca/metrics.jsonl" <<'PY' || fail "the loss did not fall on the alpaca data"
 import json, sys
-losses = [json.loads(l)["loss"] for l in open(sys.argv[1])]
+losses = [json.loads(l)["loss"] for l in open(sys.argv[1]) if '"step":' in l]
 first, last = sum(losses[:3]) / 3, sum(losses[-3:]) / 3
 print(f"alpaca: loss {first:.3f} -> {last:.3f} over {len(losses)} steps")
 sys.exit(0 if len(losses) == 40 and last < 0.6 * first else 1)

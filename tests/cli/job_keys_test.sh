@@ -25,7 +25,7 @@ run() {  # run NAME STEPS [--set ...]: tiny-alpaca, 2 ranks; its log in $tmp/NAM
     { fail "$name: the run failed"; tail -5 "$tmp/$name.log"; }
 }
 validation() { grep -o "epoch 1 validation: .*" "$tmp/$1.log"; }
-losses() { sed 's/.*"loss": \([^,]*\),.*/\1/' "$tmp/$1/metrics.jsonl"; }
+losses() { grep '"step":' "$tmp/$1/metrics.jsonl" | sed 's/.*"loss": \([^,]*\),.*/\1/'; }
 
 run val3 2 --set train.val_batch_size=3
 grep -q "validation data: .* packed into 54 rows of 128" "$tmp/val3.log" || fail "the validation set is not 54 rows"

@@ -63,10 +63,10 @@ wait_requeued() {  # wait_requeued JOB RESTARTS SECONDS: until the job waits req
   return 1
 }
 
-wait_steps() {  # wait_steps OUT N SECONDS: until metrics.jsonl has N lines
+wait_steps() {  # wait_steps OUT N SECONDS: until metrics.jsonl has N steps
   local deadline=$((SECONDS + $3))
   while ((SECONDS < deadline)); do
-    [[ -f "$1/metrics.jsonl" ]] && (($(wc -l <"$1/metrics.jsonl") >= $2)) && return 0
+    [[ -f "$1/metrics.jsonl" ]] && (($(grep -c '"step":' "$1/metrics.jsonl") >= $2)) && return 0
     sleep 0.5
   done
   return 1
@@ -105,7 +105,7 @@ check_completed() {  # check_completed OUT JOB RANKS NODES_TEXT
   [[ "$(state "$job")" == COMPLETED ]] || { fail "job $job ended $(state "$job")"; show_log "$out/slurm-$job.out"; return; }
   $py - "$out/metrics.jsonl" <<'PY' || fail "the loss did not fall"
 import json, sys
-losses = [json.loads(l)["loss"] for l in open(sys.argv[1])]
+losses = [json.loads(l)["loss"] for l in open(sys.argv[1]) if '"step":' in l]
 print(f"loss {losses[0]:.3f} -> {losses[-1]:.3f} over {len(losses)} steps")
 sys.exit(0 if losses[-1] < 0.5 * losses[0] else 1)
 PY
@@ -248,8 +248,8 @@ requeue_stress)
     deadline=$((SECONDS + 180))
     until grep -qs "(start $i)" "$log" || ((SECONDS > deadline)); do sleep 0.2; done
     if ((i % 2 == 0)); then
-      before=$(wc -l <"$out/metrics.jsonl" 2>/dev/null || echo 0)
-      wait_steps "$out" $((before + 5)) 120 || fail "round $i: no progress"
+      before=$(grep -c '"step":' "$out/metrics.jsonl" 2>/dev/null)
+      wait_steps "$out" $((${before:-0} + 5)) 120 || fail "round $i: no progress"
     fi
     scancel --signal=USR1 --batch "$job"
     wait_requeued "$job" "$i" 300
@@ -271,7 +271,7 @@ requeue_stress)
     [[ "$(grep -c "resuming at step" "$log")" == "$cycles" ]] || fail "not $cycles resumes"
     $py - "$out/metrics.jsonl" $((last + 10)) <<'PY' || fail "steps were lost or repeated"
 import json, sys
-steps = [json.loads(line)["step"] for line in open(sys.argv[1])]
+steps = [json.loads(line)["step"] for line in open(sys.argv[1]) if '"step":' in line]
 assert steps == list(range(1, int(sys.argv[2]) + 1)), steps
 print(f"{len(steps)} steps, each once, over the requeues")
 PY

@@ -1,0 +1,103 @@
+// metrics.jsonl records and MFU.
+#include "runtime/train/step_metrics.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cmath>
+#include <type_traits>
+#include <vector>
+
+namespace shardtune::train {
+namespace {
+
+// A finite number in the shortest text that reads back to it; JSON has no NaN or infinity.
+std::string number(double v) { return std::isfinite(v) ? fmt::format("{}", v) : "null"; }
+
+class Fields {
+ public:
+  template <typename T>
+  Fields& add(std::string_view key, const T& value) {
+    text_ += fmt::format("{}\"{}\": {}", text_.empty() ? "{" : ", ", key, value);
+    return *this;
+  }
+  Fields& real(std::string_view key, double value) { return add(key, number(value)); }
+  template <typename T>
+  Fields& optional(std::string_view key, const std::optional<T>& value) {
+    if (!value) return *this;
+    if constexpr (std::is_floating_point_v<T>) return real(key, *value);
+    return add(key, *value);
+  }
+  std::string line() const { return text_ + "}\n"; }
+
+ private:
+  std::string text_;
+};
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return std::tolower(c); });
+  return out;
+}
+
+}  // namespace
+
+std::string jsonl_line(const StepRecord& r) {
+  Fields f;
+  f.add("step", r.step).add("epoch", r.epoch).add("samples", fmt::format("[{}, {}]", r.sample_begin, r.sample_end));
+  f.real("loss", r.loss).real("lr", r.lr).optional("grad_norm", r.grad_norm).optional("loss_scale", r.loss_scale);
+  if (r.loss_scale) f.add("skipped", r.skipped ? "true" : "false");
+  f.add("tokens", r.tokens).real("flops", r.flops);
+  // Everything from here on differs between two identical runs.
+  f.add("step_seconds", fmt::format("{:.6f}", r.step_seconds));
+  f.add("compute_seconds", fmt::format("{:.6f}", std::max(0.0, r.step_seconds - r.comm_wait_seconds - r.data_wait_seconds)));
+  f.add("comm_wait_seconds", fmt::format("{:.6f}", r.comm_wait_seconds));
+  f.add("data_wait_seconds", fmt::format("{:.6f}", r.data_wait_seconds));
+  f.real("tokens_per_second", r.step_seconds > 0 ? static_cast<double>(r.tokens) / r.step_seconds : 0.0);
+  f.optional("mfu", r.mfu).add("peak_rss_bytes", r.peak_rss_bytes);
+  f.optional("gpu_peak_allocated_bytes", r.gpu_peak_allocated_bytes)
+      .optional("gpu_peak_reserved_bytes", r.gpu_peak_reserved_bytes);
+  return f.line();
+}
+
+std::string jsonl_line(const EvalRecord& r) {
+  Fields f;
+  f.add("eval_epoch", r.epoch).add("after_step", r.after_step).real("val_loss", r.loss);
+  f.real("val_perplexity", std::exp(r.loss)).add("val_batches", r.batches);
+  return f.line();
+}
+
+std::optional<double> gpu_bf16_peak_flops(std::string_view device_name) {
+  struct Peak {
+    std::vector<std::string_view> parts;  // every one must appear in the name (case-insensitive)
+    double flops;
+  };
+  // Dense (no sparsity) bf16 tensor-core peaks from NVIDIA's data sheets; the more specific
+  // names first, since "H100" is also in "H100 PCIe".
+  static const std::array<Peak, 9> table{{
+      {{"gb200"}, 2.5e15},
+      {{"b200"}, 2.25e15},
+      {{"h200", "nvl"}, 836e12},
+      {{"h200"}, 989e12},
+      {{"h100", "nvl"}, 835e12},
+      {{"h100", "pcie"}, 756e12},
+      {{"h100"}, 989e12},
+      {{"a100"}, 312e12},
+      {{"l40s"}, 362e12},
+  }};
+  const std::string name = lower(device_name);
+  for (const Peak& p : table)
+    if (std::all_of(p.parts.begin(), p.parts.end(),
+                    [&](std::string_view part) { return name.find(part) != std::string::npos; }))
+      return p.flops;
+  return std::nullopt;
+}
+
+double model_flops_utilisation(double flops, double seconds, double peak_flops_per_rank, int ranks) {
+  if (seconds <= 0 || peak_flops_per_rank <= 0 || ranks <= 0) return 0;
+  return flops / seconds / (peak_flops_per_rank * ranks);
+}
+
+}  // namespace shardtune::train

@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# metrics.jsonl of a real 2-rank run (the tiny Llama of configs/data/tiny-llama on synthetic rows
+# of 32 tokens, 2 rows x 2 micro-batches per rank), each field checked against something
+# independent:
+#  - tokens: rows x columns of the global batch; flops: tokens x (6·N + 12·L·d·T) with N counted
+#    here from config.json; mfu: flops / step_seconds / (peak_tflops x ranks);
+#  - compute + communication wait + data wait = step time;
+#  - loss and gradient norm equal those of the same steps at 1 rank (the same global batches);
+#  - the evaluation record matches the log's validation line, perplexity = exp(loss);
+#  - metrics_data.json (save_metrics) holds the same losses in llama-recipes' layout;
+#  - a resume from step 6 trims the file back to step 6: steps 1..12 appear once, and steps 7..12
+#    repeat the first run's losses bitwise;
+#  - save_metrics without jsonl, and llama-recipes' [train] save_metrics, are refused.
+# usage: metrics_test.sh SHARDTUNE SOURCE_DIR
+set -u
+st=$1 src=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+cd "$src" || exit 1
+py=/usr/bin/python3
+
+cat >"$tmp/job.toml" <<TOML
+[job]
+name = "metrics"
+[slurm]
+ntasks_per_node = 2
+[launch]
+launcher = "mpirun"
+collective_timeout_s = 120.0
+device = "cpu"
+[model]
+path = "configs/data/tiny-llama"
+[data]
+format = "synthetic"
+[train]
+batch_size_training = 2
+gradient_accumulation_steps = 2
+context_length = 32
+num_epochs = 1
+max_train_step = 12
+lr = 3e-3
+mixed_precision = false
+run_validation = true
+max_eval_step = 2
+[fsdp]
+activation_checkpointing = false
+save_optimizer = true
+[checkpoint]
+every_steps = 6
+[metrics]
+log_every_steps = 1
+peak_tflops = 0.5
+save_metrics = true
+TOML
+
+run() {  # run NAME RANKS [--set ...]
+  local name=$1 ranks=$2
+  shift 2
+  "$st" run "$tmp/job.toml" -n "$ranks" --set "job.output_dir=$tmp/$name" "$@" >"$tmp/$name.log" 2>&1 ||
+    { fail "$name: the run failed"; tail -5 "$tmp/$name.log"; }
+}
+
+run two 2
+run one 1 --set train.max_train_step=3 --set train.batch_size_training=4
+$py - "$tmp/two" "$tmp/one" configs/data/tiny-llama/config.json <<'PY' || fail "metrics.jsonl fields are wrong"
+import json, math, re, sys
+two, one, config = sys.argv[1], sys.argv[2], json.load(open(sys.argv[3]))
+records = [json.loads(l) for l in open(f"{two}/metrics.jsonl")]
+steps = [r for r in records if "step" in r]
+evals = [r for r in records if "val_loss" in r]
+assert [r["step"] for r in steps] == list(range(1, 13)), [r["step"] for r in steps]
+# N: every parameter except the token embedding, counted from the shapes.
+d, L, V, F = config["hidden_size"], config["num_hidden_layers"], config["vocab_size"], config["intermediate_size"]
+H, KV, Q = config["num_attention_heads"], config["num_key_value_heads"], config["head_dim"]
+block = d * H * Q + 2 * d * KV * Q + H * Q * d + 3 * d * F + 2 * d
+n = L * block + d + (0 if config["tie_word_embeddings"] else V * d)
+T = 32
+tokens = 2 * 2 * 2 * T  # rows x micro-batches x ranks x columns
+for r in steps:
+    assert r["tokens"] == tokens, r
+    assert math.isclose(r["flops"], tokens * (6 * n + 12 * L * H * Q * T), rel_tol=1e-12), (r, n)
+    assert math.isclose(r["mfu"], r["flops"] / r["step_seconds"] / (0.5e12 * 2), rel_tol=2e-3), r
+    assert math.isclose(r["tokens_per_second"], tokens / r["step_seconds"], rel_tol=2e-3), r
+    split = r["compute_seconds"] + r["comm_wait_seconds"] + r["data_wait_seconds"]
+    assert abs(split - r["step_seconds"]) < 5e-6, r
+    assert r["comm_wait_seconds"] > 0 and r["data_wait_seconds"] >= 0 and r["compute_seconds"] > 0, r
+    assert 32 << 20 < r["peak_rss_bytes"] < 16 << 30, r
+    assert r["grad_norm"] > 0 and math.isfinite(r["grad_norm"]), r
+    for absent in ("loss_scale", "skipped", "gpu_peak_allocated_bytes", "gpu_peak_reserved_bytes"):
+        assert absent not in r, (absent, r)
+# The same global batches at 1 rank (4 rows, the same micro-batches): the same loss and norm.
+ref = [json.loads(l) for l in open(f"{one}/metrics.jsonl") if '"step":' in l]
+assert len(ref) == 3
+for a, b in zip(steps, ref):
+    assert a["tokens"] == b["tokens"], (a, b)
+    for key in ("loss", "grad_norm"):
+        assert math.isclose(a[key], b[key], rel_tol=1e-5), (key, a, b)
+assert len(evals) == 1 and evals[0]["after_step"] == 12 and evals[0]["eval_epoch"] == 1, evals
+e = evals[0]
+assert math.isclose(e["val_perplexity"], math.exp(e["val_loss"]), rel_tol=1e-12), e
+log = open(f"{two}/logs/rank-00000.log").read()
+m = re.search(r"epoch 1 validation: loss ([0-9.]+), perplexity ([0-9.]+) \((\d+) batch", log)
+assert m and abs(float(m.group(1)) - e["val_loss"]) < 1e-4 and int(m.group(3)) == e["val_batches"] == 2, (m, e)
+recipes = json.load(open(f"{two}/metrics_data.json"))
+assert recipes["train_step_loss"] == [r["loss"] for r in steps], recipes
+assert math.isclose(recipes["train_epoch_loss"][0], sum(r["loss"] for r in steps) / 12, rel_tol=1e-12)
+assert recipes["val_epoch_loss"] == [e["val_loss"]] and recipes["val_epoch_perplexity"] == [e["val_perplexity"]]
+print(f"{len(steps)} steps: {steps[-1]['tokens_per_second']:.0f} tokens/s, MFU {steps[-1]['mfu']:.3%} of 0.5 TFLOP/s, "
+      f"peak RSS {steps[-1]['peak_rss_bytes'] >> 20} MiB; validation loss {e['val_loss']:.4f}")
+PY
+
+# A resume from step 6 keeps steps 1..6 of the file and appends 7..12 again, bitwise the same.
+cp -r "$tmp/two" "$tmp/again"
+run again 2 --set "checkpoint.resume=$tmp/again/checkpoints/step-0000006"
+strip() { sed 's/, "step_seconds".*//' "$1"; }
+grep -q "resuming at step 6" "$tmp/again/logs/rank-00000.log" || fail "the run did not resume at step 6"
+[ "$(strip "$tmp/again/metrics.jsonl")" = "$(strip "$tmp/two/metrics.jsonl")" ] ||
+  fail "after resuming at step 6, metrics.jsonl is not the uninterrupted run's: $(diff <(strip "$tmp/two/metrics.jsonl") <(strip "$tmp/again/metrics.jsonl") | head -5)"
+
+"$st" run "$tmp/job.toml" -n 2 --set "job.output_dir=$tmp/nojsonl" --set metrics.jsonl=false >"$tmp/nojsonl.log" 2>&1 &&
+  fail "save_metrics without jsonl was accepted"
+grep -q "save_metrics = true is made from metrics.jsonl" "$tmp/nojsonl.log" ||
+  fail "save_metrics without jsonl: $(tail -3 "$tmp/nojsonl.log")"
+printf '[job]\nname = "x"\n[train]\nsave_metrics = true\n' >"$tmp/recipes.toml"
+"$st" submit "$tmp/recipes.toml" --dry-run >"$tmp/recipes.log" 2>&1 && fail "[train] save_metrics was accepted"
+grep -q "save_metrics is \[metrics\] save_metrics here" "$tmp/recipes.log" ||
+  fail "[train] save_metrics: $(cat "$tmp/recipes.log")"
+
+[ "$failures" -eq 0 ] && echo "metrics_test: all checks passed"
+exit $((failures > 0))
