@@ -12,6 +12,7 @@
 #include "common/job/job_writer.h"
 #include "common/exit_codes.h"
 #include "launcher/local_run.h"
+#include "launcher/plot.h"
 #include "launcher/status.h"
 #include "launcher/submit.h"
 #include "launcher/writer_guard.h"
@@ -111,6 +112,14 @@ int main(int argc, char** argv) {
   status->add_option("output_dir", status_target, "The job's output directory, or its job file (default: .)");
   status->add_option("--lines", log_lines, "Lines of the rank-0 log to show")->check(CLI::Range(0, 10000));
 
+  launcher::PlotOptions plot_options;
+  auto* plot = app.add_subcommand("plot", "Draw PNG charts of runs' metrics.jsonl: loss, learning rate, tokens/s, memory");
+  plot->add_option("runs", plot_options.runs, "Output directories of the runs to plot (several: compared in one chart)")
+      ->required();
+  plot->add_option("-o,--out", plot_options.out_dir, "Directory for the PNGs (default: RUN/plots for one run)");
+  plot->add_option("--width", plot_options.width, "Width in pixels")->check(CLI::Range(320, 8000));
+  plot->add_option("--height", plot_options.height, "Height in pixels")->check(CLI::Range(240, 8000));
+
   auto* schema = app.add_subcommand("schema", "Print the job-file reference (docs/job-file.md)");
 
   CLI11_PARSE(app, argc, argv);
@@ -120,6 +129,10 @@ int main(int argc, char** argv) {
     if (submit->parsed()) return cmd_submit(path, overrides, dry_run);
     if (status->parsed()) {
       std::cout << launcher::status_report(status_target, log_lines);
+      return 0;
+    }
+    if (plot->parsed()) {
+      for (const std::string& png : launcher::plot_runs(plot_options)) std::cout << png << "\n";
       return 0;
     }
     if (schema->parsed()) {

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The README's main job on a real Slurm cluster: starts munged, slurmctld and two slurmd nodes
 # on this machine (tests/slurm/cluster.sh), submits configs/tiny-cluster.toml (or the job file
-# given) with `shardtune submit`, follows it to the end, prints `shardtune status`, and stops the
-# cluster. Needs root (namespaces) and a build (scripts/setup.sh).
+# given) with `shardtune submit`, follows it to the end, prints `shardtune status`, draws the run's
+# charts with `shardtune plot` (RUN/plots/*.png), and stops the cluster. Needs root (namespaces)
+# and a build (scripts/setup.sh).
 # usage: scripts/demo.sh [JOB.toml] [--set section.key=value ...]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -33,3 +34,6 @@ grep -E "shardtune\[batch\]|ranks on|step [0-9]+/|checkpoint committed|done:" "$
 echo
 "$st" status "$out" --lines 3
 [[ $state == COMPLETED ]]
+echo
+echo "demo.sh: charts of the run (loss, learning rate, tokens/s, memory):"
+"$st" plot "$out"

@@ -19,6 +19,7 @@ packages=(
   slurm-wlm munge iproute2 util-linux       # the local test cluster (ss, unshare)
   clang libclang-rt-14-dev                  # libFuzzer for the parser fuzz tests
   libpcre2-dev libsentencepiece-dev         # tokenizers: Unicode regex, SentencePiece
+  gnuplot-nox                               # `shardtune plot`
 )
 
 missing=()
