@@ -36,7 +36,7 @@ std::string trim(std::string s) {
 
 job::Job with_absolute_paths(job::Job job, const std::string& cwd) {
   for (std::string* path : {&job.job.output_dir, &job.checkpoint.dir, &job.model.path, &job.peft.from_peft_checkpoint,
-                            &job.data.train_file, &job.data.val_file, &job.data.tokenizer})
+                            &job.data.train_file, &job.data.val_file, &job.data.tokenizer, &job.metrics.profiler_dir})
     *path = absolute(*path, cwd);
   if (job.checkpoint.resume != "auto" && job.checkpoint.resume != "none")
     job.checkpoint.resume = absolute(job.checkpoint.resume, cwd);

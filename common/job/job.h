@@ -139,6 +139,13 @@ struct MetricsSection {
   bool jsonl = true;
   double peak_tflops = 0;  // per rank; 0: the GPU's from the table (none on the CPU)
   bool save_metrics = false;
+  bool use_profiler = false;
+  std::string profiler_dir;  // default: <output_dir>/profiler
+  int64_t profiler_wait_steps = 1;
+  int64_t profiler_warmup_steps = 2;
+  int64_t profiler_active_steps = 3;
+  bool flop_counter = false;
+  int64_t flop_counter_start = 3;
 };
 
 struct Job {

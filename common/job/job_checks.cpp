@@ -156,6 +156,18 @@ void check_metrics(const Job& job, Checker& c) {
     c.error({"metrics.save_metrics", "metrics.jsonl"},
             "save_metrics = true is made from metrics.jsonl, which jsonl = false turns off: set jsonl = true");
   warn_if_no_effect(job, c, "metrics", "peak_tflops", !job.metrics.jsonl, "jsonl is false (MFU is written there)");
+  const MetricsSection& m = job.metrics;
+  for (const char* key : {"profiler_dir", "profiler_wait_steps", "profiler_warmup_steps", "profiler_active_steps"})
+    warn_if_no_effect(job, c, "metrics", key, !m.use_profiler, "use_profiler is false");
+  warn_if_no_effect(job, c, "metrics", "flop_counter_start", !m.flop_counter, "flop_counter is false");
+  // Counting FLOPs takes the profiler for its step; it cannot also be tracing then.
+  const int64_t first = m.profiler_wait_steps + 1, last = m.profiler_wait_steps + m.profiler_warmup_steps + m.profiler_active_steps;
+  const int64_t counted = m.flop_counter_start + 1;
+  if (m.use_profiler && m.flop_counter && counted >= first && counted <= last)
+    c.error({"metrics.flop_counter_start", "metrics.profiler_wait_steps"},
+            fmt::format("the flop counter's step ({}) falls inside the profiled steps ({}..{}), and both need the "
+                        "profiler to themselves: set flop_counter_start below {} or above {}",
+                        counted, first, last, first - 1, last - 1));
 }
 
 void check_data(const Job& job, Checker& c) {
@@ -171,6 +183,8 @@ void resolve_defaults(Job& job) {
   // From a valid name only: a bad name is reported once, as itself.
   if (job.job.output_dir.empty() && common::is_sbatch_path(job.job.name)) job.job.output_dir = "runs/" + job.job.name;
   if (job.checkpoint.dir.empty() && !job.job.output_dir.empty()) job.checkpoint.dir = job.job.output_dir + "/checkpoints";
+  if (job.metrics.profiler_dir.empty() && !job.job.output_dir.empty())
+    job.metrics.profiler_dir = job.job.output_dir + "/profiler";
   if (job.slurm.ntasks_per_node == 0) job.slurm.ntasks_per_node = job.slurm.ranks_per_node();
   if (job.fsdp.sharding_strategy == ShardingStrategy::kHybridShard && job.fsdp.hsdp_shard_size == 0)
     job.fsdp.hsdp_shard_size = job.slurm.ranks_per_node();

@@ -400,6 +400,27 @@ std::vector<SectionSpec> build_schema() {
             "Also write <output_dir>/metrics_data.json in llama-recipes' layout (train_step_loss, "
             "train_epoch_loss, train_epoch_perplexity, val_epoch_loss, ...), after each validation and at "
             "the end. Needs jsonl = true.");
+    s.field("use_profiler", &MetricsSection::use_profiler,
+            "Profile training steps with LibTorch's profiler and write a Chrome trace per rank "
+            "(<profiler_dir>/rank-NNNNN.trace.json; opens in Perfetto) with FSDP's all-gathers and "
+            "reduce-scatters, forward and backward per unit, the optimizer step, data waits and checkpoint "
+            "saves marked.");
+    s.field("profiler_dir", &MetricsSection::profiler_dir, "Where the traces go. Default: <output_dir>/profiler.")
+        .require("a path on one line", [](const std::string& v) { return is_one_line(v); });
+    s.field("profiler_wait_steps", &MetricsSection::profiler_wait_steps,
+            "Steps of the run before the profiler starts (torch.profiler.schedule's wait).")
+        .in_range(0, 1000000);
+    s.field("profiler_warmup_steps", &MetricsSection::profiler_warmup_steps,
+            "Steps profiled and discarded before the traced ones (schedule's warmup).")
+        .in_range(0, 1000);
+    s.field("profiler_active_steps", &MetricsSection::profiler_active_steps, "Steps traced (schedule's active).")
+        .in_range(1, 100);
+    s.field("flop_counter", &MetricsSection::flop_counter,
+            "Count the FLOPs of one step's matrix products as LibTorch multiplies them, and log them with "
+            "the 6·N + 12·L·d·T estimate MFU uses (also counted_flops in that step's metrics record).");
+    s.field("flop_counter_start", &MetricsSection::flop_counter_start,
+            "Steps of the run before the counted one (llama-recipes' flop_counter_start).")
+        .in_range(0, 1000000);
   }
   return schema;
 }
@@ -438,6 +459,10 @@ std::optional<std::string> foreign_key_hint(std::string_view section, std::strin
       {"train", "low_cpu_fsdp", "llama-recipes' low_cpu_fsdp is [fsdp] low_cpu_fsdp here"},
       {"train", "use_fast_kernels", "attention uses LibTorch's fused kernels by itself here; remove the key"},
       {"train", "save_metrics", "llama-recipes' save_metrics is [metrics] save_metrics here"},
+      {"train", "use_profiler", "llama-recipes' use_profiler is [metrics] use_profiler here"},
+      {"train", "profiler_dir", "llama-recipes' profiler_dir is [metrics] profiler_dir here"},
+      {"train", "flop_counter", "llama-recipes' flop_counter is [metrics] flop_counter here"},
+      {"train", "flop_counter_start", "llama-recipes' flop_counter_start is [metrics] flop_counter_start here"},
       {"peft", "use_peft", "llama-recipes' use_peft is [peft] method here: method = \"lora\" (or \"none\")"},
       {"peft", "peft_method", "llama-recipes' peft_method is [peft] method here (\"lora\" or \"none\")"},
       {"peft", "r", "PEFT's r is [peft] lora_r here"},

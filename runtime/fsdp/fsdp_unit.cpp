@@ -6,7 +6,10 @@
 #include <torch/csrc/autograd/engine.h>
 
 #include <ATen/core/grad_mode.h>
+#include <ATen/record_function.h>
 #include <ATen/ops/empty.h>
+
+#include <fmt/format.h>
 
 #include <chrono>
 
@@ -33,9 +36,11 @@ struct UnitFunction : public torch::autograd::Function<UnitFunction> {
   }
 };
 
-// Adds the wall time of `fn` to the communication statistics.
+// Adds the wall time of `fn` to the communication statistics, and names it for a profiler
+// ("fsdp.all_gather.wait block.3"; the name is made only while one records).
 template <class Fn>
-void timed(CommStats& stats, Fn&& fn) {
+void timed(CommStats& stats, const char* what, const std::string& unit, Fn&& fn) {
+  RECORD_USER_SCOPE(unit.empty() ? fmt::format("fsdp.{}", what) : fmt::format("fsdp.{} {}", what, unit));
   const auto start = std::chrono::steady_clock::now();
   fn();
   stats.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -45,7 +50,7 @@ void timed(CommStats& stats, Fn&& fn) {
 }  // namespace
 
 void FsdpContext::finish_reductions() {
-  timed(comm, [&] {
+  timed(comm, "reduce_scatter.finish", "", [&] {
     for (FlatParam* f : reducing)
       while (!f->advance_reduce(*replicate_group)) {
       }
@@ -61,12 +66,13 @@ std::vector<FlatParam*> FsdpUnit::used_flats() {
 }
 
 void FsdpUnit::start_gather_all() {
-  for (FlatParam* f : used_flats()) timed(context_->comm, [&] { f->start_gather(*context_->shard_group); });
+  for (FlatParam* f : used_flats())
+    timed(context_->comm, "all_gather.start", name_, [&] { f->start_gather(*context_->shard_group); });
 }
 
 void FsdpUnit::gather_all() {
   start_gather_all();
-  for (FlatParam* f : used_flats()) timed(context_->comm, [&] { f->finish_gather(); });
+  for (FlatParam* f : used_flats()) timed(context_->comm, "all_gather.wait", name_, [&] { f->finish_gather(); });
 }
 
 void FsdpUnit::reshard_all() {
@@ -97,6 +103,7 @@ at::Tensor FsdpUnit::run(const at::Tensor& input, PieceFn fn) {
 }
 
 at::Tensor FsdpUnit::forward_impl(const at::Tensor& input, PieceFn fn) {
+  RECORD_USER_SCOPE(fmt::format("fsdp.forward {}", name_));
   gather_all();
   prefetch(index_ + 1);  // the next unit's all-gather runs while this one computes
   for (FlatParam* f : used_flats()) f->leaves();  // the slots now hold this micro-batch's leaves
@@ -125,14 +132,14 @@ void FsdpUnit::reduce_gradients() {
   const size_t older = context_->reducing.size();
   for (auto& f : flats_) {
     if (!f->trainable() || !f->has_unreduced_grad()) continue;
-    timed(context_->comm, [&] { f->start_reduce(*context_->shard_group); });
+    timed(context_->comm, "reduce_scatter.start", name_, [&] { f->start_reduce(*context_->shard_group); });
     context_->reducing.push_back(f.get());
   }
   if (!context_->options.overlap) {
     context_->finish_reductions();
     return;
   }
-  timed(context_->comm, [&] {
+  timed(context_->comm, "reduce_scatter.advance", name_, [&] {
     for (size_t i = 0; i < older; ++i) context_->reducing[i]->advance_reduce(*context_->replicate_group);
   });
   while (!context_->reducing.empty() && !context_->reducing.front()->reducing()) context_->reducing.pop_front();
@@ -148,6 +155,7 @@ void FsdpUnit::reduce_gradients() {
 }
 
 at::Tensor FsdpUnit::backward_impl(const at::Tensor& grad_output) {
+  RECORD_USER_SCOPE(fmt::format("fsdp.backward {}", name_));
   gather_all();
   if (index_ > 0) prefetch(index_ - 1);  // backward runs the units in reverse
   if (context_->options.activation_checkpointing) {

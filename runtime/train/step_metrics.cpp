@@ -56,7 +56,7 @@ std::string jsonl_line(const StepRecord& r) {
   f.add("comm_wait_seconds", fmt::format("{:.6f}", r.comm_wait_seconds));
   f.add("data_wait_seconds", fmt::format("{:.6f}", r.data_wait_seconds));
   f.real("tokens_per_second", r.step_seconds > 0 ? static_cast<double>(r.tokens) / r.step_seconds : 0.0);
-  f.optional("mfu", r.mfu).add("peak_rss_bytes", r.peak_rss_bytes);
+  f.optional("mfu", r.mfu).optional("counted_flops", r.counted_flops).add("peak_rss_bytes", r.peak_rss_bytes);
   f.optional("gpu_peak_allocated_bytes", r.gpu_peak_allocated_bytes)
       .optional("gpu_peak_reserved_bytes", r.gpu_peak_reserved_bytes);
   return f.line();

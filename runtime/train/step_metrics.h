@@ -27,6 +27,7 @@ struct StepRecord {
   double comm_wait_seconds = 0;      // rank 0's host time in FSDP's collectives within the step
   double data_wait_seconds = 0;      // rank 0's wait for the step's batches
   std::optional<double> mfu;         // model FLOPs utilisation; absent without a known peak
+  std::optional<double> counted_flops;  // the flop counter's step only: FLOPs LibTorch multiplied
   int64_t peak_rss_bytes = 0;        // the largest peak resident memory of any rank during the step
   std::optional<int64_t> gpu_peak_allocated_bytes;  // CUDA only: the largest of any rank's allocator peak
   std::optional<int64_t> gpu_peak_reserved_bytes;

@@ -4,6 +4,7 @@
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/tensor.h>
 #include <ATen/ops/zeros.h>
+#include <ATen/record_function.h>
 
 #include <limits>
 
@@ -53,6 +54,7 @@ StepResult train_step(fsdp::FsdpLlama& model, fsdp::AdamW& optimizer, const std:
   if (options.loss_scaler != nullptr && !options.loss_scaler->unscale_and_check(model.flat_params(), world)) {
     result.skipped = true;
   } else {
+    RECORD_USER_SCOPE("optimizer.step");
     if (options.gradient_clipping) {
       result.grad_norm = model.clip_grad_norm(options.clipping_threshold);
     } else if (options.measure_grad_norm) {

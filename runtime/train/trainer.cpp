@@ -5,6 +5,7 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/tensor.h>
+#include <ATen/record_function.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -22,6 +23,7 @@
 #include "runtime/train/lr_schedule.h"
 #include "runtime/train/metrics_file.h"
 #include "runtime/train/prefetch.h"
+#include "runtime/train/profiler.h"
 #include "runtime/train/step_metrics.h"
 #include "runtime/train/stop_request.h"
 #include "runtime/train/train_step.h"
@@ -184,12 +186,17 @@ TrainSummary Trainer::run() {
   const std::optional<double> peak = m.jsonl ? peak_flops(m, model_.device()) : std::nullopt;
   step_options.measure_grad_norm = m.jsonl;
   step_options.model_config = &options_.model_config;
+  StepProfiler profiler(
+      {m.use_profiler, m.profiler_dir, m.profiler_wait_steps, m.profiler_warmup_steps, m.profiler_active_steps,
+       m.flop_counter, m.flop_counter_start + 1, model_.device().is_cuda()},
+      rank);
   const int64_t every = options_.checkpoint_every_steps;
   // Where the epoch's global order stands is a sample position, so a resume with another
   // global batch (another world size) continues it exactly.
   const int64_t epoch_samples = order.dataset_size();
   auto save = [&](int64_t steps_taken, int64_t epoch, int64_t next_sample) {
     if (!hooks_.save) return;
+    RECORD_USER_SCOPE("checkpoint.save");
     const bool epoch_done = next_sample + global_batch > epoch_samples;
     hooks_.save(optimizer, {steps_taken, epoch_done ? epoch + 1 : epoch, epoch_done ? 0 : next_sample,
                             step_options.loss_scaler != nullptr ? scaler.scale() : 0.0});
@@ -219,24 +226,45 @@ TrainSummary Trainer::run() {
         common::reset_peak_resident();
         dist::reset_peak_memory(model_.device());
       }
+      const int64_t run_step = step - from.step + 1;  // the profiler counts this run's steps
+      profiler.begin_step(run_step);
       const double comm_before = model_.comm_stats().seconds;
       const auto step_start = Clock::now();
-      std::vector<int64_t> upcoming;
-      for (int64_t k = 1; k <= t.num_workers_dataloader; ++k) {
-        const int64_t next = cursor + k * global_batch;
-        if (next + global_batch > epoch_samples || step + k >= total_steps) break;
-        upcoming.push_back(next);
-      }
-      std::vector<Batch> micro = prefetch.take(cursor, upcoming);
-      const double data_wait = seconds_since(step_start);
-      step_options.lr = schedule.lr(step, epoch);
-      // Dropout masks follow from the seed, the step and the rank: a rerun or a resume at the same
-      // world size draws the same ones.
-      step_options.dropout = {true, model::mix_seed(model::mix_seed(static_cast<uint64_t>(t.seed), step), rank)};
+      std::vector<Batch> micro;
+      StepResult r;
+      double data_wait = 0, seconds = 0;
       const double loss_scale = step_options.loss_scaler != nullptr ? scaler.scale() : 0.0;
-      const StepResult r = train_step(model_, optimizer, micro, step_options, *groups_.world);
+      {
+        RECORD_USER_SCOPE(fmt::format("step {}", step + 1));
+        std::vector<int64_t> upcoming;
+        for (int64_t k = 1; k <= t.num_workers_dataloader; ++k) {
+          const int64_t next = cursor + k * global_batch;
+          if (next + global_batch > epoch_samples || step + k >= total_steps) break;
+          upcoming.push_back(next);
+        }
+        {
+          RECORD_USER_SCOPE("data.wait");
+          micro = prefetch.take(cursor, upcoming);
+        }
+        data_wait = seconds_since(step_start);
+        step_options.lr = schedule.lr(step, epoch);
+        // Dropout masks follow from the seed, the step and the rank: a rerun or a resume at the
+        // same world size draws the same ones.
+        step_options.dropout = {true, model::mix_seed(model::mix_seed(static_cast<uint64_t>(t.seed), step), rank)};
+        r = train_step(model_, optimizer, micro, step_options, *groups_.world);
+        seconds = seconds_since(step_start);
+      }
+      std::optional<double> counted_flops = profiler.end_step(run_step);
+      if (counted_flops) {
+        at::Tensor sum = at::full({1}, *counted_flops, at::kDouble);
+        groups_.world->all_reduce(sum, dist::ReduceOp::kSum);
+        counted_flops = sum.item<double>();
+        spdlog::info("flop counter: step {} multiplied {:.6g} TFLOP in matrix products over all ranks ({:.4g} "
+                     "TFLOP/s); the estimate 6·N + 12·L·d·T gives {:.6g} TFLOP ({:.4f} of the count)",
+                     step + 1, *counted_flops / 1e12, *counted_flops / 1e12 / seconds, r.flops / 1e12,
+                     r.flops / *counted_flops);
+      }
       summary.losses.push_back(r.loss);
-      const double seconds = seconds_since(step_start);
       window_seconds += seconds;
       ++window_steps;
       for (const Batch& b : micro) window_tokens += b.input_ids.numel();
@@ -252,6 +280,7 @@ TrainSummary Trainer::run() {
         }
         record.tokens = r.tokens;
         record.flops = r.flops;
+        record.counted_flops = counted_flops;
         record.step_seconds = seconds;
         record.comm_wait_seconds = model_.comm_stats().seconds - comm_before;
         record.data_wait_seconds = data_wait;
@@ -290,7 +319,11 @@ TrainSummary Trainer::run() {
     prefetch_depth_seen = std::max(prefetch_depth_seen, prefetch.most_ahead());
     if (summary.stop_signal != 0) break;
     if (t.run_validation && val_ != nullptr) {
-      const Validation v = validate();
+      Validation v;
+      {
+        RECORD_USER_SCOPE("validation");
+        v = validate();
+      }
       summary.last_val_loss = v.loss;
       if (metrics.is_open()) metrics << jsonl_line(EvalRecord{epoch + 1, step, v.loss, v.batches}) << std::flush;
       write_recipes();

@@ -10,7 +10,12 @@
 #  - metrics_data.json (save_metrics) holds the same losses in llama-recipes' layout;
 #  - a resume from step 6 trims the file back to step 6: steps 1..12 appear once, and steps 7..12
 #    repeat the first run's losses bitwise;
-#  - save_metrics without jsonl, and llama-recipes' [train] save_metrics, are refused.
+#  - the flop counter's count of step 3's matrix products (LibTorch's own, from the shapes it
+#    multiplied) agrees with the 6·N + 12·L·d·T estimate within 2%;
+#  - the profiler's Chrome trace of each rank holds steps 6 and 7 only (4 waited, 1 warm-up
+#    discarded), with LibTorch's operators and every named range, the checkpoint save included;
+#  - save_metrics without jsonl, a flop counter step inside the profiled steps, and llama-recipes'
+#    [train] save_metrics are refused.
 # usage: metrics_test.sh SHARDTUNE SOURCE_DIR
 set -u
 st=$1 src=$2
@@ -53,6 +58,12 @@ every_steps = 6
 log_every_steps = 1
 peak_tflops = 0.5
 save_metrics = true
+flop_counter = true
+flop_counter_start = 2
+use_profiler = true
+profiler_wait_steps = 4
+profiler_warmup_steps = 1
+profiler_active_steps = 2
 TOML
 
 run() {  # run NAME RANKS [--set ...]
@@ -90,6 +101,9 @@ for r in steps:
     assert r["grad_norm"] > 0 and math.isfinite(r["grad_norm"]), r
     for absent in ("loss_scale", "skipped", "gpu_peak_allocated_bytes", "gpu_peak_reserved_bytes"):
         assert absent not in r, (absent, r)
+    assert ("counted_flops" in r) == (r["step"] == 3), r
+counted = steps[2]["counted_flops"]
+assert abs(steps[2]["flops"] / counted - 1) < 0.02, (steps[2]["flops"], counted)
 # The same global batches at 1 rank (4 rows, the same micro-batches): the same loss and norm.
 ref = [json.loads(l) for l in open(f"{one}/metrics.jsonl") if '"step":' in l]
 assert len(ref) == 3
@@ -107,6 +121,21 @@ recipes = json.load(open(f"{two}/metrics_data.json"))
 assert recipes["train_step_loss"] == [r["loss"] for r in steps], recipes
 assert math.isclose(recipes["train_epoch_loss"][0], sum(r["loss"] for r in steps) / 12, rel_tol=1e-12)
 assert recipes["val_epoch_loss"] == [e["val_loss"]] and recipes["val_epoch_perplexity"] == [e["val_perplexity"]]
+for rank in (0, 1):
+    trace = json.load(open(f"{two}/profiler/rank-{rank:05d}.trace.json"))
+    events = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert all(isinstance(e["ts"], (int, float)) and e["dur"] >= 0 and e["pid"] == rank for e in events)
+    names = {e["name"] for e in events}
+    ranges = {e["name"].split(" ")[0] for e in events if e["cat"] == "user_annotation"}
+    for want in ("fsdp.forward", "fsdp.backward", "fsdp.all_gather.start", "fsdp.all_gather.wait",
+                 "fsdp.reduce_scatter.start", "optimizer.step", "data.wait", "checkpoint.save"):
+        assert want in ranges, (rank, want, ranges)
+    steps_traced = sorted(n for n in names if n.startswith("step "))
+    assert steps_traced == ["step 6", "step 7"], steps_traced
+    assert {"fsdp.forward embed", "fsdp.forward block1", "fsdp.backward head"} <= names, sorted(names)[:20]
+    assert "aten::mm" in names or "aten::addmm" in names, sorted(names)[:20]
+print(f"flop counter: step 3 counted {counted:.6g} FLOPs, the estimate {steps[2]['flops'] / counted:.4f} of it; "
+      f"traces of steps 6-7 with {len(events)} events on rank 1")
 print(f"{len(steps)} steps: {steps[-1]['tokens_per_second']:.0f} tokens/s, MFU {steps[-1]['mfu']:.3%} of 0.5 TFLOP/s, "
       f"peak RSS {steps[-1]['peak_rss_bytes'] >> 20} MiB; validation loss {e['val_loss']:.4f}")
 PY
@@ -123,6 +152,10 @@ grep -q "resuming at step 6" "$tmp/again/logs/rank-00000.log" || fail "the run d
   fail "save_metrics without jsonl was accepted"
 grep -q "save_metrics = true is made from metrics.jsonl" "$tmp/nojsonl.log" ||
   fail "save_metrics without jsonl: $(tail -3 "$tmp/nojsonl.log")"
+"$st" validate "$tmp/job.toml" --set metrics.flop_counter_start=5 >"$tmp/overlap.log" 2>&1 &&
+  fail "a flop counter step inside the profiled steps was accepted"
+grep -q "the flop counter's step (6) falls inside the profiled steps (5..7)" "$tmp/overlap.log" ||
+  fail "flop counter inside the profiled steps: $(cat "$tmp/overlap.log")"
 printf '[job]\nname = "x"\n[train]\nsave_metrics = true\n' >"$tmp/recipes.toml"
 "$st" submit "$tmp/recipes.toml" --dry-run >"$tmp/recipes.log" 2>&1 && fail "[train] save_metrics was accepted"
 grep -q "save_metrics is \[metrics\] save_metrics here" "$tmp/recipes.log" ||
