@@ -12,6 +12,7 @@
 #include "common/job/job_writer.h"
 #include "common/exit_codes.h"
 #include "launcher/local_run.h"
+#include "launcher/plan.h"
 #include "launcher/plot.h"
 #include "launcher/status.h"
 #include "launcher/submit.h"
@@ -81,6 +82,22 @@ int cmd_submit(const std::string& path, const std::vector<std::string>& override
   return launcher::submit(job, {sibling_executable("shardtune-rank"), dry_run});
 }
 
+int cmd_plan(const std::string& path, const std::vector<std::string>& overrides, const std::string& memory_text,
+             const std::string& model_config, bool as_json) {
+  const job::Job job = resolve(path, overrides);
+  std::optional<double> limit;
+  if (!memory_text.empty()) {
+    limit = launcher::parse_memory_size(memory_text);
+    ST_CHECK(limit.has_value(), common::ErrorKind::kUsage, "--gpu-memory {:?} is not a size like 80GiB", memory_text);
+  } else if (job.launch.gpu_memory_gib > 0) {
+    limit = job.launch.gpu_memory_gib * (1 << 30);
+  }
+  const model::LlamaConfig config =
+      model_config.empty() ? launcher::job_model_config(job) : model::LlamaConfig::from_file(model_config);
+  std::cout << (as_json ? launcher::plan_json(job, config, limit) : launcher::plan_report(job, config, limit));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -112,6 +129,18 @@ int main(int argc, char** argv) {
   status->add_option("output_dir", status_target, "The job's output directory, or its job file (default: .)");
   status->add_option("--lines", log_lines, "Lines of the rank-0 log to show")->check(CLI::Range(0, 10000));
 
+  std::string memory_text;
+  bool as_json = false;
+  auto* plan = app.add_subcommand("plan", "Per-rank memory of the job, part by part; whether it fits, and what would");
+  plan->add_option("job", path, "Job file (TOML)")->required();
+  plan->add_option("--set", overrides, "Override a field: section.key=value (repeatable)");
+  plan->add_option("--gpu-memory", memory_text,
+                   "Memory of one rank's device, e.g. 80GiB (default: [launch] gpu_memory_gib; none on a CPU job)");
+  std::string model_config;
+  plan->add_option("--model-config", model_config,
+                   "A config.json giving the model's shapes, when the job's model folder is not on this machine");
+  plan->add_flag("--json", as_json, "Print the plan as JSON");
+
   launcher::PlotOptions plot_options;
   auto* plot = app.add_subcommand("plot", "Draw PNG charts of runs' metrics.jsonl: loss, learning rate, tokens/s, memory");
   plot->add_option("runs", plot_options.runs, "Output directories of the runs to plot (several: compared in one chart)")
@@ -131,6 +160,7 @@ int main(int argc, char** argv) {
       std::cout << launcher::status_report(status_target, log_lines);
       return 0;
     }
+    if (plan->parsed()) return cmd_plan(path, overrides, memory_text, model_config, as_json);
     if (plot->parsed()) {
       for (const std::string& png : launcher::plot_runs(plot_options)) std::cout << png << "\n";
       return 0;

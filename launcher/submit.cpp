@@ -10,6 +10,7 @@
 #include "common/file_io.h"
 #include "common/job/job_writer.h"
 #include "launcher/local_run.h"
+#include "launcher/plan.h"
 #include "launcher/writer_guard.h"
 #include "slurm/command.h"
 #include "slurm/sbatch_script.h"
@@ -55,7 +56,28 @@ std::string last_job_id(const std::string& output_dir) {
   return last;
 }
 
+namespace {
+
+// The planner's verdict before queueing: a GPU job with [launch] gpu_memory_gib that will not
+// fit is reported (with the changes that would make it fit) and still submitted.
+void warn_if_it_cannot_fit(const job::Job& job) {
+  if (job.launch.gpu_memory_gib <= 0) return;
+  try {
+    const model::LlamaConfig config = job_model_config(job);
+    const double limit = job.launch.gpu_memory_gib * (1 << 30);
+    if (plan_memory(job, config).total_bytes > limit)
+      std::cerr << "shardtune: warning: the job will not fit its GPUs' memory ([launch] gpu_memory_gib = "
+                << job.launch.gpu_memory_gib << ")\n"
+                << plan_report(job, config, limit);
+  } catch (const std::exception& e) {
+    std::cerr << fmt::format("shardtune: warning: no memory plan: {}\n", e.what());
+  }
+}
+
+}  // namespace
+
 int submit(const job::Job& job, const SubmitOptions& options) {
+  warn_if_it_cannot_fit(job);
   const std::string script = slurm::sbatch_script(job, {options.rank_exe, resolved_job_path(job)});
   const std::vector<std::string> argv = slurm::sbatch_argv(script_path(job));
   if (options.dry_run) {

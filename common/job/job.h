@@ -59,6 +59,7 @@ struct LaunchSection {
   std::vector<std::string> extra_mpirun_options;
   double collective_timeout_s = 300.0;
   Device device = Device::kAuto;
+  double gpu_memory_gib = 0;  // memory of one GPU, for the planner; 0: not given
 };
 
 struct ModelSection {

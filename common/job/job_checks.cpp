@@ -156,6 +156,8 @@ void check_metrics(const Job& job, Checker& c) {
     c.error({"metrics.save_metrics", "metrics.jsonl"},
             "save_metrics = true is made from metrics.jsonl, which jsonl = false turns off: set jsonl = true");
   warn_if_no_effect(job, c, "metrics", "peak_tflops", !job.metrics.jsonl, "jsonl is false (MFU is written there)");
+  warn_if_no_effect(job, c, "launch", "gpu_memory_gib", job.launch.device == Device::kCpu,
+                    "device is \"cpu\" (the planner checks GPU memory)");
   const MetricsSection& m = job.metrics;
   for (const char* key : {"profiler_dir", "profiler_wait_steps", "profiler_warmup_steps", "profiler_active_steps"})
     warn_if_no_effect(job, c, "metrics", key, !m.use_profiler, "use_profiler is false");

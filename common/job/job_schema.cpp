@@ -227,6 +227,10 @@ std::vector<SectionSpec> build_schema() {
             "OMPI_COMM_WORLD_LOCAL_RANK, among CUDA_VISIBLE_DEVICES), with NCCL between ranks; the job "
             "fails before training if there is none. cpu: the CPU, with MPI. auto: cuda when a GPU is "
             "visible, else cpu; never a silent fall back to the CPU when a GPU is there but unusable.");
+    s.field("gpu_memory_gib", &LaunchSection::gpu_memory_gib,
+            "Memory of one of the job's GPUs in GiB (e.g. 80). `shardtune plan` checks the job against it, "
+            "and `shardtune submit` warns before queueing a job that will not fit. 0: not given.")
+        .in_range(0.0, 1e6);
   }
   {
     SectionBuilder<ModelSection> s(schema, "model", "The model to fine-tune.", &Job::model);

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# The planner against measurement on the CPU: each configuration below is planned
+# (`shardtune plan --json`: the host memory of a rank at the training peak) and run for a few
+# steps (`shardtune run`); the measured figure is the largest per-step peak RSS of any rank in
+# metrics.jsonl (steps 2 on; the peak is reset as each step begins, so loading is not in it).
+# Prints a markdown table with predicted / measured for each, and exits 1 when one is off by more
+# than 15%.
+# usage: bench/plan.sh [BUILD_DIR] [WORK_DIR]
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${1:-$root/build}
+work=${2:-/var/tmp/shardtune-plan-bench}
+st=$build/bin/shardtune
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+mkdir -p "$work"
+[[ -f "$work/mid/config.json" ]] ||
+  "$build/bin/shardtune-make-model" "$work/mid" --hidden 1024 --layers 4 --intermediate 2816 --vocab 32000 --dtype bf16 >/dev/null
+[[ -f "$work/big/config.json" ]] ||
+  "$build/bin/shardtune-make-model" "$work/big" --config "$root/tests/fixtures/hf_configs/llama-3.2-1b.json" --layers 6 \
+    --dtype bf16 >/dev/null
+job() {  # job MODEL_PATH: a base job file
+  cat <<TOML
+[job]
+name = "plan-bench"
+[launch]
+launcher = "mpirun"
+device = "cpu"
+[model]
+path = "$1"
+[data]
+format = "synthetic"
+[train]
+num_epochs = 1
+max_train_step = 3
+mixed_precision = false
+run_validation = false
+[fsdp]
+low_cpu_fsdp = true
+[checkpoint]
+every_steps = 0
+resume = "none"
+[metrics]
+log_every_steps = 1
+TOML
+}
+job "$work/mid" >"$work/mid.toml"
+job "$work/big" >"$work/big.toml"
+printf '%s\n' "$(job "$root/configs/data/tiny-llama")" >"$work/tiny.toml"
+
+# name | job file | ranks | overrides
+configs=(
+  "tiny, FULL_SHARD|tiny|1|train.batch_size_training=4 train.context_length=64"
+  "tiny, SHARD_GRAD_OP|tiny|2|fsdp.sharding_strategy=SHARD_GRAD_OP train.batch_size_training=4 train.context_length=64"
+  "0.1B, FULL_SHARD|mid|2|train.batch_size_training=2 train.context_length=256"
+  "0.1B, FULL_SHARD, checkpointing|mid|3|fsdp.activation_checkpointing=true train.batch_size_training=4 train.context_length=256"
+  "0.1B, HYBRID_SHARD 2x2|mid|4|fsdp.sharding_strategy=HYBRID_SHARD fsdp.hsdp_shard_size=2 train.batch_size_training=1 train.context_length=256"
+  "0.1B, NO_SHARD|mid|2|fsdp.sharding_strategy=NO_SHARD train.batch_size_training=2 train.context_length=128"
+  "0.1B, LoRA all-linear|mid|2|peft.method=lora peft.target_modules=[\"all-linear\"] peft.lora_r=16 train.batch_size_training=2 train.context_length=256"
+  "0.63B, FULL_SHARD|big|4|train.batch_size_training=1 train.context_length=64 train.max_train_step=2"
+  "0.63B, LoRA|big|2|peft.method=lora train.batch_size_training=1 train.context_length=64 train.max_train_step=2"
+)
+echo "| configuration | ranks | predicted GiB | measured GiB | predicted / measured |"
+echo "|---|---|---|---|---|"
+bad=0
+for c in "${configs[@]}"; do
+  IFS='|' read -r name model ranks sets <<<"$c"
+  args=()
+  for s in $sets; do args+=(--set "$s"); done
+  out="$work/run"
+  rm -rf "$out"
+  predicted=$("$st" plan "$work/$model.toml" "${args[@]}" --set "slurm.ntasks_per_node=$ranks" --json 2>/dev/null |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["total_bytes"])')
+  "$st" run "$work/$model.toml" -n "$ranks" --set "job.output_dir=$out" "${args[@]}" >"$work/run.log" 2>&1 ||
+    { echo "| $name | $ranks | run failed: $(tail -1 "$work/run.log") | | |"; bad=1; continue; }
+  line=$(python3 - "$out/metrics.jsonl" "$predicted" "$name" "$ranks" <<'PY'
+import json, sys
+steps = [json.loads(l) for l in open(sys.argv[1]) if '"step":' in l][1:]
+measured = max(r["peak_rss_bytes"] for r in steps)
+predicted = float(sys.argv[2])
+ratio = predicted / measured
+print(f"| {sys.argv[3]} | {sys.argv[4]} | {predicted / 2**30:.3f} | {measured / 2**30:.3f} | {ratio:.3f} |"
+      + ("" if abs(ratio - 1) <= 0.15 else " off by more than 15%"))
+PY
+)
+  echo "$line"
+  [[ $line == *"off by more"* ]] && bad=1
+done
+exit $bad

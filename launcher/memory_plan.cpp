@@ -1,0 +1,175 @@
+// The memory model of a training rank.
+#include "launcher/memory_plan.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/lora_targets.h"
+
+namespace shardtune::launcher {
+namespace {
+
+// The runtime's own resident memory on a CPU rank: LibTorch, Open MPI, HDF5 and the C++ runtime,
+// mapped and touched (a 0.1M-parameter model's run peaks at about this).
+constexpr double kCpuRuntimeBytes = 180.0 * (1 << 20);
+
+const char* dtype_name(double bytes) { return bytes == 2 ? "bf16" : "fp32"; }
+
+struct Shapes {
+  double d, kv, q, f, v, layers, heads;
+  double embed, block, head;  // parameters per FSDP unit (head: its norm and, untied, lm_head)
+  double adapters_per_block = 0, adapters_head = 0;
+};
+
+Shapes shapes_of(const model::LlamaConfig& c, const job::PeftSection& peft) {
+  Shapes s{};
+  s.d = static_cast<double>(c.hidden_size);
+  s.q = static_cast<double>(c.num_attention_heads * c.head_dim);
+  s.kv = static_cast<double>(c.num_key_value_heads * c.head_dim);
+  s.f = static_cast<double>(c.intermediate_size);
+  s.v = static_cast<double>(c.vocab_size);
+  s.layers = static_cast<double>(c.num_hidden_layers);
+  s.heads = static_cast<double>(c.num_attention_heads);
+  s.embed = s.v * s.d;
+  s.block = (2 * s.d * s.q + 2 * s.d * s.kv) + 3 * s.d * s.f + 2 * s.d;
+  if (c.attention_bias) s.block += s.q + 2 * s.kv + s.d;
+  if (c.mlp_bias) s.block += 2 * s.f + s.d;
+  s.head = s.d + (c.tie_word_embeddings ? 0 : s.embed);
+  if (peft.method == job::PeftMethod::kLora) {
+    const double r = static_cast<double>(peft.lora_r);
+    auto targeted = [&](std::string_view m) {
+      return std::find(peft.target_modules.begin(), peft.target_modules.end(), m) != peft.target_modules.end() ||
+             (m != common::kLoraHeadModule &&
+              std::find(peft.target_modules.begin(), peft.target_modules.end(), common::kLoraAllLinear) !=
+                  peft.target_modules.end());
+    };
+    const std::pair<std::string_view, std::pair<double, double>> modules[] = {
+        {"q_proj", {s.d, s.q}},    {"k_proj", {s.d, s.kv}}, {"v_proj", {s.d, s.kv}},   {"o_proj", {s.q, s.d}},
+        {"gate_proj", {s.d, s.f}}, {"up_proj", {s.d, s.f}}, {"down_proj", {s.f, s.d}},
+    };
+    for (const auto& [name, in_out] : modules)
+      if (targeted(name)) s.adapters_per_block += r * (in_out.first + in_out.second);
+    if (targeted(common::kLoraHeadModule)) s.adapters_head = r * (s.d + s.v);
+  }
+  return s;
+}
+
+}  // namespace
+
+model::LlamaConfig job_model_config(const job::Job& job) {
+  if (job.model.preset == job::ModelPreset::kTiny) return model::LlamaConfig::tiny();
+  return model::LlamaConfig::from_file(job.model.path + "/config.json");
+}
+
+MemoryPlan plan_memory(const job::Job& job, const model::LlamaConfig& config) {
+  const job::TrainSection& t = job.train;
+  const bool lora = job.peft.method == job::PeftMethod::kLora;
+  const Shapes s = shapes_of(config, job.peft);
+  MemoryPlan plan;
+  plan.cuda = job.launch.device == job::Device::kCuda ||
+              (job.launch.device == job::Device::kAuto && job.slurm.gpus_per_node > 0);
+  plan.world = job.slurm.world_size();
+  plan.shard_size = job::shard_group_size(job);
+  const double shards = static_cast<double>(plan.shard_size);
+
+  // Dtypes, as fsdp_options.cpp sets them.
+  const double master = t.pure_bf16 ? 2 : 4;
+  const double compute = t.pure_bf16 || t.mixed_precision ? 2 : 4;
+  const double reduce = job.fsdp.reduce_dtype == common::Dtype::kBF16 ? 2 : 4;
+  const double frozen = lora ? compute : master;
+
+  const double base = s.embed + s.layers * s.block + s.head;
+  const double adapters = s.layers * s.adapters_per_block + s.adapters_head;
+  plan.parameters = base + adapters;
+  double frozen_base = lora ? base : 0;
+  if (!lora && t.freeze_layers) frozen_base = std::min(static_cast<double>(t.num_freeze_layers), s.layers) * s.block;
+  plan.trainable = plan.parameters - frozen_base;
+  const double block_trainable = lora ? s.adapters_per_block : s.block;
+  const double head_trainable = lora ? s.adapters_head : s.head;
+
+  auto add = [&](std::string name, std::string detail, double bytes) {
+    plan.parts.push_back({std::move(name), std::move(detail), bytes});
+    plan.total_bytes += bytes;
+  };
+  const std::string over = plan.shard_size > 1 ? fmt::format("sharded over {} ranks", plan.shard_size) : "unsharded";
+  if (lora) {
+    add("parameters", fmt::format("{}: frozen base in {}, adapters in {}", over, dtype_name(frozen), dtype_name(master)),
+        base / shards * frozen + adapters / shards * master);
+  } else {
+    add("parameters", fmt::format("{}, {}", over, dtype_name(master)), plan.parameters / shards * master);
+  }
+  add("gradients", fmt::format("{} of the trainable parameters, {}", over, dtype_name(master)),
+      plan.trainable / shards * master);
+  add("optimizer states", fmt::format("AdamW's two moments, {}", dtype_name(master)),
+      2 * plan.trainable / shards * master);
+
+  // Gathered units in the compute dtype. One shard of the master dtype is its own full buffer.
+  const bool strategy_reshards = job.fsdp.sharding_strategy == job::ShardingStrategy::kFullShard ||
+                                 job.fsdp.sharding_strategy == job::ShardingStrategy::kHybridShard;
+  const bool tied = config.tie_word_embeddings;
+  const bool base_aliased = plan.shard_size == 1 && compute == frozen;
+  if (!base_aliased) {
+    double gathered = 0;
+    std::string detail;
+    if (strategy_reshards) {
+      // The head stays gathered from the end of forward into backward, and the last block is
+      // prefetched for backward meanwhile; in forward, a unit and the next one.
+      const double head_units = s.head + (tied ? s.embed : 0);
+      gathered = std::max({s.embed + s.block, 2 * s.block, s.block + head_units}) * compute;
+      detail = fmt::format("two units at a time (the unit computing and the one prefetched), {}", dtype_name(compute));
+    } else {
+      gathered = base * compute;
+      detail = fmt::format("every unit stays gathered between forward and backward, {}", dtype_name(compute));
+    }
+    add("gathered parameters", detail, gathered);
+  }
+  // Unsharded gradients of the units whose reduction is in flight (the head's and the last
+  // block's at the start of backward), in the reduce dtype, and the compute-dtype gradients
+  // autograd hands over for one unit.
+  add("gradient buffers", fmt::format("two units' unsharded gradients in flight, {}", dtype_name(reduce)),
+      (head_trainable + block_trainable) * reduce + std::max(head_trainable, block_trainable) * compute);
+
+  // Activations of one micro-batch (B rows of T tokens; packing fills rows to context_length).
+  const double tokens = static_cast<double>(t.batch_size_training * t.context_length);
+  const double context = static_cast<double>(t.context_length);
+  plan.tokens_per_micro_batch = static_cast<int64_t>(tokens);
+  // Per token, what a block keeps for backward: its input and normed inputs (norms in fp32), q,
+  // k, v and their rotated copies, k and v repeated to the query heads, the attention output,
+  // and the MLP's gate, up, activation and product. Attention without fused kernels (LibTorch
+  // 1.x, the CPU) also keeps its fp32 softmax and the probabilities it multiplies: H x T each;
+  // the fused kernels of LibTorch 2 on a GPU keep only a log-sum-exp per head.
+  const double norms = 2 * 2 * s.d * 4;
+  const double block_per_token = compute * (8 * s.d + 3 * s.kv + 4 * s.f) + norms +
+                                 (plan.cuda ? s.heads * 4 : s.heads * context * (4 + compute));
+  const std::string per_block = fmt::format("{:.0f} bytes per token per block", block_per_token);
+  if (job.fsdp.activation_checkpointing) {
+    add("activations", fmt::format("checkpointed: each block's input, and one block recomputed ({})", per_block),
+        tokens * (s.layers * s.d * compute + block_per_token));
+  } else {
+    add("activations", fmt::format("every block's saved tensors ({})", per_block), tokens * s.layers * block_per_token);
+  }
+  // Logits in the compute dtype, their fp32 log-softmax for the loss, and its gradient.
+  add("logits and loss", fmt::format("{:.0f} x {:.0f} vocabulary: logits, fp32 log-softmax and its gradient", tokens, s.v),
+      tokens * s.v * (compute + 4 + 4 + (compute == 2 ? 4 : 0)));
+  if (!plan.cuda) add("runtime", "LibTorch, Open MPI and HDF5 themselves", kCpuRuntimeBytes);
+
+  // Loading: a streamed load holds a unit at a time; otherwise every rank builds the whole model
+  // in fp32 and keeps its shards of it.
+  const bool streamed = !job.model.path.empty() && job.model.init == job::ModelInit::kPretrained &&
+                        (job.fsdp.low_cpu_fsdp ||
+                         (job.fsdp.low_cpu_fsdp_min_params > 0 &&
+                          plan.parameters >= static_cast<double>(job.fsdp.low_cpu_fsdp_min_params)));
+  if (streamed) {
+    plan.loading_bytes = std::max({s.embed, s.block, s.head}) * 4 + plan.parameters / shards * master;
+    plan.loading_detail = "streamed (low_cpu_fsdp): one unit at a time in fp32, and the rank's shards";
+  } else {
+    plan.loading_bytes = plan.parameters * 4 + plan.parameters / shards * master;
+    plan.loading_detail = "every rank builds the whole model in fp32, then keeps its shards (low_cpu_fsdp streams it)";
+  }
+  if (!plan.cuda) plan.loading_bytes += kCpuRuntimeBytes;
+  return plan;
+}
+
+}  // namespace shardtune::launcher

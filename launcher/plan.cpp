@@ -1,0 +1,183 @@
+// The planner's report and the changes that make a job fit.
+#include "launcher/plan.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <functional>
+
+#include "common/job/schema.h"
+
+namespace shardtune::launcher {
+namespace {
+
+std::string gib(double bytes) { return fmt::format("{:.2f} GiB", bytes / (1 << 30)); }
+
+struct Candidate {
+  std::string what;
+  std::vector<std::string> overrides;
+  std::function<void(job::Job&)> apply;
+};
+
+// The single changes worth trying on this job, in the order a user would reach for them.
+std::vector<Candidate> candidates(const job::Job& job) {
+  std::vector<Candidate> out;
+  const job::TrainSection& t = job.train;
+  if (!job.fsdp.activation_checkpointing)
+    out.push_back({"activation checkpointing", {"fsdp.activation_checkpointing=true"},
+                   [](job::Job& j) { j.fsdp.activation_checkpointing = true; }});
+  for (int64_t b = t.batch_size_training / 2; b >= 1; b /= 2) {
+    const int64_t accumulation = t.gradient_accumulation_steps * (t.batch_size_training / b);
+    out.push_back({fmt::format("micro-batch {} with {} accumulation steps (the same global batch)", b, accumulation),
+                   {fmt::format("train.batch_size_training={}", b),
+                    fmt::format("train.gradient_accumulation_steps={}", accumulation)},
+                   [b, accumulation](job::Job& j) {
+                     j.train.batch_size_training = b;
+                     j.train.gradient_accumulation_steps = accumulation;
+                   }});
+  }
+  const auto strategy = job.fsdp.sharding_strategy;
+  if (strategy == job::ShardingStrategy::kShardGradOp || strategy == job::ShardingStrategy::kNoShard)
+    out.push_back({"FULL_SHARD (gather each unit again for backward)", {"fsdp.sharding_strategy=FULL_SHARD"},
+                   [](job::Job& j) { j.fsdp.sharding_strategy = job::ShardingStrategy::kFullShard; }});
+  if (strategy == job::ShardingStrategy::kHybridShard) {
+    const int64_t world = job.slurm.world_size();
+    for (int64_t size = job::shard_group_size(job) * 2; size <= world; size *= 2)
+      if (world % size == 0)
+        out.push_back({fmt::format("HSDP shard groups of {} ranks", size), {fmt::format("fsdp.hsdp_shard_size={}", size)},
+                       [size](job::Job& j) { j.fsdp.hsdp_shard_size = size; }});
+  }
+  if (!t.pure_bf16 && !t.use_fp16)
+    out.push_back({"pure_bf16 (bf16 parameters and optimizer states)", {"train.pure_bf16=true"},
+                   [](job::Job& j) { j.train.pure_bf16 = true; }});
+  if (job.peft.method == job::PeftMethod::kNone && !t.freeze_layers)
+    out.push_back({"LoRA (the base frozen; adapters on q_proj and v_proj, r = 8)", {"peft.method=lora"},
+                   [](job::Job& j) { j.peft.method = job::PeftMethod::kLora; }});
+  if (strategy == job::ShardingStrategy::kFullShard || strategy == job::ShardingStrategy::kShardGradOp)
+    for (int64_t factor : {2, 4, 8})
+      out.push_back({fmt::format("{} nodes (sharding over {} ranks)", job.slurm.nodes * factor, job.slurm.world_size() * factor),
+                     {fmt::format("slurm.nodes={}", job.slurm.nodes * factor)},
+                     [factor](job::Job& j) { j.slurm.nodes *= factor; }});
+  return out;
+}
+
+}  // namespace
+
+std::vector<FitChange> changes_that_fit(const job::Job& job, const model::LlamaConfig& config, double limit_bytes) {
+  const std::vector<Candidate> all = candidates(job);
+  std::vector<FitChange> fit;
+  auto try_change = [&](const std::vector<const Candidate*>& picked) {
+    job::Job changed = job;
+    FitChange change;
+    for (const Candidate* c : picked) {
+      c->apply(changed);
+      change.what += (change.what.empty() ? "" : " + ") + c->what;
+      change.overrides.insert(change.overrides.end(), c->overrides.begin(), c->overrides.end());
+    }
+    change.total_bytes = plan_memory(changed, config).total_bytes;
+    if (change.total_bytes <= limit_bytes) fit.push_back(std::move(change));
+  };
+  // A kind of change counts once: the first (smallest) micro-batch, node count or group size that fits.
+  auto kind = [](const std::string& what) { return what.substr(0, what.find_first_of("0123456789(")); };
+  std::vector<std::string> kinds_that_fit;
+  for (const Candidate& c : all) {
+    if (std::find(kinds_that_fit.begin(), kinds_that_fit.end(), kind(c.what)) != kinds_that_fit.end()) continue;
+    const size_t before = fit.size();
+    try_change({&c});
+    if (fit.size() > before) kinds_that_fit.push_back(kind(c.what));
+  }
+  if (fit.empty())
+    for (size_t i = 0; i < all.size() && fit.size() < 6; ++i)
+      for (size_t k = i + 1; k < all.size() && fit.size() < 6; ++k)
+        if (kind(all[i].what) != kind(all[k].what)) try_change({&all[i], &all[k]});
+  return fit;
+}
+
+std::optional<double> parse_memory_size(const std::string& text) {
+  size_t pos = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &pos);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  std::string unit = text.substr(pos);
+  unit.erase(std::remove_if(unit.begin(), unit.end(), [](unsigned char c) { return std::isspace(c); }), unit.end());
+  std::transform(unit.begin(), unit.end(), unit.begin(), [](unsigned char c) { return std::tolower(c); });
+  const std::pair<const char*, double> units[] = {
+      {"tib", 1099511627776.0}, {"tb", 1099511627776.0}, {"t", 1099511627776.0}, {"gib", 1073741824.0},
+      {"gb", 1073741824.0},     {"g", 1073741824.0},     {"mib", 1048576.0},    {"mb", 1048576.0},
+      {"m", 1048576.0},
+  };
+  for (const auto& [name, scale] : units)
+    if (unit == name && value > 0 && std::isfinite(value)) return value * scale;
+  return std::nullopt;
+}
+
+std::string plan_report(const job::Job& job, const model::LlamaConfig& config, std::optional<double> limit_bytes) {
+  const MemoryPlan plan = plan_memory(job, config);
+  std::string out = fmt::format(
+      "plan for {}: {:.3f}B parameters ({:.3f}B trainable), {} block(s); {} rank(s), {} over {}; micro-batch {} "
+      "x {} tokens, activation checkpointing {}\n",
+      job.job.name, plan.parameters / 1e9, plan.trainable / 1e9, config.num_hidden_layers, plan.world,
+      job::enum_name(job.fsdp.sharding_strategy), plan.shard_size, job.train.batch_size_training,
+      job.train.context_length, job.fsdp.activation_checkpointing ? "on" : "off");
+  out += fmt::format("per rank, {} at the training peak:\n", plan.cuda ? "GPU memory" : "host memory (RSS)");
+  for (const MemoryPart& p : plan.parts) out += fmt::format("  {:<20} {:>12}   {}\n", p.name, gib(p.bytes), p.detail);
+  out += fmt::format("  {:<20} {:>12}\n", "total", gib(plan.total_bytes));
+  if (plan.cuda) out += "  (the CUDA context, about 0.5 GiB, and the caching allocator's slack come on top)\n";
+  out += fmt::format("host memory per rank while loading: {} ({})\n", gib(plan.loading_bytes), plan.loading_detail);
+  if (!limit_bytes) {
+    if (plan.cuda) out += "give --gpu-memory (e.g. 80GiB) to check that it fits\n";
+    return out;
+  }
+  if (plan.total_bytes <= *limit_bytes) {
+    out += fmt::format("fits: {} of {} per rank ({:.0f}%)\n", gib(plan.total_bytes), gib(*limit_bytes),
+                       100 * plan.total_bytes / *limit_bytes);
+    return out;
+  }
+  out += fmt::format("does not fit: {} needed, {} per rank\n", gib(plan.total_bytes), gib(*limit_bytes));
+  const std::vector<FitChange> fit = changes_that_fit(job, config, *limit_bytes);
+  if (fit.empty()) {
+    out += "no single change nor pair of changes makes it fit: more nodes with FULL_SHARD, LoRA and activation "
+           "checkpointing together, or a larger device\n";
+    return out;
+  }
+  out += "changes that make it fit:\n";
+  for (const FitChange& c : fit) {
+    std::string sets;
+    for (const std::string& o : c.overrides) sets += " --set " + o;
+    out += fmt::format("  {:<60} {:>12}  ({})\n", c.what, gib(c.total_bytes), sets.substr(1));
+  }
+  return out;
+}
+
+std::string plan_json(const job::Job& job, const model::LlamaConfig& config, std::optional<double> limit_bytes) {
+  const MemoryPlan plan = plan_memory(job, config);
+  nlohmann::ordered_json j;
+  j["job"] = job.job.name;
+  j["memory"] = plan.cuda ? "gpu" : "host";
+  j["parameters"] = plan.parameters;
+  j["trainable"] = plan.trainable;
+  j["world_size"] = plan.world;
+  j["shard_size"] = plan.shard_size;
+  nlohmann::ordered_json parts = nlohmann::ordered_json::object();
+  for (const MemoryPart& p : plan.parts) parts[p.name] = p.bytes;
+  j["parts_bytes"] = parts;
+  j["total_bytes"] = plan.total_bytes;
+  j["loading_bytes"] = plan.loading_bytes;
+  if (limit_bytes) {
+    j["limit_bytes"] = *limit_bytes;
+    j["fits"] = plan.total_bytes <= *limit_bytes;
+    nlohmann::ordered_json changes = nlohmann::ordered_json::array();
+    if (plan.total_bytes > *limit_bytes)
+      for (const FitChange& c : changes_that_fit(job, config, *limit_bytes))
+        changes.push_back({{"change", c.what}, {"overrides", c.overrides}, {"total_bytes", c.total_bytes}});
+    j["changes"] = changes;
+  }
+  return j.dump(2) + "\n";
+}
+
+}  // namespace shardtune::launcher

@@ -1,0 +1,35 @@
+// `shardtune plan JOB.toml [--gpu-memory 80GiB]`: the memory plan in words, whether the job fits
+// the memory of one rank's device, and, when it does not, the smallest changes to the job that
+// make it fit (each as the --set overrides that make it).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/job/job.h"
+#include "launcher/memory_plan.h"
+
+namespace shardtune::launcher {
+
+struct FitChange {
+  std::string what;                    // "activation checkpointing"
+  std::vector<std::string> overrides;  // {"fsdp.activation_checkpointing=true"}
+  double total_bytes = 0;              // per rank, with the change
+};
+
+// Single changes that bring the plan within `limit_bytes`, fewest-bytes first; when none does,
+// pairs of them.
+std::vector<FitChange> changes_that_fit(const job::Job& job, const model::LlamaConfig& config, double limit_bytes);
+
+// "80GiB", "80 GB", "81920MiB", "1.5TiB" → bytes (GB and GiB both read as binary units, as
+// nvidia-smi's figures are). nullopt when it is not a size.
+std::optional<double> parse_memory_size(const std::string& text);
+
+// The report `shardtune plan` prints. `limit_bytes`: the device's memory per rank, when known.
+std::string plan_report(const job::Job& job, const model::LlamaConfig& config, std::optional<double> limit_bytes);
+
+// The report as JSON (parts, totals, limit, fits, changes), for scripts.
+std::string plan_json(const job::Job& job, const model::LlamaConfig& config, std::optional<double> limit_bytes);
+
+}  // namespace shardtune::launcher

@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# `shardtune plan`:
+#  - its parts, for the tiny Llama of configs/data/tiny-llama at 4 ranks, equal the arithmetic done
+#    here from config.json: parameters, gradients and AdamW's moments of a full fine-tune sharded 4
+#    ways in fp32, and of LoRA (adapters counted module by module; the base in bf16 under mixed
+#    precision);
+#  - Llama 3.1 70B over 32 GPUs does not fit 40 GiB: every change it lists, applied with its own
+#    --set overrides, is planned again and fits;
+#  - a real 2-rank run's largest per-step peak RSS is within 15% of the plan;
+#  - `shardtune submit --dry-run` warns about a GPU job that will not fit ([launch] gpu_memory_gib);
+#  - a --gpu-memory that is not a size, and a model without config.json, are clear errors.
+# usage: plan_test.sh SHARDTUNE SOURCE_DIR
+set -u
+st=$1 src=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+cd "$src" || exit 1
+py=/usr/bin/python3
+
+cat >"$tmp/job.toml" <<TOML
+[job]
+name = "plan"
+[slurm]
+ntasks_per_node = 4
+[launch]
+launcher = "mpirun"
+collective_timeout_s = 120.0
+device = "cpu"
+[model]
+path = "configs/data/tiny-llama"
+[data]
+format = "synthetic"
+[train]
+batch_size_training = 4
+context_length = 64
+num_epochs = 1
+max_train_step = 4
+mixed_precision = false
+run_validation = false
+[checkpoint]
+every_steps = 0
+[metrics]
+log_every_steps = 1
+TOML
+
+"$st" plan "$tmp/job.toml" --json >"$tmp/full.json" || fail "plan --json failed"
+"$st" plan "$tmp/job.toml" --json --set peft.method=lora --set train.mixed_precision=true \
+  --set 'peft.target_modules=["q_proj", "down_proj"]' --set peft.lora_r=4 >"$tmp/lora.json" || fail "plan of LoRA failed"
+$py - "$tmp/full.json" "$tmp/lora.json" configs/data/tiny-llama/config.json <<'PY' || fail "the plan's parts are not the arithmetic"
+import json, math, sys
+full, lora, c = (json.load(open(p)) for p in sys.argv[1:4])
+d, L, V, F = c["hidden_size"], c["num_hidden_layers"], c["vocab_size"], c["intermediate_size"]
+q, kv = c["num_attention_heads"] * c["head_dim"], c["num_key_value_heads"] * c["head_dim"]
+block = 2 * d * q + 2 * d * kv + 3 * d * F + 2 * d
+P = V * d + L * block + d + (0 if c["tie_word_embeddings"] else V * d)
+parts = full["parts_bytes"]
+assert full["parameters"] == P and full["trainable"] == P and full["shard_size"] == 4, full
+for key, want in (("parameters", P / 4 * 4), ("gradients", P / 4 * 4), ("optimizer states", 2 * P / 4 * 4)):
+    assert math.isclose(parts[key], want), (key, parts[key], want)
+assert math.isclose(full["total_bytes"], sum(parts.values())), full
+r = 4
+adapters = L * r * ((d + q) + (F + d))  # q_proj: d -> q; down_proj: F -> d
+assert lora["trainable"] == adapters, (lora["trainable"], adapters)
+lp = lora["parts_bytes"]
+assert math.isclose(lp["parameters"], P / 4 * 2 + adapters / 4 * 4), lp
+assert math.isclose(lp["optimizer states"], 2 * adapters / 4 * 4), lp
+print(f"plan arithmetic: {P} parameters, LoRA {adapters} trainable")
+PY
+
+"$st" plan configs/llama3-70b-fsdp.toml --model-config tests/fixtures/hf_configs/llama-3.1-70b.json --gpu-memory 40GiB \
+  --json >"$tmp/70b.json" || fail "plan of 70B failed"
+"$st" plan configs/llama3-70b-fsdp.toml --model-config tests/fixtures/hf_configs/llama-3.1-70b.json \
+  --gpu-memory 40GiB >"$tmp/70b.txt" || fail "plan of 70B failed"
+grep -q "^does not fit: " "$tmp/70b.txt" || fail "70B on 40 GiB: $(head -20 "$tmp/70b.txt")"
+grep -q "^changes that make it fit:" "$tmp/70b.txt" || fail "70B on 40 GiB lists no change"
+$py - "$tmp/70b.json" >"$tmp/changes" <<'PY' || fail "70B on 40 GiB: the plan says it fits, or lists no change"
+import json, sys
+plan = json.load(open(sys.argv[1]))
+assert plan["fits"] is False and plan["changes"], plan
+for c in plan["changes"]:
+    print(" ".join("--set " + o for o in c["overrides"]))
+PY
+while read -r sets; do
+  # shellcheck disable=SC2086
+  "$st" plan configs/llama3-70b-fsdp.toml --model-config tests/fixtures/hf_configs/llama-3.1-70b.json \
+    --gpu-memory 40GiB $sets >"$tmp/changed.txt" 2>&1 || { fail "plan with $sets failed: $(tail -3 "$tmp/changed.txt")"; continue; }
+  grep -q "^fits: " "$tmp/changed.txt" || fail "the suggested $sets does not fit: $(tail -3 "$tmp/changed.txt")"
+done <"$tmp/changes"
+echo "70B on 40 GiB: $(wc -l <"$tmp/changes") change(s) listed, each planned again and fitting"
+
+# The plan against a real run.
+"$st" run "$tmp/job.toml" -n 2 --set "job.output_dir=$tmp/run" >"$tmp/run.log" 2>&1 || fail "the run failed: $(tail -5 "$tmp/run.log")"
+"$st" plan "$tmp/job.toml" --set slurm.ntasks_per_node=2 --json >"$tmp/two.json"
+$py - "$tmp/run/metrics.jsonl" "$tmp/two.json" <<'PY' || fail "the plan is more than 15% off the measured peak"
+import json, sys
+measured = max(json.loads(l)["peak_rss_bytes"] for l in open(sys.argv[1]) if '"step":' in l)
+predicted = json.load(open(sys.argv[2]))["total_bytes"]
+print(f"2 ranks: planned {predicted / 2**20:.0f} MiB, measured {measured / 2**20:.0f} MiB ({predicted / measured:.3f})")
+assert abs(predicted / measured - 1) <= 0.15
+PY
+
+# submit warns about a GPU job that will not fit.
+"$st" submit configs/llama3-70b-fsdp.toml --dry-run --set launch.gpu_memory_gib=1 --set "model.path=$src/configs/data/tiny-llama" \
+  --set fsdp.activation_checkpointing=false --set train.batch_size_training=64 >"$tmp/submit.out" 2>"$tmp/submit.err" ||
+  fail "submit --dry-run failed: $(cat "$tmp/submit.err")"
+grep -q "warning: the job will not fit its GPUs' memory (\[launch\] gpu_memory_gib = 1)" "$tmp/submit.err" ||
+  fail "submit did not warn: $(head -5 "$tmp/submit.err")"
+grep -q "^#SBATCH" "$tmp/submit.out" || fail "submit --dry-run did not print the script after warning"
+
+"$st" plan "$tmp/job.toml" --gpu-memory "80 elephants" >"$tmp/err" 2>&1 && fail "--gpu-memory '80 elephants' was accepted"
+grep -q 'is not a size like 80GiB' "$tmp/err" || fail "bad --gpu-memory: $(cat "$tmp/err")"
+"$st" plan "$tmp/job.toml" --set "model.path=$tmp/nowhere" >"$tmp/err" 2>&1 && fail "a model without config.json was planned"
+grep -q "$tmp/nowhere/config.json" "$tmp/err" || fail "missing config.json: $(cat "$tmp/err")"
+
+[ "$failures" -eq 0 ] && echo "plan_test: all checks passed"
+exit $((failures > 0))
