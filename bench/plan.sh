@@ -2,16 +2,18 @@
 # The planner against measurement on the CPU: each configuration below is planned
 # (`shardtune plan --json`: the host memory of a rank at the training peak) and run for a few
 # steps (`shardtune run`); the measured figure is the largest per-step peak RSS of any rank in
-# metrics.jsonl (steps 2 on; the peak is reset as each step begins, so loading is not in it).
+# metrics.jsonl (step 2 on; the peak is reset as each step begins, so loading is not in it).
 # Prints a markdown table with predicted / measured for each, and exits 1 when one is off by more
 # than 15%.
-# usage: bench/plan.sh [BUILD_DIR] [WORK_DIR]
+# usage: bench/plan.sh [BUILD_DIR] [WORK_DIR] [NAME_REGEX (only the configurations it matches)]
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${1:-$root/build}
 work=${2:-/var/tmp/shardtune-plan-bench}
+only=${3:-.}
 st=$build/bin/shardtune
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}  # one thread a rank: the ranks share this machine's cores
 mkdir -p "$work"
 [[ -f "$work/mid/config.json" ]] ||
   "$build/bin/shardtune-make-model" "$work/mid" --hidden 1024 --layers 4 --intermediate 2816 --vocab 32000 --dtype bf16 >/dev/null
@@ -31,7 +33,7 @@ path = "$1"
 format = "synthetic"
 [train]
 num_epochs = 1
-max_train_step = 3
+max_train_step = 2
 mixed_precision = false
 run_validation = false
 [fsdp]
@@ -56,14 +58,15 @@ configs=(
   "0.1B, HYBRID_SHARD 2x2|mid|4|fsdp.sharding_strategy=HYBRID_SHARD fsdp.hsdp_shard_size=2 train.batch_size_training=1 train.context_length=256"
   "0.1B, NO_SHARD|mid|2|fsdp.sharding_strategy=NO_SHARD train.batch_size_training=2 train.context_length=128"
   "0.1B, LoRA all-linear|mid|2|peft.method=lora peft.target_modules=[\"all-linear\"] peft.lora_r=16 train.batch_size_training=2 train.context_length=256"
-  "0.63B, FULL_SHARD|big|4|train.batch_size_training=1 train.context_length=64 train.max_train_step=2"
-  "0.63B, LoRA|big|2|peft.method=lora train.batch_size_training=1 train.context_length=64 train.max_train_step=2"
+  "0.63B, FULL_SHARD|big|4|train.batch_size_training=1 train.context_length=64"
+  "0.63B, LoRA|big|2|peft.method=lora train.batch_size_training=1 train.context_length=64"
 )
 echo "| configuration | ranks | predicted GiB | measured GiB | predicted / measured |"
 echo "|---|---|---|---|---|"
 bad=0
 for c in "${configs[@]}"; do
   IFS='|' read -r name model ranks sets <<<"$c"
+  [[ $name =~ $only ]] || continue
   args=()
   for s in $sets; do args+=(--set "$s"); done
   out="$work/run"

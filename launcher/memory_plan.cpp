@@ -87,7 +87,9 @@ MemoryPlan plan_memory(const job::Job& job, const model::LlamaConfig& config) {
   if (!lora && t.freeze_layers) frozen_base = std::min(static_cast<double>(t.num_freeze_layers), s.layers) * s.block;
   plan.trainable = plan.parameters - frozen_base;
   const double block_trainable = lora ? s.adapters_per_block : s.block;
-  const double head_trainable = lora ? s.adapters_head : s.head;
+  // A tied head's gradient goes into the embedding's unsharded buffer, which then waits for the
+  // embedding's own backward at the very end: the whole vocabulary x hidden, all backward long.
+  const double head_trainable = lora ? s.adapters_head : s.head + (config.tie_word_embeddings ? s.embed : 0);
 
   auto add = [&](std::string name, std::string detail, double bytes) {
     plan.parts.push_back({std::move(name), std::move(detail), bytes});
@@ -128,7 +130,9 @@ MemoryPlan plan_memory(const job::Job& job, const model::LlamaConfig& config) {
   // Unsharded gradients of the units whose reduction is in flight (the head's and the last
   // block's at the start of backward), in the reduce dtype, and the compute-dtype gradients
   // autograd hands over for one unit.
-  add("gradient buffers", fmt::format("two units' unsharded gradients in flight, {}", dtype_name(reduce)),
+  add("gradient buffers",
+      fmt::format("two units' unsharded gradients in flight, {}{}", dtype_name(reduce),
+                  config.tie_word_embeddings && !lora ? " (the tied head's is the embedding's)" : ""),
       (head_trainable + block_trainable) * reduce + std::max(head_trainable, block_trainable) * compute);
 
   // Activations of one micro-batch (B rows of T tokens; packing fills rows to context_length).

@@ -15,6 +15,8 @@ namespace {
 
 std::string gib(double bytes) { return fmt::format("{:.2f} GiB", bytes / (1 << 30)); }
 
+std::string count(double n) { return n >= 1e9 ? fmt::format("{:.2f}B", n / 1e9) : fmt::format("{:.2f}M", n / 1e6); }
+
 struct Candidate {
   std::string what;
   std::vector<std::string> overrides;
@@ -119,9 +121,9 @@ std::optional<double> parse_memory_size(const std::string& text) {
 std::string plan_report(const job::Job& job, const model::LlamaConfig& config, std::optional<double> limit_bytes) {
   const MemoryPlan plan = plan_memory(job, config);
   std::string out = fmt::format(
-      "plan for {}: {:.3f}B parameters ({:.3f}B trainable), {} block(s); {} rank(s), {} over {}; micro-batch {} "
+      "plan for {}: {} parameters ({} trainable), {} block(s); {} rank(s), {} over {}; micro-batch {} "
       "x {} tokens, activation checkpointing {}\n",
-      job.job.name, plan.parameters / 1e9, plan.trainable / 1e9, config.num_hidden_layers, plan.world,
+      job.job.name, count(plan.parameters), count(plan.trainable), config.num_hidden_layers, plan.world,
       job::enum_name(job.fsdp.sharding_strategy), plan.shard_size, job.train.batch_size_training,
       job.train.context_length, job.fsdp.activation_checkpointing ? "on" : "off");
   out += fmt::format("per rank, {} at the training peak:\n", plan.cuda ? "GPU memory" : "host memory (RSS)");

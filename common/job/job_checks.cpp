@@ -159,8 +159,12 @@ void check_metrics(const Job& job, Checker& c) {
   warn_if_no_effect(job, c, "launch", "gpu_memory_gib", job.launch.device == Device::kCpu,
                     "device is \"cpu\" (the planner checks GPU memory)");
   const MetricsSection& m = job.metrics;
-  for (const char* key : {"profiler_dir", "profiler_wait_steps", "profiler_warmup_steps", "profiler_active_steps"})
+  for (const char* key : {"profiler_wait_steps", "profiler_warmup_steps", "profiler_active_steps"})
     warn_if_no_effect(job, c, "metrics", key, !m.use_profiler, "use_profiler is false");
+  // profiler_dir resolves to <output_dir>/profiler: only another path is one the user gave.
+  if (!m.use_profiler && c.is_set("metrics.profiler_dir") && m.profiler_dir != job.job.output_dir + "/profiler")
+    c.warning({"metrics.profiler_dir"},
+              fmt::format("profiler_dir = \"{}\" has no effect: use_profiler is false", m.profiler_dir));
   warn_if_no_effect(job, c, "metrics", "flop_counter_start", !m.flop_counter, "flop_counter is false");
   // Counting FLOPs takes the profiler for its step; it cannot also be tracing then.
   const int64_t first = m.profiler_wait_steps + 1, last = m.profiler_wait_steps + m.profiler_warmup_steps + m.profiler_active_steps;

@@ -75,12 +75,12 @@ AfterStep agree_after_step(dist::Communicator& world, const c10::Device& device)
                              static_cast<double>(d.peak_allocated), static_cast<double>(d.peak_reserved)},
                             at::kDouble);
   world.all_reduce(v, dist::ReduceOp::kMax);
-  const auto at = [&](int64_t i) { return v[i].item<double>(); };
+  const auto value = [&](int64_t i) { return v[i].item<double>(); };
   AfterStep out;
-  out.stop_signal = static_cast<int>(at(0));
-  out.peak_rss = static_cast<int64_t>(at(1));
-  out.device.peak_allocated = static_cast<int64_t>(at(2));
-  out.device.peak_reserved = static_cast<int64_t>(at(3));
+  out.stop_signal = static_cast<int>(value(0));
+  out.peak_rss = static_cast<int64_t>(value(1));
+  out.device.peak_allocated = static_cast<int64_t>(value(2));
+  out.device.peak_reserved = static_cast<int64_t>(value(3));
   return out;
 }
 
