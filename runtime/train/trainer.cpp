@@ -293,7 +293,11 @@ TrainSummary Trainer::run() {
         metrics << jsonl_line(record) << std::flush;
       }
       const bool saved = (every > 0 && (step + 1) % every == 0) || last;
-      if (saved) save(step + 1, epoch, cursor + global_batch);
+      if (saved) {
+        save(step + 1, epoch, cursor + global_batch);
+        // A signal that arrived during the save stops the ranks at this boundary, not the next.
+        if (!last) agreed.stop_signal = agree_after_step(*groups_.world, model_.device()).stop_signal;
+      }
       if (!last) summary.stop_signal = agreed.stop_signal;
       if (summary.stop_signal != 0) {
         spdlog::warn("signal {} asked the job to stop: {} after step {}", summary.stop_signal,
