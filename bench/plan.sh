@@ -3,7 +3,7 @@
 # (`shardtune plan --json`: the host memory of a rank at the training peak) and run for a few
 # steps (`shardtune run`); the measured figure is the largest per-step peak RSS of any rank in
 # metrics.jsonl (step 2 on; the peak is reset as each step begins, so loading is not in it).
-# Prints a markdown table with predicted / measured for each, and exits 1 when one is off by more
+# Activation checkpointing is on unless a configuration turns it off. Prints a markdown table with predicted / measured for each, and exits 1 when one is off by more
 # than 15%.
 # usage: bench/plan.sh [BUILD_DIR] [WORK_DIR] [NAME_REGEX (only the configurations it matches)]
 set -euo pipefail
@@ -38,6 +38,7 @@ mixed_precision = false
 run_validation = false
 [fsdp]
 low_cpu_fsdp = true
+activation_checkpointing = true
 [checkpoint]
 every_steps = 0
 resume = "none"
@@ -54,7 +55,8 @@ configs=(
   "tiny, FULL_SHARD|tiny|1|train.batch_size_training=4 train.context_length=64"
   "tiny, SHARD_GRAD_OP|tiny|2|fsdp.sharding_strategy=SHARD_GRAD_OP train.batch_size_training=4 train.context_length=64"
   "0.1B, FULL_SHARD|mid|2|train.batch_size_training=2 train.context_length=256"
-  "0.1B, FULL_SHARD, checkpointing|mid|3|fsdp.activation_checkpointing=true train.batch_size_training=4 train.context_length=256"
+  "0.1B, FULL_SHARD, 3 ranks|mid|3|train.batch_size_training=4 train.context_length=256"
+  "0.1B, FULL_SHARD, no activation checkpointing|mid|2|fsdp.activation_checkpointing=false train.batch_size_training=2 train.context_length=256"
   "0.1B, HYBRID_SHARD 2x2|mid|4|fsdp.sharding_strategy=HYBRID_SHARD fsdp.hsdp_shard_size=2 train.batch_size_training=1 train.context_length=256"
   "0.1B, NO_SHARD|mid|2|fsdp.sharding_strategy=NO_SHARD train.batch_size_training=2 train.context_length=128"
   "0.1B, LoRA all-linear|mid|2|peft.method=lora peft.target_modules=[\"all-linear\"] peft.lora_r=16 train.batch_size_training=2 train.context_length=256"
