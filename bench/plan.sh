@@ -3,8 +3,8 @@
 # (`shardtune plan --json`: the host memory of a rank at the training peak) and run for a few
 # steps (`shardtune run`); the measured figure is the largest per-step peak RSS of any rank in
 # metrics.jsonl (step 2 on; the peak is reset as each step begins, so loading is not in it).
-# Activation checkpointing is on unless a configuration turns it off. Prints a markdown table with predicted / measured for each, and exits 1 when one is off by more
-# than 15%.
+# Activation checkpointing is on unless a configuration turns it off. Prints a markdown table
+# with predicted / measured for each, and exits 1 when one is off by more than 15%.
 # usage: bench/plan.sh [BUILD_DIR] [WORK_DIR] [NAME_REGEX (only the configurations it matches)]
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
