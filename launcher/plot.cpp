@@ -5,11 +5,11 @@
 #include <nlohmann/json.hpp>
 #include <stdlib.h>
 
-#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
 #include "common/error.h"
+#include "common/shell_words.h"
 #include "slurm/command.h"
 
 namespace shardtune::launcher {
@@ -38,10 +38,6 @@ std::string quoted(const std::string& s) {
   std::string out = "'";
   for (const char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
   return out + "'";
-}
-
-bool has_control_characters(const std::string& s) {
-  return std::any_of(s.begin(), s.end(), [](unsigned char c) { return c < 0x20 || c == 0x7f; });
 }
 
 std::string label_of(const std::string& run) {
@@ -143,7 +139,7 @@ std::vector<std::string> plot_runs(const PlotOptions& options) {
              "plot: {} runs compared in one chart need --out DIR for the PNGs", options.runs.size());
     out_dir = options.runs[0] + "/plots";
   }
-  ST_CHECK(!has_control_characters(out_dir), ErrorKind::kUsage, "plot: --out {:?} holds control characters",
+  ST_CHECK(common::is_one_line(out_dir), ErrorKind::kUsage, "plot: --out {:?} holds control characters",
            out_dir);
   ScratchDir scratch;
   std::vector<RunData> runs;

@@ -123,12 +123,7 @@ bool is_simple_name(const std::string& s) {
   return true;
 }
 
-// No control characters (newline, NUL, escape, ...): values that end up in scripts and logs.
-bool is_one_line(const std::string& s) {
-  for (unsigned char c : s)
-    if (c < 0x20 || c == 0x7f) return false;
-  return true;
-}
+using common::is_one_line;
 
 // Values written into #SBATCH lines: empty (the option is left out) or one sbatch word.
 constexpr const char* kSbatchWord = "one word of printable ASCII without spaces, quotes, '\\', '#', '$' or '`'";
