@@ -165,7 +165,7 @@ std::vector<ManifestSlice> write_full_file(fsdp::FsdpLlama& model, fsdp::AdamW* 
 
 }  // namespace
 
-VerifyReport verify_sharded_checkpoint(const std::string& dir) {
+VerifyReport verify_sharded_checkpoint(const std::string& dir, const std::function<void(int64_t bytes)>& on_read) {
   constexpr int64_t kVerifyPiece = int64_t(8) << 20;  // elements
   const Manifest manifest = read_manifest(dir);
   VerifyReport report;
@@ -192,6 +192,7 @@ VerifyReport verify_sharded_checkpoint(const std::string& dir) {
         buffer.resize(static_cast<size_t>(n));
         read_flat_range(ds.get(), at, n, buffer.data());
         crc.add(buffer.data(), n);
+        if (on_read) on_read(n * 4);
       }
       const std::vector<uint32_t> got = crc.finish();
       for (size_t b = 0; b < got.size(); ++b)

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,8 @@ struct VerifyReport {
 
 // Reads every slice of the checkpoint and checks each of its blocks against its checksum, in pieces
 // of bounded size whatever the slice; every bad slice is reported, not only the first.
-VerifyReport verify_sharded_checkpoint(const std::string& dir);
+// `on_read` hears the bytes of every piece read.
+VerifyReport verify_sharded_checkpoint(const std::string& dir,
+                                       const std::function<void(int64_t bytes)>& on_read = nullptr);
 
 }  // namespace shardtune::checkpoint

@@ -6,9 +6,20 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <unistd.h>
+
+#include <cstdlib>
 #include <filesystem>
 
 namespace shardtune::common {
+namespace {
+
+std::shared_ptr<spdlog::logger>& file_only() {
+  static std::shared_ptr<spdlog::logger> logger;
+  return logger;
+}
+
+}  // namespace
 
 std::string log_prefix(const ProcessIdentity& id) {
   if (id.rank < 0) return fmt::format("host {}", id.host);
@@ -30,6 +41,28 @@ std::shared_ptr<spdlog::logger> make_logger(const ProcessIdentity& id, spdlog::s
   return logger;
 }
 
+std::shared_ptr<spdlog::logger> file_only_logger() {
+  if (!file_only()) file_only() = std::make_shared<spdlog::logger>("shardtune.file");
+  return file_only();
+}
+
+ProgressOptions logged_progress(std::string label, int64_t total, ProgressUnit unit, std::string noun) {
+  ProgressOptions o;
+  o.label = std::move(label);
+  o.total = total;
+  o.unit = unit;
+  o.noun = std::move(noun);
+  o.line = [](const std::string& text) { spdlog::info("{}", text); };
+  const char* columns = std::getenv(kTerminalColumnsEnv);
+  const bool console = process_identity().rank <= 0;  // the other ranks' consoles show warnings only
+  if (console && (is_terminal(STDERR_FILENO) || (columns != nullptr && std::atoi(columns) > 0))) {
+    o.bar_fd = STDERR_FILENO;
+    o.bar_columns = is_terminal(STDERR_FILENO) ? 0 : std::atoi(columns);
+    o.log = [logger = file_only_logger()](const std::string& text) { logger->info("{}", text); };
+  }
+  return o;
+}
+
 std::string rank_log_path(const std::string& output_dir, int rank) {
   return fmt::format("{}/logs/rank-{:05d}.log", output_dir, rank < 0 ? 0 : rank);
 }
@@ -48,6 +81,7 @@ std::string init_logging(const LogOptions& options) {
     auto file = std::make_shared<spdlog::sinks::basic_file_sink_mt>(path, /*truncate=*/false);
     file->set_level(options.file_level);
     logger = make_logger(id, {console, file});
+    file_only() = make_logger(id, {file});
   } else {
     logger = make_logger(id, {console});
   }

@@ -3,11 +3,13 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 
 #include "common/error.h"
 #include "common/file_io.h"
+#include "common/log.h"
 #include "common/job/job_loader.h"
 #include "common/job/job_writer.h"
 #include "common/exit_codes.h"
@@ -74,6 +76,9 @@ int cmd_run(const std::string& path, std::vector<std::string> overrides, int ran
   lock.keep_across_exec();
   common::write_file_atomically(resolved_path, job::to_toml(job));
   std::cerr << "shardtune: " << line << "\n";
+  // Rank 0's stderr reaches this terminal through mpirun's pipes: tell it, so it draws progress bars.
+  if (common::is_terminal(STDERR_FILENO))
+    ::setenv(common::kTerminalColumnsEnv, std::to_string(common::terminal_columns(STDERR_FILENO)).c_str(), 1);
   launcher::exec_argv(argv);
 }
 

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "common/error.h"
+#include "common/log.h"
 #include "common/file_io.h"
 #include "common/job/schema.h"
 #include "runtime/data/packed_rows.h"
@@ -101,11 +102,18 @@ struct TokenCache {
 };
 
 std::vector<data::Example> tokenize(const std::vector<data::Record>& records, const data::PromptFormat& format,
-                                    const data::Tokenizer& tokenizer, const data::ExampleOptions& options) {
+                                    const data::Tokenizer& tokenizer, const data::ExampleOptions& options,
+                                    const std::string& what) {
+  common::Progress progress(common::logged_progress("tokenizing the " + what + " data",
+                                                    static_cast<int64_t>(records.size()), common::ProgressUnit::kCount,
+                                                    "examples"));
   std::vector<data::Example> examples;
   examples.reserve(records.size());
-  for (const data::Record& r : records)
+  for (const data::Record& r : records) {
     examples.push_back(data::make_example(tokenizer, format.prompt(r), r.fields.at(format.response_field), options));
+    progress.add(1);
+  }
+  progress.finish("tokenized the " + what + " data");
   return examples;
 }
 
@@ -131,8 +139,8 @@ void build_token_files(const job::Job& job, const data::Tokenizer& tokenizer, co
       (is_val[i] ? val_records : kept).push_back(std::move(train_records[i]));
     train_records = std::move(kept);
   }
-  train_cache.write(tokenize(train_records, format, tokenizer, options));
-  if (val_cache != nullptr) val_cache->write(tokenize(val_records, format, tokenizer, options));
+  train_cache.write(tokenize(train_records, format, tokenizer, options, "training"));
+  if (val_cache != nullptr) val_cache->write(tokenize(val_records, format, tokenizer, options, "validation"));
 }
 
 std::unique_ptr<train::Dataset> batched(std::shared_ptr<const data::TokenFile> tokens, const job::Job& job,

@@ -4,7 +4,6 @@
 #include <ATen/ops/from_blob.h>
 #include <fmt/format.h>
 
-#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -29,6 +28,7 @@
 #include "runtime/fsdp/shard_layout.h"
 #include "runtime/model/llama.h"
 #include "runtime/model/lora.h"
+#include "tools/tool_progress.h"
 
 namespace shardtune::tools {
 namespace {
@@ -37,34 +37,6 @@ namespace fs = std::filesystem;
 using common::ErrorKind;
 using nlohmann::json;
 using checkpoint::H5Handle;
-
-// "1.20/3.40 GB, 0.85 GB/s, ETA 0:00:03" on stderr, at most twice a second.
-class Progress {
- public:
-  explicit Progress(uint64_t total) : total_(total), start_(std::chrono::steady_clock::now()) {}
-  void add(uint64_t bytes) {
-    done_ += bytes;
-    const auto now = std::chrono::steady_clock::now();
-    if (now - last_ < std::chrono::milliseconds(500) && done_ < total_) return;
-    last_ = now;
-    const double s = std::chrono::duration<double>(now - start_).count(), rate = static_cast<double>(done_) / std::max(s, 1e-9);
-    const int64_t eta = static_cast<int64_t>(static_cast<double>(total_ - std::min(done_, total_)) / std::max(rate, 1.0));
-    fmt::print(stderr, "\r{:.2f}/{:.2f} GB, {:.2f} GB/s, ETA {}:{:02d}:{:02d}   ", static_cast<double>(done_) / 1e9,
-               static_cast<double>(total_) / 1e9, rate / 1e9, eta / 3600, (eta / 60) % 60, eta % 60);
-    if (done_ >= total_) fmt::print(stderr, "\n");
-  }
-  // The closing line: what was done, how fast, and this process's peak memory.
-  void finish(const std::string& what) const {
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-    fmt::print(stderr, "{}: {:.2f} GB in {:.1f} s ({:.2f} GB/s), peak memory {:.0f} MiB\n", what,
-               static_cast<double>(done_) / 1e9, s, static_cast<double>(done_) / 1e9 / std::max(s, 1e-9),
-               static_cast<double>(common::peak_resident_bytes()) / (1 << 20));
-  }
-
- private:
-  uint64_t total_, done_ = 0;
-  std::chrono::steady_clock::time_point start_, last_{};
-};
 
 // Tensors move through the tools in pieces of at most this many elements (32 MiB of float32),
 // so no command holds a whole tensor.
@@ -148,7 +120,7 @@ void consolidate(const std::string& src, const std::string& out) {
   for (const std::string& name : reader.tensor_names())
     for (const char* kind : checkpoint::kStateKinds)
       if (reader.has(kind, name)) total += static_cast<uint64_t>(numel(reader.shape(name))) * 4;
-  Progress progress(total);
+  common::Progress progress(tool_progress("consolidating", static_cast<int64_t>(total)));
   std::vector<float> piece(static_cast<size_t>(kPiece));
   for (const std::string& name : reader.tensor_names())
     for (const char* kind : checkpoint::kStateKinds) {
@@ -157,12 +129,12 @@ void consolidate(const std::string& src, const std::string& out) {
       checkpoint::CheckpointReader::Stream stream = reader.stream(kind, name);
       for (int64_t n; (n = stream.read(piece.data(), kPiece)) > 0;) {
         writer.append(piece.data(), n);
-        progress.add(static_cast<uint64_t>(n) * 4);
+        progress.add(n * 4);
       }
       writer.end();
     }
   writer.commit();
-  progress.finish("consolidated");
+  progress.finish("consolidated", peak_memory_note());
 }
 
 void reshard(const std::string& src, const std::string& out, int world_size) {
@@ -192,7 +164,7 @@ void reshard(const std::string& src, const std::string& out, int world_size) {
   std::vector<std::string> kinds;
   for (const char* kind : checkpoint::kStateKinds)
     if (reader.has(kind, layouts.front().params().front().name)) kinds.emplace_back(kind);
-  Progress progress(total * kinds.size());
+  common::Progress progress(tool_progress("resharding", static_cast<int64_t>(total * kinds.size())));
   // Every rank's file open at once, so each tensor is read once, front to back, and its pieces go
   // to their ranks' files as it streams by.
   struct RankFile {
@@ -251,7 +223,7 @@ void reshard(const std::string& src, const std::string& out, int world_size) {
             checkpoint::write_flat_range(o.handle.get(), lo - o.offset, hi - lo, data);
             o.crc.add(data, hi - lo);
           }
-          progress.add(static_cast<uint64_t>(n) * 4);
+          progress.add(n * 4);
         }
         for (Out& o : outs) {
           ST_H5_CHECK(o.handle.close());
@@ -271,7 +243,7 @@ void reshard(const std::string& src, const std::string& out, int world_size) {
   manifest.world_size = world_size;
   manifest.shard_group_size = world_size;
   pending.commit(manifest);
-  progress.finish("resharded");
+  progress.finish("resharded", peak_memory_note());
 }
 
 void export_hf(const std::string& src, const std::string& out, const std::string& dtype, uint64_t max_shard_bytes,
@@ -305,7 +277,7 @@ void export_hf(const std::string& src, const std::string& out, const std::string
   }
   ST_CHECK(!fs::exists(out) || fs::is_empty(out), ErrorKind::kIo, "{} is not empty: choose a new directory", out);
   fs::create_directories(out);
-  Progress progress(total);
+  common::Progress progress(tool_progress("exporting", static_cast<int64_t>(total)));
   std::vector<float> piece(static_cast<size_t>(kPiece));
   json weight_map = json::object();
   for (size_t i = 0; i < shards.size(); ++i) {
@@ -316,7 +288,7 @@ void export_hf(const std::string& src, const std::string& out, const std::string
       checkpoint::CheckpointReader::Stream stream = reader.stream("param", t.name);
       for (int64_t n; (n = stream.read(piece.data(), kPiece)) > 0;) {
         writer.append_elements(at::from_blob(piece.data(), {n}, at::kFloat));
-        progress.add(static_cast<uint64_t>(n) * common::element_size(st));
+        progress.add(n * static_cast<int64_t>(common::element_size(st)));
       }
       weight_map[t.name] = name;
     }
@@ -329,7 +301,7 @@ void export_hf(const std::string& src, const std::string& out, const std::string
   if (!tokenizer_dir.empty())
     for (const char* f : checkpoint::kTokenizerFileNames)
       if (fs::exists(fs::path(tokenizer_dir) / f)) fs::copy_file(fs::path(tokenizer_dir) / f, fs::path(out) / f);
-  progress.finish("exported");
+  progress.finish("exported", peak_memory_note());
 }
 
 void import_hf(const std::string& hf_dir, const std::string& out) {
@@ -346,7 +318,7 @@ void import_hf(const std::string& hf_dir, const std::string& out) {
     total += static_cast<uint64_t>(p.tensor->numel()) * 4;
   }
   FullWriter writer(out, manifest);
-  Progress progress(total);
+  common::Progress progress(tool_progress("importing", static_cast<int64_t>(total)));
   checkpoint::HfTensorSource source(hf_dir);
   std::vector<float> piece(static_cast<size_t>(kPiece));
   for (const model::NamedParam& p : skeleton.named_parameters()) {
@@ -355,12 +327,12 @@ void import_hf(const std::string& hf_dir, const std::string& out) {
       const int64_t n = std::min(kPiece, p.tensor->numel() - at);
       source.read(p.name, at, n, at::kFloat, piece.data());
       writer.append(piece.data(), n);
-      progress.add(static_cast<uint64_t>(n) * 4);
+      progress.add(n * 4);
     }
     writer.end();
   }
   writer.commit();
-  progress.finish("imported");
+  progress.finish("imported", peak_memory_note());
 }
 
 double diff(const std::string& a, const std::string& b) {

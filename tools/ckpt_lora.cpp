@@ -19,6 +19,7 @@
 #include "common/error.h"
 #include "common/file_io.h"
 #include "common/process_memory.h"
+#include "tools/tool_progress.h"
 
 namespace shardtune::tools {
 namespace {
@@ -91,6 +92,9 @@ void merge_lora(const std::string& src, const std::string& base_dir, const std::
   // targeted weight gets W + scale · B·A, in fp32, a block of rows at a time.
   size_t merged = 0;
   uint64_t total = 0;
+  for (const checkpoint::SafetensorsFile& file : base.files())
+    for (const checkpoint::TensorInfo& t : file.tensors()) total += t.nbytes;
+  common::Progress progress(tool_progress("merging", static_cast<int64_t>(total)));
   nlohmann::json weight_map = nlohmann::json::object();
   std::vector<std::byte> raw;
   for (const checkpoint::SafetensorsFile& file : base.files()) {
@@ -100,7 +104,6 @@ void merge_lora(const std::string& src, const std::string& base_dir, const std::
     checkpoint::SafetensorsStreamWriter writer((fs::path(out) / name).string(), declared, file.metadata());
     for (const checkpoint::TensorInfo& t : file.tensors()) {
       weight_map[t.name] = name;
-      total += t.nbytes;
       const int64_t element = static_cast<int64_t>(common::element_size(t.dtype));
       const int64_t cols = t.shape.empty() ? 1 : std::max<int64_t>(t.shape.back(), 1);
       const int64_t rows = static_cast<int64_t>(t.nbytes) / element / cols;
@@ -116,6 +119,7 @@ void merge_lora(const std::string& src, const std::string& base_dir, const std::
           part = part.to(at::kFloat) + at::matmul(B.narrow(0, r0, n), A) * scale;
         }
         writer.append_elements(part.reshape({-1}));
+        progress.add(static_cast<int64_t>(raw.size()));
       }
       if (adapter != adapters.end()) ++merged;
     }
@@ -128,8 +132,8 @@ void merge_lora(const std::string& src, const std::string& base_dir, const std::
   common::write_file_atomically((fs::path(out) / "config.json").string(),
                                 common::read_file((fs::path(base_dir) / "config.json").string()));
   for (const std::string& f : base.tokenizer_files()) fs::copy_file(fs::path(base_dir) / f, fs::path(out) / f);
-  fmt::print(stderr, "merged {} adapters (scale {}) into {} tensors of {}: {}; peak memory {:.0f} MiB\n", merged, scale,
-             weight_map.size(), base_dir, out, static_cast<double>(common::peak_resident_bytes()) / (1 << 20));
+  progress.finish("merged", fmt::format(", {} adapters (scale {}) into {} tensors of {}: {}{}", merged, scale,
+                                       weight_map.size(), base_dir, out, peak_memory_note()));
 }
 
 }  // namespace shardtune::tools

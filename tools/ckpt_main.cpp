@@ -21,6 +21,7 @@
 #include "common/process_memory.h"
 #include "tools/ckpt_convert.h"
 #include "tools/ckpt_lora.h"
+#include "tools/tool_progress.h"
 
 using namespace shardtune;
 
@@ -53,7 +54,12 @@ int inspect(const std::string& dir) {
 }
 
 int verify(const std::string& dir) {
-  const checkpoint::VerifyReport r = checkpoint::verify_sharded_checkpoint(dir);
+  int64_t total = 0;
+  for (const checkpoint::ManifestSlice& s : checkpoint::read_manifest(dir).slices) total += s.length * 4;
+  common::Progress progress(tools::tool_progress("verifying", total));
+  const checkpoint::VerifyReport r =
+      checkpoint::verify_sharded_checkpoint(dir, [&](int64_t bytes) { progress.add(bytes); });
+  progress.finish("verified", tools::peak_memory_note());
   for (const std::string& p : r.problems) fmt::print(stderr, "BAD {}\n", p);
   fmt::print("{}: {} slices, {:.3f} GB read, {} bad; peak memory {:.0f} MiB\n", dir, r.slices,
              static_cast<double>(r.bytes) / 1e9, r.problems.size(),

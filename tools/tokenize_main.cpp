@@ -17,6 +17,7 @@
 #include "runtime/data/sentencepiece_model.h"
 #include "runtime/data/tokenizer.h"
 #include "runtime/data/utf8.h"
+#include "tools/tool_progress.h"
 
 namespace {
 
@@ -98,7 +99,10 @@ int main(int argc, char** argv) {
     }
     int mismatches = 0;
     std::string out;
+    shardtune::common::Progress progress(shardtune::tools::tool_progress(
+        "tokenizing", static_cast<int64_t>(lines.size()), shardtune::common::ProgressUnit::kCount, "lines"));
     for (size_t i = 0; i < lines.size(); ++i) {
+      progress.add(1);
       const std::vector<int32_t> ids = encode(lines[i]);
       out += fmt::format("[{}]\n", fmt::join(ids, ","));
       const bool special = std::any_of(ids.begin(), ids.end(), is_special) ||
@@ -107,6 +111,7 @@ int main(int argc, char** argv) {
         if (++mismatches <= 5) std::cerr << fmt::format("line {}: decode(encode(x)) != x\n", i + 1);
       }
     }
+    progress.finish("tokenized");
     std::cout << out;
     if (mismatches > 0) {
       std::cerr << fmt::format("{} of {} lines do not round-trip\n", mismatches, lines.size());

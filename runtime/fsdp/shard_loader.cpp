@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -21,6 +22,7 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "common/log.h"
 #include "runtime/dist/mpi_check.h"
 #include "runtime/dist/mpi_text.h"
 #include "runtime/fsdp/load_plan.h"
@@ -64,11 +66,6 @@ void recv_bytes(char* data, int64_t bytes, int source, MPI_Comm comm) {
                            comm, &req));
     wait_politely(req);
   }
-}
-
-std::string duration_text(double seconds) {
-  const int64_t s = static_cast<int64_t>(seconds + 0.5);
-  return fmt::format("{}:{:02d}:{:02d}", s / 3600, (s / 60) % 60, s % 60);
 }
 
 }  // namespace
@@ -404,19 +401,18 @@ LoadStats load_shards(FsdpLlama& model, const SourceFactory& open_source, MPI_Co
     }
   };
 
-  auto last_log = Clock::now();
-  auto progress = [&](size_t k) {
-    if (world_rank != 0) return;
-    const bool last_of_flat = k + 1 == rounds.size() || rounds[k + 1].first != rounds[k].first;
-    if (!last_of_flat || (Clock::now() - last_log < std::chrono::seconds(5) && k + 1 != rounds.size())) return;
-    last_log = Clock::now();
-    const size_t done = rounds[k].first + 1;
-    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    const double gb = static_cast<double>(source->bytes_read()) / 1e9;
-    const double done_fraction = static_cast<double>(done) / static_cast<double>(flats.size());
-    spdlog::info("loading: {}/{} flat parameters, {:.2f} GB read, {:.2f} GB/s, ETA {}", done, flats.size(), gb,
-                 gb / std::max(seconds, 1e-9), duration_text(seconds / done_fraction - seconds));
+  // World rank 0 reads every round: its progress is the job's.
+  auto round_bytes = [&](size_t k) {
+    int64_t bytes = 0;
+    for (const RoundParam& p : params_of(k)) bytes += (p.end - p.begin) * plan.stored_size[rounds[k].first][p.param];
+    return bytes;
   };
+  std::optional<common::Progress> progress;
+  if (world_rank == 0) {
+    int64_t total = 0;
+    for (size_t k = 0; k < rounds.size(); ++k) total += round_bytes(k);
+    progress.emplace(common::logged_progress("loading the weights", total));
+  }
 
   // Two staging buffers: while the ranks take round k from one, the reader fills round k + 1 into
   // the other. One barrier of the node per round keeps them apart: when it passes, every rank has
@@ -429,7 +425,7 @@ LoadStats load_shards(FsdpLlama& model, const SourceFactory& open_source, MPI_Co
       if (k + 1 < rounds.size()) fill(k + 1);
       take(k, plan.buffer(static_cast<int64_t>(k)), false);
       barrier_politely(plan.node);
-      progress(k);
+      if (progress) progress->add(round_bytes(k));
     }
   } else if (plan.local) {
     barrier_politely(plan.node);
@@ -447,6 +443,7 @@ LoadStats load_shards(FsdpLlama& model, const SourceFactory& open_source, MPI_Co
     }
   }
   free_plan(plan);
+  if (progress) progress->finish("loaded the weights");
   for (FlatParam* f : flats) f->reshard();  // the shards were written through their raw data
   LoadStats stats;
   stats.seconds = std::chrono::duration<double>(Clock::now() - start).count();
