@@ -50,7 +50,8 @@ class Communicator {
   // output = concat over ranks of input; output.numel() == size() * input.numel(). The input may
   // be this rank's slot of the output (FSDP's shard inside its gathered buffer).
   [[nodiscard]] virtual WorkHandle start_all_gather(const at::Tensor& input, at::Tensor& output) = 0;
-  // output = this rank's slot of reduce(inputs); input.numel() == size() * output.numel().
+  // output = this rank's slot of reduce(inputs); input.numel() == size() * output.numel(). The
+  // input is left undefined: an implementation may reduce in it rather than in a copy.
   [[nodiscard]] virtual WorkHandle start_reduce_scatter(const at::Tensor& input, at::Tensor& output, ReduceOp op) = 0;
   [[nodiscard]] virtual WorkHandle start_all_reduce(at::Tensor& tensor, ReduceOp op) = 0;
 

@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "runtime/dist/mpi_check.h"
 #include "runtime/dist/mpi_dtype.h"
+#include "runtime/dist/ring_collectives.h"
 
 namespace shardtune::dist {
 namespace {
@@ -29,6 +30,14 @@ int checked_count(int64_t count, std::string_view op) {
 
 // Element-wise collectives go in pieces below MPI's int count.
 constexpr int64_t kPiece = INT_MAX / 2;
+
+// All-reduces of at least this many elements go around the ring (MPI's own need a temporary copy
+// of the whole buffer); smaller ones, which are about latency, through MPI_Iallreduce.
+constexpr int64_t kRingAllReduceElements = int64_t{1} << 16;
+
+// Ring messages are tagged with the collective's number modulo this (MPI_TAG_UB is at least
+// 32767), so a ring only ever matches the same collective on its peers.
+constexpr uint64_t kRingTags = 32768;
 
 }  // namespace
 
@@ -50,7 +59,22 @@ class MpiCommunicator::MpiWork final : public Work {
   // A new request slot, MPI_REQUEST_NULL until an MPI call fills it (a failed start leaves
   // nothing to wait for).
   MPI_Request* add_request() { return &requests_.emplace_back(MPI_REQUEST_NULL); }
+  // Run by wait() once the requests are done: a ring collective itself, then kAvg's division.
   std::function<void()> then;
+
+  // A ring collective's options; its messages are waited for as this collective's.
+  RingOptions ring(common::Dtype t, ReduceOp op) {
+    RingOptions o;
+    o.comm = comm_->comm_;
+    o.rank = comm_->rank_;
+    o.size = comm_->size_;
+    o.type = mpi_datatype(t);
+    o.op = mpi_op(t, op);
+    o.element_size = static_cast<int64_t>(element_size(t));
+    o.tag = static_cast<int>(seq_ % kRingTags);
+    o.wait = [this](MPI_Request& r) { comm_->wait(r, op_, seq_); };
+    return o;
+  }
 
   void wait() override {
     if (waited_) return;
@@ -131,9 +155,13 @@ WorkHandle MpiCommunicator::start_reduce_scatter(const at::Tensor& input, at::Te
   const common::Dtype t = dtype_of(input);
   const int count = checked_count(output.numel(), "reduce_scatter");
   auto work = std::make_unique<MpiWork>(this, "reduce_scatter", std::vector<at::Tensor>{input, output});
-  ST_MPI_CHECK(MPI_Ireduce_scatter_block(input.data_ptr(), output.data_ptr(), count, mpi_datatype(t), mpi_op(t, op),
-                                         comm_, work->add_request()));
-  if (op == ReduceOp::kAvg) work->then = [output, n = size_]() mutable { output.div_(n); };
+  // Around the ring when waited for, reducing in the input (ring_collectives.h says why not
+  // MPI_Ireduce_scatter_block).
+  work->then = [ring = work->ring(t, op), input, output, op, n = size_]() mutable {
+    ring_reduce_scatter(static_cast<char*>(input.data_ptr()), static_cast<char*>(output.data_ptr()), output.numel(),
+                        ring);
+    if (op == ReduceOp::kAvg) output.div_(n);
+  };
   return work;
 }
 
@@ -142,6 +170,13 @@ WorkHandle MpiCommunicator::start_all_reduce(at::Tensor& tensor, ReduceOp op) {
   const common::Dtype t = dtype_of(tensor);
   auto* data = static_cast<char*>(tensor.data_ptr());
   auto work = std::make_unique<MpiWork>(this, "all_reduce", std::vector<at::Tensor>{tensor});
+  if (tensor.numel() >= kRingAllReduceElements && size_ > 1) {  // a whole model's gradients under NO_SHARD
+    work->then = [ring = work->ring(t, op), tensor, op, n = size_]() mutable {
+      ring_all_reduce(static_cast<char*>(tensor.data_ptr()), tensor.numel(), ring);
+      if (op == ReduceOp::kAvg) tensor.div_(n);
+    };
+    return work;
+  }
   int64_t done = 0;
   do {
     const int count = static_cast<int>(std::min<int64_t>(tensor.numel() - done, kPiece));

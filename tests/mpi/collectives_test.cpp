@@ -14,6 +14,8 @@
 #include "runtime/dist/host_staged_communicator.h"
 #include "runtime/dist/mpi_communicator.h"
 #include "runtime/dist/mpi_check.h"
+#include "runtime/dist/mpi_dtype.h"
+#include "runtime/dist/ring_collectives.h"
 #include "tests/mpi/test_device.h"
 
 namespace shardtune::dist {
@@ -22,7 +24,8 @@ namespace {
 const std::vector<at::ScalarType> kFloatTypes = {at::kFloat, at::kDouble, at::kBFloat16, at::kHalf};
 const std::vector<at::ScalarType> kAllTypes = {at::kFloat, at::kDouble, at::kBFloat16, at::kHalf,
                                                at::kInt,   at::kLong,   at::kByte};
-const std::vector<int64_t> kSizes = {1, 7, 1000, 4099};
+// 70001: past the size from which MpiCommunicator all-reduces around its ring, in uneven blocks.
+const std::vector<int64_t> kSizes = {1, 7, 1000, 4099, 70001};
 
 bool is_float(at::ScalarType t) { return t == at::kFloat || t == at::kDouble || t == at::kBFloat16 || t == at::kHalf; }
 
@@ -112,6 +115,49 @@ class Collectives : public testing::TestWithParam<Backend> {
 
 INSTANTIATE_TEST_SUITE_P(Backends, Collectives, testing::Values(Backend::kMpi, Backend::kHostStaged, Backend::kDevice),
                          backend_name);
+
+// The ring itself in pieces of 3 elements: many messages a step, two in flight, blocks of
+// uneven lengths (all-reduce), empty blocks; exact sums and maxima in fp32, bf16 (MPI's
+// user-defined operator) and int64.
+TEST(Ring, ReduceScatterAndAllReduceInSmallPieces) {
+  int rank = 0, size = 1;
+  ST_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  ST_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
+  for (at::ScalarType t : {at::kFloat, at::kBFloat16, at::kLong}) {
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
+      for (int64_t n : {0, 1, 2, 5, 13, 1000}) {
+        SCOPED_TRACE(testing::Message() << c10::toString(t) << " n=" << n << " op=" << to_string(op));
+        const common::Dtype d = dtype_of(at::empty({0}, t));
+        RingOptions o;
+        o.comm = MPI_COMM_WORLD;
+        o.rank = rank;
+        o.size = size;
+        o.type = mpi_datatype(d);
+        o.op = mpi_op(d, op);
+        o.element_size = static_cast<int64_t>(at::elementSize(t));
+        o.piece_elements = 3;
+        o.wait = [](MPI_Request& r) { ST_MPI_CHECK(MPI_Wait(&r, MPI_STATUS_IGNORE)); };
+        auto want = [&](int64_t i) {
+          double sum = 0, hi = -1e300;
+          for (int r = 0; r < size; ++r) {
+            sum += exact_value(r, i, t);
+            hi = std::max(hi, exact_value(r, i, t));
+          }
+          return op == ReduceOp::kSum ? sum : hi;
+        };
+        at::Tensor in = make(n * size, t, [&](int64_t i) { return exact_value(rank, i, t); });
+        at::Tensor out = at::empty({n}, t);
+        ring_reduce_scatter(static_cast<char*>(in.data_ptr()), static_cast<char*>(out.data_ptr()), n, o);
+        std::vector<double> got = values(out);
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], want(rank * n + i)) << "reduce_scatter element " << i;
+        at::Tensor x = make(n, t, [&](int64_t i) { return exact_value(rank, i, t); });
+        ring_all_reduce(static_cast<char*>(x.data_ptr()), n, o);
+        got = values(x);
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], want(i)) << "all_reduce element " << i;
+      }
+    }
+  }
+}
 
 TEST_P(Collectives, AllReduceEveryOpEveryDtypeExact) {
   for (at::ScalarType t : kAllTypes) {
