@@ -136,6 +136,8 @@ PY
     check benchmark bash "$root/bench/gpu.sh" "$build" "$report/bench"
     # LoRA against full fine-tuning of a 0.63B model on one GPU: memory, step time, gradient bytes.
     check lora_bench st_with_libs bash "$root/bench/lora.sh" "$build" "$report/lora-bench-model" 1 cuda 2048 16
+    # The memory planner against the CUDA allocator's peaks (bench/plan.sh's GPU configurations).
+    check plan_gpu st_with_libs bash "$root/bench/plan.sh" "$build" "$report/plan-bench" . cuda
     # Against Hugging Face's Rust tokenizers, on this machine's CPU: identical ids, and tokens/s.
     check tokenizer_rust st_with_libs bash "$root/bench/tokenizer_rust.sh" "$build" "$root/.deps/gpu/tokenizers" \
       "$report/tokenizer"
@@ -161,6 +163,9 @@ lines = [f"# shardtune GPU check, {doc['date']}", "", "Machine:", ""] + [f"    {
 lines += [f"| {c['name']} | {c['status']} | {c['seconds']} | {c['detail']} |" for c in doc["checks"]]
 if bench is not None and os.path.exists(f"{report}/bench/bench.md"):
     lines += ["", open(f"{report}/bench/bench.md").read()]
+if os.path.exists(f"{report}/logs/plan_gpu.log"):
+    table = [l.rstrip("\n") for l in open(f"{report}/logs/plan_gpu.log") if l.startswith("|")]
+    lines += ["", "The planner against the CUDA allocator (bench/plan.sh ... cuda):", ""] + table
 open(f"{report}/report.md", "w").write("\n".join(lines) + "\n")
 failed = [c["name"] for c in doc["checks"] if c["status"] == "FAIL"]
 print(f"gpu-check: {len(doc['checks']) - len(failed)} of {len(doc['checks'])} checks passed"
