@@ -28,7 +28,7 @@ struct TrainingState {
   std::string job_toml;         // the resolved job that wrote it
   std::string model_config;     // the model's config.json, so the checkpoint converts to HF alone
   // LoRA: the checkpoint holds only the trainable flat parameters (the adapters), and records this.
-  std::optional<AdapterRecord> adapter;
+  std::optional<AdapterRecord> adapter{};
 };
 
 // Collective over the groups' world. Writes <root>/step-NNNNNNN, points <root>/latest at it, then

@@ -1,8 +1,9 @@
 # Compiles shardtune's LibTorch code against LibTorch 2.x CUDA headers as well, when the build
 # itself uses a CPU-only LibTorch (Debian's 1.13): the CUDA-only sources (NCCL communicator, CUDA
-# device layer) and every other source that uses LibTorch, with SHARDTUNE_TORCH_HAS_CUDA set, so
-# that code a CPU machine cannot run is still compiled, and the LibTorch 2.x paths with it. A
-# type error in any of them fails the build. Syntax only: nothing is linked.
+# device layer) and every other source that uses LibTorch, the test programs that
+# scripts/gpu-check.sh builds included, with SHARDTUNE_TORCH_HAS_CUDA set, so that code a CPU
+# machine cannot run is still compiled, and the LibTorch 2.x paths with it. A type error in any of
+# them fails the build. Syntax only: nothing is linked.
 #
 # The headers come from scripts/fetch-torch-cuda-headers.sh (run by scripts/setup.sh).
 
@@ -26,7 +27,8 @@ function(shardtune_cuda_syntax_check)
     message(FATAL_ERROR "Compiling the CUDA sources needs the CUDA toolkit and NCCL headers (/usr/local/cuda)")
   endif()
 
-  # Every source of the targets, by absolute path, plus the CUDA-only ones; minus the CPU stand-ins.
+  # Every source of the targets, by absolute path, with the first target it belongs to (for that
+  # target's compile definitions), plus the CUDA-only ones; minus the CPU stand-ins.
   set(sources ${ARG_EXTRA_SOURCES})
   foreach(target IN LISTS ARG_TARGETS)
     get_target_property(dir ${target} SOURCE_DIR)
@@ -34,11 +36,14 @@ function(shardtune_cuda_syntax_check)
     foreach(s IN LISTS list)
       if(s MATCHES "\\.cpp$")
         cmake_path(ABSOLUTE_PATH s BASE_DIRECTORY "${dir}" NORMALIZE OUTPUT_VARIABLE abs)
-        list(APPEND sources "${abs}")
+        if(NOT abs IN_LIST sources)
+          list(APPEND sources "${abs}")
+          string(MAKE_C_IDENTIFIER "${abs}" key)
+          set(owner_${key} ${target})
+        endif()
       endif()
     endforeach()
   endforeach()
-  list(REMOVE_DUPLICATES sources)
   if(ARG_EXCLUDE_SOURCES)
     list(REMOVE_ITEM sources ${ARG_EXCLUDE_SOURCES})
   endif()
@@ -59,9 +64,17 @@ function(shardtune_cuda_syntax_check)
     file(RELATIVE_PATH rel "${PROJECT_SOURCE_DIR}" "${src}")
     string(MAKE_C_IDENTIFIER "${rel}" id)
     set(stamp "${CMAKE_BINARY_DIR}/cuda_syntax_check/${id}.stamp")
+    string(MAKE_C_IDENTIFIER "${src}" key)
+    set(defines "")
+    if(DEFINED owner_${key})  # the target's own definitions, none of Debian's LibTorch
+      get_target_property(defs ${owner_${key}} COMPILE_DEFINITIONS)
+      if(defs)
+        list(TRANSFORM defs PREPEND -D OUTPUT_VARIABLE defines)
+      endif()
+    endif()
     add_custom_command(
       OUTPUT "${stamp}"
-      COMMAND ${CMAKE_CXX_COMPILER} ${flags} -MD -MF "${stamp}.d" -MT "${stamp}" "${src}"
+      COMMAND ${CMAKE_CXX_COMPILER} ${flags} ${defines} -MD -MF "${stamp}.d" -MT "${stamp}" "${src}"
       COMMAND ${CMAKE_COMMAND} -E touch "${stamp}"
       DEPENDS "${src}"
       DEPFILE "${stamp}.d"

@@ -73,6 +73,7 @@ else
   command -v ninja >/dev/null && generator=(-G Ninja)
   check configure st_with_libs cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
     "${ST_CMAKE_ARGS[@]}"
+  # CI compiles the test programs among these against LibTorch 2.x headers too (CMakeLists.txt).
   targets=(shardtune shardtune-rank shardtune-make-model shardtune-ckpt shardtune-tokenize nccl_comm_test mpi_collectives_test
            fsdp_equivalence_test fsdp_training_test shard_loader_test device_checkpoint_test hf_model_test train_bench
            lora_fsdp_test lora_bench)

@@ -153,7 +153,6 @@ WorkHandle MpiCommunicator::start_reduce_scatter(const at::Tensor& input, at::Te
   check_cpu_contiguous(output, "reduce_scatter", "output");
   check_reduce_scatter_sizes(*this, input, output);
   const common::Dtype t = dtype_of(input);
-  const int count = checked_count(output.numel(), "reduce_scatter");
   auto work = std::make_unique<MpiWork>(this, "reduce_scatter", std::vector<at::Tensor>{input, output});
   // Around the ring when waited for, reducing in the input (ring_collectives.h says why not
   // MPI_Ireduce_scatter_block).

@@ -18,19 +18,19 @@ struct StepRecord {
   int64_t sample_begin = 0, sample_end = 0;  // the step's slice of the epoch's global sample order
   double loss = 0;                           // mean over the global batch
   double lr = 0;
-  std::optional<double> grad_norm;   // global norm of the gradients, before clipping
-  std::optional<double> loss_scale;  // fp16 only: the scale this step's loss was multiplied by
+  std::optional<double> grad_norm{};   // global norm of the gradients, before clipping
+  std::optional<double> loss_scale{};  // fp16 only: the scale this step's loss was multiplied by
   bool skipped = false;              // fp16 only: the gradients overflowed and no update was made
   int64_t tokens = 0;                // tokens of the global batch, padding included
   double flops = 0;                  // training FLOPs of the global batch (training_flops_per_token)
   double step_seconds = 0;           // rank 0: from asking for the step's batches to the step's loss
   double comm_wait_seconds = 0;      // rank 0's host time in FSDP's collectives within the step
   double data_wait_seconds = 0;      // rank 0's wait for the step's batches
-  std::optional<double> mfu;         // model FLOPs utilisation; absent without a known peak
-  std::optional<double> counted_flops;  // the flop counter's step only: FLOPs LibTorch multiplied
+  std::optional<double> mfu{};         // model FLOPs utilisation; absent without a known peak
+  std::optional<double> counted_flops{};  // the flop counter's step only: FLOPs LibTorch multiplied
   int64_t peak_rss_bytes = 0;        // the largest peak resident memory of any rank during the step
-  std::optional<int64_t> gpu_peak_allocated_bytes;  // CUDA only: the largest of any rank's allocator peak
-  std::optional<int64_t> gpu_peak_reserved_bytes;
+  std::optional<int64_t> gpu_peak_allocated_bytes{};  // CUDA only: the largest of any rank's allocator peak
+  std::optional<int64_t> gpu_peak_reserved_bytes{};
 };
 
 struct EvalRecord {

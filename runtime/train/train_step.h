@@ -20,7 +20,7 @@ struct StepOptions {
   bool reduce_every_micro_batch = true;
   fsdp::LossScaler* loss_scaler = nullptr;  // fp16 compute: scale the loss, skip overflowing steps
   // LoRA dropout of the step: micro-batch i draws from mix_seed(dropout.seed, i). Disabled: none.
-  model::DropoutSeed dropout;
+  model::DropoutSeed dropout{};
   // Also compute the gradient norm when clipping is off (for metrics).
   bool measure_grad_norm = false;
   // The model's shapes, to count the step's training FLOPs; null: not counted.

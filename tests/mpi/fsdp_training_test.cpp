@@ -7,6 +7,7 @@
 #include <ATen/ops/ones.h>
 #include <c10/core/CPUAllocator.h>
 #include <gtest/gtest.h>
+#include <torch/version.h>
 
 #include <atomic>
 #include <limits>
@@ -26,11 +27,17 @@ namespace shardtune {
 namespace {
 
 // Counts the bytes of every live CPU tensor allocation. Each DataPtr's context is its data (as
-// raw_allocate requires); a table maps it back to the base allocator's block.
+// raw_allocate requires); a table maps it back to the base allocator's block. LibTorch 2.3 made
+// allocate() non-const and added copy_data().
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+#define ST_ALLOCATE_CONST
+#else
+#define ST_ALLOCATE_CONST const
+#endif
 class CountingAllocator final : public c10::Allocator {
  public:
   explicit CountingAllocator(c10::Allocator* base) : base_(base) {}
-  c10::DataPtr allocate(size_t n) const override {
+  c10::DataPtr allocate(size_t n) ST_ALLOCATE_CONST override {
     c10::DataPtr inner = base_->allocate(n);
     void* p = inner.get();
     if (p == nullptr) return inner;  // zero bytes
@@ -40,6 +47,11 @@ class CountingAllocator final : public c10::Allocator {
     return {p, p, &release, c10::Device(c10::kCPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &release; }
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+#endif
   static int64_t live() { return live_; }
 
  private:
