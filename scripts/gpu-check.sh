@@ -5,27 +5,32 @@
 # prefix), runs the GPU tests, a training job on the GPU and, unless --no-bench, bench/gpu.sh; and
 # writes report.md and report.json (plus the logs) into REPORT_DIR. The device tool carries
 # .deps/gpu (the .deb files and the tokenizers of the tokenizer comparison) with the tree.
+# --build-only stops after the build and runs the multi-rank programs on the CPU instead
+# (scripts/gpu-env-check.sh: the build environment tried on a CPU machine).
 #
 # The GPU tests run the multi-rank test programs with ST_TEST_DEVICE=cuda, so every tensor lives
 # on the GPU: at world size 1 over NCCL, and at world size 2 on the same GPU through the
 # host-staged backend (NCCL refuses two ranks on one GPU), so the multi-rank device path runs.
 #
-# usage: scripts/gpu-check.sh [--no-bench] [--jobs N] REPORT_DIR
+# usage: scripts/gpu-check.sh [--no-bench] [--build-only] [--jobs N] REPORT_DIR
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+usage="usage: scripts/gpu-check.sh [--no-bench] [--build-only] [--jobs N] REPORT_DIR"
 bench=1
+build_only=0
 jobs=$(nproc)
 report=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --no-bench) bench=0 ;;
+    --build-only) build_only=1 ;;
     --jobs) jobs=$2; shift ;;
-    -*) echo "usage: scripts/gpu-check.sh [--no-bench] [--jobs N] REPORT_DIR" >&2; exit 2 ;;
+    -*) echo "$usage" >&2; exit 2 ;;
     *) report=$1 ;;
   esac
   shift
 done
-[ -n "$report" ] || { echo "usage: scripts/gpu-check.sh [--no-bench] [--jobs N] REPORT_DIR" >&2; exit 2; }
+[ -n "$report" ] || { echo "$usage" >&2; exit 2; }
 mkdir -p "$report/logs"
 report=$(cd "$report" && pwd)
 build=${SHARDTUNE_GPU_BUILD_DIR:-$root/build-gpu}
@@ -82,23 +87,34 @@ else
   mpirun_args=(-np 1 --oversubscribe --bind-to none --mca btl self,vader,tcp --mca btl_tcp_if_include lo
                --mca oob_tcp_if_include lo)  # ranks on this machine inherit the environment
   bin=$build/bin
-  check nccl_comm st_with_libs mpirun "${mpirun_args[@]}" "$bin/nccl_comm_test"
-  for t in mpi_collectives_test fsdp_equivalence_test fsdp_training_test shard_loader_test device_checkpoint_test; do
-    for np in 1 2; do
+  if [ $build_only -eq 1 ]; then
+    # The programs on this machine's CPU, through the prefix's Open MPI: the plumbing, not the GPU.
+    for t in mpi_collectives_test shard_loader_test device_checkpoint_test; do
       args=("${mpirun_args[@]}")
-      args[1]=$np
-      check "${t%_test}_np$np" st_with_libs env ST_TEST_DEVICE=cuda mpirun "${args[@]}" "$bin/$t"
+      args[1]=2
+      check "${t%_test}_cpu_np2" st_with_libs mpirun "${args[@]}" "$bin/$t"
     done
-  done
+    rm -rf "$report/job-cpu"
+    check job_cpu_np2 st_with_libs "$bin/shardtune" run "$root/configs/tiny-cpu.toml" -n 2 --set launch.device=cpu \
+      --set "job.output_dir=$report/job-cpu" --set train.max_train_step=20
+  else
+    check nccl_comm st_with_libs mpirun "${mpirun_args[@]}" "$bin/nccl_comm_test"
+    for t in mpi_collectives_test fsdp_equivalence_test fsdp_training_test shard_loader_test device_checkpoint_test; do
+      for np in 1 2; do
+        args=("${mpirun_args[@]}")
+        args[1]=$np
+        check "${t%_test}_np$np" st_with_libs env ST_TEST_DEVICE=cuda mpirun "${args[@]}" "$bin/$t"
+      done
+    done
 
-  # A training job on the GPU, as a user runs it: one rank over NCCL, then two on the one GPU.
-  for np in 1 2; do
-    out=$report/job-np$np
-    rm -rf "$out"
-    check "job_np$np" st_with_libs "$bin/shardtune" run "$root/configs/tiny-cpu.toml" -n "$np" \
-      --set launch.device=cuda --set "job.output_dir=$out" --set train.max_train_step=200 \
-      --set train.mixed_precision=true --set checkpoint.every_steps=100
-    python3 - "$out" "$np" <<'PY' >>"$report/logs/job_np$np.log" 2>&1
+    # A training job on the GPU, as a user runs it: one rank over NCCL, then two on the one GPU.
+    for np in 1 2; do
+      out=$report/job-np$np
+      rm -rf "$out"
+      check "job_np$np" st_with_libs "$bin/shardtune" run "$root/configs/tiny-cpu.toml" -n "$np" \
+        --set launch.device=cuda --set "job.output_dir=$out" --set train.max_train_step=200 \
+        --set train.mixed_precision=true --set checkpoint.every_steps=100
+      python3 - "$out" "$np" <<'PY' >>"$report/logs/job_np$np.log" 2>&1
 import json, sys
 out, np = sys.argv[1], int(sys.argv[2])
 log = open(f"{out}/logs/rank-00000.log").read()
@@ -108,47 +124,48 @@ losses = [json.loads(l)["loss"] for l in open(f"{out}/metrics.jsonl") if '"step"
 assert losses[-1] < 0.5 * losses[0], f"loss {losses[0]} -> {losses[-1]}"
 print(f"loss {losses[0]:.3f} -> {losses[-1]:.3f} over {len(losses)} steps on {np} rank(s)")
 PY
-    [ $? -eq 0 ] || sed -i "s/^job_np$np\tPASS/job_np$np\tFAIL/" "$results"
-  done
+      [ $? -eq 0 ] || sed -i "s/^job_np$np\tPASS/job_np$np\tFAIL/" "$results"
+    done
 
-  # Against transformers itself: the reference folders, then the model tests that need them.
-  check hf_fixtures python3 "$root/tools/reference/make_llama_fixtures.py" "$root/tests/fixtures/hf"
-  check hf_reference st_with_libs "$bin/hf_model_test" --gtest_filter='HfReference.*:HfRoundTrip.*'
-  check export_transformers st_with_libs bash "$root/tests/cli/export_transformers_test.sh" "$bin/shardtune-ckpt" "$bin/shardtune-make-model"
-  check torch_reference bash -c "python3 '$root/tools/reference/llama_torch_reference.py' '$report/torch_reference' &&
-    SHARDTUNE_TORCH_REFERENCE='$report/torch_reference' LD_LIBRARY_PATH='$ST_LIBS' '$bin/hf_model_test' --gtest_filter='TorchReference.*'"
+    # Against transformers itself: the reference folders, then the model tests that need them.
+    check hf_fixtures python3 "$root/tools/reference/make_llama_fixtures.py" "$root/tests/fixtures/hf"
+    check hf_reference st_with_libs "$bin/hf_model_test" --gtest_filter='HfReference.*:HfRoundTrip.*'
+    check export_transformers st_with_libs bash "$root/tests/cli/export_transformers_test.sh" "$bin/shardtune-ckpt" "$bin/shardtune-make-model"
+    check torch_reference bash -c "python3 '$root/tools/reference/llama_torch_reference.py' '$report/torch_reference' &&
+      SHARDTUNE_TORCH_REFERENCE='$report/torch_reference' LD_LIBRARY_PATH='$ST_LIBS' '$bin/hf_model_test' --gtest_filter='TorchReference.*'"
 
-  # LoRA: under FSDP on the GPU against the plain-PyTorch LoRA reference; the tiny LoRA job on the
-  # GPU; its adapters exported, and loaded by peft onto transformers' Llama with the same logits.
-  for np in 1 2; do
-    args=("${mpirun_args[@]}")
-    args[1]=$np
-    check "lora_fsdp_np$np" st_with_libs env ST_TEST_DEVICE=cuda "SHARDTUNE_TORCH_REFERENCE=$report/torch_reference" \
-      mpirun "${args[@]}" "$bin/lora_fsdp_test"
-  done
-  rm -rf "$report/lora-job" "$report/lora-peft"
-  check lora_job st_with_libs "$bin/shardtune" run "$root/configs/tiny-lora.toml" --set launch.device=cuda \
-    --set "job.output_dir=$report/lora-job" --set train.max_train_step=100 --set train.mixed_precision=true
-  check lora_export_peft st_with_libs "$bin/shardtune-ckpt" export-peft "$report/lora-job/checkpoints/latest" \
-    "$report/lora-peft"
-  check lora_peft python3 "$root/tests/cli/lora_check.py" peft "$root/configs/data/tiny-llama" "$report/lora-peft"
+    # LoRA: under FSDP on the GPU against the plain-PyTorch LoRA reference; the tiny LoRA job on the
+    # GPU; its adapters exported, and loaded by peft onto transformers' Llama with the same logits.
+    for np in 1 2; do
+      args=("${mpirun_args[@]}")
+      args[1]=$np
+      check "lora_fsdp_np$np" st_with_libs env ST_TEST_DEVICE=cuda "SHARDTUNE_TORCH_REFERENCE=$report/torch_reference" \
+        mpirun "${args[@]}" "$bin/lora_fsdp_test"
+    done
+    rm -rf "$report/lora-job" "$report/lora-peft"
+    check lora_job st_with_libs "$bin/shardtune" run "$root/configs/tiny-lora.toml" --set launch.device=cuda \
+      --set "job.output_dir=$report/lora-job" --set train.max_train_step=100 --set train.mixed_precision=true
+    check lora_export_peft st_with_libs "$bin/shardtune-ckpt" export-peft "$report/lora-job/checkpoints/latest" \
+      "$report/lora-peft"
+    check lora_peft python3 "$root/tests/cli/lora_check.py" peft "$root/configs/data/tiny-llama" "$report/lora-peft"
 
-  if [ $bench -eq 1 ]; then
-    check benchmark bash "$root/bench/gpu.sh" "$build" "$report/bench"
-    # LoRA against full fine-tuning of a 0.63B model on one GPU: memory, step time, gradient bytes.
-    check lora_bench st_with_libs bash "$root/bench/lora.sh" "$build" "$report/lora-bench-model" 1 cuda 2048 16
-    # The memory planner against the CUDA allocator's peaks (bench/plan.sh's GPU configurations).
-    check plan_gpu st_with_libs bash "$root/bench/plan.sh" "$build" "$report/plan-bench" . cuda
-    # Against Hugging Face's Rust tokenizers, on this machine's CPU: identical ids, and tokens/s.
-    check tokenizer_rust st_with_libs bash "$root/bench/tokenizer_rust.sh" "$build" "$root/.deps/gpu/tokenizers" \
-      "$report/tokenizer"
+    if [ $bench -eq 1 ]; then
+      check benchmark bash "$root/bench/gpu.sh" "$build" "$report/bench"
+      # LoRA against full fine-tuning of a 0.63B model on one GPU: memory, step time, gradient bytes.
+      check lora_bench st_with_libs bash "$root/bench/lora.sh" "$build" "$report/lora-bench-model" 1 cuda 2048 16
+      # The memory planner against the CUDA allocator's peaks (bench/plan.sh's GPU configurations).
+      check plan_gpu st_with_libs bash "$root/bench/plan.sh" "$build" "$report/plan-bench" . cuda
+      # Against Hugging Face's Rust tokenizers, on this machine's CPU: identical ids, and tokens/s.
+      check tokenizer_rust st_with_libs bash "$root/bench/tokenizer_rust.sh" "$build" "$root/.deps/gpu/tokenizers" \
+        "$report/tokenizer"
+    fi
   fi
 fi
 
 # The report.
-python3 - "$report" "$((SECONDS - start_all))" <<'PY'
+python3 - "$report" "$((SECONDS - start_all))" "$build_only" <<'PY'
 import datetime, json, os, sys
-report, seconds = sys.argv[1], int(sys.argv[2])
+report, seconds, build_only = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
 rows = [l.rstrip("\n").split("\t") for l in open(f"{report}/results.tsv") if l.strip()]
 machine = open(f"{report}/machine.txt").read().strip().splitlines()
 bench = None
@@ -159,7 +176,8 @@ doc = {"date": datetime.date.today().isoformat(), "machine": machine, "seconds":
                   for r in rows],
        "benchmark": bench}
 json.dump(doc, open(f"{report}/report.json", "w"), indent=1)
-lines = [f"# shardtune GPU check, {doc['date']}", "", "Machine:", ""] + [f"    {m}" for m in machine] + [
+title = "build environment (--build-only: built, run on the CPU)" if build_only else "GPU check"
+lines = [f"# shardtune {title}, {doc['date']}", "", "Machine:", ""] + [f"    {m}" for m in machine] + [
     "", "| check | result | seconds | detail |", "|---|---|---|---|"]
 lines += [f"| {c['name']} | {c['status']} | {c['seconds']} | {c['detail']} |" for c in doc["checks"]]
 if bench is not None and os.path.exists(f"{report}/bench/bench.md"):

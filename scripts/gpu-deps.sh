@@ -2,7 +2,8 @@
 # Downloads, on a Debian 12 machine with apt, the .deb files of every dependency that a GPU
 # machine with only PyTorch, CUDA, CMake and a compiler lacks (Open MPI, parallel HDF5, spdlog,
 # fmt, TOML++, nlohmann-json, CLI11, GoogleTest, libdeflate, PCRE2, SentencePiece, pkgconf,
-# OpenSSL's headers, and the shared libraries they load), into DEST (default .deps/gpu/debs, which git ignores).
+# OpenSSL's and zlib's headers, and the shared libraries they load), into DEST (default
+# .deps/gpu/debs, which git ignores).
 # scripts/gpu-env.sh unpacks them there into a prefix with dpkg -x; nothing is installed.
 # The list is the closure of the libraries these packages load (ldd), minus what every glibc
 # system has (libc, libstdc++, libgcc, zlib, OpenSSL, GnuTLS, Kerberos, ...); scripts/gpu-env.sh
@@ -23,7 +24,7 @@ packages=(
   libspdlog-dev libspdlog1.10 libfmt-dev libfmt9 libtomlplusplus-dev libtomlplusplus3 nlohmann-json3-dev
   libcli11-dev libgtest-dev googletest libdeflate-dev libdeflate0 libpcre2-dev libpcre2-8-0 libpcre2-16-0
   libpcre2-32-0 libpcre2-posix3 libsentencepiece-dev libsentencepiece0 pkgconf pkgconf-bin libpkgconf3
-  libssl-dev libssl3
+  libssl-dev libssl3 zlib1g-dev zlib1g
 )
 mkdir -p "$dest"
 cd "$dest"

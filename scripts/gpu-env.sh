@@ -19,6 +19,11 @@ if [ ! -f "$ST_PREFIX/.complete" ]; then
   rm -rf "$ST_PREFIX"
   mkdir -p "$ST_PREFIX"
   for deb in "$ST_DEBS"/*.deb; do dpkg -x "$deb" "$ST_PREFIX" || st_env_fail "dpkg -x $deb failed" || return 1; done
+  # Links to absolute paths (zlib1g-dev's libz.so) point into the prefix instead, relatively, not at
+  # this machine's files.
+  while IFS= read -r link; do
+    ln -sfnr "$ST_PREFIX$(readlink "$link")" "$link"
+  done < <(find "$ST_PREFIX" -type l -lname '/*')
   # What update-alternatives would have made: the plain names of the tools.
   mkdir -p "$ST_PREFIX/bin"
   for pair in mpirun:orterun mpiexec:orterun mpicc:mpicc.openmpi mpicxx:mpicxx.openmpi pkg-config:pkgconf; do
@@ -28,7 +33,7 @@ if [ ! -f "$ST_PREFIX/.complete" ]; then
 fi
 
 multiarch=x86_64-linux-gnu
-export ST_LIBS="$ST_PREFIX/usr/lib/$multiarch:$ST_PREFIX/usr/lib/$multiarch/openmpi/lib:$ST_PREFIX/usr/lib/$multiarch/hdf5/openmpi"
+export ST_LIBS="$ST_PREFIX/usr/lib/$multiarch:$ST_PREFIX/lib/$multiarch:$ST_PREFIX/usr/lib/$multiarch/openmpi/lib:$ST_PREFIX/usr/lib/$multiarch/hdf5/openmpi"
 export OPAL_PREFIX="$ST_PREFIX/usr"
 export PATH="$ST_PREFIX/bin:$ST_PREFIX/usr/bin:$PATH"
 export PKG_CONFIG_LIBDIR="$ST_PREFIX/usr/lib/$multiarch/pkgconfig:$ST_PREFIX/usr/share/pkgconfig"
@@ -45,11 +50,18 @@ st_missing=$(for f in "$ST_PREFIX"/usr/bin/orterun "$ST_PREFIX"/usr/lib/$multiar
 [ -z "$st_missing" ] || st_env_fail "libraries missing on this machine: $st_missing(add their Debian packages to scripts/gpu-deps.sh)" || return 1
 
 # LibTorch and NCCL of the machine's PyTorch wheel.
-torch_cmake=$("$ST_PYTHON" -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null) ||
-  st_env_fail "$ST_PYTHON cannot import torch" || return 1
-"$ST_PYTHON" -c 'import torch, sys; sys.exit(0 if torch.version.cuda else 1)' ||
-  st_env_fail "this PyTorch has no CUDA" || return 1
-nccl_dir=$("$ST_PYTHON" -c 'import nvidia.nccl as n; print(list(n.__path__)[0])' 2>/dev/null || true)
+# ST_TORCH_DIR instead names a LibTorch's cmake folder (scripts/gpu-env-check.sh: Debian's, on CPU).
+if [ -n "${ST_TORCH_DIR:-}" ]; then
+  torch_dir=$ST_TORCH_DIR
+  nccl_dir=""
+else
+  torch_cmake=$("$ST_PYTHON" -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null) ||
+    st_env_fail "$ST_PYTHON cannot import torch" || return 1
+  "$ST_PYTHON" -c 'import torch, sys; sys.exit(0 if torch.version.cuda else 1)' ||
+    st_env_fail "this PyTorch has no CUDA" || return 1
+  torch_dir=$torch_cmake/Torch
+  nccl_dir=$("$ST_PYTHON" -c 'import nvidia.nccl as n; print(list(n.__path__)[0])' 2>/dev/null || true)
+fi
 if [ -n "$nccl_dir" ] && [ -f "$nccl_dir/include/nccl.h" ]; then
   mkdir -p "$ST_PREFIX/nccl/lib"
   ln -sfn "$nccl_dir/include" "$ST_PREFIX/nccl/include"
@@ -63,13 +75,16 @@ else
 fi
 
 ST_CMAKE_ARGS=(
-  -DTorch_DIR="$torch_cmake/Torch"
+  -DTorch_DIR="$torch_dir"
   -DCMAKE_PREFIX_PATH="$ST_PREFIX/usr"
   -DMPI_C_COMPILER="$ST_PREFIX/bin/mpicc" -DMPI_CXX_COMPILER="$ST_PREFIX/bin/mpicxx"
   -DMPIEXEC_EXECUTABLE="$ST_PREFIX/bin/mpirun"
   -DSHARDTUNE_HDF5_INCLUDE_DIR="$ST_PREFIX/usr/include/hdf5/openmpi"
   -DSHARDTUNE_HDF5_LIBRARY="$ST_PREFIX/usr/lib/$multiarch/hdf5/openmpi/libhdf5.so"
   -DCMAKE_BUILD_RPATH="$ST_LIBS"
+  # Debian's multiarch headers (OpenSSL's configuration.h), which the compiler looks for only under /usr.
+  -DCMAKE_C_STANDARD_INCLUDE_DIRECTORIES="$ST_PREFIX/usr/include/$multiarch"
+  -DCMAKE_CXX_STANDARD_INCLUDE_DIRECTORIES="$ST_PREFIX/usr/include/$multiarch"
 )
 [ -n "$ST_NCCL_ROOT" ] && ST_CMAKE_ARGS+=(-DNCCL_ROOT="$ST_NCCL_ROOT")
 true
