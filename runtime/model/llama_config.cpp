@@ -51,6 +51,28 @@ class Reader {
   const std::string& source_;
 };
 
+// The rotary embedding's scaling: `rope_scaling` (transformers 4) or `rope_parameters`
+// (transformers 5, which also holds rope_theta there); `where` names the object in errors.
+void read_rope(const json& obj, const std::string& source, const std::string& where, LlamaConfig& c) {
+  ST_CHECK(obj.is_object(), ErrorKind::kConfig, "{}: {} must be an object or null", source, where);
+  const std::string named = source + " " + where;  // outlives the reader, which keeps a reference
+  Reader r(obj, named);
+  r.get("rope_theta", c.rope_theta);
+  RopeScaling& s = c.rope_scaling;
+  r.get("type", s.type);
+  r.get("rope_type", s.type);  // the newer spelling wins
+  if (s.type == "default") s.type.clear();
+  ST_CHECK(s.type.empty() || s.type == "linear" || s.type == "llama3", ErrorKind::kConfig,
+           "{}: rope type \"{}\" is not supported; Llama uses \"llama3\" (3.1, 3.2), \"linear\" or none", source,
+           s.type);
+  r.get("factor", s.factor);
+  r.get("low_freq_factor", s.low_freq_factor);
+  r.get("high_freq_factor", s.high_freq_factor);
+  r.get("original_max_position_embeddings", s.original_max_position_embeddings);
+  ST_CHECK(s.factor > 0 && s.low_freq_factor > 0 && s.high_freq_factor > s.low_freq_factor, ErrorKind::kConfig,
+           "{}: needs factor > 0 and high_freq_factor > low_freq_factor > 0", named);
+}
+
 }  // namespace
 
 LlamaConfig LlamaConfig::from_json(const json& j, const std::string& source) {
@@ -92,6 +114,7 @@ LlamaConfig LlamaConfig::from_json(const json& j, const std::string& source) {
   r.get("tie_word_embeddings", c.tie_word_embeddings);
   r.get("attention_bias", c.attention_bias);
   r.get("mlp_bias", c.mlp_bias);
+  r.get("dtype", c.torch_dtype);  // transformers 5
   r.get("torch_dtype", c.torch_dtype);
   r.get("bos_token_id", c.bos_token_id);
   if (auto it = j.find("eos_token_id"); it != j.end() && !it->is_null()) {
@@ -107,23 +130,13 @@ LlamaConfig LlamaConfig::from_json(const json& j, const std::string& source) {
       c.eos_token_ids.push_back(it->get<int64_t>());
     }
   }
-  if (auto it = j.find("rope_scaling"); it != j.end() && !it->is_null()) {
-    ST_CHECK(it->is_object(), ErrorKind::kConfig, "{}: rope_scaling must be an object or null", source);
-    const std::string where = source + " rope_scaling";
-    Reader rs(*it, where);
-    RopeScaling& s = c.rope_scaling;
-    rs.get("type", s.type);
-    rs.get("rope_type", s.type);  // the newer spelling wins
-    if (s.type == "default") s.type.clear();
-    ST_CHECK(s.type.empty() || s.type == "linear" || s.type == "llama3", ErrorKind::kConfig,
-             "{}: rope type \"{}\" is not supported; Llama uses \"llama3\" (3.1, 3.2), \"linear\" or none", source,
-             s.type);
-    rs.get("factor", s.factor);
-    rs.get("low_freq_factor", s.low_freq_factor);
-    rs.get("high_freq_factor", s.high_freq_factor);
-    rs.get("original_max_position_embeddings", s.original_max_position_embeddings);
-    ST_CHECK(s.factor > 0 && s.low_freq_factor > 0 && s.high_freq_factor > s.low_freq_factor, ErrorKind::kConfig,
-             "{}: needs factor > 0 and high_freq_factor > low_freq_factor > 0", where);
+  if (auto it = j.find("rope_scaling"); it != j.end() && !it->is_null()) read_rope(*it, source, "rope_scaling", c);
+  if (auto it = j.find("rope_parameters"); it != j.end() && !it->is_null()) {
+    // One set for every layer; per-layer-type sets (keyed by attention kind) are not Llama's.
+    ST_CHECK(!it->is_object() || it->empty() || !it->begin()->is_object(), ErrorKind::kConfig,
+             "{}: rope_parameters holds one set per layer type ({}); Llama uses one set", source,
+             it->begin().key());
+    read_rope(*it, source, "rope_parameters", c);
   }
   return c;
 }

@@ -77,8 +77,12 @@ def check_peft(base, peft):
     except ImportError as e:
         print(f"skipped: {e}")
         return SKIPPED
+    import transformers
     _, ids, want, _ = adapted_logits(base, peft)
-    model = AutoModelForCausalLM.from_pretrained(base, torch_dtype=torch.float32)
+    # transformers 4.56 renamed torch_dtype to dtype (and 5 loads in the file's dtype by default).
+    major_minor = tuple(int(x) for x in transformers.__version__.split(".")[:2])
+    dtype_key = "dtype" if major_minor >= (4, 56) else "torch_dtype"
+    model = AutoModelForCausalLM.from_pretrained(base, **{dtype_key: torch.float32})
     model = PeftModel.from_pretrained(model, peft).eval()
     with torch.no_grad():
         got = model(input_ids=ids).logits

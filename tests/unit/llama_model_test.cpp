@@ -59,6 +59,54 @@ TEST(LlamaConfig, RealConfigsGiveThePublishedParameterCounts) {
   EXPECT_TRUE(LlamaConfig::from_file(kConfigs + "llama-3.2-1b.json").tie_word_embeddings);
 }
 
+// transformers 5 writes the rotary parameters, rope_theta included, into one rope_parameters
+// object, and the dtype as "dtype": the same model as transformers 4's spelling.
+TEST(LlamaConfig, Transformers5SpellingReadsAsTheLegacyOne) {
+  using nlohmann::json;
+  json legacy = json::parse(std::ifstream(kConfigs + "llama-3.1-70b.json"));
+  json v5 = legacy;
+  v5.erase("rope_theta");
+  v5.erase("rope_scaling");
+  v5.erase("torch_dtype");
+  v5["dtype"] = "bfloat16";
+  v5["rope_parameters"] = legacy["rope_scaling"];
+  v5["rope_parameters"]["rope_theta"] = legacy["rope_theta"];
+  const LlamaConfig a = LlamaConfig::from_json(legacy, "legacy");
+  const LlamaConfig b = LlamaConfig::from_json(v5, "v5");
+  EXPECT_EQ(b.rope_theta, 500000.0);
+  EXPECT_EQ(b.rope_theta, a.rope_theta);
+  EXPECT_EQ(b.rope_scaling.type, "llama3");
+  EXPECT_EQ(b.rope_scaling.factor, a.rope_scaling.factor);
+  EXPECT_EQ(b.rope_scaling.low_freq_factor, a.rope_scaling.low_freq_factor);
+  EXPECT_EQ(b.rope_scaling.high_freq_factor, a.rope_scaling.high_freq_factor);
+  EXPECT_EQ(b.rope_scaling.original_max_position_embeddings, a.rope_scaling.original_max_position_embeddings);
+  EXPECT_EQ(b.torch_dtype, "bfloat16");
+  EXPECT_EQ(b.to_json(), a.to_json());
+
+  // Without scaling: {"rope_type": "default", "rope_theta": ...}.
+  const LlamaConfig d = LlamaConfig::from_json(json::parse(R"({"rope_parameters": {"rope_type": "default", "rope_theta": 123.0}})"), "d");
+  EXPECT_EQ(d.rope_theta, 123.0);
+  EXPECT_TRUE(d.rope_scaling.type.empty());
+
+  auto error_of = [](const std::string& text) {
+    try {
+      LlamaConfig::from_json(json::parse(text), "m/config.json");
+    } catch (const common::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error_of(R"({"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1.0}}})")
+                .find("m/config.json: rope_parameters holds one set per layer type (full_attention)"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"rope_parameters": {"rope_type": "yarn", "factor": 4.0}})").find("rope type \"yarn\" is not supported"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"rope_parameters": {"rope_theta": "big"}})").find("m/config.json rope_parameters: 'rope_theta' must be a number"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"rope_parameters": 5})").find("m/config.json: rope_parameters must be an object or null"),
+            std::string::npos);
+}
+
 TEST(LlamaConfig, MetaConstructionOfA70BAllocatesNothing) {
   LlamaForCausalLM m(LlamaConfig::from_file(kConfigs + "llama-3.1-70b.json"), at::TensorOptions().device(at::kMeta));
   int64_t numel = 0;

@@ -28,13 +28,23 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from tiny_llama_configs import CONFIGS, GRADIENTS, SEED, inputs
 
 
+def llama_config(kwargs):
+    """transformers 5 takes rope_theta and the rope scaling together, as rope_parameters."""
+    kwargs = dict(kwargs)
+    if hasattr(LlamaConfig(), "rope_parameters"):
+        rope = dict(kwargs.pop("rope_scaling", None) or {"rope_type": "default"})
+        rope["rope_theta"] = kwargs.pop("rope_theta")
+        kwargs["rope_parameters"] = rope
+    return LlamaConfig(**kwargs)
+
+
 def make_one(name, kwargs, out_dir):
     torch.manual_seed(SEED)
-    config = LlamaConfig(**kwargs)
+    config = llama_config(kwargs)
     config._attn_implementation = "eager"
     model = LlamaForCausalLM(config).float().eval()  # eval: no dropout; gradients still flow
     folder = os.path.join(out_dir, name)
-    model.save_pretrained(folder, safe_serialization=True)
+    model.save_pretrained(folder)  # safetensors, the default since transformers 4.35
 
     input_ids, labels = inputs(config.vocab_size)
     out = model(input_ids=input_ids, labels=labels)
