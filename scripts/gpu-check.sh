@@ -83,7 +83,7 @@ check() {
 
 # The machine, as it reports itself.
 {
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -1
+  nvidia-smi --query-gpu=name,memory.total,driver_version,compute_mode --format=csv,noheader 2>&1 | head -1
   python3 -c 'import torch; print(f"torch {torch.__version__} cuda {torch.version.cuda} nccl {torch.cuda.nccl.version()}")' 2>&1
   nvcc --version 2>&1 | tail -1
   cmake --version | head -1

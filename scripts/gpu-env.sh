@@ -66,8 +66,11 @@ if [ -n "$nccl_dir" ] && [ -f "$nccl_dir/include/nccl.h" ]; then
   mkdir -p "$ST_PREFIX/nccl/lib"
   ln -sfn "$nccl_dir/include" "$ST_PREFIX/nccl/include"
   nccl_so=$(ls "$nccl_dir"/lib/libnccl.so* | head -1)
+  # The link name for the build, and the soname the programs then need, on their library path.
   ln -sf "$nccl_so" "$ST_PREFIX/nccl/lib/libnccl.so"
+  ln -sf "$nccl_so" "$ST_PREFIX/nccl/lib/libnccl.so.2"
   ST_NCCL_ROOT="$ST_PREFIX/nccl"
+  export ST_LIBS="$ST_LIBS:$ST_PREFIX/nccl/lib"
 elif [ -f /usr/local/cuda/include/nccl.h ] || [ -f /usr/include/nccl.h ]; then
   ST_NCCL_ROOT=""
 else

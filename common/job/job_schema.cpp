@@ -218,8 +218,8 @@ std::vector<SectionSpec> build_schema() {
             "ranks that never arrived, instead of hanging.")
         .in_range(0.1, 86400.0);
     s.field("device", &LaunchSection::device,
-            "Where each rank trains. cuda: the GPU of its local rank (SLURM_LOCALID or "
-            "OMPI_COMM_WORLD_LOCAL_RANK, among CUDA_VISIBLE_DEVICES), with NCCL between ranks; the job "
+            "Where each rank trains. cuda: the GPU of its local rank (OMPI_COMM_WORLD_LOCAL_RANK or "
+            "SLURM_LOCALID, among CUDA_VISIBLE_DEVICES), with NCCL between ranks; the job "
             "fails before training if there is none. cpu: the CPU, with MPI. auto: cuda when a GPU is "
             "visible, else cpu; never a silent fall back to the CPU when a GPU is there but unusable.");
     s.field("gpu_memory_gib", &LaunchSection::gpu_memory_gib,

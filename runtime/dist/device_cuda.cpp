@@ -11,6 +11,11 @@ namespace {
 // Index 0 of the allocator's per-pool statistics is the aggregate over all pools (StatType::AGGREGATE).
 constexpr size_t kAggregate = 0;
 
+// A CUDA device without an index means the current one, as in LibTorch.
+c10::DeviceIndex index_of(const c10::Device& device) {
+  return device.has_index() ? device.index() : c10::cuda::current_device();
+}
+
 }  // namespace
 
 bool cuda_build() { return true; }
@@ -23,19 +28,19 @@ void synchronize(const c10::Device& device) {
 
 DeviceMemoryStats memory_stats(const c10::Device& device) {
   if (!device.is_cuda()) return {};
-  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(index_of(device));
   return {stats.allocated_bytes[kAggregate].current, stats.allocated_bytes[kAggregate].peak,
           stats.reserved_bytes[kAggregate].current, stats.reserved_bytes[kAggregate].peak};
 }
 
 void reset_peak_memory(const c10::Device& device) {
-  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(index_of(device));
 }
 
 std::string device_name(const c10::Device& device) {
   if (!device.is_cuda()) return "cpu";
   cudaDeviceProp props{};
-  ST_CUDA_CHECK(cudaGetDeviceProperties(&props, device.has_index() ? device.index() : c10::cuda::current_device()));
+  ST_CUDA_CHECK(cudaGetDeviceProperties(&props, index_of(device)));
   return props.name;
 }
 

@@ -58,7 +58,9 @@ Topology discover_topology(MPI_Comm world) {
 }
 
 int launcher_local_rank(int fallback, const std::function<const char*(const char*)>& getenv) {
-  for (const char* name : {"SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK"}) {
+  // mpirun's numbering first: ranks that mpirun starts inside a Slurm allocation inherit the
+  // SLURM_LOCALID of the step that started mpirun's daemon (0 on every rank).
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"}) {
     const char* value = getenv(name);
     if (value == nullptr || *value == '\0') continue;
     char* end = nullptr;

@@ -34,9 +34,9 @@ struct DeviceChoice {
   std::string reason;
 };
 
-// The rank's index among the ranks of its node, as the launcher numbered them (SLURM_LOCALID
-// under srun, OMPI_COMM_WORLD_LOCAL_RANK under mpirun), or `fallback` (MPI's shared-memory split)
-// when neither is set. `getenv` is injected for tests.
+// The rank's index among the ranks of its node, as the launcher numbered them
+// (OMPI_COMM_WORLD_LOCAL_RANK under mpirun, even within a Slurm allocation; SLURM_LOCALID under
+// srun), or `fallback` (MPI's shared-memory split) when neither is set. `getenv` is injected for tests.
 int launcher_local_rank(int fallback, const std::function<const char*(const char*)>& getenv);
 
 // Pure: where this rank trains. cpu: the CPU. cuda: a GPU, else an error (throws

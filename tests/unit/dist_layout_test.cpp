@@ -92,19 +92,21 @@ TEST(ChooseDevice, AskingForCudaWithoutAGpuIsAnErrorNotACpuRun) {
   }
 }
 
-TEST(LauncherLocalRank, SlurmThenOpenMpiThenMpisOwnSplit) {
+// mpirun inside a Slurm allocation: every rank inherits SLURM_LOCALID=0 from the step that started
+// mpirun's daemon, so mpirun's own numbering comes first.
+TEST(LauncherLocalRank, OpenMpiThenSlurmThenMpisOwnSplit) {
   std::map<std::string, std::string> env;
   auto get = [&](const char* name) -> const char* {
     auto it = env.find(name);
     return it == env.end() ? nullptr : it->second.c_str();
   };
   EXPECT_EQ(launcher_local_rank(5, get), 5);
-  env["OMPI_COMM_WORLD_LOCAL_RANK"] = "2";
-  EXPECT_EQ(launcher_local_rank(5, get), 2);
   env["SLURM_LOCALID"] = "3";
   EXPECT_EQ(launcher_local_rank(5, get), 3);
-  env["SLURM_LOCALID"] = "x";  // not a number: the next source
+  env["OMPI_COMM_WORLD_LOCAL_RANK"] = "2";
   EXPECT_EQ(launcher_local_rank(5, get), 2);
+  env["OMPI_COMM_WORLD_LOCAL_RANK"] = "x";  // not a number: the next source
+  EXPECT_EQ(launcher_local_rank(5, get), 3);
 }
 
 }  // namespace
