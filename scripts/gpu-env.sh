@@ -14,8 +14,10 @@ ST_PYTHON=${ST_PYTHON:-python3}
 
 st_env_fail() { echo "gpu-env: $*" >&2; return 1; }
 
-if [ ! -f "$ST_PREFIX/.complete" ]; then
-  compgen -G "$ST_DEBS/*.deb" >/dev/null || st_env_fail "no .deb files in $ST_DEBS: run scripts/gpu-deps.sh on a Debian 12 machine and bring $ST_DEBS along" || return 1
+# The prefix is unpacked again whenever the set of .deb files changed (its stamp lists them).
+compgen -G "$ST_DEBS/*.deb" >/dev/null || st_env_fail "no .deb files in $ST_DEBS: run scripts/gpu-deps.sh on a Debian 12 machine and bring $ST_DEBS along" || return 1
+st_debs=$(cd "$ST_DEBS" && ls ./*.deb)
+if [ ! -f "$ST_PREFIX/.complete" ] || [ "$(cat "$ST_PREFIX/.complete")" != "$st_debs" ]; then
   rm -rf "$ST_PREFIX"
   mkdir -p "$ST_PREFIX"
   for deb in "$ST_DEBS"/*.deb; do dpkg -x "$deb" "$ST_PREFIX" || st_env_fail "dpkg -x $deb failed" || return 1; done
@@ -29,7 +31,7 @@ if [ ! -f "$ST_PREFIX/.complete" ]; then
   for pair in mpirun:orterun mpiexec:orterun mpicc:mpicc.openmpi mpicxx:mpicxx.openmpi pkg-config:pkgconf; do
     ln -sf "../usr/bin/${pair#*:}" "$ST_PREFIX/bin/${pair%%:*}"
   done
-  touch "$ST_PREFIX/.complete"
+  echo "$st_debs" >"$ST_PREFIX/.complete"
 fi
 
 multiarch=x86_64-linux-gnu

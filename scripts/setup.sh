@@ -58,4 +58,7 @@ if command -v npm >/dev/null; then
 else
   echo "setup: npm not found: the tokenizer exactness test will fail (it needs Node.js and npm)"
 fi
+# The .deb files a GPU machine lacks (scripts/gpu-check.sh); the test gpu_build_environment builds
+# against them alone.
+"$root/scripts/gpu-deps.sh" >/dev/null
 echo "setup: built into $build (shardtune: $build/bin/shardtune)"
