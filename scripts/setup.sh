@@ -22,13 +22,13 @@ packages=(
   gnuplot-nox                               # `shardtune plot`
 )
 
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ "${#missing[@]}" -gt 0 ]; then
-  sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo="sudo"
   echo "setup: installing ${missing[*]}"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
@@ -60,5 +60,5 @@ else
 fi
 # The .deb files a GPU machine lacks (scripts/gpu-check.sh); the test gpu_build_environment builds
 # against them alone.
-"$root/scripts/gpu-deps.sh" >/dev/null
+"$root/scripts/gpu-deps.sh" >/dev/null || { $sudo apt-get update -qq && "$root/scripts/gpu-deps.sh" >/dev/null; }
 echo "setup: built into $build (shardtune: $build/bin/shardtune)"
