@@ -29,7 +29,8 @@ namespace {
 // Counts the bytes of every live CPU tensor allocation. Each DataPtr's context is its data (as
 // raw_allocate requires); a table maps it back to the base allocator's block. LibTorch 2.3 made
 // allocate() non-const and added copy_data().
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+#define ST_ALLOCATOR_2_3 (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3))
+#if ST_ALLOCATOR_2_3
 #define ST_ALLOCATE_CONST
 #else
 #define ST_ALLOCATE_CONST const
@@ -47,7 +48,7 @@ class CountingAllocator final : public c10::Allocator {
     return {p, p, &release, c10::Device(c10::kCPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &release; }
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+#if ST_ALLOCATOR_2_3
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     default_copy_data(dest, src, count);
   }
