@@ -357,6 +357,9 @@ void NcclComm::synchronize(cudaStream_t stream, std::string_view what) {
     cuda_rc = cudaEventQuery(done_event_);
     if (cuda_rc == cudaSuccess) return true;
     if (cuda_rc != cudaErrorNotReady) return true;
+    // "Not ready" is also left as this thread's last error, where LibTorch's next launch check
+    // would report it as a failure (LibTorch's own event query clears it the same way).
+    (void)cudaGetLastError();
     cuda_rc = cudaSuccess;
     nccl_rc = async_state(comm_);
     return nccl_rc != ncclSuccess && nccl_rc != ncclInProgress;

@@ -179,6 +179,9 @@ void NcclCommunicator::barrier() {
 }
 
 void NcclCommunicator::monitor() {
+  // A new thread's current device is 0: without this, the event queries of a rank bound to GPU k
+  // would create a CUDA context on GPU 0 (hundreds of MiB there per rank of the node).
+  c10::cuda::CUDAGuard device_guard(static_cast<c10::DeviceIndex>(device_));
   while (true) {
     std::shared_ptr<InFlight> front;
     {

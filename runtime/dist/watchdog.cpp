@@ -37,12 +37,6 @@ CensusMessage make_message(const CollectiveDesc& desc, bool announcement) {
   return m;
 }
 
-// Sends without waiting for delivery: the peer may be dead, and nothing may block here.
-void send_unwaited(const CensusMessage& m, int peer, MPI_Comm comm) {
-  MPI_Request req;
-  if (MPI_Isend(&m, sizeof(m), MPI_BYTE, peer, kCensusTag, comm, &req) == MPI_SUCCESS) MPI_Request_free(&req);
-}
-
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
@@ -61,6 +55,11 @@ void back_off(int& polls) {
 
 }  // namespace
 
+struct Watchdog::Outgoing {
+  CensusMessage message;
+  MPI_Request request = MPI_REQUEST_NULL;
+};
+
 Watchdog::Watchdog(MPI_Comm comm, std::string group_name, std::vector<int> world_ranks, double timeout_s)
     : group_name_(std::move(group_name)), world_ranks_(std::move(world_ranks)), timeout_s_(timeout_s) {
   ST_MPI_CHECK(MPI_Comm_dup(comm, &census_comm_));
@@ -73,7 +72,29 @@ Watchdog::Watchdog(MPI_Comm comm, std::string group_name, std::vector<int> world
 Watchdog::~Watchdog() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized && census_comm_ != MPI_COMM_NULL) MPI_Comm_free(&census_comm_);
+  if (finalized) return;
+  reap_sent();
+  // A send to a dead peer may never complete: MPI keeps the request, and its message is left to
+  // it (a few bytes, only after a census) rather than freed under a send that may still read it.
+  for (auto& out : outbox_) {
+    MPI_Request_free(&out->request);
+    (void)out.release();
+  }
+  if (census_comm_ != MPI_COMM_NULL) MPI_Comm_free(&census_comm_);
+}
+
+void Watchdog::send_unwaited(const CensusMessage& m, int peer) {
+  auto out = std::make_unique<Outgoing>(Outgoing{m, MPI_REQUEST_NULL});
+  if (MPI_Isend(&out->message, sizeof(out->message), MPI_BYTE, peer, kCensusTag, census_comm_, &out->request) ==
+      MPI_SUCCESS)
+    outbox_.push_back(std::move(out));
+}
+
+void Watchdog::reap_sent() {
+  std::erase_if(outbox_, [](const std::unique_ptr<Outgoing>& out) {
+    int done = 0;
+    return MPI_Test(&out->request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || done;
+  });
 }
 
 void Watchdog::wait(const std::function<bool()>& poll, const CollectiveDesc& desc) {
@@ -98,13 +119,14 @@ std::optional<std::pair<int, CensusMessage>> Watchdog::receive_census(const Coll
     return std::nullopt;
   CensusMessage msg{};
   MPI_Recv(&msg, sizeof(msg), MPI_BYTE, status.MPI_SOURCE, kCensusTag, census_comm_, MPI_STATUS_IGNORE);
-  if (msg.is_announcement) send_unwaited(make_message(desc, false), status.MPI_SOURCE, census_comm_);
+  if (msg.is_announcement) send_unwaited(make_message(desc, false), status.MPI_SOURCE);
   return std::make_pair(status.MPI_SOURCE, msg);
 }
 
 void Watchdog::answer_census(const CollectiveDesc& desc) {
   while (receive_census(desc)) {
   }
+  if (!outbox_.empty()) reap_sent();
 }
 
 void Watchdog::fail(const std::function<bool()>& poll, const CollectiveDesc& desc) {
@@ -112,7 +134,7 @@ void Watchdog::fail(const std::function<bool()>& poll, const CollectiveDesc& des
   //    those that stay silent for the grace period never arrived (busy elsewhere, hung or dead).
   const CensusMessage mine = make_message(desc, true);
   for (int peer = 0; peer < size_; ++peer)
-    if (peer != rank_) send_unwaited(mine, peer, census_comm_);
+    if (peer != rank_) send_unwaited(mine, peer);
   // 2. Listen, answering other ranks' announcements as well.
   const double grace = std::clamp(timeout_s_ * 0.25, 0.5, 5.0);
   std::map<int, CensusMessage> heard;

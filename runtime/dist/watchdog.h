@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -44,6 +45,13 @@ class Watchdog {
   void answer_census(const CollectiveDesc& desc);
   // Runs the census; returns only if the collective finished meanwhile, else throws.
   void fail(const std::function<bool()>& poll, const CollectiveDesc& desc);
+  // Sends without waiting for delivery (the peer may be dead). MPI may read the message until
+  // the send completes, so it stays in the outbox until then.
+  void send_unwaited(const CensusMessage& m, int peer);
+  // Drops the outbox's messages whose sends have completed.
+  void reap_sent();
+
+  struct Outgoing;  // a message and the request sending it
 
   MPI_Comm census_comm_ = MPI_COMM_NULL;
   std::string group_name_;
@@ -51,6 +59,7 @@ class Watchdog {
   double timeout_s_;
   int rank_ = 0;
   int size_ = 0;
+  std::vector<std::unique_ptr<Outgoing>> outbox_;
 };
 
 }  // namespace shardtune::dist
