@@ -25,6 +25,9 @@ class AdamW {
   void add(at::Tensor param, at::Tensor grad);
   void step(double lr);
 
+  // Contiguous tensors are updated in pieces of this many elements (64 MiB of fp32).
+  static constexpr int64_t kPieceElements = int64_t{1} << 24;
+
   int64_t step_count() const { return step_; }
   void set_step_count(int64_t step) { step_ = step; }  // when resuming from a checkpoint
   int64_t state_bytes() const;

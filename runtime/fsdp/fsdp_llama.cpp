@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "common/error.h"
@@ -58,8 +59,12 @@ at::Tensor FsdpLlama::forward(const at::Tensor& input_ids, const at::Tensor& pos
   const model::AttentionMask mask =
       position_ids.defined() ? model::packed_document_mask(position_ids) : model::AttentionMask{};
   const at::Device& device = context_.options.device;
-  const at::Tensor ids = input_ids.to(device);
-  const at::Tensor positions = position_ids.defined() ? position_ids.to(device) : model::default_position_ids(ids);
+  // Non-blocking: a copy from pageable host memory is staged at once, and this way the host does
+  // not wait for the work already queued on the device (the previous backward) first.
+  const at::Tensor ids = input_ids.to(device, input_ids.scalar_type(), /*non_blocking=*/true);
+  const at::Tensor positions = position_ids.defined()
+                                   ? position_ids.to(device, position_ids.scalar_type(), /*non_blocking=*/true)
+                                   : model::default_position_ids(ids);
   at::Tensor h = embed_->run(ids, [this](const at::Tensor& x) { return model_.embed(x); });
   const model::RopeTables rope = model_.rope(positions, context_.options.precision.compute);
   for (int64_t i = 0; i < model_.num_layers(); ++i) {
@@ -85,8 +90,17 @@ std::vector<FlatParam*> FsdpLlama::flat_params() {
 double FsdpLlama::clip_grad_norm(double max_norm) {
   // Replicas hold identical gradient shards after the all-reduce: the norm is over the shard group.
   at::Tensor sum_sq = at::full({1}, 0.0, at::TensorOptions().dtype(at::kDouble).device(device()));
-  for (FlatParam* f : flat_params())
-    if (f->trainable()) sum_sq += f->grad_shard().to(at::kDouble).pow(2).sum();
+  // In fp64 a piece at a time: the whole shard in fp64 would add twice its size (10 GB for a
+  // 1B-parameter shard on one GPU) at every step.
+  for (FlatParam* f : flat_params()) {
+    if (!f->trainable()) continue;
+    const at::Tensor& g = f->grad_shard();
+    constexpr int64_t kPiece = int64_t{1} << 24;
+    for (int64_t start = 0; start < g.numel(); start += kPiece) {
+      const int64_t len = std::min(kPiece, g.numel() - start);
+      sum_sq += g.narrow(0, start, len).to(at::kDouble).pow(2).sum();
+    }
+  }
   groups_.shard->all_reduce(sum_sq, dist::ReduceOp::kSum);
   const double norm = std::sqrt(sum_sq.item<double>());  // the one host wait of the step's clipping
   // torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when that is below 1.

@@ -33,7 +33,8 @@ at::Tensor rope_inv_freq(const LlamaConfig& config) {
 
 RopeTables rope_tables(const at::Tensor& inv_freq, const at::Tensor& position_ids, at::ScalarType dtype) {
   // (B, T, 1) * (1, 1, D/2): the same products as transformers' (D/2 x 1) @ (1 x T) matmul.
-  at::Tensor freqs = position_ids.to(at::kFloat).unsqueeze(-1) * inv_freq.to(position_ids.device()).view({1, 1, -1});
+  const at::Tensor freq = inv_freq.to(position_ids.device(), inv_freq.scalar_type(), /*non_blocking=*/true);
+  at::Tensor freqs = position_ids.to(at::kFloat).unsqueeze(-1) * freq.view({1, 1, -1});
   at::Tensor emb = at::cat({freqs, freqs}, -1);
   return {emb.cos().to(dtype), emb.sin().to(dtype)};
 }

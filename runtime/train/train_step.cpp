@@ -37,7 +37,10 @@ StepResult train_step(fsdp::FsdpLlama& model, fsdp::AdamW& optimizer, const std:
     const at::Tensor logits = model.forward(b.input_ids, b.position_ids, dropout);
     // Averaging over micro-batches here and over ranks in the reduction gives the gradient of
     // the mean loss of the whole global batch.
-    const at::Tensor loss = model::causal_lm_loss(logits, b.labels.to(model.device())) / n;
+    // Non-blocking, as the model's inputs: the host queues the loss and backward without waiting
+    // for the forward to finish first.
+    const at::Tensor labels = b.labels.to(model.device(), b.labels.scalar_type(), /*non_blocking=*/true);
+    const at::Tensor loss = model::causal_lm_loss(logits, labels) / n;
     if (options.loss_scaler != nullptr) {
       (loss * options.loss_scaler->scale()).backward();
     } else {

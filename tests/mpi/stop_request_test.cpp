@@ -47,8 +47,9 @@ TEST(StopRequest, OneRanksSignalStopsEveryRankAtTheSameStepAfterOneSave) {
       std::raise(SIGTERM);
     }
   };
-  train::Trainer trainer({job.train, job.metrics, job.job.output_dir, job.checkpoint.every_steps}, groups, sharded,
-                         data, nullptr, hooks);
+  train::Trainer trainer(
+      {job.train, job.metrics, job.job.output_dir, job.checkpoint.every_steps, model::LlamaConfig::tiny()}, groups,
+      sharded, data, nullptr, hooks);
   const train::TrainSummary summary = trainer.run();
 
   EXPECT_EQ(summary.stop_signal, SIGUSR1);

@@ -29,6 +29,27 @@ TEST(AdamW, MatchesLibTorchAdamW) {
   EXPECT_EQ(opt.state_bytes(), 2 * 37 * 5 * 4);
 }
 
+// A tensor larger than one piece is updated piece by piece (bounded temporaries): still exactly
+// what LibTorch's AdamW computes on it whole, the last, shorter piece included.
+TEST(AdamW, ATensorOfSeveralPiecesMatchesLibTorchAdamW) {
+  torch::manual_seed(5);
+  const int64_t n = AdamW::kPieceElements + 1001;
+  at::Tensor ours = torch::randn({n});
+  at::Tensor theirs = ours.clone().requires_grad_(true);
+  at::Tensor grad = torch::zeros_like(ours);
+  AdamW opt({0.9, 0.95, 1e-8, 0.1});
+  opt.add(ours, grad);
+  torch::optim::AdamW ref({theirs}, torch::optim::AdamWOptions(1e-3).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.1));
+  for (int step = 0; step < 3; ++step) {
+    const at::Tensor g = torch::randn({n});
+    grad.copy_(g);
+    opt.step(1e-3);
+    theirs.mutable_grad() = g;
+    ref.step();
+  }
+  EXPECT_TRUE(at::equal(ours, theirs.detach())) << (ours - theirs.detach()).abs().max();
+}
+
 TEST(AdamW, ShardsUpdatedSeparatelyEqualTheWhole) {
   torch::manual_seed(4);
   at::Tensor whole = torch::randn({100});
