@@ -1,6 +1,7 @@
 // Test device selection and groups.
 #include "tests/mpi/test_device.h"
 
+#include <ATen/Context.h>
 #include <mpi.h>
 
 #include <cstdlib>
@@ -30,6 +31,12 @@ c10::Device choose() {
   const dist::DeviceChoice c =
       dist::choose_device(dist::DeviceRequest::kCuda, local_rank, local_size, dist::visible_gpus(), dist::cuda_build());
   dist::bind_device(c.device);
+  // Some tests compare two GPU runs bitwise (overlapped against collective by collective, with
+  // and without recomputation), which needs deterministic kernels: strict mode makes flash and
+  // memory-efficient attention's backward deterministic and keeps cuDNN attention out (it has no
+  // deterministic backward); LibTorch before 2.9 also wants cuBLAS's workspace fixed first.
+  setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
+  at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
   return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(c.device));
 }
 
