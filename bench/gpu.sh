@@ -18,8 +18,11 @@ seq=2048
 results="$out/runs.jsonl"
 : >"$results"
 
+# shardtune's programs load the prefix's libraries (scripts/gpu-env.sh), Python its own.
+with_libs() { LD_LIBRARY_PATH="${ST_LIBS:-}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@"; }
+
 if [ ! -f "$model/model.safetensors.index.json" ]; then
-  "$build/bin/shardtune-make-model" "$model" --config "$root/tests/fixtures/hf_configs/llama-3.2-1b.json" --dtype bf16 ||
+  with_libs "$build/bin/shardtune-make-model" "$model" --config "$root/tests/fixtures/hf_configs/llama-3.2-1b.json" --dtype bf16 ||
     { echo "bench: shardtune-make-model failed"; exit 1; }
 fi
 python3 "$root/bench/torch_baseline.py" matmul >>"$results" 2>"$out/matmul.err" || echo "bench: the matmul measurement failed"
@@ -27,7 +30,7 @@ python3 "$root/bench/torch_baseline.py" matmul >>"$results" 2>"$out/matmul.err" 
 shardtune() {  # shardtune MICRO_BATCH EXTRA_ARGS...: appends the JSON line; returns 3 if it does not fit
   local b=$1
   shift
-  LD_LIBRARY_PATH="${ST_LIBS:-}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" mpirun -np 1 --bind-to none --mca btl self,vader,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo \
+  with_libs mpirun -np 1 --bind-to none --mca btl self,vader,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo \
     "$build/bin/train_bench" "$model" --device cuda --seq $seq --micro-batch "$b" "$@" >"$out/run.json" 2>"$out/run.err"
   local rc=$?
   [ $rc -eq 0 ] && tail -1 "$out/run.json" >>"$results"
@@ -47,7 +50,7 @@ torch_run() {  # torch_run MICRO_BATCH EXTRA_ARGS...
 
 for ckpt in "" --checkpointing; do
   best=0
-  for b in 32 16 8 4 2 1; do
+  for b in 16 8 4 2 1; do  # each size that does not fit costs a load of the model
     shardtune "$b" $ckpt && { best=$b; break; }
     [ $? -ne 3 ] && break
   done

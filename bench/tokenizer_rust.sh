@@ -11,6 +11,8 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=$1 tokenizers=$2 out=$3
 mkdir -p "$out"
 python3 -c "import tokenizers" 2>/dev/null || { echo "SKIP: python3 has no tokenizers package"; exit 77; }
+compgen -G "$tokenizers/*/tokenizer.json" >/dev/null ||
+  { echo "SKIP: no tokenizer.json under $tokenizers (scripts/gpu-deps.sh copies them after scripts/setup.sh)"; exit 77; }
 python3 "$root/tests/tokenizer/make_corpus.py" "$out/corpus.txt" 10000 >/dev/null || exit 1
 rate() { python3 -c 'import json, sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])["tokens_per_second"])'; }
 failures=0

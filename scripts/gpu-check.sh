@@ -25,6 +25,8 @@
 # usage: scripts/gpu-check.sh [--stages LIST] [--no-bench] [--build-only] [--jobs N] REPORT_DIR
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+caller=$PWD
+cd "$root" || exit 1  # the example jobs name their data relative to the repository
 usage="usage: scripts/gpu-check.sh [--stages tests,jobs,references,lora,bench,extras] [--no-bench] [--build-only] [--jobs N] REPORT_DIR"
 all_stages=tests,jobs,references,lora,bench,extras
 stages=$all_stages
@@ -43,6 +45,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 [ -n "$report" ] || { echo "$usage" >&2; exit 2; }
+[[ "$report" == /* ]] || report=$caller/$report
 for s in ${stages//,/ }; do
   [[ ",$all_stages," == *",$s,"* ]] || { echo "gpu-check: no stage '$s' (stages: $all_stages)" >&2; exit 2; }
 done
@@ -61,16 +64,22 @@ record() {
 }
 
 # check NAME COMMAND...: runs one check, its output in logs/NAME.log; PASS on exit 0, SKIP on 77.
+# A check that runs past `limit` seconds (ST_CHECK_LIMIT_S, 300 by default; `limit=N check ...`
+# for one check) is stopped and fails, so one hung rank cannot spend a whole device call.
+check_limit=${ST_CHECK_LIMIT_S:-300}
 check() {
   local name=$1
   shift
   local t0=$SECONDS
   echo "== $name"
-  "$@" >"$report/logs/$name.log" 2>&1
+  timeout -k 10 "${limit:-$check_limit}" bash -c '"$@"' "$name" "$@" >"$report/logs/$name.log" 2>&1
   local rc=$?
   local status=PASS detail=""
   if [ $rc -eq 77 ]; then
     status=SKIP
+  elif [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+    status=FAIL
+    detail="stopped after ${limit:-$check_limit} s"
   elif [ $rc -ne 0 ]; then
     status=FAIL
     detail=$(grep -m1 -E "Failure|FAIL|error|Error" "$report/logs/$name.log" | cut -c1-200 | tr '\t' ' ')
@@ -99,6 +108,7 @@ if ! source "$root/scripts/gpu-env.sh" >"$report/logs/env.log" 2>&1; then
   exit 1
 fi
 record environment PASS 0 ""
+export -f st_with_libs  # checks run in a child shell (check's time limit)
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
 check configure st_with_libs cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
@@ -107,7 +117,7 @@ check configure st_with_libs cmake -S "$root" -B "$build" "${generator[@]}" -DCM
 targets=(shardtune shardtune-rank shardtune-make-model shardtune-ckpt shardtune-tokenize nccl_comm_test mpi_collectives_test
          fsdp_equivalence_test fsdp_training_test shard_loader_test device_checkpoint_test hf_model_test train_bench
          lora_fsdp_test lora_bench)
-if ! check build st_with_libs cmake --build "$build" -j"$jobs" --target "${targets[@]}"; then
+if ! limit=900 check build st_with_libs cmake --build "$build" -j"$jobs" --target "${targets[@]}"; then
   python3 "$root/scripts/gpu_check_report.py" "$report" "$build_only"
   exit 1
 fi
@@ -115,6 +125,7 @@ fi
 mpirun_args=(-np 1 --oversubscribe --bind-to none --mca btl self,vader,tcp --mca btl_tcp_if_include lo
              --mca oob_tcp_if_include lo)  # ranks on this machine inherit the environment
 bin=$build/bin
+export root bin
 # mpirun_np NP: the arguments above at NP ranks, in the array np_args.
 mpirun_np() {
   np_args=("${mpirun_args[@]}")
@@ -163,6 +174,8 @@ print(f"loss {losses[0]:.3f} -> {losses[-1]:.3f} over {len(losses)} steps on {np
 PY
 }
 
+export -f gpu_job
+
 if stage jobs; then
   # One rank over NCCL, then two on the one GPU.
   for np in 1 2; do
@@ -207,14 +220,14 @@ if stage lora; then
 fi
 
 if stage bench; then
-  check benchmark bash "$root/bench/gpu.sh" "$build" "$report/bench"
+  limit=560 check benchmark bash "$root/bench/gpu.sh" "$build" "$report/bench"
 fi
 
 if stage extras; then
   # LoRA against full fine-tuning of a 0.63B model on one GPU: memory, step time, gradient bytes.
-  check lora_bench st_with_libs bash "$root/bench/lora.sh" "$build" "$report/lora-bench-model" 1 cuda 2048 16
+  limit=400 check lora_bench st_with_libs bash "$root/bench/lora.sh" "$build" "$report/lora-bench-model" 1 cuda 2048 16
   # The memory planner against the CUDA allocator's peaks (bench/plan.sh's GPU configurations).
-  check plan_gpu st_with_libs bash "$root/bench/plan.sh" "$build" "$report/plan-bench" . cuda
+  limit=400 check plan_gpu st_with_libs bash "$root/bench/plan.sh" "$build" "$report/plan-bench" . cuda
   # Against Hugging Face's Rust tokenizers, on this machine's CPU: identical ids, and tokens/s.
   check tokenizer_rust st_with_libs bash "$root/bench/tokenizer_rust.sh" "$build" "$root/.deps/gpu/tokenizers" \
     "$report/tokenizer"

@@ -6,7 +6,7 @@
 # .deps/gpu/debs, which git ignores).
 # scripts/gpu-env.sh unpacks them there into a prefix with dpkg -x; nothing is installed.
 # The list is the closure of the libraries these packages load (ldd), minus what every glibc
-# system has (libc, libstdc++, libgcc, zlib, OpenSSL, GnuTLS, Kerberos, ...); scripts/gpu-env.sh
+# system has (libc, libstdc++, libgcc, zlib, OpenSSL, GnuTLS, ...); scripts/gpu-env.sh
 # reports any library still missing on the GPU machine by name.
 # usage: scripts/gpu-deps.sh [DEST]
 set -euo pipefail
@@ -20,6 +20,9 @@ packages=(
   # parallel HDF5 and what it loads (szip, libcurl for its ros3 driver)
   libhdf5-openmpi-103-1 libhdf5-openmpi-dev libaec0 libsz2 libcurl4 libnghttp2-14 librtmp1 libssh2-1 libpsl5
   libldap-2.5-0 libsasl2-2 libsasl2-modules-db libidn2-0 libbrotli1
+  # what those load that an Ubuntu 24.04 image lacks or has under another soname (libunistring.so.5
+  # there), and Kerberos, which minimal images leave out
+  libunistring2 libgssapi-krb5-2 libkrb5-3 libk5crypto3 libkrb5support0 libkeyutils1
   # the rest of shardtune's dependencies
   libspdlog-dev libspdlog1.10 libfmt-dev libfmt9 libtomlplusplus-dev libtomlplusplus3 nlohmann-json3-dev
   libcli11-dev libgtest-dev googletest libdeflate-dev libdeflate0 libpcre2-dev libpcre2-8-0 libpcre2-16-0

@@ -34,16 +34,19 @@ mount -t overlay overlay -o "lowerdir=/usr,upperdir=$out/overlay/upper,workdir=$
 [ "$(findmnt -n -o FSTYPE --mountpoint /usr)" = overlay ] || { echo "gpu-env-check: /usr is not the overlay" >&2; exit 1; }
 
 # The packages removed: gpu-deps.sh's, and the other packages of this machine that would offer the
-# same headers, libraries or programs; less the shared libraries the system's own tools load.
+# same headers, libraries or programs, and ssh (GPU images rarely have it, and Open MPI looks for
+# it); less the shared libraries the system's own tools load.
 declare -A keep
 for p in zlib1g libssl3 libpcre2-8-0 libcurl4 libnghttp2-14 librtmp1 libssh2-1 libpsl5 libldap-2.5-0 libsasl2-2 \
-         libsasl2-modules-db libidn2-0 libbrotli1 libfmt9; do
+         libsasl2-modules-db libidn2-0 libbrotli1 libfmt9 libunistring2 libgssapi-krb5-2 libkrb5-3 libk5crypto3 \
+         libkrb5support0 libkeyutils1; do
   keep[$p]=1
 done
 mapfile -t listed < <(sed -n '/^packages=(/,/^)/p' "$root/scripts/gpu-deps.sh" | sed '1d;$d;s/#.*//' | tr ' ' '\n' | sed '/^$/d')
 removed=0
 for p in "${listed[@]}" libgmock-dev mpi-default-dev mpi-default-bin libhdf5-mpi-dev libpmix-dev libhwloc-dev \
-         libevent-dev libaec-dev libcurl4-openssl-dev libnuma-dev libibverbs-dev libnl-3-dev libnl-route-3-dev; do
+         libevent-dev libaec-dev libcurl4-openssl-dev libnuma-dev libibverbs-dev libnl-3-dev libnl-route-3-dev \
+         openssh-client; do
   [ -n "${keep[$p]:-}" ] && continue
   dpkg -s "$p" >/dev/null 2>&1 || continue
   while IFS= read -r f; do

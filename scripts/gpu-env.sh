@@ -40,16 +40,29 @@ export OPAL_PREFIX="$ST_PREFIX/usr"
 export PATH="$ST_PREFIX/bin:$ST_PREFIX/usr/bin:$PATH"
 export PKG_CONFIG_LIBDIR="$ST_PREFIX/usr/lib/$multiarch/pkgconfig:$ST_PREFIX/usr/share/pkgconfig"
 export PKG_CONFIG_SYSROOT_DIR="$ST_PREFIX"
+# Debian's Open MPI defaults (openmpi-mca-params.conf: no UCX, no OFI) come from the prefix's /etc,
+# which OPAL_PREFIX alone does not move.
+export OPAL_SYSCONFDIR="$ST_PREFIX/etc/openmpi"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# Open MPI 4.1 refuses to start, even one local rank, when neither ssh nor rsh is installed (its rsh
+# launcher checks for them first); every rank here is local, so it is not needed.
+command -v ssh >/dev/null || command -v rsh >/dev/null || export OMPI_MCA_plm=^rsh
+# Nothing outside the machine can be reached: transformers and the hub must not try.
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+# PyTorch's CMake files look for nvcc on PATH.
+command -v nvcc >/dev/null || { [ -x /usr/local/cuda/bin/nvcc ] && export PATH="$PATH:/usr/local/cuda/bin"; }
 
 st_with_libs() { LD_LIBRARY_PATH="$ST_LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@"; }
 
-# Every shared library the unpacked programs load must resolve here; name the ones that do not.
+# Every shared library the unpacked programs load must resolve here, in a version this machine's C
+# library can load; name the ones that do not (ldd: "libx.so.1 => not found", or "version
+# `GLIBC_2.36' not found (required by ...)").
 st_missing=$(for f in "$ST_PREFIX"/usr/bin/orterun "$ST_PREFIX"/usr/lib/$multiarch/libmpi.so.40 \
-                      "$ST_PREFIX"/usr/lib/$multiarch/libhdf5_openmpi.so.* "$ST_PREFIX"/usr/lib/$multiarch/libsentencepiece.so.*; do
-               [ -e "$f" ] && st_with_libs ldd "$f" 2>/dev/null | awk '/not found/ {print $1}'
-             done | sort -u | tr '\n' ' ')
-[ -z "$st_missing" ] || st_env_fail "libraries missing on this machine: $st_missing(add their Debian packages to scripts/gpu-deps.sh)" || return 1
+                      "$ST_PREFIX"/usr/lib/$multiarch/libhdf5_openmpi.so.* "$ST_PREFIX"/usr/lib/$multiarch/libsentencepiece.so.* \
+                      "$ST_PREFIX"/usr/lib/$multiarch/libspdlog.so.*; do
+               [ -e "$f" ] && st_with_libs ldd "$f" 2>&1 | grep 'not found' | sed -E 's/^[[:space:]]+//; s/ \(0x[0-9a-f]+\)//'
+             done | sort -u)
+[ -z "$st_missing" ] || st_env_fail "libraries missing on this machine (add their Debian packages to scripts/gpu-deps.sh): $st_missing" || return 1
 
 # LibTorch and NCCL of the machine's PyTorch wheel.
 # ST_TORCH_DIR instead names a LibTorch's cmake folder (scripts/gpu-env-check.sh: Debian's, on CPU).
