@@ -6,7 +6,8 @@
 # token) against the GPU's bf16 dense peak and against a bf16 matmul measured on the same GPU,
 # peak GPU memory; PyTorch FSDP2 (fully_shard) eager and with torch.compile at the same micro-batch,
 # and the ratios. Also packed rows (per-document attention) against one document per row at equal
-# tokens. Writes bench.json and bench.md into OUT_DIR. Run by scripts/gpu-check.sh, after
+# tokens, and both with cuDNN's attention, which training leaves out. Writes bench.json and bench.md
+# into OUT_DIR. Run by scripts/gpu-check.sh, after
 # scripts/gpu-env.sh (Open MPI and the libraries from the prefix).
 # usage: bench/gpu.sh BUILD_DIR OUT_DIR
 set -uo pipefail
@@ -58,7 +59,12 @@ for ckpt in "" --checkpointing; do
   [ "$best" -gt 0 ] || continue
   torch_run "$best" $ckpt || true
   torch_run "$best" $ckpt --compile || true
-  [ -n "$ckpt" ] && { shardtune "$best" $ckpt --packed || true; }
+  if [ -n "$ckpt" ]; then
+    shardtune "$best" $ckpt --packed || true
+    # cuDNN's attention, which training leaves out: fixed-length rows, and documents of many lengths.
+    shardtune "$best" $ckpt --cudnn-attention || true
+    shardtune "$best" $ckpt --packed --cudnn-attention || true
+  fi
 done
 
 python3 "$root/bench/gpu_report.py" "$results" "$out"

@@ -5,9 +5,11 @@
 // micro-batch that does not fit exits with code 3, so bench/gpu.sh can look for the largest that
 // does, and compares the figures with PyTorch measured on the same GPU in the same run.
 //   mpirun -np W train_bench MODEL_DIR [--device cuda|cpu] [--seq 2048] [--micro-batch 4]
-//       [--checkpointing] [--packed] [--steps 10] [--warmup 3]
+//       [--checkpointing] [--packed] [--cudnn-attention] [--steps 10] [--warmup 3]
 // --packed: each row holds documents of 64 to 1024 tokens whose positions restart (per-document
 // attention); otherwise each row is one document (plain causal attention), at equal tokens.
+// --cudnn-attention: lets scaled_dot_product_attention use cuDNN, which training leaves out
+// (runtime/dist/device.h), to measure what that choice costs or saves.
 #include <ATen/ops/empty.h>
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -44,6 +46,7 @@ struct Args {
   int64_t micro_batch = 4;
   bool checkpointing = false;
   bool packed = false;
+  bool cudnn_attention = false;
   int steps = 10;
   int warmup = 3;
 };
@@ -88,6 +91,7 @@ int run(const Args& a) {
   const at::Device device =
       choice.device >= 0 ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(choice.device)) : at::Device(at::kCPU);
   if (choice.device >= 0) dist::bind_device(choice.device);
+  if (a.cudnn_attention) dist::allow_cudnn_attention(true);
 
   job::Job job;
   job.slurm.ntasks_per_node = world;
@@ -137,6 +141,7 @@ int run(const Args& a) {
         {"micro_batch", a.micro_batch},
         {"activation_checkpointing", a.checkpointing},
         {"packed", a.packed},
+        {"cudnn_attention", a.cudnn_attention},
         {"steps", a.steps},
         {"step_seconds_median", median},
         {"step_seconds_min", step_seconds.front()},
@@ -163,6 +168,7 @@ int main(int argc, char** argv) {
   app.add_option("--micro-batch", a.micro_batch, "Rows per rank")->check(CLI::Range(int64_t{1}, int64_t{4096}));
   app.add_flag("--checkpointing", a.checkpointing, "Activation checkpointing");
   app.add_flag("--packed", a.packed, "Packed documents (per-document attention)");
+  app.add_flag("--cudnn-attention", a.cudnn_attention, "Let attention use cuDNN's kernels (off in training)");
   app.add_option("--steps", a.steps, "Timed steps")->check(CLI::Range(1, 100000));
   app.add_option("--warmup", a.warmup, "Untimed steps first")->check(CLI::Range(0, 100000));
   CLI11_PARSE(app, argc, argv);

@@ -14,8 +14,16 @@ namespace shardtune::dist {
 // Whether this build's LibTorch can run CUDA tensors.
 bool cuda_build();
 
-// Makes `device` the current CUDA device of this thread (LibTorch's and the CUDA runtime's).
+// Makes `device` the current CUDA device of this thread (LibTorch's and the CUDA runtime's), and
+// leaves cuDNN out of scaled_dot_product_attention (see allow_cudnn_attention).
 void bind_device(int device);
+
+// Whether scaled_dot_product_attention may use cuDNN's kernels (LibTorch 2.x on a GPU; no-op
+// otherwise). Off once a device is bound: cuDNN builds and keeps a plan for every shape it meets,
+// per thread, and shardtune's shapes vary from batch to batch (padded batches take their longest
+// sample's length, packed rows attend per document), where flash attention serves any length.
+// The benchmark turns it on to compare.
+void allow_cudnn_attention(bool allow);
 
 // The host waits until everything queued on `device` has finished (benchmarks and tests; never
 // inside a training step). No-op on the CPU.

@@ -11,6 +11,8 @@ void bind_device(int device) {
                 fmt::format("cannot use CUDA device {}: this shardtune was built with a CPU-only LibTorch", device));
 }
 
+void allow_cudnn_attention(bool) {}
+
 void synchronize(const c10::Device&) {}
 
 DeviceMemoryStats memory_stats(const c10::Device&) { return {}; }

@@ -1,4 +1,5 @@
 // The device layer of a CUDA build, through LibTorch's CUDA API.
+#include <ATen/Context.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 
@@ -20,7 +21,12 @@ c10::DeviceIndex index_of(const c10::Device& device) {
 
 bool cuda_build() { return true; }
 
-void bind_device(int device) { c10::cuda::set_device(static_cast<c10::DeviceIndex>(device)); }
+void bind_device(int device) {
+  c10::cuda::set_device(static_cast<c10::DeviceIndex>(device));
+  allow_cudnn_attention(false);
+}
+
+void allow_cudnn_attention(bool allow) { at::globalContext().setSDPUseCuDNN(allow); }
 
 void synchronize(const c10::Device& device) {
   if (device.is_cuda()) c10::cuda::device_synchronize();
