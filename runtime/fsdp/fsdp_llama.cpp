@@ -90,8 +90,8 @@ std::vector<FlatParam*> FsdpLlama::flat_params() {
 double FsdpLlama::clip_grad_norm(double max_norm) {
   // Replicas hold identical gradient shards after the all-reduce: the norm is over the shard group.
   at::Tensor sum_sq = at::full({1}, 0.0, at::TensorOptions().dtype(at::kDouble).device(device()));
-  // In fp64 a piece at a time: the whole shard in fp64 would add twice its size (10 GB for a
-  // 1B-parameter shard on one GPU) at every step.
+  // In fp64 a piece at a time: each fp64 temporary of a whole shard is twice the shard's size
+  // (10 GB for a 1B-parameter shard on one GPU), at every step.
   for (FlatParam* f : flat_params()) {
     if (!f->trainable()) continue;
     const at::Tensor& g = f->grad_shard();
