@@ -84,6 +84,11 @@ check() {
     status=FAIL
     detail=$(grep -m1 -E "Failure|FAIL|error|Error" "$report/logs/$name.log" | cut -c1-200 | tr '\t' ' ')
     [ -n "$detail" ] || detail="exit $rc"
+  else
+    # A test program that skipped tests (a missing fixture, no GPU) still exits 0: say so.
+    local skipped
+    skipped=$(grep -m1 -oE '\[  SKIPPED \] [0-9]+ tests?,' "$report/logs/$name.log" | grep -oE '[0-9]+')
+    [ -n "$skipped" ] && detail="$skipped GoogleTest tests skipped"
   fi
   record "$name" "$status" "$((SECONDS - t0))" "$detail"
   echo "   $status ($((SECONDS - t0)) s) $detail"

@@ -74,7 +74,9 @@ def check_peft(base, peft):
     try:
         from peft import PeftModel
         from transformers import AutoModelForCausalLM
-    except ImportError as e:
+    except ModuleNotFoundError as e:
+        if e.name not in ("peft", "transformers"):
+            raise  # installed but broken: a failure, not a skip
         print(f"skipped: {e}")
         return SKIPPED
     import transformers
