@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
       comm_at_start = sharded.comm_stats();
     }
     const at::Tensor ids = batch_tokens(s * world + rank, m.config().vocab_size);
-    train::train_step(sharded, opt, {{ids, ids, {}}}, {1e-4}, *groups.world);
+    train::train_step(sharded, opt, {{ids, ids, {}, 1.0, {}}}, {1e-4}, *groups.world);
   }
   groups.world->barrier();
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();

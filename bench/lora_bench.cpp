@@ -105,7 +105,7 @@ int run(const Args& a) {
     const int64_t reduced_before = model.wire_bytes().reduced;
     groups.world->barrier();
     const auto start = Clock::now();
-    train::train_step(model, optimizer, {{ids, ids, {}}}, {1e-5}, *groups.world);  // ends reading the loss
+    train::train_step(model, optimizer, {{ids, ids, {}, 1.0, {}}}, {1e-5}, *groups.world);  // ends reading the loss
     if (s >= a.warmup) seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count());
     grad_bytes = model.wire_bytes().reduced - reduced_before;
   }

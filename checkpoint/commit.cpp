@@ -16,7 +16,7 @@
 #include <filesystem>
 #include <map>
 
-#include "checkpoint/fault_injection.h"
+#include "common/fault_injection.h"
 #include "common/atomic_file.h"
 #include "common/error.h"
 
@@ -136,13 +136,13 @@ PendingCheckpoint::~PendingCheckpoint() {
 PendingCheckpoint::Committed PendingCheckpoint::commit(const Manifest& manifest, int64_t keep_last) {
   ST_CHECK(!committed_, ErrorKind::kInternal, "{} committed twice", dir_);
   write_manifest(dir_, manifest);
-  kill_point("manifest-written", manifest.step);
+  common::kill_point("manifest-written", manifest.step);
   const std::string final_dir = root_ + "/" + step_dir_name(step_);
   Committed out{final_dir, {}};
   rename_into_place(dir_, final_dir, out.warnings);
   committed_ = true;
   common::fsync_path(root_, true);
-  kill_point("renamed", manifest.step);
+  common::kill_point("renamed", manifest.step);
   // `latest` moves atomically: a new link under a name of its own, renamed over the old one.
   try {
     const std::string link_tmp = fmt::format("{}/{}latest-{}", root_, kTmpPrefix, unique_suffix());
@@ -152,7 +152,7 @@ PendingCheckpoint::Committed PendingCheckpoint::commit(const Manifest& manifest,
   } catch (const std::exception& e) {
     out.warnings.push_back(fmt::format("could not point {}/latest at {}: {}", root_, step_dir_name(step_), e.what()));
   }
-  kill_point("latest-updated", manifest.step);
+  common::kill_point("latest-updated", manifest.step);
   if (keep_last > 0) {
     std::vector<std::string> pruned = prune_checkpoints(root_, keep_last, step_dir_name(step_), started_ns_);
     out.warnings.insert(out.warnings.end(), pruned.begin(), pruned.end());
@@ -160,39 +160,11 @@ PendingCheckpoint::Committed PendingCheckpoint::commit(const Manifest& manifest,
   return out;
 }
 
-namespace {
-
-// "out/" and "out/." name the same directory as "out".
-std::string without_trailing_slash(const std::string& dir) {
-  std::string s = fs::path(dir).lexically_normal().string();
-  while (s.size() > 1 && s.back() == '/') s.pop_back();
-  return s;
-}
-
-}  // namespace
-
-PendingDirectory::PendingDirectory(std::string final_dir)
-    : final_dir_(without_trailing_slash(final_dir)), dir_(fmt::format("{}{}{}", final_dir_, kTmpPrefix, unique_suffix())) {
-  std::error_code ec;
-  ST_CHECK(!fs::exists(final_dir_, ec), ErrorKind::kIo, "{} exists already: choose a new directory", final_dir_);
-  fs::create_directories(dir_, ec);
-  ST_CHECK(!ec, ErrorKind::kIo, "cannot create {}: {}", dir_, ec.message());
-}
-
-PendingDirectory::~PendingDirectory() {
-  if (committed_) return;
-  std::error_code ec;
-  fs::remove_all(dir_, ec);
-}
+PendingDirectory::PendingDirectory(std::string final_dir) : folder_(std::move(final_dir)) {}
 
 void PendingDirectory::commit(const Manifest& manifest) {
-  ST_CHECK(!committed_, ErrorKind::kInternal, "{} committed twice", dir_);
-  write_manifest(dir_, manifest);
-  ST_CHECK(::rename(dir_.c_str(), final_dir_.c_str()) == 0, ErrorKind::kIo, "cannot rename {} to {}: {}", dir_,
-           final_dir_, std::strerror(errno));
-  committed_ = true;
-  std::string parent = fs::path(final_dir_).parent_path().string();
-  common::fsync_path(parent.empty() ? "." : parent, true);
+  write_manifest(folder_.path(), manifest);
+  folder_.commit();
 }
 
 std::vector<std::string> prune_checkpoints(const std::string& root, int64_t keep_last, const std::string& keep,
@@ -223,6 +195,15 @@ std::vector<std::string> prune_checkpoints(const std::string& root, int64_t keep
     if (rm) problems.push_back(fmt::format("could not remove the leftover {}: {}", e.path().string(), rm.message()));
   }
   return problems;
+}
+
+std::vector<std::string> committed_checkpoints(const std::string& root) {
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return {};
+  std::vector<std::string> out;
+  const std::vector<Committed> all = committed_dirs(root);
+  for (auto it = all.rbegin(); it != all.rend(); ++it) out.push_back(root + "/" + it->name);
+  return out;
 }
 
 std::optional<std::string> find_latest_checkpoint(const std::string& root) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "checkpoint/manifest.h"
+#include "common/pending_folder.h"
 
 namespace shardtune::checkpoint {
 
@@ -51,19 +52,15 @@ class PendingCheckpoint {
 
 // A checkpoint directory of the tools (consolidate, reshard, import-hf), which name their output:
 // files go into a temporary sibling directory; commit() writes the manifest last and renames the
-// directory to `final_dir`, which must not exist (a tool never replaces a checkpoint).
+// directory to `final_dir`, which must not exist or be empty (a tool never replaces a checkpoint).
 class PendingDirectory {
  public:
-  explicit PendingDirectory(std::string final_dir);  // throws common::Error(kIo) if final_dir exists
-  ~PendingDirectory();                                // removes the temporary directory unless committed
-  PendingDirectory(const PendingDirectory&) = delete;
-  PendingDirectory& operator=(const PendingDirectory&) = delete;
-  const std::string& dir() const { return dir_; }
+  explicit PendingDirectory(std::string final_dir);  // throws common::Error(kIo) if final_dir holds anything
+  const std::string& dir() const { return folder_.path(); }
   void commit(const Manifest& manifest);
 
  private:
-  std::string final_dir_, dir_;
-  bool committed_ = false;
+  common::PendingFolder folder_;  // removes the temporary directory unless committed
 };
 
 // Removes committed checkpoints beyond the `keep_last` most recently committed ones; never `keep`
@@ -75,5 +72,9 @@ std::vector<std::string> prune_checkpoints(const std::string& root, int64_t keep
 // The most recently committed checkpoint under `root` whose manifest is sound (others are
 // skipped with a warning), or nullopt. Steps compare as numbers, not as names.
 std::optional<std::string> find_latest_checkpoint(const std::string& root);
+
+// Every committed checkpoint under `root` (a directory step-N holding a manifest), newest (highest
+// step) first; manifests are not read.
+std::vector<std::string> committed_checkpoints(const std::string& root);
 
 }  // namespace shardtune::checkpoint

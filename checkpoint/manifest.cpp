@@ -199,6 +199,8 @@ std::string manifest_text(const Manifest& m) {
             {"epoch", m.epoch},
             {"sample_in_epoch", m.sample_in_epoch},
             {"loss_scale", m.loss_scale},
+            {"reference_batch", m.reference_batch},
+            {"validation_pending", m.validation_pending},
             {"optimizer_step", m.optimizer_step},
             {"has_optimizer", m.has_optimizer},
             {"world_size", m.world_size},
@@ -219,7 +221,9 @@ std::string manifest_text(const Manifest& m) {
                      {{"path", a.base_path},
                       {"config_sha256", a.base_config_sha256},
                       {"tensors_sha256", a.base_tensors_sha256},
-                      {"weights_sha256", a.base_weights_sha256}}}};
+                      {"weights_hash", "all-bytes"},
+                      {"weights_sha256", a.base_weights_sha256},
+                      {"weights_sample_sha256", a.base_weights_sample_sha256}}}};
   }
   j[kChecksumKey] = checksum_of(j);
   return j.dump(1);
@@ -261,6 +265,8 @@ Manifest parse_manifest(const std::string& text, const std::string& where) {
   m.epoch = f.integer(j, "epoch", where, 0, 0, v3);
   m.sample_in_epoch = f.integer(j, "sample_in_epoch", where, 0, 0, v3);
   m.loss_scale = f.number(j, "loss_scale", where);
+  m.reference_batch = f.integer(j, "reference_batch", where, 0, 0, false);
+  m.validation_pending = f.boolean(j, "validation_pending", where, false);
   m.optimizer_step = f.integer(j, "optimizer_step", where, 0, 0, false);
   m.has_optimizer = f.boolean(j, "has_optimizer", where);
   m.world_size = f.integer(j, "world_size", where, 1, 1, v3);
@@ -287,7 +293,11 @@ Manifest parse_manifest(const std::string& text, const std::string& where) {
       r.base_path = f.string(*b, "path", at + ".base_model");
       r.base_config_sha256 = f.string(*b, "config_sha256", at + ".base_model");
       r.base_tensors_sha256 = f.string(*b, "tensors_sha256", at + ".base_model");
-      r.base_weights_sha256 = f.string(*b, "weights_sha256", at + ".base_model");
+      // Before "weights_hash", weights_sha256 was the first-64-bytes sample.
+      const bool all_bytes = f.string(*b, "weights_hash", at + ".base_model", false) == "all-bytes";
+      (all_bytes ? r.base_weights_sha256 : r.base_weights_sample_sha256) =
+          f.string(*b, "weights_sha256", at + ".base_model");
+      if (all_bytes) r.base_weights_sample_sha256 = f.string(*b, "weights_sample_sha256", at + ".base_model");
     }
     m.adapter = std::move(r);
   }

@@ -53,7 +53,8 @@ struct AdapterRecord {
   std::string base_path;                    // the base model folder, or "preset:<name>"
   std::string base_config_sha256;           // SHA-256 of the base's config.json
   std::string base_tensors_sha256;          // SHA-256 of its tensor index (every name, dtype, shape)
-  std::string base_weights_sha256;          // SHA-256 of the first bytes of every tensor
+  std::string base_weights_sha256;          // SHA-256 of every byte of every tensor; empty in older checkpoints
+  std::string base_weights_sample_sha256;   // SHA-256 of the first 64 bytes of every tensor
 };
 
 struct Manifest {
@@ -63,6 +64,8 @@ struct Manifest {
   int64_t epoch = 0;               // the epoch the next step belongs to
   int64_t sample_in_epoch = 0;     // samples of that epoch's global order already trained on
   double loss_scale = 0;           // fp16 loss scale (0 when unused)
+  int64_t reference_batch = 0;     // the global batch step-counted keys mean (0: not recorded)
+  bool validation_pending = false;  // the epoch ending at the cursor was not validated before the save
   int64_t optimizer_step = 0;
   bool has_optimizer = false;
   int64_t world_size = 1;

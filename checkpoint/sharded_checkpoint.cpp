@@ -14,7 +14,7 @@
 
 #include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/commit.h"
-#include "checkpoint/fault_injection.h"
+#include "common/fault_injection.h"
 #include "checkpoint/h5_check.h"
 #include "checkpoint/h5_dataset.h"
 #include "checkpoint/h5_handle.h"
@@ -23,6 +23,7 @@
 #include "checkpoint/tensor_io.h"
 #include "common/atomic_file.h"
 #include "common/error.h"
+#include "runtime/dist/agree.h"
 #include "runtime/dist/text_collectives.h"
 #include "runtime/model/lora.h"
 
@@ -214,27 +215,23 @@ std::string save_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, cons
   const int rank = world.world_ranks()[static_cast<size_t>(world.rank())];
   const bool adapters_only = state.adapter.has_value();
   // World rank 0 opens a temporary directory of its own and tells every rank where it is.
-  std::optional<PendingCheckpoint> pending;
-  std::string where;  // "D<dir>", or "E<why not>"
-  if (rank == 0) {
+  std::optional<PendingCheckpoint> pending;  // removes the temporary directory unless committed
+  const std::string tmp_dir = dist::decide_on_root(world, [&] {
     try {
       pending.emplace(root, state.step);
-      kill_point("started", state.step, rank);
-      where = "D" + pending->dir();
     } catch (const std::exception& e) {
-      where = fmt::format("Ecannot start checkpoint {} under {}: {}", step_dir_name(state.step), root, e.what());
+      common::raise(ErrorKind::kIo, fmt::format("cannot start checkpoint {} under {}: {}", step_dir_name(state.step),
+                                                root, e.what()));
     }
-  }
-  where = dist::broadcast_text(world, where);
-  ST_CHECK(!where.empty() && where[0] == 'D', ErrorKind::kIo, "{}", where.empty() ? "no checkpoint directory" : where.substr(1));
-  const std::string tmp_dir = where.substr(1);
+    common::kill_point("started", state.step, rank);
+    return pending->dir();
+  });
 
   // One replica writes: the others hold the same shards.
   std::string records;
-  int failed = 0;
-  if (groups.replicate->rank() == 0) {
-    const std::string file_name = consolidated ? "model.h5" : fmt::format("rank-{:05d}.h5", rank);
-    try {
+  dist::act_on_all(world, fmt::format("checkpoint at step {} failed; nothing was committed", state.step), [&] {
+    if (groups.replicate->rank() == 0) {
+      const std::string file_name = consolidated ? "model.h5" : fmt::format("rank-{:05d}.h5", rank);
       std::vector<ManifestSlice> written;
       std::string failure;
       if (consolidated) {
@@ -245,56 +242,48 @@ std::string save_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, cons
         written = write_rank_file(model, optimizer, adapters_only, tmp_dir + "/" + file_name, file_name);
       }
       records = slices_text(written);
+    }
+    common::kill_point("files-written", state.step, rank);
+  });
+  const std::vector<std::string> all = dist::gather_text(world, records);
+  dist::decide_on_root(world, [&] {
+    try {
+      Manifest m;
+      m.layout = consolidated ? "full" : "sharded";
+      m.step = state.step;
+      m.epoch = state.epoch;
+      m.sample_in_epoch = state.sample_in_epoch;
+      m.loss_scale = state.loss_scale;
+      m.reference_batch = state.reference_batch;
+      m.validation_pending = state.validation_pending;
+      m.optimizer_step = optimizer ? optimizer->step_count() : 0;
+      m.has_optimizer = optimizer != nullptr;
+      m.world_size = world.size();
+      m.shard_group_size = groups.shard->size();
+      m.job_toml = state.job_toml;
+      if (!state.model_config.empty()) m.model_config = nlohmann::json::parse(state.model_config);
+      m.adapter = state.adapter;
+      for (fsdp::FlatParam* f : saved_flats(model, adapters_only))
+        for (const fsdp::ParamSpan& p : f->layout().params()) m.tensors[p.name] = {p.shape, "F32"};
+      for (const std::string& r : all)
+        if (!r.empty())
+          for (ManifestSlice& s : parse_slices_text(r)) m.slices.push_back(std::move(s));
+      const PendingCheckpoint::Committed done = pending->commit(m, keep_last);
+      for (const std::string& w : done.warnings) spdlog::warn("checkpoint {} is committed, but {}", done.dir, w);
     } catch (const std::exception& e) {
-      failed = 1;
-      records = e.what();
+      common::raise(ErrorKind::kIo,
+                    fmt::format("checkpoint at step {} could not be committed: {}", state.step, e.what()));
     }
-  }
-  kill_point("files-written", state.step, rank);
-  const bool any_failed = dist::max_over(world, failed) != 0;
-  const std::vector<std::string> all = dist::gather_text(world, failed ? "E" + records : "S" + records);
-  std::string error;
-  if (rank == 0) {
-    if (any_failed) {
-      std::vector<std::string> why;
-      for (size_t r = 0; r < all.size(); ++r)
-        if (!all[r].empty() && all[r][0] == 'E') why.push_back(fmt::format("rank {}: {}", r, all[r].substr(1)));
-      error = fmt::format("checkpoint at step {} failed; nothing was committed: {}", state.step, fmt::join(why, "; "));
-    } else {
-      try {
-        Manifest m;
-        m.layout = consolidated ? "full" : "sharded";
-        m.step = state.step;
-        m.epoch = state.epoch;
-        m.sample_in_epoch = state.sample_in_epoch;
-        m.loss_scale = state.loss_scale;
-        m.optimizer_step = optimizer ? optimizer->step_count() : 0;
-        m.has_optimizer = optimizer != nullptr;
-        m.world_size = world.size();
-        m.shard_group_size = groups.shard->size();
-        m.job_toml = state.job_toml;
-        if (!state.model_config.empty()) m.model_config = nlohmann::json::parse(state.model_config);
-        m.adapter = state.adapter;
-        for (fsdp::FlatParam* f : saved_flats(model, adapters_only))
-          for (const fsdp::ParamSpan& p : f->layout().params()) m.tensors[p.name] = {p.shape, "F32"};
-        for (const std::string& r : all)
-          if (r.size() > 1)
-            for (ManifestSlice& s : parse_slices_text(r.substr(1))) m.slices.push_back(std::move(s));
-        const PendingCheckpoint::Committed done = pending->commit(m, keep_last);
-        for (const std::string& w : done.warnings) spdlog::warn("checkpoint {} is committed, but {}", done.dir, w);
-      } catch (const std::exception& e) {
-        error = fmt::format("checkpoint at step {} could not be committed: {}", state.step, e.what());
-      }
-    }
-    if (!error.empty()) pending.reset();  // removes the temporary directory
-  }
-  error = dist::broadcast_text(world, error);
-  ST_CHECK(error.empty(), ErrorKind::kIo, "{}", error);
+    return std::string();
+  });
   return root + "/" + step_dir_name(state.step);
 }
 
-TrainingState load_sharded_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, const std::string& dir,
-                                      dist::Communicator& world) {
+namespace {
+
+// This rank's part of a load: no collectives, so that a rank that fails cannot leave the others
+// waiting (load_sharded_checkpoint agrees on the outcome).
+TrainingState load_shards_of(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, const std::string& dir) {
   CheckpointReader reader(dir);
   const Manifest& manifest = reader.manifest();
   bool model_has_adapters = false;
@@ -344,14 +333,25 @@ TrainingState load_sharded_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optim
   }
   for (fsdp::FlatParam* f : model.flat_params()) f->reshard();  // written through their raw data
   if (load_optimizer) optimizer->set_step_count(manifest.optimizer_step);
-  world.barrier();
   TrainingState state;
   state.step = manifest.step;
   state.epoch = manifest.epoch;
   state.sample_in_epoch = manifest.sample_in_epoch;
   state.loss_scale = manifest.loss_scale;
+  state.reference_batch = manifest.reference_batch;
+  state.validation_pending = manifest.validation_pending;
   state.job_toml = manifest.job_toml;
   state.adapter = manifest.adapter;
+  return state;
+}
+
+}  // namespace
+
+TrainingState load_sharded_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, const std::string& dir,
+                                      dist::Communicator& world) {
+  TrainingState state;
+  dist::act_on_all(world, fmt::format("loading checkpoint {}", dir),
+                   [&] { state = load_shards_of(model, optimizer, dir); });
   return state;
 }
 

@@ -25,6 +25,8 @@ struct TrainingState {
   int64_t epoch = 0;            // the epoch the next step belongs to
   int64_t sample_in_epoch = 0;  // samples of that epoch's global order already trained on
   double loss_scale = 0;        // fp16 loss scale (0 when unused)
+  int64_t reference_batch = 0;  // the global batch the job's step-counted keys mean
+  bool validation_pending = false;  // the epoch ending at the cursor still needs its validation
   std::string job_toml;         // the resolved job that wrote it
   std::string model_config;     // the model's config.json, so the checkpoint converts to HF alone
   // LoRA: the checkpoint holds only the trainable flat parameters (the adapters), and records this.

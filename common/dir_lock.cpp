@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -16,6 +17,11 @@
 namespace shardtune::common {
 
 std::string dir_lock_path(const std::string& output_dir) { return output_dir + "/" + kDirLockName; }
+
+bool same_directory(const std::string& a, const std::string& b) {
+  struct stat sa {}, sb {};
+  return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
 
 std::string this_process() {
   char host[256] = {};
@@ -39,7 +45,7 @@ std::string holder_note(const std::string& path) {
 DirLock DirLock::try_acquire(const std::string& output_dir, const std::string& holder) {
   std::error_code ec;
   std::filesystem::create_directories(output_dir, ec);
-  ST_CHECK(!ec, ErrorKind::kIo, "cannot create the output directory {}: {}", output_dir, ec.message());
+  ST_CHECK(!ec, ErrorKind::kIo, "cannot create the directory {}: {}", output_dir, ec.message());
   const std::string path = dir_lock_path(output_dir);
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   ST_CHECK(fd >= 0, ErrorKind::kIo, "cannot open the lock file {}: {}", path, std::strerror(errno));

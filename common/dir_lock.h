@@ -1,4 +1,5 @@
-// One writer per output directory: an exclusive flock(2) on <output_dir>/.shardtune.lock, held
+// One writer per directory (a job's output directory, and its checkpoint directory wherever that
+// lies): an exclusive flock(2) on <dir>/.shardtune.lock, held
 // for as long as the job runs. `shardtune run` takes it before it writes anything and keeps it
 // across exec into mpirun (the descriptor is inherited, so the lock lives until the last process
 // holding it exits); the batch script takes the same lock with flock(1) for each start of a Slurm
@@ -44,6 +45,10 @@ class DirLock {
   Outcome outcome_;
   std::string detail_;
 };
+
+// Whether two paths name one existing directory, however they are spelled (".", "..", links, a
+// trailing "/"): the same device and inode.
+bool same_directory(const std::string& a, const std::string& b);
 
 // "host pid N" of this process, for holder notes.
 std::string this_process();

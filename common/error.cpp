@@ -32,6 +32,8 @@ std::string_view to_string(ErrorKind kind) {
     case ErrorKind::kCuda: return "CUDA error";
     case ErrorKind::kHdf5: return "HDF5 error";
     case ErrorKind::kTimeout: return "collective timeout";
+    case ErrorKind::kPeerLost: return "lost peer";
+    case ErrorKind::kDiverged: return "training diverged";
     case ErrorKind::kInternal: return "internal error";
   }
   return "error";
@@ -49,7 +51,7 @@ std::string error_location(const std::source_location& loc) {
   std::string_view file = loc.file_name();
   // Report paths relative to the source tree: strip everything up to the component folder.
   for (std::string_view root : {"/common/", "/runtime/", "/launcher/", "/slurm/", "/checkpoint/",
-                                "/tools/", "/tests/", "/bench/"}) {
+                                "/rank/", "/tools/", "/tests/", "/bench/"}) {
     if (auto pos = file.rfind(root); pos != std::string_view::npos) {
       file.remove_prefix(pos + 1);
       break;

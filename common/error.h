@@ -19,6 +19,8 @@ enum class ErrorKind {
   kCuda,      // a CUDA runtime call failed
   kHdf5,      // an HDF5 call failed
   kTimeout,   // a collective did not finish in time (watchdog)
+  kPeerLost,  // a collective timed out because ranks never arrived: a lost node or process
+  kDiverged,  // training produced a non-finite loss, gradient or weight: the run stops without saving it
   kInternal,  // a broken invariant: a bug in shardtune
 };
 

@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "common/error.h"
+#include "common/subprocess.h"
 #include "common/file_io.h"
 #include "common/log.h"
 #include "common/job/job_loader.h"
@@ -34,16 +35,6 @@ job::Job resolve(const std::string& path, const std::vector<std::string>& overri
   return job;
 }
 
-std::string sibling_executable(const std::string& name) {
-  std::error_code ec;
-  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
-  ST_CHECK(!ec, common::ErrorKind::kIo, "cannot find the shardtune executable: {}", ec.message());
-  const auto path = self.parent_path() / name;
-  ST_CHECK(std::filesystem::exists(path), common::ErrorKind::kIo,
-           "{} is missing next to {}: build the whole project (scripts/setup.sh)", path.string(), self.string());
-  return path.string();
-}
-
 int cmd_validate(const std::string& path, const std::vector<std::string>& overrides) {
   std::cout << job::to_toml(resolve(path, overrides));
   return 0;
@@ -60,8 +51,12 @@ int cmd_run(const std::string& path, std::vector<std::string> overrides, int ran
       overrides.push_back(std::move(o));
     job = resolve(path, overrides);
   }
-  const std::string resolved_path = job.job.output_dir + "/job.toml";
-  launcher::LocalRunOptions options{sibling_executable("shardtune-rank"), resolved_path, ::geteuid() == 0};
+  // The resolved job names its files absolutely, as a submitted one does: `status` and the tools
+  // then find them from any directory.
+  job = launcher::with_absolute_paths(std::move(job), std::filesystem::current_path().string());
+  // Absolute, so that an output_dir such as "-x" never reads as an option of mpirun or the rank.
+  const std::string resolved_path = (std::filesystem::absolute(job.job.output_dir) / "job.toml").string();
+  launcher::LocalRunOptions options{common::sibling_executable("shardtune-rank"), resolved_path, ::geteuid() == 0};
   const std::vector<std::string> argv = launcher::local_mpirun_argv(job, options);
   std::string line;
   for (const std::string& a : argv) line += (line.empty() ? "" : " ") + a;
@@ -72,8 +67,8 @@ int cmd_run(const std::string& path, std::vector<std::string> overrides, int ran
   // One writer per output directory: no queued or running Slurm job of it, and its lock held by
   // mpirun (inherited across exec) until the last process of the run exits.
   launcher::refuse_if_slurm_job_active(job.job.output_dir);
-  common::DirLock lock = launcher::lock_output_dir(job.job.output_dir, launcher::holder_note("shardtune run"));
-  lock.keep_across_exec();
+  std::vector<common::DirLock> locks = launcher::lock_job_dirs(job, launcher::holder_note("shardtune run"));
+  for (common::DirLock& lock : locks) lock.keep_across_exec();
   common::write_file_atomically(resolved_path, job::to_toml(job));
   std::cerr << "shardtune: " << line << "\n";
   // Rank 0's stderr reaches this terminal through mpirun's pipes: tell it, so it draws progress bars.
@@ -84,7 +79,7 @@ int cmd_run(const std::string& path, std::vector<std::string> overrides, int ran
 
 int cmd_submit(const std::string& path, const std::vector<std::string>& overrides, bool dry_run) {
   const job::Job job = launcher::with_absolute_paths(resolve(path, overrides), std::filesystem::current_path().string());
-  return launcher::submit(job, {sibling_executable("shardtune-rank"), dry_run});
+  return launcher::submit(job, {common::sibling_executable("shardtune-rank"), dry_run});
 }
 
 int cmd_plan(const std::string& path, const std::vector<std::string>& overrides, const std::string& memory_text,

@@ -10,7 +10,7 @@
 
 #include "common/error.h"
 #include "common/shell_words.h"
-#include "slurm/command.h"
+#include "common/subprocess.h"
 
 namespace shardtune::launcher {
 namespace {
@@ -52,8 +52,10 @@ RunData read_run(const std::string& run, const fs::path& data_dir, size_t index)
   const std::string path = run + "/metrics.jsonl";
   std::ifstream in(path);
   ST_CHECK(in.good(), ErrorKind::kUsage, "{}: no metrics.jsonl (is {} a run's output directory?)", path, run);
-  RunData data{label_of(run), (data_dir / fmt::format("train{}.tsv", index)).string(),
-               (data_dir / fmt::format("eval{}.tsv", index)).string()};
+  // Data files in the scratch folder, by absolute paths: gnuplot runs a data file name that starts
+  // with '<' as a command.
+  RunData data{label_of(run), fs::absolute(data_dir / fmt::format("train{}.tsv", index)).string(),
+               fs::absolute(data_dir / fmt::format("eval{}.tsv", index)).string()};
   std::ofstream train(data.train), eval(data.eval);
   int64_t steps = 0;
   std::string line;
@@ -162,8 +164,10 @@ std::vector<std::string> plot_runs(const PlotOptions& options) {
   std::vector<std::string> written;
   for (const auto& [which, chart] : charts) {
     const std::string png = (fs::path(out_dir) / chart.file).string();
-    script += fmt::format("set output {}\nset title {}\nset ylabel {}\n", quoted(png), quoted(chart.title),
-                          quoted(chart.ylabel));
+    // Absolute, so it starts with '/': gnuplot takes an output name that starts with '|' as a
+    // command to pipe into, and the folder name is the user's.
+    script += fmt::format("set output {}\nset title {}\nset ylabel {}\n", quoted(fs::absolute(png).string()),
+                          quoted(chart.title), quoted(chart.ylabel));
     if (which == "lr") script += "set format y '%.1e'\n";
     script += plot_command(runs, which);
     if (which == "lr") script += "set format y '% h'\n";
@@ -173,9 +177,9 @@ std::vector<std::string> plot_runs(const PlotOptions& options) {
   const std::string script_path = (scratch.path() / "plot.gp").string();
   std::ofstream(script_path) << script;
 
-  slurm::CommandResult r;
+  common::CommandResult r;
   try {
-    r = slurm::run_command({"gnuplot", script_path});
+    r = common::run_command({"gnuplot", script_path});
   } catch (const common::Error&) {
     common::raise(ErrorKind::kUsage, "plot: gnuplot is not installed: install Debian's gnuplot-nox (scripts/setup.sh does)");
   }

@@ -1,3 +1,4 @@
+// `shardtune status`: what a job's output directory says about it, from any directory.
 #include "launcher/status.h"
 
 #include <fmt/format.h>
@@ -68,6 +69,23 @@ std::string last_checkpoint(const std::string& checkpoint_dir) {
   return (fs::path(checkpoint_dir) / target).lexically_normal().string();
 }
 
+// A path of the resolved job file, as the job meant it: relative paths were relative to the folder
+// the job was started in, which is the run directory with the job's own relative output_dir taken
+// off its end.
+std::string as_meant(const std::string& path, const std::string& job_output_dir, const std::string& run_dir) {
+  if (path.empty() || fs::path(path).is_absolute()) return path;
+  const auto without_slash = [](fs::path p) { return p.filename().empty() ? p.parent_path() : p; };
+  fs::path started = without_slash(fs::absolute(run_dir).lexically_normal());
+  for (const fs::path& part : without_slash(fs::path(job_output_dir).lexically_normal()))
+    if (part != ".") started = started.parent_path();
+  return (started / path).lexically_normal().string();
+}
+
+// Slurm job ids are numbers: anything else in the id file is not passed on to scontrol.
+bool is_job_id(const std::string& id) {
+  return !id.empty() && id.size() <= 20 && id.find_first_not_of("0123456789") == std::string::npos;
+}
+
 }  // namespace
 
 std::string status_report(const std::string& target, int log_lines) {
@@ -81,16 +99,26 @@ std::string status_report(const std::string& target, int log_lines) {
            "{} is not a job's output directory (no such directory)", output_dir);
   std::string checkpoint_dir = output_dir + "/checkpoints";
   std::string name = "?";
+  std::string job_problem;
   const std::string resolved = output_dir + "/job.toml";
   if (fs::is_regular_file(resolved)) {
-    const job::Job job = job::load_job_or_throw(resolved, {}, nullptr);
-    checkpoint_dir = job.checkpoint.dir;
-    name = job.job.name;
+    try {
+      const job::Job job = job::load_job_or_throw(resolved, {}, nullptr);
+      checkpoint_dir = as_meant(job.checkpoint.dir, job.job.output_dir, output_dir);
+      name = job.job.name;
+    } catch (const std::exception& e) {
+      const std::string why = e.what();
+      job_problem = fmt::format("job file:        {} cannot be read ({}); checkpoints looked for under {}\n", resolved,
+                                why.substr(0, why.find('\n')), checkpoint_dir);
+    }
   }
-  std::string report = fmt::format("job:             {} ({})\n", name, output_dir);
+  std::string report = fmt::format("job:             {} ({})\n", name, output_dir) + job_problem;
   const std::string id = last_job_id(output_dir);
   if (id.empty()) {
     report += "slurm job:       none submitted from this directory\n";
+  } else if (!is_job_id(id)) {
+    report += fmt::format("slurm job:       {} holds {:?}, not a Slurm job id\n", job_ids_path(output_dir),
+                          id.substr(0, 64));
   } else {
     const slurm::JobInfo info = slurm::query_job(id);
     if (!info.error.empty()) {

@@ -12,7 +12,7 @@
 #include "launcher/local_run.h"
 #include "launcher/plan.h"
 #include "launcher/writer_guard.h"
-#include "slurm/command.h"
+#include "common/subprocess.h"
 #include "slurm/sbatch_script.h"
 
 namespace shardtune::launcher {
@@ -83,21 +83,21 @@ int submit(const job::Job& job, const SubmitOptions& options) {
   if (options.dry_run) {
     std::cout << script << "\n# sbatch argv, one element per line:\n";
     for (const std::string& a : argv) std::cout << "#   " << a << "\n";
-    std::cout << "# " << slurm::command_line(argv) << "\n";
+    std::cout << "# " << common::command_line(argv) << "\n";
     return 0;
   }
   refuse_if_slurm_job_active(job.job.output_dir);
   {
     // Held while the files are written, not across sbatch: the job's first start takes it.
-    const common::DirLock lock = lock_output_dir(job.job.output_dir, holder_note("shardtune submit"));
+    const std::vector<common::DirLock> locks = lock_job_dirs(job, holder_note("shardtune submit"));
     common::write_file_atomically(resolved_job_path(job), job::to_toml(job));
     common::write_file_atomically(script_path(job), script);
     fs::permissions(script_path(job), fs::perms::owner_exec | fs::perms::group_exec, fs::perm_options::add);
   }
 
-  const slurm::CommandResult r = slurm::run_command(argv);
+  const common::CommandResult r = common::run_command(argv);
   if (r.exit_code != 0) {
-    std::cerr << fmt::format("shardtune: {} failed (exit {}): {}", slurm::command_line(argv), r.exit_code, r.err);
+    std::cerr << fmt::format("shardtune: {} failed (exit {}): {}", common::command_line(argv), r.exit_code, r.err);
     return 1;
   }
   // --parsable prints "<id>" or "<id>;<cluster>".
@@ -108,7 +108,7 @@ int submit(const job::Job& job, const SubmitOptions& options) {
   std::ofstream ids(job_ids_path(job.job.output_dir), std::ios::app);
   ids << id << "\n";
   ST_CHECK(ids.flush(), ErrorKind::kIo, "cannot append to {}", job_ids_path(job.job.output_dir));
-  std::cerr << fmt::format("shardtune: submitted job {} ({}); log: {}\n", id, slurm::command_line(argv),
+  std::cerr << fmt::format("shardtune: submitted job {} ({}); log: {}\n", id, common::command_line(argv),
                            fmt::format("{}/slurm-{}.out", job.job.output_dir, id));
   std::cout << id << "\n";
   return 0;

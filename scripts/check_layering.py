@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """The libraries' dependencies run one way: no include cycle between them, and every header a
 library includes from another belongs to a library it links (static linking would otherwise hide
-a dependency the build graph does not know). Reads the CMakeLists.txt files and the #include
-lines of the sources; exits 1 listing every violation with the include that causes it.
+a dependency the build graph does not know). The folders depend one way too: no include cycle
+between the top-level folders (runtime/ and checkpoint/hf/ by their subfolders), the rank program
+(rank/) included. Reads the CMakeLists.txt files and the #include lines of the sources; exits 1
+listing every violation with the include that causes it.
 
 usage: check_layering.py SOURCE_DIR
 """
@@ -61,6 +63,64 @@ def owner_of_headers(root, libs):
     return owner
 
 
+def folder_of(path):
+    """The folder a file belongs to for the folder check: runtime/<sub>, checkpoint/hf, or the top level."""
+    parts = path.split("/")
+    if len(parts) > 2 and (parts[0] == "runtime" or parts[:2] == ["checkpoint", "hf"]):
+        return "/".join(parts[:2])
+    return parts[0]
+
+
+def source_files(root):
+    for d, dirs, files in os.walk(root):
+        dirs[:] = [x for x in dirs if os.path.relpath(os.path.join(d, x), root).split(os.sep)[0] not in SKIP]
+        for f in files:
+            if f.endswith((".cpp", ".h", ".cu")):
+                yield os.path.relpath(os.path.join(d, f), root)
+
+
+def find_cycles(graph, edges):
+    """Each cycle of `graph` once, with the evidence of its edges."""
+    def cycle_from(start):
+        stack, on_path = [(start, iter(sorted(graph.get(start, ()))))], [start]
+        while stack:
+            node, children = stack[-1]
+            nxt = next(children, None)
+            if nxt is None:
+                stack.pop()
+                on_path.pop()
+            elif nxt == start:
+                return on_path + [start]
+            elif nxt not in on_path:
+                stack.append((nxt, iter(sorted(graph.get(nxt, ())))))
+                on_path.append(nxt)
+        return None
+
+    out, reported = [], set()
+    for node in sorted(graph):
+        cyc = cycle_from(node)
+        if cyc and frozenset(cyc) not in reported:
+            reported.add(frozenset(cyc))
+            steps = "; ".join(edges[(x, y)] for x, y in zip(cyc, cyc[1:]))
+            out.append(f"{' -> '.join(cyc)} ({steps})")
+    return out
+
+
+def folder_cycles(root):
+    edges = {}  # (from folder, to folder) -> first evidence
+    for f in sorted(source_files(root)):
+        for n, line in enumerate(open(os.path.join(root, f), errors="replace"), 1):
+            m = re.match(r'\s*#\s*include\s+"([^"]+)"', line)
+            if m and "/" in m.group(1) and os.path.exists(os.path.join(root, m.group(1))):
+                a, b = folder_of(f), folder_of(m.group(1))
+                if a != b:
+                    edges.setdefault((a, b), f"{f}:{n} includes {m.group(1)}")
+    graph = {}
+    for a, b in edges:
+        graph.setdefault(a, set()).add(b)
+    return [f"folder cycle {c}" for c in find_cycles(graph, edges)], len(edges)
+
+
 def closure(links, lib, seen=None):
     seen = set() if seen is None else seen
     for dep in links.get(lib, ()):
@@ -92,32 +152,13 @@ def main():
     graph = {}
     for a, b in edges:
         graph.setdefault(a, set()).add(b)
-
-    def cycle_from(start):
-        stack, on_path = [(start, iter(sorted(graph.get(start, ()))))], [start]
-        while stack:
-            node, children = stack[-1]
-            nxt = next(children, None)
-            if nxt is None:
-                stack.pop()
-                on_path.pop()
-            elif nxt == start:
-                return on_path + [start]
-            elif nxt not in on_path:
-                stack.append((nxt, iter(sorted(graph.get(nxt, ())))))
-                on_path.append(nxt)
-        return None
-
-    reported = set()
-    for lib in sorted(graph):
-        cyc = cycle_from(lib)
-        if cyc and frozenset(cyc) not in reported:
-            reported.add(frozenset(cyc))
-            steps = "; ".join(edges[(x, y)] for x, y in zip(cyc, cyc[1:]))
-            problems.append(f"dependency cycle {' -> '.join(cyc)} ({steps})")
+    problems += [f"dependency cycle {c}" for c in find_cycles(graph, edges)]
+    folder_problems, folder_edges = folder_cycles(root)
+    problems += folder_problems
     for p in problems:
         print("layering:", p)
-    print(f"layering: {len(libs)} libraries, {len(edges)} dependencies between them, {len(problems)} problem(s)")
+    print(f"layering: {len(libs)} libraries, {len(edges)} dependencies between them; {folder_edges} between "
+          f"folders; {len(problems)} problem(s)")
     return 1 if problems else 0
 
 

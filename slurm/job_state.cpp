@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "common/error.h"
-#include "slurm/command.h"
+#include "common/subprocess.h"
 
 namespace shardtune::slurm {
 
@@ -40,7 +40,7 @@ JobInfo scontrol_job_result(int exit_code, const std::string& out, const std::st
 }
 
 JobInfo query_job(const std::string& job_id) {
-  const CommandResult r = run_command({"scontrol", "show", "job", "-o", job_id});
+  const common::CommandResult r = common::run_command({"scontrol", "show", "job", "-o", job_id});
   return scontrol_job_result(r.exit_code, r.out, r.err);
 }
 

@@ -25,22 +25,28 @@ void require_absolute(const std::string& what, const std::string& path) {
 }
 
 constexpr const char* kReadyFilePrefix = ".ranks-ready-";
+constexpr const char* kLostPeersPrefix = ".peers-lost-";
 
-// The command line that starts every rank, as bash array elements.
+// The command line that starts every rank, as bash array elements: one rank per task on each of the
+// $NODES nodes this start was given (from min_nodes to nodes).
 std::string launcher_words(const job::Job& job, const ScriptPaths& paths) {
-  const int64_t nodes = job.slurm.nodes, per_node = job.slurm.ranks_per_node();
-  std::vector<std::string> words;
+  const int64_t per_node = job.slurm.ranks_per_node();
+  // Words of our own making, left unquoted so that bash expands the node count.
+  const std::string ranks = fmt::format("$((NODES * {}))", per_node);
+  std::string out;
+  std::vector<std::string> extra;
   if (job.launch.launcher == job::Launcher::kSrun) {
-    words = {"srun", "--mpi=" + job.launch.srun_mpi, "--kill-on-bad-exit=1", fmt::format("--nodes={}", nodes),
-             fmt::format("--ntasks-per-node={}", per_node), fmt::format("--ntasks={}", nodes * per_node)};
-    words.insert(words.end(), job.launch.extra_srun_options.begin(), job.launch.extra_srun_options.end());
+    out = quoted_words({"srun", "--mpi=" + job.launch.srun_mpi, "--kill-on-bad-exit=1"}) +
+          fmt::format(" \"--nodes=$NODES\" --ntasks-per-node={} \"--ntasks={}\"", per_node, ranks);
+    extra = job.launch.extra_srun_options;
   } else {
-    words = {"mpirun", "-np", std::to_string(nodes * per_node), "--map-by", fmt::format("ppr:{}:node", per_node)};
-    words.insert(words.end(), job.launch.extra_mpirun_options.begin(), job.launch.extra_mpirun_options.end());
+    out = fmt::format(" mpirun -np \"{}\" --map-by ppr:{}:node", ranks, per_node);
+    extra = job.launch.extra_mpirun_options;
   }
-  words.push_back(paths.rank_exe);
-  words.push_back(paths.job_file);
-  return quoted_words(words);
+  extra.push_back(paths.rank_exe);
+  extra.push_back("--");
+  extra.push_back(paths.job_file);
+  return out + quoted_words(extra);
 }
 
 // The script's body: plain bash, the job's values only as single-quoted words or integers.
@@ -50,8 +56,12 @@ readonly CHECKPOINT_DIR={checkpoint_dir}
 readonly OUTPUT_DIR={output_dir}
 readonly READY_FILE={output_dir}/{ready_prefix}"${{SLURM_JOB_ID:-0}}"
 readonly LOCK_FILE={output_dir}/{lock_name}
+readonly CHECKPOINT_LOCK_FILE={checkpoint_dir}/{lock_name}
+readonly LOST_PEERS_FILE={output_dir}/{lost_prefix}"${{SLURM_JOB_ID:-0}}"
 readonly MAX_REQUEUES={max_requeues}
 readonly REQUEUE_EXIT={requeue_exit}
+readonly DIVERGED_EXIT={diverged_exit}
+readonly NODES=${{SLURM_JOB_NUM_NODES:-{nodes}}}
 export SRUN_CPUS_PER_TASK={cpus_per_task}
 ranks=({launcher})
 
@@ -95,20 +105,26 @@ restarts=${{SLURM_RESTART_COUNT:-0}}
 start_step=$(last_checkpoint_step)
 say "job ${{SLURM_JOB_ID:-?}} (start $((restarts + 1))): ${{SLURM_JOB_NUM_NODES:-?}} node(s) ${{SLURM_JOB_NODELIST:-?}}; last checkpoint: step $start_step"
 
-# One writer per output directory: this start holds the directory's lock until it ends (`shardtune
-# run` and `shardtune submit` take the same lock). A file system without locks leaves it unguarded.
-exec 9<>"$LOCK_FILE" || {{ say "cannot open $LOCK_FILE: not starting"; exit 1; }}
-flock -n -E 200 9
-lock_rc=$?
-if (( lock_rc == 200 )); then
-  say "$OUTPUT_DIR is in use by $(head -n 1 "$LOCK_FILE" | head -c 300): a second writer would corrupt its checkpoints; not starting"
-  exit 1
-elif (( lock_rc != 0 )); then
-  say "warning: cannot lock $LOCK_FILE (flock exit $lock_rc): nothing keeps a second job out of $OUTPUT_DIR"
-else
-  printf 'Slurm job %s, start %s (batch script on %s pid %s), since %s\n' "${{SLURM_JOB_ID:-?}}" \
-    "$((restarts + 1))" "$(hostname)" "$$" "$(date '+%F %T')" >"$LOCK_FILE"
-fi
+# One writer per output directory and per checkpoint directory: this start holds both locks until
+# it ends (`shardtune run` and `shardtune submit` take the same locks). A file system without locks
+# leaves a directory unguarded.
+take_lock() {{  # FD FILE DIR
+  eval "exec $1<>\"\$2\"" || {{ say "cannot open $2: not starting"; exit 1; }}
+  flock -n -E 200 "$1"
+  local rc=$?
+  if (( rc == 200 )); then
+    say "$3 is in use by $(head -n 1 "$2" | head -c 300): a second writer would corrupt its checkpoints; not starting"
+    exit 1
+  elif (( rc != 0 )); then
+    say "warning: cannot lock $2 (flock exit $rc): nothing keeps a second job out of $3"
+  else
+    printf 'Slurm job %s, start %s (batch script on %s pid %s), since %s\n' "${{SLURM_JOB_ID:-?}}" \
+      "$((restarts + 1))" "$(hostname)" "$$" "$(date '+%F %T')" >"$2"
+  fi
+}}
+mkdir -p -- "$CHECKPOINT_DIR"
+take_lock 9 "$LOCK_FILE" "$OUTPUT_DIR"
+if [[ ! "$CHECKPOINT_DIR" -ef "$OUTPUT_DIR" ]]; then take_lock 8 "$CHECKPOINT_LOCK_FILE" "$CHECKPOINT_DIR"; fi
 
 say "starting the ranks: ${{ranks[*]}}"
 rm -f -- "$READY_FILE"
@@ -141,17 +157,44 @@ if [[ "$job_state" == "JobState=CANCELLED" ]]; then
   say "the job was cancelled (ranks' exit $rc); last committed checkpoint: step $end_step"
   exit "$rc"
 fi
+if (( rc == DIVERGED_EXIT )); then
+  say "training diverged (exit $rc): the newest checkpoint, step $end_step, holds the last finite weights; not requeueing"
+  exit "$rc"
+fi
+# A lost node: Slurm reports a node of this allocation down, or one does not run a trivial step.
+# The checkpoints load at any world size, so the job goes on from the last one on whatever nodes it
+# gets next (min_nodes to nodes). A rank that failed on a node that is still there (a crash, a bad
+# job) is no reason to requeue: it would fail again.
+lost_nodes() {{
+  local n lost=""
+  for n in $(scontrol show hostnames "${{SLURM_JOB_NODELIST:-}}" 2>/dev/null); do
+    if scontrol show node -o "$n" 2>/dev/null | grep -qE 'State=[A-Z_+]*(DOWN|NOT_RESPONDING|FAIL)'; then lost+="$n "; fi
+  done
+  if [[ -z "$lost" ]] && ! timeout 90 srun --mpi=none --nodes="$NODES" --ntasks="$NODES" --ntasks-per-node=1 \
+      --kill-on-bad-exit=1 true >/dev/null 2>&1; then
+    lost="(a node of ${{SLURM_JOB_NODELIST:-the allocation}} does not run a step) "
+  fi
+  printf '%s' "$lost"
+}}
+peers_lost=""  # what the ranks saw: the watchdog's census of the ranks that never arrived
+if [[ -s "$LOST_PEERS_FILE" ]]; then peers_lost=$(head -n 1 "$LOST_PEERS_FILE" | head -c 400); fi
+rm -f -- "$LOST_PEERS_FILE"
+requeue_anyway=0
 # After a stop, a rank killed once the checkpoint was committed (srun's --kill-on-bad-exit ends
 # the others as soon as the first exits, or a rank dies on its way out) loses nothing.
 if (( rc != REQUEUE_EXIT )); then
-  if (( stop_sent && end_step > start_step )); then
+  down=$(lost_nodes)
+  if [[ -n "$down" ]]; then
+    say "a node was lost (exit $rc; not answering: $down)${{peers_lost:+: $peers_lost}}; requeueing to resume from checkpoint step $end_step on the nodes Slurm gives"
+    requeue_anyway=1
+  elif (( stop_sent && end_step > start_step )); then
     say "the ranks ended with exit $rc after the stop signal, but checkpoint step $end_step is committed: requeueing as stopped"
   else
     say "the ranks failed (exit $rc); last committed checkpoint: step $end_step; not requeueing"
     exit "$rc"
   fi
 fi
-if (( end_step <= start_step )); then
+if (( end_step <= start_step && !requeue_anyway )); then
   say "the ranks stopped without a new checkpoint (still step $start_step): not requeueing"
   exit "$rc"
 fi
@@ -160,7 +203,7 @@ if (( restarts >= MAX_REQUEUES )); then
   exit "$rc"
 fi
 say "checkpoint at step $end_step: requeueing job $SLURM_JOB_ID ($((restarts + 1)) of $MAX_REQUEUES)"
-exec 9>&-  # the next start takes the lock again
+exec 9>&- 8>&-  # the next start takes the locks again
 if ! scontrol requeue "$SLURM_JOB_ID"; then
   say "scontrol requeue failed"
   exit "$rc"
@@ -174,13 +217,18 @@ std::string ranks_ready_file(const std::string& output_dir, const std::string& j
   return output_dir + "/" + kReadyFilePrefix + job_id;
 }
 
+std::string lost_peers_file(const std::string& output_dir, const std::string& job_id) {
+  return output_dir + "/" + kLostPeersPrefix + job_id;
+}
+
 std::string slurm_log_pattern(const job::Job& job) { return job.job.output_dir + "/slurm-%j.out"; }
 
 std::vector<std::string> sbatch_options(const job::Job& job) {
   const job::SlurmSection& s = job.slurm;
   std::vector<std::string> o = {
       "--job-name=" + job.job.name,
-      fmt::format("--nodes={}", s.nodes),
+      s.min_nodes > 0 && s.min_nodes < s.nodes ? fmt::format("--nodes={}-{}", s.min_nodes, s.nodes)
+                                                : fmt::format("--nodes={}", s.nodes),
       fmt::format("--ntasks-per-node={}", s.ranks_per_node()),
       fmt::format("--cpus-per-task={}", s.cpus_per_task),
   };
@@ -229,6 +277,9 @@ std::string sbatch_script(const job::Job& job, const ScriptPaths& paths) {
                         fmt::arg("lock_name", common::kDirLockName),
                         fmt::arg("max_requeues", job.slurm.max_requeues),
                         fmt::arg("requeue_exit", common::kExitRequeue),
+                        fmt::arg("diverged_exit", common::kExitDiverged),
+                        fmt::arg("lost_prefix", kLostPeersPrefix),
+                        fmt::arg("nodes", job.slurm.nodes),
                         fmt::arg("cpus_per_task", job.slurm.cpus_per_task),
                         fmt::arg("launcher", launcher_words(job, paths)));
   return script;

@@ -27,6 +27,12 @@ std::vector<std::string> sbatch_options(const job::Job& job);
 // Slurm's stop signal on to the ranks only when it exists.
 std::string ranks_ready_file(const std::string& output_dir, const std::string& job_id);
 
+// The note a rank leaves when a collective timed out because peers never arrived. The batch script
+// requeues a job whose ranks failed only when a node of its allocation is lost (down, or it does
+// not run a step), quoting this note; the job then resumes from its checkpoint on the nodes it gets
+// (min_nodes to nodes). Ranks that failed on nodes that are all still there are not requeued.
+std::string lost_peers_file(const std::string& output_dir, const std::string& job_id);
+
 // Where Slurm writes the batch script's output (%j: the job id).
 std::string slurm_log_pattern(const job::Job& job);
 

@@ -40,13 +40,18 @@ SlurmEnv read_slurm_env(const GetEnv& getenv) {
 
 std::vector<std::string> placement_problems(const job::Job& job, const Placement& p, const SlurmEnv& env) {
   std::vector<std::string> problems;
-  const int64_t nodes = job.slurm.nodes, per_node = job.slurm.ranks_per_node();
-  if (env.in_job && env.num_nodes > 0 && env.num_nodes != nodes) {
+  const int64_t most = job.slurm.nodes, fewest = job.slurm.min_nodes > 0 ? job.slurm.min_nodes : most;
+  const int64_t per_node = job.slurm.ranks_per_node();
+  const auto allowed = [&](int64_t n) { return n >= fewest && n <= most; };
+  const std::string asked = fewest == most ? fmt::format("{}", most) : fmt::format("{} to {}", fewest, most);
+  if (env.in_job && env.num_nodes > 0 && !allowed(env.num_nodes)) {
     problems.push_back(fmt::format(
         "the job asks for {} node(s) but Slurm job {} has {} ({}). HINT: submit with `shardtune submit`, which "
         "asks sbatch for [slurm] nodes",
-        nodes, env.job_id, env.num_nodes, env.node_list));
+        asked, env.job_id, env.num_nodes, env.node_list));
   }
+  // The nodes it got: Slurm's count inside a job, else what MPI started.
+  const int64_t nodes = env.in_job && env.num_nodes > 0 ? env.num_nodes : (allowed(p.num_nodes) ? p.num_nodes : most);
   if (p.world_size != nodes * per_node || p.num_nodes != nodes || !p.uniform) {
     problems.push_back(fmt::format(
         "the job asks for {} node(s) x {} rank(s) = {} but MPI started {} rank(s) on {} node(s){}. HINT: start the "

@@ -23,6 +23,7 @@
 #include "common/atomic_file.h"
 #include "common/error.h"
 #include "common/file_io.h"
+#include "common/pending_folder.h"
 #include "common/process_memory.h"
 #include "runtime/fsdp/llama_units.h"
 #include "runtime/fsdp/shard_layout.h"
@@ -275,15 +276,15 @@ void export_hf(const std::string& src, const std::string& out, const std::string
     in_shard += bytes;
     total += bytes;
   }
-  ST_CHECK(!fs::exists(out) || fs::is_empty(out), ErrorKind::kIo, "{} is not empty: choose a new directory", out);
-  fs::create_directories(out);
+  common::PendingFolder pending(out);  // OUT appears whole, or not at all
+  const std::string dir = pending.path();
   common::Progress progress(tool_progress("exporting", static_cast<int64_t>(total)));
   std::vector<float> piece(static_cast<size_t>(kPiece));
   json weight_map = json::object();
   for (size_t i = 0; i < shards.size(); ++i) {
     const std::string name = shards.size() == 1 ? std::string(checkpoint::kSafeWeightsName)
                                                 : fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, shards.size());
-    checkpoint::SafetensorsStreamWriter writer(out + "/" + name, shards[i], {{"format", "pt"}});
+    checkpoint::SafetensorsStreamWriter writer(dir + "/" + name, shards[i], {{"format", "pt"}});
     for (const checkpoint::StreamedTensor& t : shards[i]) {
       checkpoint::CheckpointReader::Stream stream = reader.stream("param", t.name);
       for (int64_t n; (n = stream.read(piece.data(), kPiece)) > 0;) {
@@ -295,12 +296,13 @@ void export_hf(const std::string& src, const std::string& out, const std::string
     writer.finish();
   }
   if (shards.size() > 1)
-    common::write_file_atomically(out + "/" + checkpoint::kSafeWeightsIndexName,
+    common::write_file_atomically(dir + "/" + checkpoint::kSafeWeightsIndexName,
                                   json{{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}}.dump(2));
-  common::write_file_atomically(out + "/config.json", config.dump(2));
+  common::write_file_atomically(dir + "/config.json", config.dump(2));
   if (!tokenizer_dir.empty())
     for (const char* f : checkpoint::kTokenizerFileNames)
-      if (fs::exists(fs::path(tokenizer_dir) / f)) fs::copy_file(fs::path(tokenizer_dir) / f, fs::path(out) / f);
+      if (fs::exists(fs::path(tokenizer_dir) / f)) fs::copy_file(fs::path(tokenizer_dir) / f, fs::path(dir) / f);
+  pending.commit();
   progress.finish("exported", peak_memory_note());
 }
 

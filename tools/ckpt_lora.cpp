@@ -11,13 +11,17 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/adapter_base.h"
 #include "checkpoint/checkpoint_reader.h"
+#include "checkpoint/hf/model_identity.h"
+#include "checkpoint/hf/weights_digest.h"
 #include "checkpoint/hf/hf_folder.h"
 #include "checkpoint/hf/peft_adapter.h"
 #include "checkpoint/hf/safetensors_stream_writer.h"
 #include "checkpoint/hf/safetensors_torch.h"
 #include "common/error.h"
 #include "common/file_io.h"
+#include "common/pending_folder.h"
 #include "common/process_memory.h"
 #include "tools/tool_progress.h"
 
@@ -46,7 +50,9 @@ void export_peft(const std::string& src, const std::string& out) {
   config.base_model_name_or_path = a.base_path;
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   for (const std::string& name : reader.tensor_names()) tensors.emplace_back(name, reader.read_tensor("param", name));
-  checkpoint::write_peft_adapter(out, config, tensors);
+  common::PendingFolder pending(out);
+  checkpoint::write_peft_adapter(pending.path(), config, tensors);
+  pending.commit();
   fmt::print(stderr, "exported {} adapter tensors (r = {}, alpha = {}, on {}) to {}\n", tensors.size(), a.r, a.alpha,
              a.base_path, out);
 }
@@ -55,16 +61,19 @@ void merge_lora(const std::string& src, const std::string& base_dir, const std::
   checkpoint::CheckpointReader reader(src);
   const checkpoint::AdapterRecord& a = adapter_of(reader, "there is nothing to merge");
   const checkpoint::HfFolder base = checkpoint::HfFolder::open(base_dir);
-  const checkpoint::ModelIdentity id = checkpoint::model_identity(base);
-  ST_CHECK(id.config_sha256 == a.base_config_sha256 && id.tensors_sha256 == a.base_tensors_sha256 &&
-               id.weights_sha256 == a.base_weights_sha256,
-           ErrorKind::kConfig,
-           "{} is not the base model the adapters of {} were trained on ({}): the SHA-256 of its config.json, tensor "
-           "index and weights are {}, {}, {}; the checkpoint records {}, {}, {}",
-           base_dir, src, a.base_path, id.config_sha256.substr(0, 12), id.tensors_sha256.substr(0, 12),
-           id.weights_sha256.substr(0, 12), a.base_config_sha256.substr(0, 12), a.base_tensors_sha256.substr(0, 12),
-           a.base_weights_sha256.substr(0, 12));
-  ST_CHECK(!fs::exists(out) || fs::is_empty(out), ErrorKind::kIo, "{} is not empty: choose a new directory", out);
+  // The config, the tensor index and each tensor's first bytes now; every byte as the merge reads it.
+  checkpoint::AdapterRecord here = a;
+  here.base_path = base_dir;
+  const checkpoint::ModelIdentity id = checkpoint::model_identity(base, "");
+  here.base_config_sha256 = id.config_sha256;
+  here.base_tensors_sha256 = id.tensors_sha256;
+  here.base_weights_sha256.clear();
+  here.base_weights_sample_sha256 = id.weights_sample_sha256;
+  const std::optional<std::string> early = checkpoint::base_mismatch(a, here);
+  ST_CHECK(!early, ErrorKind::kConfig, "{} is not the base model the adapters of {} were trained on: {}", base_dir, src,
+           early.value_or(""));
+  checkpoint::WeightsDigest digest(base);
+  common::PendingFolder pending(out);  // OUT appears whole, or not at all
 
   // Every targeted weight's adapter pair (small: r rows or columns).
   const double scale = a.alpha / static_cast<double>(a.r);
@@ -87,7 +96,6 @@ void merge_lora(const std::string& src, const std::string& base_dir, const std::
              pair.second.size(0), pair.second.size(1), pair.first.size(0), pair.first.size(1));
   }
 
-  fs::create_directories(out);
   // Every file of the base rewritten with the same tensors, in the same order and dtypes; a
   // targeted weight gets W + scale · B·A, in fp32, a block of rows at a time.
   size_t merged = 0;
@@ -101,7 +109,7 @@ void merge_lora(const std::string& src, const std::string& base_dir, const std::
     const std::string name = fs::path(file.path()).filename().string();
     std::vector<checkpoint::StreamedTensor> declared;
     for (const checkpoint::TensorInfo& t : file.tensors()) declared.push_back({t.name, t.dtype, t.shape});
-    checkpoint::SafetensorsStreamWriter writer((fs::path(out) / name).string(), declared, file.metadata());
+    checkpoint::SafetensorsStreamWriter writer((fs::path(pending.path()) / name).string(), declared, file.metadata());
     for (const checkpoint::TensorInfo& t : file.tensors()) {
       weight_map[t.name] = name;
       const int64_t element = static_cast<int64_t>(common::element_size(t.dtype));
@@ -113,6 +121,7 @@ void merge_lora(const std::string& src, const std::string& base_dir, const std::
         const int64_t n = std::min(block, rows - r0);
         raw.resize(static_cast<size_t>(n * cols * element));
         file.read_bytes(t, static_cast<uint64_t>(r0 * cols * element), raw.size(), raw.data());
+        digest.add(t.name, static_cast<uint64_t>(r0 * cols * element), raw.data(), raw.size());
         at::Tensor part = at::from_blob(raw.data(), {n, cols}, checkpoint::to_scalar_type(t.dtype));
         if (adapter != adapters.end()) {
           const auto& [A, B] = adapter->second;
@@ -126,12 +135,18 @@ void merge_lora(const std::string& src, const std::string& base_dir, const std::
     writer.finish();
   }
   ST_CHECK(merged == adapters.size(), ErrorKind::kInternal, "merged {} of {} adapters", merged, adapters.size());
+  here.base_weights_sha256 = digest.hex();
+  const std::optional<std::string> late = checkpoint::base_mismatch(a, here);
+  ST_CHECK(!late, ErrorKind::kConfig, "{} is not the base model the adapters of {} were trained on: {}; nothing was "
+           "written to {}", base_dir, src, late.value_or(""), out);
+  const fs::path dir = pending.path();
   if (base.files().size() > 1)
-    common::write_file_atomically((fs::path(out) / checkpoint::kSafeWeightsIndexName).string(),
+    common::write_file_atomically((dir / checkpoint::kSafeWeightsIndexName).string(),
                                   nlohmann::json{{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}}.dump(2));
-  common::write_file_atomically((fs::path(out) / "config.json").string(),
+  common::write_file_atomically((dir / "config.json").string(),
                                 common::read_file((fs::path(base_dir) / "config.json").string()));
-  for (const std::string& f : base.tokenizer_files()) fs::copy_file(fs::path(base_dir) / f, fs::path(out) / f);
+  for (const std::string& f : base.tokenizer_files()) fs::copy_file(fs::path(base_dir) / f, dir / f);
+  pending.commit();
   progress.finish("merged", fmt::format(", {} adapters (scale {}) into {} tensors of {}: {}{}", merged, scale,
                                        weight_map.size(), base_dir, out, peak_memory_note()));
 }

@@ -19,6 +19,8 @@
 #include "checkpoint/manifest.h"
 #include "checkpoint/sharded_checkpoint.h"
 #include "common/process_memory.h"
+#include "common/strict_json.h"
+#include "common/shell_words.h"
 #include "tools/ckpt_convert.h"
 #include "tools/ckpt_lora.h"
 #include "tools/tool_progress.h"
@@ -27,29 +29,35 @@ using namespace shardtune;
 
 namespace {
 
+// A string from a manifest as the terminal should see it: quoted and escaped unless it is one line
+// of printable characters (a hostile tensor name must not move the cursor or clear the screen).
+std::string shown(const std::string& s) { return common::is_one_line(s) ? s : common::json_quoted(s); }
+
 int inspect(const std::string& dir) {
   const checkpoint::Manifest m = checkpoint::read_manifest(dir);
-  fmt::print("{}: shardtune {} checkpoint, format version {}\n", dir, m.layout, m.version);
+  fmt::print("{}: shardtune {} checkpoint, format version {}\n", shown(dir), m.layout, m.version);
   fmt::print("step {} (epoch {}, {} samples into it); saved by {} ranks in shard groups of {}; optimizer state: {}\n",
              m.step, m.epoch + 1, m.sample_in_epoch, m.world_size, m.shard_group_size, m.has_optimizer ? "yes" : "no");
   if (m.adapter)
     fmt::print("LoRA adapters only: r = {}, alpha = {}, dropout = {}, on [{}]; base model {} (SHA-256 of config.json "
                "{}, tensor index {}, weights {})\n",
-               m.adapter->r, m.adapter->alpha, m.adapter->dropout, fmt::join(m.adapter->target_modules, ", "),
-               m.adapter->base_path, m.adapter->base_config_sha256, m.adapter->base_tensors_sha256,
-               m.adapter->base_weights_sha256);
+               m.adapter->r, m.adapter->alpha, m.adapter->dropout, shown(fmt::format("{}", fmt::join(m.adapter->target_modules, ", "))),
+               shown(m.adapter->base_path), shown(m.adapter->base_config_sha256), shown(m.adapter->base_tensors_sha256),
+               shown(m.adapter->base_weights_sha256.empty() ? m.adapter->base_weights_sample_sha256 + " (first bytes)"
+                                                            : m.adapter->base_weights_sha256));
   std::map<std::string, int64_t> files;
   for (const checkpoint::ManifestSlice& s : m.slices) files[s.file] += s.length * 4;
   int64_t total = 0;
   fmt::print("{:<56} {:<18} {:>5} {:>12}\n", "tensor", "shape", "dtype", "bytes");
   for (const auto& [name, t] : m.tensors) {
     total += t.numel() * 4;
-    fmt::print("{:<56} {:<18} {:>5} {:>12}\n", name, fmt::format("[{}]", fmt::join(t.shape, ", ")), t.dtype,
+    fmt::print("{:<56} {:<18} {:>5} {:>12}\n", shown(name), fmt::format("[{}]", fmt::join(t.shape, ", ")), shown(t.dtype),
                t.numel() * 4);
   }
   fmt::print("{} tensors, {:.3f} GB of parameters; {} files:\n", m.tensors.size(), static_cast<double>(total) / 1e9,
              files.size());
-  for (const auto& [file, bytes] : files) fmt::print("  {} ({:.3f} GB with optimizer state)\n", file, static_cast<double>(bytes) / 1e9);
+  for (const auto& [file, bytes] : files)
+    fmt::print("  {} ({:.3f} GB with optimizer state)\n", shown(file), static_cast<double>(bytes) / 1e9);
   return 0;
 }
 
@@ -60,7 +68,7 @@ int verify(const std::string& dir) {
   const checkpoint::VerifyReport r =
       checkpoint::verify_sharded_checkpoint(dir, [&](int64_t bytes) { progress.add(bytes); });
   progress.finish("verified", tools::peak_memory_note());
-  for (const std::string& p : r.problems) fmt::print(stderr, "BAD {}\n", p);
+  for (const std::string& p : r.problems) fmt::print(stderr, "BAD {}\n", shown(p));
   fmt::print("{}: {} slices, {:.3f} GB read, {} bad; peak memory {:.0f} MiB\n", dir, r.slices,
              static_cast<double>(r.bytes) / 1e9, r.problems.size(),
              static_cast<double>(common::peak_resident_bytes()) / (1 << 20));

@@ -25,13 +25,17 @@ void check_hf_weights(model::LlamaForCausalLM& model, const HfFolder& folder) {
                                                   folder.dir(), problems.size(), fmt::join(problems, "\n  ")));
 }
 
-void load_hf_weights(model::LlamaForCausalLM& model, const HfFolder& folder) {
+void load_hf_weights(model::LlamaForCausalLM& model, const HfFolder& folder, WeightsDigest* digest) {
   check_hf_weights(model, folder);
   for (const model::NamedParam& p : model.named_parameters()) {
     if (model::is_adapter_parameter(p.name)) continue;  // LoRA adapters are not base weights
     ST_CHECK(!p.tensor->is_meta(), ErrorKind::kInternal, "load_hf_weights: {} has no storage (materialize first)", p.name);
     at::Tensor stored = read_tensor(folder.file_of(p.name), p.name);
     p.tensor->detach().copy_(stored);
+    if (digest != nullptr) {
+      const std::span<const std::byte> bytes = folder.file_of(p.name).bytes(folder.info(p.name));
+      digest->add(p.name, 0, bytes.data(), bytes.size());
+    }
   }
 }
 

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "checkpoint/hf/hf_folder.h"
+#include "checkpoint/hf/weights_digest.h"
 #include "runtime/model/llama.h"
 
 namespace shardtune::checkpoint {
@@ -22,7 +23,8 @@ void check_hf_weights(model::LlamaForCausalLM& model, const HfFolder& folder);
 
 // check_hf_weights, then copies every tensor into the model's parameters (which must have
 // storage), converted to each parameter's dtype. LoRA adapters are not base weights: untouched.
-void load_hf_weights(model::LlamaForCausalLM& model, const HfFolder& folder);
+// `digest`, when given, hears every stored byte as it is read (the base model's identity).
+void load_hf_weights(model::LlamaForCausalLM& model, const HfFolder& folder, WeightsDigest* digest = nullptr);
 
 // Writes the model as a Hugging Face folder: safetensors shards of at most max_shard_bytes with
 // an index, config.json, and the tokenizer files of tokenizer_source_dir ("" for none).

@@ -13,7 +13,6 @@
 #include "checkpoint/hf/safetensors_torch.h"
 #include "common/error.h"
 #include "common/file_io.h"
-#include "common/sha256.h"
 #include "common/strict_json.h"
 
 namespace shardtune::checkpoint {
@@ -193,23 +192,6 @@ void load_peft_adapter(model::LlamaForCausalLM& model, const model::LoraSpec& sp
            problems.size(), fmt::join(problems, "; "));
   for (const model::NamedParam& p : model.named_parameters())
     if (model::is_adapter_parameter(p.name)) p.tensor->detach().copy_(read_tensor(file, stored.at(p.name)->name));
-}
-
-ModelIdentity model_identity(const HfFolder& folder) {
-  ModelIdentity id;
-  id.config_sha256 =
-      common::sha256_hex(common::read_file((fs::path(folder.dir()) / "config.json").string(), ErrorKind::kIo));
-  std::string index, sample;
-  for (const std::string& name : folder.tensor_names()) {
-    const TensorInfo& t = folder.info(name);
-    index += fmt::format("{} {} [{}]\n", name, common::safetensors_name(t.dtype), fmt::join(t.shape, ", "));
-    const std::span<const std::byte> bytes = folder.file_of(name).bytes(t);
-    sample += name;
-    sample.append(reinterpret_cast<const char*>(bytes.data()), std::min<size_t>(bytes.size(), 64));
-  }
-  id.tensors_sha256 = common::sha256_hex(index);
-  id.weights_sha256 = common::sha256_hex(sample);
-  return id;
 }
 
 }  // namespace shardtune::checkpoint

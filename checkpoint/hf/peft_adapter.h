@@ -47,15 +47,4 @@ void write_peft_adapter(const std::string& dir, const PeftAdapterConfig& config,
 // every problem and name the folder.
 void load_peft_adapter(model::LlamaForCausalLM& model, const model::LoraSpec& spec, const std::string& dir);
 
-// What identifies a base model without reading its weights: SHA-256 of its config.json bytes, of
-// its tensor index (one line "name dtype [shape]" per tensor, sorted by name), and of the first 64
-// bytes of every tensor (by name), which tells apart models of one architecture (a base and its
-// instruct variant, two initialisations) at the cost of one page read per tensor.
-struct ModelIdentity {
-  std::string config_sha256;
-  std::string tensors_sha256;
-  std::string weights_sha256;
-};
-ModelIdentity model_identity(const HfFolder& folder);
-
 }  // namespace shardtune::checkpoint

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "common/error.h"
+#include "common/mapping_guard.h"
 
 namespace shardtune::checkpoint {
 namespace {
@@ -52,6 +53,7 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   // neighbouring tensors would only waste page cache and I/O bandwidth.
   ::madvise(base, size, MADV_RANDOM);
   SafetensorsFile file(path, static_cast<const std::byte*>(base), size);
+  file.guard_ = common::guard_mapping(base, size, path);
   file.header_ = parse_safetensors_header(std::span<const std::byte>(file.base_, size), path);
   for (size_t i = 0; i < file.header_.tensors.size(); ++i) file.index_.emplace(file.header_.tensors[i].name, i);
   return file;
@@ -64,6 +66,7 @@ SafetensorsFile::SafetensorsFile(SafetensorsFile&& other) noexcept
     : path_(std::move(other.path_)),
       base_(std::exchange(other.base_, nullptr)),
       size_(std::exchange(other.size_, 0)),
+      guard_(std::exchange(other.guard_, -1)),
       header_(std::move(other.header_)),
       index_(std::move(other.index_)) {}
 
@@ -73,6 +76,7 @@ SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& other) noexcept {
     path_ = std::move(other.path_);
     base_ = std::exchange(other.base_, nullptr);
     size_ = std::exchange(other.size_, 0);
+    guard_ = std::exchange(other.guard_, -1);
     header_ = std::move(other.header_);
     index_ = std::move(other.index_);
   }
@@ -82,6 +86,7 @@ SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& other) noexcept {
 SafetensorsFile::~SafetensorsFile() { unmap(); }
 
 void SafetensorsFile::unmap() noexcept {
+  common::release_mapping(std::exchange(guard_, -1));
   if (base_ != nullptr) ::munmap(const_cast<std::byte*>(base_), size_);
   base_ = nullptr;
 }

@@ -53,6 +53,7 @@ class SafetensorsFile {
   std::string path_;
   const std::byte* base_ = nullptr;  // the read-only mapping of the whole file
   uint64_t size_ = 0;
+  int guard_ = -1;  // common/mapping_guard.h
   ParsedHeader header_;
   std::map<std::string, size_t, std::less<>> index_;  // name -> position in header_.tensors
 };

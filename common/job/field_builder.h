@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <cmath>
 #include <utility>
 
 #include "common/job/diagnostics.h"
@@ -189,6 +190,9 @@ class SectionBuilder {
     const std::vector<std::string> choices = f.choices;
     f.assign = [=](Job& job, const toml::node& node) -> std::optional<std::string> {
       if (auto v = FieldType<T>::read(node)) {
+        if constexpr (std::is_same_v<T, double>) {
+          if (!std::isfinite(*v)) return fmt::format("expected a finite number, got {}", *v);
+        }
         job.*section.*member = std::move(*v);
         return std::nullopt;
       }

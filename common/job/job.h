@@ -21,6 +21,7 @@ enum class BadRecordPolicy { kError, kSkip };
 enum class LongExamples { kSplit, kTruncate };
 enum class BatchingStrategy { kPacking, kPadding };
 enum class LrScheduler { kStep, kCosine };
+enum class OnNonFinite { kStop, kSkipStep };
 enum class ShardingStrategy { kFullShard, kShardGradOp, kNoShard, kHybridShard };
 enum class CheckpointType { kFull, kSharded };
 enum class LoadReaders { kNode, kRank0 };
@@ -32,6 +33,7 @@ struct JobSection {
 
 struct SlurmSection {
   int64_t nodes = 1;
+  int64_t min_nodes = 0;  // 0: nodes
   int64_t gpus_per_node = 0;
   int64_t ntasks_per_node = 0;
   int64_t cpus_per_task = 1;
@@ -114,6 +116,8 @@ struct TrainSection {
   bool pure_bf16 = false;
   bool freeze_layers = false;
   int64_t num_freeze_layers = 1;
+  OnNonFinite on_nonfinite = OnNonFinite::kStop;
+  int64_t max_nonfinite_skips = 10;
 };
 
 struct FsdpSection {
@@ -147,6 +151,7 @@ struct MetricsSection {
   int64_t profiler_active_steps = 3;
   bool flop_counter = false;
   int64_t flop_counter_start = 3;
+  bool sample_ids = false;
 };
 
 struct Job {
@@ -162,8 +167,10 @@ struct Job {
   MetricsSection metrics;
 };
 
-// Shard-group size of the job once defaults are resolved: the world for FULL_SHARD and
-// SHARD_GRAD_OP, 1 for NO_SHARD, hsdp_shard_size (default: ranks per node) for HYBRID_SHARD.
+// Shard-group size once defaults are resolved: the world for FULL_SHARD and SHARD_GRAD_OP, 1 for
+// NO_SHARD, hsdp_shard_size (default: ranks per node) for HYBRID_SHARD. The only place it is worked
+// out; the Job form uses the job's own world size (the one it asks Slurm for).
+int64_t shard_group_size(const FsdpSection& fsdp, int64_t world_size, int64_t ranks_per_node);
 int64_t shard_group_size(const Job& job);
 
 }  // namespace shardtune::job

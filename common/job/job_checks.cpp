@@ -63,6 +63,10 @@ void check_slurm(const Job& job, Checker& c) {
               fmt::format("device = \"cpu\" with gpus_per_node = {}: the job holds GPUs it does not use",
                           s.gpus_per_node));
   }
+  if (s.min_nodes > s.nodes) {
+    c.error({"slurm.min_nodes", "slurm.nodes"},
+            fmt::format("min_nodes = {} is more than nodes = {}: the job could never start", s.min_nodes, s.nodes));
+  }
   if (!s.time.empty()) {
     if (auto limit = parse_slurm_time(s.time); limit && s.signal_lead_s >= *limit) {
       c.error({"slurm.signal_lead_s", "slurm.time"},

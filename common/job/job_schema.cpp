@@ -67,6 +67,11 @@ struct EnumNames<LrScheduler> {
       {{LrScheduler::kStep, "step"}, {LrScheduler::kCosine, "cosine"}}};
 };
 template <>
+struct EnumNames<OnNonFinite> {
+  static constexpr std::array<std::pair<OnNonFinite, std::string_view>, 2> kNames{
+      {{OnNonFinite::kStop, "stop"}, {OnNonFinite::kSkipStep, "skip_step"}}};
+};
+template <>
 struct EnumNames<ShardingStrategy> {
   static constexpr std::array<std::pair<ShardingStrategy, std::string_view>, 4> kNames{
       {{ShardingStrategy::kFullShard, "FULL_SHARD"},
@@ -154,6 +159,11 @@ std::vector<SectionSpec> build_schema() {
     SectionBuilder<SlurmSection> s(schema, "slurm", "The Slurm allocation: each becomes an #SBATCH line.",
                                    &Job::slurm);
     s.field("nodes", &SlurmSection::nodes, "Number of nodes.").in_range(1, 100000);
+    s.field("min_nodes", &SlurmSection::min_nodes,
+            "The fewest nodes the job may run on: it asks sbatch for --nodes=min_nodes-nodes, so a start (a "
+            "requeue after a lost node, say) may get fewer than `nodes` and resumes at the world size it gets. "
+            "0: exactly `nodes`.")
+        .in_range(0, 100000);
     s.field("gpus_per_node", &SlurmSection::gpus_per_node,
             "GPUs per node; one rank runs per GPU. 0 for a CPU-only job.")
         .in_range(0, 64);
@@ -197,7 +207,7 @@ std::vector<SectionSpec> build_schema() {
             "requeue. Slurm may send it up to 60 s early.")
         .in_range(0, 65535);
     s.field("max_requeues", &SlurmSection::max_requeues,
-            "How many times the job requeues itself after a time limit or preemption.")
+            "How many times the job requeues itself after a time limit, a preemption or a lost node.")
         .in_range(0, 1000);
   }
   {
@@ -311,9 +321,14 @@ std::vector<SectionSpec> build_schema() {
     s.field("gradient_clipping_threshold", &TrainSection::gradient_clipping_threshold,
             "Global-norm threshold for clipping.")
         .positive();
-    s.field("num_epochs", &TrainSection::num_epochs, "Passes over the training data.").in_range(1, 1 << 20);
+    s.field("num_epochs", &TrainSection::num_epochs,
+            "Passes over the training data. Each trains every sample once, in a seeded order that does not "
+            "depend on the world size; an epoch's last step takes the samples left when the global batch does "
+            "not divide them.")
+        .in_range(1, 1 << 20);
     s.field("max_train_step", &TrainSection::max_train_step,
-            "Stop after this many optimizer steps; 0: no limit.")
+            "Stop after this many optimizer steps; 0: no limit. Counted in steps of the global batch the job "
+            "first started with: a run resumed at another world size stops at the same sample.")
         .at_least(0);
     s.field("max_eval_step", &TrainSection::max_eval_step,
             "Validation batches per evaluation; 0: the whole validation set.")
@@ -328,7 +343,10 @@ std::vector<SectionSpec> build_schema() {
         .require("in (0, 1]", [](double v) { return v > 0.0 && v <= 1.0; });
     s.field("lr_scheduler", &TrainSection::lr_scheduler,
             "step: StepLR with gamma per epoch; cosine: linear warmup then cosine decay to 0.");
-    s.field("warmup_steps", &TrainSection::warmup_steps, "Linear warmup steps (cosine schedule).").at_least(0);
+    s.field("warmup_steps", &TrainSection::warmup_steps,
+            "Linear warmup steps (cosine schedule), counted in steps of the global batch the job first started "
+            "with: a run resumed at another world size ends its warmup at the same sample.")
+        .at_least(0);
     s.field("seed", &TrainSection::seed,
             "Seed of random initialisation (init = \"random\", LoRA's A matrices), of the data order and of "
             "LoRA dropout.")
@@ -341,6 +359,15 @@ std::vector<SectionSpec> build_schema() {
     s.field("freeze_layers", &TrainSection::freeze_layers, "Freeze the first num_freeze_layers blocks.");
     s.field("num_freeze_layers", &TrainSection::num_freeze_layers, "Blocks frozen when freeze_layers is true.")
         .at_least(0);
+    s.field("on_nonfinite", &TrainSection::on_nonfinite,
+            "A step whose loss or gradient norm is not finite never updates the weights and never reaches a "
+            "checkpoint. stop: the run ends at once with an error naming the step (exit 3, never requeued); the "
+            "newest checkpoint is the last finite one. skip_step: the update is dropped, counted in "
+            "metrics.jsonl (nonfinite_skips), and training goes on; max_nonfinite_skips in a row end the run "
+            "as stop does.");
+    s.field("max_nonfinite_skips", &TrainSection::max_nonfinite_skips,
+            "on_nonfinite = \"skip_step\": this many non-finite steps in a row end the run.")
+        .in_range(1, 1000000);
   }
   {
     SectionBuilder<FsdpSection> s(schema, "fsdp", "How parameters, gradients and optimizer state are sharded.",
@@ -420,6 +447,10 @@ std::vector<SectionSpec> build_schema() {
     s.field("flop_counter_start", &MetricsSection::flop_counter_start,
             "Steps of the run before the counted one (llama-recipes' flop_counter_start).")
         .in_range(0, 1000000);
+    s.field("sample_ids", &MetricsSection::sample_ids,
+            "Record in each step's metrics.jsonl record the dataset index of every sample each rank trained "
+            "(sample_ids, one list per rank), to check that a run trains every sample exactly once. Large: "
+            "for debugging and tests. Needs jsonl = true.");
   }
   return schema;
 }
@@ -473,14 +504,16 @@ std::optional<std::string> foreign_key_hint(std::string_view section, std::strin
   return std::nullopt;
 }
 
-int64_t shard_group_size(const Job& job) {
-  const int64_t world = job.slurm.world_size();
-  switch (job.fsdp.sharding_strategy) {
+int64_t shard_group_size(const FsdpSection& fsdp, int64_t world_size, int64_t ranks_per_node) {
+  switch (fsdp.sharding_strategy) {
     case ShardingStrategy::kNoShard: return 1;
-    case ShardingStrategy::kHybridShard:
-      return job.fsdp.hsdp_shard_size > 0 ? job.fsdp.hsdp_shard_size : job.slurm.ranks_per_node();
-    default: return world;
+    case ShardingStrategy::kHybridShard: return fsdp.hsdp_shard_size > 0 ? fsdp.hsdp_shard_size : ranks_per_node;
+    default: return world_size;
   }
+}
+
+int64_t shard_group_size(const Job& job) {
+  return shard_group_size(job.fsdp, job.slurm.world_size(), job.slurm.ranks_per_node());
 }
 
 }  // namespace shardtune::job

@@ -1,9 +1,13 @@
+// Records of the user's data files: JSON arrays, JSON lines and CSV, each record named by its file
+// and line.
 #include "runtime/data/records.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <string_view>
 
 #include "common/error.h"
 #include "common/file_io.h"
@@ -16,9 +20,21 @@ namespace {
 using common::ErrorKind;
 using nlohmann::json;
 
-int64_t line_of(const std::string& text, size_t offset) {
-  return 1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(std::min(offset, text.size())), '\n');
-}
+// Line numbers of byte offsets, from one pass over the text.
+class LineIndex {
+ public:
+  explicit LineIndex(const std::string& text) {
+    for (size_t i = text.find('\n'); i != std::string::npos; i = text.find('\n', i + 1)) newlines_.push_back(i);
+  }
+  int64_t line_of(size_t offset) const {
+    return 1 + (std::lower_bound(newlines_.begin(), newlines_.end(), offset) - newlines_.begin());
+  }
+
+ private:
+  std::vector<size_t> newlines_;
+};
+
+constexpr std::string_view kUtf8Bom = "\xEF\xBB\xBF";
 
 class Collector {
  public:
@@ -65,8 +81,9 @@ class Collector {
   bool skip_bad_;
 };
 
-// Byte offsets where each top-level element of a JSON array starts (to name its line).
-std::vector<size_t> array_element_offsets(const std::string& text) {
+// Byte ranges [start, end) of each top-level element of a JSON array (to name its line).
+std::vector<std::pair<size_t, size_t>> array_elements(const std::string& text) {
+  std::vector<std::pair<size_t, size_t>> out;
   std::vector<size_t> starts;
   int depth = 0;
   bool in_string = false, escaped = false, expect = false;
@@ -86,10 +103,24 @@ std::vector<size_t> array_element_offsets(const std::string& text) {
     if (c == '"') in_string = true;
     else if (c == '[' || c == '{') {
       if (++depth == 1 && c == '[') expect = true;
-    } else if (c == ']' || c == '}') --depth;
-    else if (c == ',' && depth == 1) expect = true;
+    } else if (c == ']' || c == '}') {
+      if (--depth == 0 && !starts.empty() && out.size() < starts.size()) out.emplace_back(starts.back(), i);
+    } else if (c == ',' && depth == 1) {
+      if (!starts.empty() && out.size() < starts.size()) out.emplace_back(starts.back(), i);
+      expect = true;
+    }
   }
-  return starts;
+  return out;
+}
+
+// The key a JSON object repeats (nlohmann would keep the last silently), for a bad record.
+std::optional<std::string> repeated_key(const char* begin, const char* end) {
+  try {
+    const common::StrictJson parsed = common::parse_json_strict(begin, end);
+    if (parsed.duplicate) return parsed.duplicate->second;
+  } catch (const json::exception&) {
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -158,25 +189,37 @@ std::vector<std::pair<int64_t, std::vector<std::string>>> parse_csv(const std::s
 
 RecordFile read_records(const std::string& path, const std::vector<std::string>& required,
                         const std::vector<std::string>& may_be_empty, bool skip_bad) {
-  const std::string text = common::read_file(path, ErrorKind::kConfig, "the data file");
+  std::string text = common::read_file(path, ErrorKind::kConfig, "the data file");
+  if (text.compare(0, kUtf8Bom.size(), kUtf8Bom) == 0) text.erase(0, kUtf8Bom.size());  // no line moves
+  const LineIndex lines(text);
   Collector c(required, may_be_empty, skip_bad);
   switch (record_format_of(path)) {
     case RecordFormat::kJson: {
       json all;
+      bool duplicate = false;
       try {
         common::StrictJson parsed = common::parse_json_strict(text.data(), text.data() + text.size());
         ST_CHECK(!parsed.too_deep, ErrorKind::kConfig, "{}: nested more than {} deep: not a file of records", path,
                  common::kMaxJsonDepth);
+        duplicate = parsed.duplicate.has_value();
         all = std::move(parsed.value);
       } catch (const json::parse_error& e) {
-        common::raise(ErrorKind::kConfig, fmt::format("{}:{}: not valid JSON: {}", path, line_of(text, e.byte), e.what()));
+        common::raise(ErrorKind::kConfig, fmt::format("{}:{}: not valid JSON: {}", path, lines.line_of(e.byte), e.what()));
       } catch (const json::exception& e) {  // a number out of range, like 1e400
         common::raise(ErrorKind::kConfig, fmt::format("{}: not valid JSON: {}", path, e.what()));
       }
       ST_CHECK(all.is_array(), ErrorKind::kConfig, "{}: expected a JSON array of records, found {}", path, all.type_name());
-      const std::vector<size_t> starts = array_element_offsets(text);
-      for (size_t i = 0; i < all.size(); ++i)
-        c.add_object(all[i], fmt::format("{}:{}", path, i < starts.size() ? line_of(text, starts[i]) : 0));
+      const std::vector<std::pair<size_t, size_t>> elements = array_elements(text);
+      for (size_t i = 0; i < all.size(); ++i) {
+        const std::string where = fmt::format("{}:{}", path, i < elements.size() ? lines.line_of(elements[i].first) : 0);
+        // Only when the file repeats a key somewhere: which records do.
+        const std::optional<std::string> key =
+            duplicate && i < elements.size()
+                ? repeated_key(text.data() + elements[i].first, text.data() + elements[i].second)
+                : std::nullopt;
+        if (key) c.bad(where, fmt::format("the key {} appears twice in the record", common::json_quoted(*key)));
+        else c.add_object(all[i], where);
+      }
       break;
     }
     case RecordFormat::kJsonLines: {
@@ -196,6 +239,9 @@ RecordFile read_records(const std::string& path, const std::vector<std::string>&
               common::StrictJson parsed = common::parse_json_strict(content.data(), content.data() + content.size());
               if (parsed.too_deep)
                 c.bad(where, fmt::format("nested more than {} deep", common::kMaxJsonDepth));
+              else if (parsed.duplicate)
+                c.bad(where, fmt::format("the key {} appears twice in the record",
+                                         common::json_quoted(parsed.duplicate->second)));
               else
                 c.add_object(parsed.value, where);
             } catch (const json::exception& e) {  // syntax, or a number out of range (1e400)
@@ -211,6 +257,11 @@ RecordFile read_records(const std::string& path, const std::vector<std::string>&
       const auto rows = parse_csv(text, path);
       ST_CHECK(!rows.empty(), ErrorKind::kConfig, "{}: empty CSV file: expected a header row", path);
       const std::vector<std::string>& header = rows[0].second;
+      for (size_t k = 0; k < header.size(); ++k)
+        ST_CHECK(std::find(header.begin(), header.begin() + static_cast<std::ptrdiff_t>(k), header[k]) ==
+                     header.begin() + static_cast<std::ptrdiff_t>(k),
+                 ErrorKind::kConfig, "{}:{}: the header names the column {} twice: rename one", path, rows[0].first,
+                 common::json_quoted(header[k]));
       for (size_t r = 1; r < rows.size(); ++r) {
         const auto& [line, cells] = rows[r];
         const std::string where = fmt::format("{}:{}", path, line);

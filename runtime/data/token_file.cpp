@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "common/mapping_guard.h"
 #include "common/file_io.h"
 
 namespace shardtune::data {
@@ -79,6 +80,7 @@ std::shared_ptr<const TokenFile> TokenFile::open(const std::string& path, const 
   std::shared_ptr<TokenFile> f(new TokenFile());
   f->map_ = map;
   f->map_size_ = size;
+  f->guard_ = common::guard_mapping(map, size, path);
   const char* base = static_cast<const char*>(map);
   auto need = [&](size_t end, const char* what) {
     ST_CHECK(end <= size, ErrorKind::kIo, "{} is damaged: it ends inside its {} ({} bytes): delete it to tokenize again",
@@ -139,6 +141,7 @@ std::shared_ptr<const TokenFile> TokenFile::from_examples(const std::vector<Exam
 }
 
 TokenFile::~TokenFile() {
+  common::release_mapping(guard_);
   if (map_ != nullptr) ::munmap(map_, map_size_);
 }
 

@@ -41,6 +41,7 @@ class TokenFile {
   TokenFile() = default;
   void* map_ = nullptr;
   size_t map_size_ = 0;
+  int guard_ = -1;  // common/mapping_guard.h
   std::vector<int32_t> owned_ids_, owned_labels_;
   std::vector<int64_t> owned_offsets_;
   std::span<const int32_t> ids_, labels_;

@@ -99,7 +99,7 @@ NcclCommunicator::~NcclCommunicator() {
 
 void NcclCommunicator::throw_if_failed() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!failure_.empty()) common::raise(ErrorKind::kTimeout, failure_);
+  if (!failure_.empty()) common::raise(failure_kind_, failure_);
 }
 
 template <class Enqueue>
@@ -201,8 +201,11 @@ void NcclCommunicator::monitor() {
           },
           CollectiveDesc{front->op, front->seq});
       if (!why.empty()) why = fmt::format("{} #{} on group '{}' failed: {}", front->op, front->seq, name_, why);
-    } catch (const std::exception& e) {
+    } catch (const common::Error& e) {
       why = e.what();  // the watchdog's timeout, naming the ranks that never arrived
+      failure_kind_ = e.kind();
+    } catch (const std::exception& e) {
+      why = e.what();
     }
     std::lock_guard<std::mutex> lock(mutex_);
     if (!why.empty()) {

@@ -14,6 +14,7 @@
 #include <string>
 #include <thread>
 
+#include "common/error.h"
 #include "runtime/dist/communicator.h"
 #include "runtime/dist/mpi_communicator.h"
 #include "runtime/dist/nccl_comm.h"
@@ -70,6 +71,7 @@ class NcclCommunicator final : public Communicator {
   std::condition_variable wake_;
   std::deque<std::shared_ptr<InFlight>> in_flight_;
   std::string failure_;  // set once, by the monitor, when a collective failed or timed out
+  common::ErrorKind failure_kind_ = common::ErrorKind::kTimeout;
   bool stopping_ = false;
   std::thread monitor_;
 };

@@ -172,7 +172,10 @@ void Watchdog::fail(const std::function<bool()>& poll, const CollectiveDesc& des
   if (!elsewhere.empty()) msg += fmt::format("; mismatched collectives: {}", fmt::join(elsewhere, "; "));
   if (missing.empty() && elsewhere.empty()) msg += "; every rank arrived: the transport itself is stuck";
   msg += ". HINT: the rank logs under <output_dir>/logs say what the missing ranks were doing";
-  common::raise(common::ErrorKind::kTimeout, msg);
+  // Ranks that never answered the census are gone (a lost node, a killed process) or stuck for good:
+  // the job can go on from its checkpoint without them. A mismatch is a bug, not a loss.
+  common::raise(!missing.empty() && elsewhere.empty() ? common::ErrorKind::kPeerLost : common::ErrorKind::kTimeout,
+                msg);
 }
 
 }  // namespace shardtune::dist

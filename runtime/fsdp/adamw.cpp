@@ -3,6 +3,8 @@
 
 #include <ATen/TensorOperators.h>
 #include <ATen/core/grad_mode.h>
+#include <ATen/ops/all.h>
+#include <ATen/ops/isfinite.h>
 #include <ATen/ops/zeros_like.h>
 
 #include <algorithm>
@@ -45,6 +47,27 @@ void AdamW::step(double lr) {
       pp.addcdiv_(m, denom, -step_size);
     }
   }
+}
+
+void AdamW::reset_state() {
+  step_ = 0;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    exp_avg_[i].zero_();
+    exp_avg_sq_[i].zero_();
+  }
+}
+
+bool AdamW::all_finite() const {
+  const auto finite = [](const at::Tensor& t) {
+    const at::Tensor flat = t.reshape({-1});
+    for (int64_t start = 0; start < flat.numel(); start += kPieceElements)
+      if (!at::isfinite(flat.narrow(0, start, std::min(kPieceElements, flat.numel() - start))).all().item<bool>())
+        return false;
+    return true;
+  };
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (!finite(params_[i]) || !finite(exp_avg_[i]) || !finite(exp_avg_sq_[i])) return false;
+  return true;
 }
 
 int64_t AdamW::state_bytes() const {

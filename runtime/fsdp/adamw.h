@@ -30,7 +30,11 @@ class AdamW {
 
   int64_t step_count() const { return step_; }
   void set_step_count(int64_t step) { step_ = step; }  // when resuming from a checkpoint
+  // Moments to zero and no step taken, as when the parameters were added.
+  void reset_state();
   int64_t state_bytes() const;
+  // Every parameter and moment of this rank is finite (checked a piece at a time).
+  bool all_finite() const;
   size_t size() const { return params_.size(); }
   at::Tensor& exp_avg(size_t i) { return exp_avg_.at(i); }
   at::Tensor& exp_avg_sq(size_t i) { return exp_avg_sq_.at(i); }

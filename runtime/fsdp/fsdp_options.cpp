@@ -21,21 +21,10 @@ FsdpOptions fsdp_options(const job::FsdpSection& fsdp, const job::TrainSection& 
   o.device = device;
   o.precision = precision_from_job(train, fsdp, lora);
   o.activation_checkpointing = fsdp.activation_checkpointing;
-  switch (fsdp.sharding_strategy) {
-    case job::ShardingStrategy::kFullShard: o.shard_size = world_size; break;
-    case job::ShardingStrategy::kShardGradOp:
-      o.shard_size = world_size;
-      o.reshard_after_forward = false;
-      break;
-    case job::ShardingStrategy::kNoShard:
-      o.shard_size = 1;
-      o.reshard_after_forward = false;
-      o.reshard_after_backward = false;
-      break;
-    case job::ShardingStrategy::kHybridShard:
-      o.shard_size = static_cast<int>(fsdp.hsdp_shard_size > 0 ? fsdp.hsdp_shard_size : ranks_per_node);
-      break;
-  }
+  o.shard_size = static_cast<int>(job::shard_group_size(fsdp, world_size, ranks_per_node));
+  o.reshard_after_forward = fsdp.sharding_strategy == job::ShardingStrategy::kFullShard ||
+                            fsdp.sharding_strategy == job::ShardingStrategy::kHybridShard;
+  o.reshard_after_backward = fsdp.sharding_strategy != job::ShardingStrategy::kNoShard;
   return o;
 }
 

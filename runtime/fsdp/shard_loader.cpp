@@ -15,6 +15,7 @@
 #include <optional>
 #include <set>
 #include <thread>
+#include <utility>
 
 #include <sched.h>
 #include <sys/statvfs.h>
@@ -24,7 +25,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "runtime/dist/mpi_check.h"
-#include "runtime/dist/mpi_text.h"
+#include "runtime/dist/agree.h"
 #include "runtime/fsdp/load_plan.h"
 #include "runtime/model/lora.h"
 
@@ -103,32 +104,63 @@ std::vector<std::string> weight_mismatches(model::LlamaForCausalLM& model, const
 }
 
 void validate_source(model::LlamaForCausalLM& model, const SourceFactory& open_source, MPI_Comm world) {
-  int world_rank = 0;
-  ST_MPI_CHECK(MPI_Comm_rank(world, &world_rank));
-  std::string problem;
-  if (world_rank == 0) {
-    try {
-      const std::vector<std::string> problems = weight_mismatches(model, *open_source());
-      if (!problems.empty())
-        problem = fmt::format("the weights do not match the model ({} problem(s)):\n  {}", problems.size(),
-                              fmt::join(problems, "\n  "));
-    } catch (const std::exception& e) {
-      problem = e.what();
-    }
-  }
-  problem = dist::broadcast_text(problem, world);
-  if (!problem.empty()) common::raise(ErrorKind::kConfig, problem);
+  dist::decide_on_root(world, [&] {
+    const std::vector<std::string> problems = weight_mismatches(model, *open_source());
+    ST_CHECK(problems.empty(), ErrorKind::kConfig, "the weights do not match the model ({} problem(s)):\n  {}",
+             problems.size(), fmt::join(problems, "\n  "));
+    return std::string();
+  });
 }
 
 namespace {
 
 constexpr int64_t kBuffers = 2;  // staged rounds in flight: one being read, one being taken
 
+// A communicator or window of the load's own, freed on every path out of it (an exception
+// included). Freeing is not collective in MPI, so no rank waits for another here.
+class OwnedComm {
+ public:
+  OwnedComm() = default;
+  OwnedComm(OwnedComm&& o) noexcept : comm_(std::exchange(o.comm_, MPI_COMM_NULL)) {}
+  OwnedComm& operator=(OwnedComm&& o) noexcept {
+    std::swap(comm_, o.comm_);
+    return *this;
+  }
+  ~OwnedComm() {
+    if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  }
+  MPI_Comm get() const { return comm_; }
+  MPI_Comm* out() { return &comm_; }
+
+ private:
+  MPI_Comm comm_ = MPI_COMM_NULL;
+};
+
+class OwnedWindow {
+ public:
+  OwnedWindow() = default;
+  OwnedWindow(OwnedWindow&& o) noexcept : win_(std::exchange(o.win_, MPI_WIN_NULL)) {}
+  OwnedWindow& operator=(OwnedWindow&& o) noexcept {
+    std::swap(win_, o.win_);
+    return *this;
+  }
+  ~OwnedWindow() {
+    if (win_ != MPI_WIN_NULL) MPI_Win_free(&win_);
+  }
+  MPI_Win* out() { return &win_; }
+  MPI_Win get() const { return win_; }
+
+ private:
+  MPI_Win win_ = MPI_WIN_NULL;
+};
+
 // Everything one rank needs to know about streaming: who reads, how the source stores the
 // parameters, and the shared staging window of the reader's node.
 struct Plan {
-  MPI_Comm node = MPI_COMM_NULL;   // ranks sharing memory with this one
-  MPI_Comm group = MPI_COMM_NULL;  // the reader (rank 0) and the ranks it serves
+  OwnedComm node_comm;   // ranks sharing memory with this one
+  OwnedComm group_comm;  // the reader (rank 0) and the ranks it serves
+  MPI_Comm node() const { return node_comm.get(); }
+  MPI_Comm group() const { return group_comm.get(); }
   bool reader = false;
   bool local = false;  // on the reader's node: takes its parts from the shared window
   int shard = 0;       // this rank's shard index
@@ -139,7 +171,7 @@ struct Plan {
   std::vector<std::vector<size_t>> storage_order;
   int64_t round_numel = 0;
   int64_t stage_bytes = 0;  // one staged round
-  MPI_Win window = MPI_WIN_NULL;
+  OwnedWindow window;       // declared after the communicators: freed before them
   char* staging = nullptr;  // kBuffers x stage_bytes, on the reader's node
 
   char* buffer(int64_t round) const { return staging + (round % kBuffers) * stage_bytes; }
@@ -151,27 +183,27 @@ Plan join_groups(const std::vector<FlatParam*>& flats, MPI_Comm world, const Loa
   int world_rank = 0;
   ST_MPI_CHECK(MPI_Comm_rank(world, &world_rank));
   if (options.node != MPI_COMM_NULL) {
-    ST_MPI_CHECK(MPI_Comm_dup(options.node, &plan.node));
+    ST_MPI_CHECK(MPI_Comm_dup(options.node, plan.node_comm.out()));
   } else {
-    ST_MPI_CHECK(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, world_rank, MPI_INFO_NULL, &plan.node));
+    ST_MPI_CHECK(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, world_rank, MPI_INFO_NULL, plan.node_comm.out()));
   }
   if (options.reader_per_node) {
-    ST_MPI_CHECK(MPI_Comm_dup(plan.node, &plan.group));
+    ST_MPI_CHECK(MPI_Comm_dup(plan.node(), plan.group_comm.out()));
   } else {
-    ST_MPI_CHECK(MPI_Comm_dup(world, &plan.group));
+    ST_MPI_CHECK(MPI_Comm_dup(world, plan.group_comm.out()));
   }
   int me = 0, members = 0;
-  ST_MPI_CHECK(MPI_Comm_rank(plan.group, &me));
-  ST_MPI_CHECK(MPI_Comm_size(plan.group, &members));
+  ST_MPI_CHECK(MPI_Comm_rank(plan.group(), &me));
+  ST_MPI_CHECK(MPI_Comm_size(plan.group(), &members));
   plan.reader = me == 0;
   plan.shard = flats.empty() ? 0 : flats.front()->shard_rank();
 
   // Each member's shard and node (named by its node's lowest world rank).
   int node_leader = world_rank;
-  ST_MPI_CHECK(MPI_Bcast(&node_leader, 1, MPI_INT, 0, plan.node));
+  ST_MPI_CHECK(MPI_Bcast(&node_leader, 1, MPI_INT, 0, plan.node()));
   const int mine[2] = {plan.shard, node_leader};
   std::vector<int> all(static_cast<size_t>(2 * members));
-  ST_MPI_CHECK(MPI_Allgather(mine, 2, MPI_INT, all.data(), 2, MPI_INT, plan.group));
+  ST_MPI_CHECK(MPI_Allgather(mine, 2, MPI_INT, all.data(), 2, MPI_INT, plan.group()));
   for (int j = 0; j < members; ++j) {
     const bool local = all[static_cast<size_t>(2 * j + 1)] == all[1];
     plan.remote_shard.push_back(local ? -1 : all[static_cast<size_t>(2 * j)]);
@@ -220,19 +252,15 @@ void agree_storage(Plan& plan, const std::vector<FlatParam*>& flats, const Tenso
 // Fails (on every rank of `node`) when the node's shared-memory filesystem cannot hold `bytes`:
 // a shared window larger than /dev/shm would fault with SIGBUS at first touch instead.
 void check_shared_memory(int64_t bytes, MPI_Comm node) {
-  int node_rank = 0;
-  ST_MPI_CHECK(MPI_Comm_rank(node, &node_rank));
-  std::string problem;
-  struct statvfs fs {};
-  if (node_rank == 0 && ::statvfs("/dev/shm", &fs) == 0) {
+  dist::decide_on_root(node, [&] {
+    struct statvfs fs {};
+    if (::statvfs("/dev/shm", &fs) != 0) return std::string();
     const uint64_t free_bytes = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
-    if (free_bytes < static_cast<uint64_t>(bytes))
-      problem = fmt::format("loading weights stages {:.0f} MiB in shared memory, but /dev/shm has only {:.0f} MiB "
-                            "free on this node",
-                            static_cast<double>(bytes) / (1 << 20), static_cast<double>(free_bytes) / (1 << 20));
-  }
-  problem = dist::broadcast_text(problem, node);
-  if (!problem.empty()) common::raise(ErrorKind::kIo, problem);
+    ST_CHECK(free_bytes >= static_cast<uint64_t>(bytes), ErrorKind::kIo,
+             "loading weights stages {:.0f} MiB in shared memory, but /dev/shm has only {:.0f} MiB free on this node",
+             static_cast<double>(bytes) / (1 << 20), static_cast<double>(free_bytes) / (1 << 20));
+    return std::string();
+  });
 }
 
 // Sizes a round and, on the reader's node, allocates the shared staging window.
@@ -247,19 +275,13 @@ void allocate_staging(Plan& plan, const LoadOptions& options) {
   plan.stage_bytes = stage_capacity(plan.round_numel, max_params, max_size);
   if (!plan.local) return;  // served by messages
   const int64_t window_bytes = kBuffers * plan.stage_bytes;
-  check_shared_memory(window_bytes, plan.node);
+  check_shared_memory(window_bytes, plan.node());
   char* mine = nullptr;
-  ST_MPI_CHECK(MPI_Win_allocate_shared(plan.reader ? window_bytes : 0, 1, MPI_INFO_NULL, plan.node, &mine,
-                                       &plan.window));
+  ST_MPI_CHECK(MPI_Win_allocate_shared(plan.reader ? window_bytes : 0, 1, MPI_INFO_NULL, plan.node(), &mine,
+                                       plan.window.out()));
   MPI_Aint size = 0;
   int unit = 0;
-  ST_MPI_CHECK(MPI_Win_shared_query(plan.window, 0, &size, &unit, &plan.staging));
-}
-
-void free_plan(Plan& plan) {
-  if (plan.window != MPI_WIN_NULL) MPI_Win_free(&plan.window);
-  MPI_Comm_free(&plan.group);
-  MPI_Comm_free(&plan.node);
+  ST_MPI_CHECK(MPI_Win_shared_query(plan.window.get(), 0, &size, &unit, &plan.staging));
 }
 
 // Waits for every rank of `comm` without spinning.
@@ -306,150 +328,197 @@ std::vector<FlatParam*> base_flats(FsdpLlama& model) {
 
 }  // namespace
 
-LoadStats load_shards(FsdpLlama& model, const SourceFactory& open_source, MPI_Comm world, const LoadOptions& options) {
-  const auto start = Clock::now();
-  const OneThread one_thread;
-  int world_rank = 0;
-  ST_MPI_CHECK(MPI_Comm_rank(world, &world_rank));
-  const std::vector<FlatParam*> flats = base_flats(model);
-  Plan plan = join_groups(flats, world, options);
-  std::unique_ptr<TensorSource> source;
-  if (plan.reader) source = open_source();
-  agree_storage(plan, flats, source.get(), world);
-  allocate_staging(plan, options);
-  if (world_rank == 0) {
-    const auto remote = std::count_if(plan.remote_shard.begin(), plan.remote_shard.end(), [](int s) { return s >= 0; });
-    spdlog::info("streaming the weights: {}, rounds of {:.1f} MiB staged in shared memory, {} rank(s) served by "
-                 "messages",
-                 options.reader_per_node ? "one reader per node" : "world rank 0 reads for every rank",
-                 static_cast<double>(plan.stage_bytes) / (1 << 20), remote);
-  }
+namespace {
 
-  // Every round of every flat parameter, in order: (flat, round within it).
-  std::vector<std::pair<size_t, int64_t>> rounds;
-  for (size_t f = 0; f < flats.size(); ++f)
-    for (int64_t r = 0; r < round_count(flats[f]->layout().numel(), plan.round_numel); ++r) rounds.emplace_back(f, r);
-  auto params_of = [&](size_t k) {
-    const auto [f, r] = rounds[k];
-    return round_params(flats[f]->layout(), plan.storage_order[f], r, plan.round_numel, plan.stored_size[f]);
-  };
-  auto takes_of = [&](size_t k, int shard) {
-    const size_t f = rounds[k].first;
-    return shard_takes(params_of(k), flats[f]->layout().pieces_in_shard(shard), plan.stored_size[f]);
-  };
-  auto requests_of = [&](size_t k) {
-    const size_t f = rounds[k].first;
-    std::vector<ReadRequest> requests;
-    for (const RoundParam& p : params_of(k))
-      requests.push_back({&flats[f]->layout().params()[p.param].name, p.begin, p.end - p.begin,
-                          plan.stored[f][p.param], plan.buffer(static_cast<int64_t>(k)) + p.staged_offset});
-    return requests;
-  };
-  auto fill = [&](size_t k) {  // the reader stages round k, reading in storage order
-    if (k + 1 < rounds.size()) source->prefetch(requests_of(k + 1));  // the disk works while we copy
-    source->read_batch(requests_of(k));
-  };
-  // This rank converts its parts of round k into its shard; `packed`: they lie end to end at
-  // `src` (as sent to another node) rather than where the round was staged.
-  // Shards on a GPU receive their parts through a pinned host buffer of at most 4 Mi elements,
-  // filled by the same conversion and copied up piece by piece.
-  const int64_t device_chunk = std::min<int64_t>(plan.round_numel, int64_t{1} << 22);
-  at::Tensor device_stage;
-  auto take = [&](size_t k, const char* src, bool packed) {
-    const auto [f, r] = rounds[k];
-    at::Tensor& shard = flats[f]->shard();
-    const int64_t esize = static_cast<int64_t>(shard.element_size());
-    if (r == 0) {  // padding stays zero
-      const std::vector<ShardPiece> mine = flats[f]->layout().pieces_in_shard(plan.shard);
-      const int64_t filled = mine.empty() ? 0 : mine.back().shard_offset + mine.back().length;
-      shard.narrow(0, filled, shard.numel() - filled).zero_();
-    }
-    const bool on_host = shard.device().is_cpu();
-    const at::TensorOptions host = shard.options().device(at::kCPU);
-    if (!on_host && (!device_stage.defined() || device_stage.scalar_type() != shard.scalar_type()))
-      device_stage = at::empty({device_chunk}, host.pinned_memory(true));
-    int64_t at = 0;
-    for (const ShardTake& t : takes_of(k, plan.shard)) {
-      const char* in = src + (packed ? at : t.staged_offset);
-      const int64_t in_size = plan.stored_size[f][t.param];
-      if (on_host) {
-        convert(in, plan.stored[f][t.param], static_cast<char*>(shard.data_ptr()) + t.shard_offset * esize, host,
-                t.length);
-      } else {
-        for (int64_t done = 0; done < t.length; done += device_chunk) {
-          const int64_t n = std::min(device_chunk, t.length - done);
-          convert(in + done * in_size, plan.stored[f][t.param], static_cast<char*>(device_stage.data_ptr()), host, n);
-          shard.narrow(0, t.shard_offset + done, n).copy_(device_stage.narrow(0, 0, n));  // blocking: reused next
-        }
-      }
-      at += t.length * in_size;
-    }
-  };
-  std::vector<char> packed;  // a round's parts of one shard, end to end, for another node
-  auto send_remote = [&](size_t k) {
-    const size_t f = rounds[k].first;
-    for (size_t j = 1; j < plan.remote_shard.size(); ++j) {
-      if (plan.remote_shard[j] < 0) continue;
-      int64_t at = 0;
-      for (const ShardTake& t : takes_of(k, plan.remote_shard[j])) {
-        const int64_t bytes = t.length * plan.stored_size[f][t.param];
-        if (packed.size() < static_cast<size_t>(at + bytes)) packed.resize(static_cast<size_t>(at + bytes));
-        std::memcpy(packed.data() + at, plan.buffer(static_cast<int64_t>(k)) + t.staged_offset, static_cast<size_t>(bytes));
-        at += bytes;
-      }
-      send_bytes(packed.data(), at, static_cast<int>(j), plan.group);
-    }
-  };
+// One load: the plan, the rounds of every flat parameter, and what each rank does with them. Every
+// MPI resource it makes is the plan's, freed on every path out.
+class ShardLoader {
+ public:
+  ShardLoader(FsdpLlama& model, const SourceFactory& open_source, MPI_Comm world, const LoadOptions& options);
+  LoadStats run();
 
+ private:
+  std::vector<RoundParam> params_of(size_t k) const;
+  std::vector<ShardTake> takes_of(size_t k, int shard) const;
+  std::vector<ReadRequest> requests_of(size_t k) const;
+  int64_t round_bytes(size_t k) const;
+  void fill(size_t k);
+  void take(size_t k, const char* src, bool packed);
+  void send_remote(size_t k);
+  void read_rounds();
+  void take_shared_rounds();
+  void receive_rounds();
+
+  const OneThread one_thread_;
+  const Clock::time_point start_ = Clock::now();
+  int world_rank_ = 0;
+  std::vector<FlatParam*> flats_;
+  Plan plan_;
+  std::unique_ptr<TensorSource> source_;
+  std::vector<std::pair<size_t, int64_t>> rounds_;  // every round of every flat parameter: (flat, round)
+  int64_t device_chunk_ = 0;
+  at::Tensor device_stage_;  // shards on a GPU receive their parts through this pinned host buffer
+  std::vector<char> packed_;  // a round's parts of one shard, end to end, for another node
+  std::optional<common::Progress> progress_;
+};
+
+ShardLoader::ShardLoader(FsdpLlama& model, const SourceFactory& open_source, MPI_Comm world,
+                         const LoadOptions& options)
+    : flats_(base_flats(model)), plan_(join_groups(flats_, world, options)) {
+  ST_MPI_CHECK(MPI_Comm_rank(world, &world_rank_));
+  if (plan_.reader) source_ = open_source();
+  agree_storage(plan_, flats_, source_.get(), world);
+  allocate_staging(plan_, options);
+  for (size_t f = 0; f < flats_.size(); ++f)
+    for (int64_t r = 0; r < round_count(flats_[f]->layout().numel(), plan_.round_numel); ++r) rounds_.emplace_back(f, r);
+  device_chunk_ = std::min<int64_t>(plan_.round_numel, int64_t{1} << 22);
+  if (world_rank_ != 0) return;
+  const auto remote = std::count_if(plan_.remote_shard.begin(), plan_.remote_shard.end(), [](int s) { return s >= 0; });
+  spdlog::info("streaming the weights: {}, rounds of {:.1f} MiB staged in shared memory, {} rank(s) served by "
+               "messages",
+               options.reader_per_node ? "one reader per node" : "world rank 0 reads for every rank",
+               static_cast<double>(plan_.stage_bytes) / (1 << 20), remote);
   // World rank 0 reads every round: its progress is the job's.
-  auto round_bytes = [&](size_t k) {
-    int64_t bytes = 0;
-    for (const RoundParam& p : params_of(k)) bytes += (p.end - p.begin) * plan.stored_size[rounds[k].first][p.param];
-    return bytes;
-  };
-  std::optional<common::Progress> progress;
-  if (world_rank == 0) {
-    int64_t total = 0;
-    for (size_t k = 0; k < rounds.size(); ++k) total += round_bytes(k);
-    progress.emplace(common::logged_progress("loading the weights", total));
-  }
+  int64_t total = 0;
+  for (size_t k = 0; k < rounds_.size(); ++k) total += round_bytes(k);
+  progress_.emplace(common::logged_progress("loading the weights", total));
+}
 
-  // Two staging buffers: while the ranks take round k from one, the reader fills round k + 1 into
-  // the other. One barrier of the node per round keeps them apart: when it passes, every rank has
-  // finished round k - 1, whose buffer the reader fills next.
-  if (plan.reader) {
-    if (!rounds.empty()) fill(0);
-    barrier_politely(plan.node);
-    for (size_t k = 0; k < rounds.size(); ++k) {
-      send_remote(k);
-      if (k + 1 < rounds.size()) fill(k + 1);
-      take(k, plan.buffer(static_cast<int64_t>(k)), false);
-      barrier_politely(plan.node);
-      if (progress) progress->add(round_bytes(k));
-    }
-  } else if (plan.local) {
-    barrier_politely(plan.node);
-    for (size_t k = 0; k < rounds.size(); ++k) {
-      take(k, plan.buffer(static_cast<int64_t>(k)), false);
-      barrier_politely(plan.node);
-    }
-  } else {
-    std::vector<char> buffer(static_cast<size_t>(plan.stage_bytes));
-    for (size_t k = 0; k < rounds.size(); ++k) {
-      int64_t bytes = 0;
-      for (const ShardTake& t : takes_of(k, plan.shard)) bytes += t.length * plan.stored_size[rounds[k].first][t.param];
-      recv_bytes(buffer.data(), bytes, 0, plan.group);
-      take(k, buffer.data(), true);
-    }
+std::vector<RoundParam> ShardLoader::params_of(size_t k) const {
+  const auto [f, r] = rounds_[k];
+  return round_params(flats_[f]->layout(), plan_.storage_order[f], r, plan_.round_numel, plan_.stored_size[f]);
+}
+
+std::vector<ShardTake> ShardLoader::takes_of(size_t k, int shard) const {
+  const size_t f = rounds_[k].first;
+  return shard_takes(params_of(k), flats_[f]->layout().pieces_in_shard(shard), plan_.stored_size[f]);
+}
+
+std::vector<ReadRequest> ShardLoader::requests_of(size_t k) const {
+  const size_t f = rounds_[k].first;
+  std::vector<ReadRequest> requests;
+  for (const RoundParam& p : params_of(k))
+    requests.push_back({&flats_[f]->layout().params()[p.param].name, p.begin, p.end - p.begin, plan_.stored[f][p.param],
+                        plan_.buffer(static_cast<int64_t>(k)) + p.staged_offset});
+  return requests;
+}
+
+int64_t ShardLoader::round_bytes(size_t k) const {
+  int64_t bytes = 0;
+  for (const RoundParam& p : params_of(k)) bytes += (p.end - p.begin) * plan_.stored_size[rounds_[k].first][p.param];
+  return bytes;
+}
+
+// The reader stages round k, reading in storage order; the disk works on round k + 1 meanwhile.
+void ShardLoader::fill(size_t k) {
+  if (k + 1 < rounds_.size()) source_->prefetch(requests_of(k + 1));
+  source_->read_batch(requests_of(k));
+}
+
+// This rank converts its parts of round k into its shard; `packed`: they lie end to end at `src`
+// (as sent to another node) rather than where the round was staged. Shards on a GPU receive their
+// parts through a pinned host buffer of at most 4 Mi elements, copied up piece by piece.
+void ShardLoader::take(size_t k, const char* src, bool packed) {
+  const auto [f, r] = rounds_[k];
+  at::Tensor& shard = flats_[f]->shard();
+  const int64_t esize = static_cast<int64_t>(shard.element_size());
+  if (r == 0) {  // padding stays zero
+    const std::vector<ShardPiece> mine = flats_[f]->layout().pieces_in_shard(plan_.shard);
+    const int64_t filled = mine.empty() ? 0 : mine.back().shard_offset + mine.back().length;
+    shard.narrow(0, filled, shard.numel() - filled).zero_();
   }
-  free_plan(plan);
-  if (progress) progress->finish("loaded the weights");
-  for (FlatParam* f : flats) f->reshard();  // the shards were written through their raw data
+  const bool on_host = shard.device().is_cpu();
+  const at::TensorOptions host = shard.options().device(at::kCPU);
+  if (!on_host && (!device_stage_.defined() || device_stage_.scalar_type() != shard.scalar_type()))
+    device_stage_ = at::empty({device_chunk_}, host.pinned_memory(true));
+  int64_t at = 0;
+  for (const ShardTake& t : takes_of(k, plan_.shard)) {
+    const char* in = src + (packed ? at : t.staged_offset);
+    const int64_t in_size = plan_.stored_size[f][t.param];
+    if (on_host) {
+      convert(in, plan_.stored[f][t.param], static_cast<char*>(shard.data_ptr()) + t.shard_offset * esize, host,
+              t.length);
+    } else {
+      for (int64_t done = 0; done < t.length; done += device_chunk_) {
+        const int64_t n = std::min(device_chunk_, t.length - done);
+        convert(in + done * in_size, plan_.stored[f][t.param], static_cast<char*>(device_stage_.data_ptr()), host, n);
+        shard.narrow(0, t.shard_offset + done, n).copy_(device_stage_.narrow(0, 0, n));  // blocking: reused next
+      }
+    }
+    at += t.length * in_size;
+  }
+}
+
+void ShardLoader::send_remote(size_t k) {
+  const size_t f = rounds_[k].first;
+  for (size_t j = 1; j < plan_.remote_shard.size(); ++j) {
+    if (plan_.remote_shard[j] < 0) continue;
+    int64_t at = 0;
+    for (const ShardTake& t : takes_of(k, plan_.remote_shard[j])) {
+      const int64_t bytes = t.length * plan_.stored_size[f][t.param];
+      if (packed_.size() < static_cast<size_t>(at + bytes)) packed_.resize(static_cast<size_t>(at + bytes));
+      std::memcpy(packed_.data() + at, plan_.buffer(static_cast<int64_t>(k)) + t.staged_offset,
+                  static_cast<size_t>(bytes));
+      at += bytes;
+    }
+    send_bytes(packed_.data(), at, static_cast<int>(j), plan_.group());
+  }
+}
+
+// Two staging buffers: while the ranks take round k from one, the reader fills round k + 1 into
+// the other. One barrier of the node per round keeps them apart: when it passes, every rank has
+// finished round k - 1, whose buffer the reader fills next.
+void ShardLoader::read_rounds() {
+  if (!rounds_.empty()) fill(0);
+  barrier_politely(plan_.node());
+  for (size_t k = 0; k < rounds_.size(); ++k) {
+    send_remote(k);
+    if (k + 1 < rounds_.size()) fill(k + 1);
+    take(k, plan_.buffer(static_cast<int64_t>(k)), false);
+    barrier_politely(plan_.node());
+    if (progress_) progress_->add(round_bytes(k));
+  }
+}
+
+void ShardLoader::take_shared_rounds() {
+  barrier_politely(plan_.node());
+  for (size_t k = 0; k < rounds_.size(); ++k) {
+    take(k, plan_.buffer(static_cast<int64_t>(k)), false);
+    barrier_politely(plan_.node());
+  }
+}
+
+void ShardLoader::receive_rounds() {
+  std::vector<char> buffer(static_cast<size_t>(plan_.stage_bytes));
+  for (size_t k = 0; k < rounds_.size(); ++k) {
+    int64_t bytes = 0;
+    for (const ShardTake& t : takes_of(k, plan_.shard)) bytes += t.length * plan_.stored_size[rounds_[k].first][t.param];
+    recv_bytes(buffer.data(), bytes, 0, plan_.group());
+    take(k, buffer.data(), true);
+  }
+}
+
+LoadStats ShardLoader::run() {
+  if (plan_.reader) {
+    read_rounds();
+  } else if (plan_.local) {
+    take_shared_rounds();
+  } else {
+    receive_rounds();
+  }
+  if (progress_) progress_->finish("loaded the weights");
+  for (FlatParam* f : flats_) f->reshard();  // the shards were written through their raw data
   LoadStats stats;
-  stats.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  stats.bytes_read = source ? source->bytes_read() : 0;
-  stats.reader = plan.reader;
+  stats.seconds = std::chrono::duration<double>(Clock::now() - start_).count();
+  stats.bytes_read = source_ ? source_->bytes_read() : 0;
+  stats.reader = plan_.reader;
   return stats;
+}
+
+}  // namespace
+
+LoadStats load_shards(FsdpLlama& model, const SourceFactory& open_source, MPI_Comm world, const LoadOptions& options) {
+  return ShardLoader(model, open_source, world, options).run();
 }
 
 }  // namespace shardtune::fsdp

@@ -9,12 +9,10 @@
 
 namespace shardtune::train {
 
-DataOrder::DataOrder(int64_t dataset_size, int64_t global_batch, uint64_t seed, std::vector<int64_t> lengths)
-    : dataset_size_(dataset_size), global_batch_(global_batch), seed_(seed), lengths_(std::move(lengths)) {
+DataOrder::DataOrder(int64_t dataset_size, uint64_t seed, std::vector<int64_t> lengths)
+    : dataset_size_(dataset_size), seed_(seed), lengths_(std::move(lengths)) {
   ST_CHECK(lengths_.empty() || static_cast<int64_t>(lengths_.size()) == dataset_size, common::ErrorKind::kInternal,
            "{} lengths for {} samples", lengths_.size(), dataset_size);
-  ST_CHECK(global_batch > 0 && dataset_size >= global_batch, common::ErrorKind::kConfig,
-           "the training data has {} samples, fewer than one global batch of {}", dataset_size, global_batch);
 }
 
 std::vector<int64_t> DataOrder::permutation(int64_t epoch) const {
@@ -34,13 +32,14 @@ std::vector<int64_t> DataOrder::permutation(int64_t epoch) const {
   return p;
 }
 
-std::vector<int64_t> DataOrder::samples(const std::vector<int64_t>& permutation, int64_t first, int micro,
-                                        int accumulation, int rank, int ranks) const {
-  const int64_t per_rank = global_batch_ / (static_cast<int64_t>(accumulation) * ranks);
-  const int64_t start = first + (static_cast<int64_t>(micro) * ranks + rank) * per_rank;
-  ST_CHECK(start >= 0 && start + per_rank <= dataset_size_, common::ErrorKind::kInternal,
-           "samples {}..{} are outside the epoch of {}", start, start + per_rank, dataset_size_);
-  return std::vector<int64_t>(permutation.begin() + start, permutation.begin() + start + per_rank);
+std::vector<int64_t> DataOrder::samples(const std::vector<int64_t>& permutation, int64_t first, int64_t count,
+                                        int micro, int accumulation, int rank, int ranks) const {
+  const int64_t slots = static_cast<int64_t>(accumulation) * ranks;
+  const int64_t slot = static_cast<int64_t>(micro) * ranks + rank;
+  const int64_t begin = first + slot * count / slots, end = first + (slot + 1) * count / slots;
+  ST_CHECK(first >= 0 && first + count <= dataset_size_ && slot < slots, common::ErrorKind::kInternal,
+           "samples {}..{} are outside the epoch of {}", first, first + count, dataset_size_);
+  return std::vector<int64_t>(permutation.begin() + begin, permutation.begin() + end);
 }
 
 }  // namespace shardtune::train

@@ -33,12 +33,14 @@ double as_double(const nlohmann::json& v) { return v.is_number() ? v.get<double>
 
 }  // namespace
 
-void trim_metrics(const std::string& path, int64_t step) {
-  if (!std::filesystem::exists(path)) return;
+void trim_metrics(const std::string& path, int64_t step, bool drop_eval_at_step) {
+  if (!std::filesystem::is_regular_file(path)) return;  // none yet (or a device: not ours to rewrite)
   std::string kept;
   for (const auto& [line, record] : read_records(path)) {
-    const char* key = record.contains("step") ? "step" : "after_step";
-    if (record.contains(key) && record[key].is_number_integer() && record[key].get<int64_t>() <= step)
+    const bool eval = !record.contains("step");
+    const char* key = eval ? "after_step" : "step";
+    const int64_t last = eval && drop_eval_at_step ? step - 1 : step;
+    if (record.contains(key) && record[key].is_number_integer() && record[key].get<int64_t>() <= last)
       kept += line + "\n";
   }
   common::AtomicFile file(path);

@@ -9,9 +9,9 @@
 namespace shardtune::train {
 
 // Keeps the records of steps 1..step (training records, and evaluations after at most `step`
-// steps) and drops the rest, including a last line cut short; rewrites the file atomically. No
-// file: nothing to do.
-void trim_metrics(const std::string& path, int64_t step);
+// steps, or fewer than `step` with `drop_eval_at_step`) and drops the rest, including a last line
+// cut short; rewrites the file atomically. No file: nothing to do.
+void trim_metrics(const std::string& path, int64_t step, bool drop_eval_at_step = false);
 
 // Writes `out` (atomically) from the records of `jsonl`, in llama-recipes' layout:
 // train_step_loss and train_step_perplexity per step; train_epoch_loss (mean of the epoch's step

@@ -82,24 +82,45 @@ void StepProfiler::start(bool with_flops) {
 }
 
 void StepProfiler::begin_step(int64_t n) {
-  if (options_.trace) {
-    if (n == options_.wait + 1) start(false);
-    if (n == options_.wait + options_.warmup + 1 && recording_) {
-      RECORD_USER_SCOPE(std::string(kActiveMarker));  // events from here on are kept
+  try {
+    if (options_.trace) {
+      if (n == options_.wait + 1) start(false);
+      if (n == options_.wait + options_.warmup + 1 && recording_) {
+        RECORD_USER_SCOPE(std::string(kActiveMarker));  // events from here on are kept
+      }
     }
+    if (options_.flop_counter && n == options_.flop_step) start(true);
+  } catch (const std::exception& e) {
+    give_up(e.what());
   }
-  if (options_.flop_counter && n == options_.flop_step) start(true);
 }
 
 std::optional<double> StepProfiler::end_step(int64_t n) {
-  if (options_.trace && recording_ && n == options_.wait + options_.warmup + options_.active) write_trace();
-  if (!options_.flop_counter || n != options_.flop_step || !recording_) return std::nullopt;
-  const std::unique_ptr<prof::ProfilerResult> result = prof::disableProfiler();
+  try {
+    if (options_.trace && recording_ && n == options_.wait + options_.warmup + options_.active) write_trace();
+    if (!options_.flop_counter || n != options_.flop_step || !recording_) return std::nullopt;
+    const std::unique_ptr<prof::ProfilerResult> result = prof::disableProfiler();
+    recording_ = false;
+    double flops = 0;
+    for (const prof::KinetoEvent& e : result->events())
+      if (is_matrix_product(e.name())) flops += static_cast<double>(e.flops());
+    return flops;
+  } catch (const std::exception& e) {
+    give_up(e.what());
+    return std::nullopt;
+  }
+}
+
+void StepProfiler::give_up(const std::string& why) {
+  spdlog::warn("profiler: {}; training goes on without profiling", why);
+  options_.trace = false;
+  options_.flop_counter = false;
+  if (!recording_) return;
   recording_ = false;
-  double flops = 0;
-  for (const prof::KinetoEvent& e : result->events())
-    if (is_matrix_product(e.name())) flops += static_cast<double>(e.flops());
-  return flops;
+  try {
+    prof::disableProfiler();
+  } catch (const std::exception&) {
+  }
 }
 
 void StepProfiler::write_trace() {

@@ -34,6 +34,8 @@ class StepProfiler {
   StepProfiler(const StepProfiler&) = delete;
   StepProfiler& operator=(const StepProfiler&) = delete;
 
+  // Neither ever throws: a failure (a trace that cannot be written) is logged once as a warning
+  // and turns the profiler off; training goes on.
   void begin_step(int64_t n);
   // The matrix-product FLOPs of this rank in step n when n is the flop counter's step.
   std::optional<double> end_step(int64_t n);
@@ -44,6 +46,7 @@ class StepProfiler {
  private:
   void start(bool with_flops);
   void write_trace();
+  void give_up(const std::string& why);
 
   ProfilerOptions options_;
   int rank_;

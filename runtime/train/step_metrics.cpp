@@ -2,6 +2,7 @@
 #include "runtime/train/step_metrics.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <array>
@@ -49,7 +50,14 @@ std::string jsonl_line(const StepRecord& r) {
   f.add("step", r.step).add("epoch", r.epoch).add("samples", fmt::format("[{}, {}]", r.sample_begin, r.sample_end));
   f.real("loss", r.loss).real("lr", r.lr).optional("grad_norm", r.grad_norm).optional("loss_scale", r.loss_scale);
   if (r.loss_scale) f.add("skipped", r.skipped ? "true" : "false");
+  if (r.nonfinite) f.add("nonfinite", "true");
+  if (r.nonfinite_skips > 0) f.add("nonfinite_skips", r.nonfinite_skips);
   f.add("tokens", r.tokens).real("flops", r.flops);
+  if (!r.sample_ids.empty()) {
+    std::vector<std::string> ranks;
+    for (const std::vector<int64_t>& ids : r.sample_ids) ranks.push_back(fmt::format("[{}]", fmt::join(ids, ", ")));
+    f.add("sample_ids", fmt::format("[{}]", fmt::join(ranks, ", ")));
+  }
   // Everything from here on differs between two identical runs.
   f.add("step_seconds", fmt::format("{:.6f}", r.step_seconds));
   f.add("compute_seconds", fmt::format("{:.6f}", std::max(0.0, r.step_seconds - r.comm_wait_seconds - r.data_wait_seconds)));

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace shardtune::train {
 
@@ -21,8 +22,12 @@ struct StepRecord {
   std::optional<double> grad_norm{};   // global norm of the gradients, before clipping
   std::optional<double> loss_scale{};  // fp16 only: the scale this step's loss was multiplied by
   bool skipped = false;              // fp16 only: the gradients overflowed and no update was made
+  bool nonfinite = false;            // the loss or gradient norm was not finite: no update was made
+  int64_t nonfinite_skips = 0;       // non-finite steps so far in this run ([train] on_nonfinite)
   int64_t tokens = 0;                // tokens of the global batch, padding included
   double flops = 0;                  // training FLOPs of the global batch (training_flops_per_token)
+  // [metrics] sample_ids: the dataset indices each rank trained in this step, in rank order.
+  std::vector<std::vector<int64_t>> sample_ids{};
   double step_seconds = 0;           // rank 0: from asking for the step's batches to the step's loss
   double comm_wait_seconds = 0;      // rank 0's host time in FSDP's collectives within the step
   double data_wait_seconds = 0;      // rank 0's wait for the step's batches

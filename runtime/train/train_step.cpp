@@ -6,6 +6,7 @@
 #include <ATen/ops/zeros.h>
 #include <ATen/record_function.h>
 
+#include <cmath>
 #include <limits>
 
 #include "common/error.h"
@@ -40,7 +41,8 @@ StepResult train_step(fsdp::FsdpLlama& model, fsdp::AdamW& optimizer, const std:
     // Non-blocking, as the model's inputs: the host queues the loss and backward without waiting
     // for the forward to finish first.
     const at::Tensor labels = b.labels.to(model.device(), b.labels.scalar_type(), /*non_blocking=*/true);
-    const at::Tensor loss = model::causal_lm_loss(logits, labels) / n;
+    at::Tensor loss = model::causal_lm_loss(logits, labels) / n;
+    if (b.weight != 1.0) loss = loss * b.weight;
     if (options.loss_scaler != nullptr) {
       (loss * options.loss_scaler->scale()).backward();
     } else {
@@ -48,14 +50,23 @@ StepResult train_step(fsdp::FsdpLlama& model, fsdp::AdamW& optimizer, const std:
     }
     model.finish_grad_sync();  // backward's own end-of-pass callback has normally done it
     loss_sum += loss.detach().to(at::kDouble);
+    if (b.weight == 0.0) continue;  // a placeholder trains nothing
     const int64_t seq_len = b.input_ids.size(-1);
     tokens += static_cast<double>(b.input_ids.numel());
     if (options.model_config != nullptr)
       flops += static_cast<double>(b.input_ids.numel()) * training_flops_per_token(*options.model_config, seq_len);
   }
+  // The step's loss is known before the update, so a non-finite one never reaches the shards.
+  totals.narrow(0, 1, 2).copy_(at::tensor({tokens, flops}, at::kDouble));
+  world.all_reduce(totals, dist::ReduceOp::kSum);
+  const at::Tensor host = totals.cpu();
   StepResult result;
+  result.loss = host[0].item<double>() / static_cast<double>(world.size());
+  result.tokens = static_cast<int64_t>(host[1].item<double>());
+  result.flops = host[2].item<double>();
   if (options.loss_scaler != nullptr && !options.loss_scaler->unscale_and_check(model.flat_params(), world)) {
-    result.skipped = true;
+    result.skipped = true;  // fp16 overflow: the scaler lowers its scale and the step is retried with the next batch
+    result.nonfinite = !std::isfinite(result.loss);
   } else {
     RECORD_USER_SCOPE("optimizer.step");
     if (options.gradient_clipping) {
@@ -63,16 +74,14 @@ StepResult train_step(fsdp::FsdpLlama& model, fsdp::AdamW& optimizer, const std:
     } else if (options.measure_grad_norm) {
       result.grad_norm = model.clip_grad_norm(std::numeric_limits<double>::infinity());
     }
-    optimizer.step(options.lr);
+    result.nonfinite = !std::isfinite(result.loss) || !std::isfinite(result.grad_norm);
+    if (result.nonfinite) {
+      result.skipped = true;
+    } else {
+      optimizer.step(options.lr);
+    }
   }
   model.zero_grad();
-  totals.narrow(0, 1, 2).copy_(at::tensor({tokens, flops}, at::kDouble));
-  world.all_reduce(totals, dist::ReduceOp::kSum);
-  const at::Tensor host = totals.cpu();
-  const double ranks = static_cast<double>(world.size());
-  result.loss = host[0].item<double>() / ranks;
-  result.tokens = static_cast<int64_t>(host[1].item<double>());
-  result.flops = host[2].item<double>();
   return result;
 }
 

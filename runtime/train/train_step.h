@@ -30,7 +30,8 @@ struct StepOptions {
 struct StepResult {
   double loss = 0;       // mean over micro-batches and data-parallel ranks
   double grad_norm = 0;  // before clipping; 0 when neither clipping nor measured
-  bool skipped = false;  // fp16 overflow: no update was made
+  bool skipped = false;  // no update was made: fp16 overflow, or a non-finite loss or gradient norm
+  bool nonfinite = false;  // the loss or the gradient norm (when measured) was not finite
   int64_t tokens = 0;    // of the global batch (every rank's micro-batches), padding included
   double flops = 0;      // training FLOPs of the global batch; 0 without a model_config
 };
@@ -39,6 +40,8 @@ struct StepResult {
 void add_trainable_shards(fsdp::FsdpLlama& model, fsdp::AdamW& optimizer);
 
 // Collective over the model's process groups. Every rank must pass the same number of micro-batches.
+// A step whose loss or gradient norm is not finite makes no update (every rank sees the same
+// reduced values, so all skip alike).
 StepResult train_step(fsdp::FsdpLlama& model, fsdp::AdamW& optimizer, const std::vector<Batch>& micro_batches,
                       const StepOptions& options, dist::Communicator& world);
 

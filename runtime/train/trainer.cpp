@@ -2,7 +2,6 @@
 #include "runtime/train/trainer.h"
 
 #include <ATen/core/grad_mode.h>
-#include <ATen/ops/empty.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/tensor.h>
 #include <ATen/record_function.h>
@@ -11,21 +10,24 @@
 
 #include <chrono>
 #include <cmath>
-#include <fstream>
 #include <optional>
 
 #include "common/error.h"
+#include "common/fault_injection.h"
 #include "common/process_memory.h"
 #include "runtime/dist/device.h"
+#include "runtime/dist/text_collectives.h"
 #include "runtime/model/lora.h"
 #include "runtime/model/loss.h"
+#include "runtime/train/collate.h"
 #include "runtime/train/data_order.h"
-#include "runtime/train/lr_schedule.h"
-#include "runtime/train/metrics_file.h"
+#include "runtime/train/metrics_log.h"
+#include "runtime/train/nonfinite_guard.h"
 #include "runtime/train/prefetch.h"
 #include "runtime/train/profiler.h"
 #include "runtime/train/step_metrics.h"
 #include "runtime/train/stop_request.h"
+#include "runtime/train/throughput_window.h"
 #include "runtime/train/train_step.h"
 
 namespace shardtune::train {
@@ -33,33 +35,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The samples of a micro-batch as tensors; shorter samples are padded at the end to the longest
-// (pad id, label -100): a causal model never lets real tokens see the padding after them.
-Batch collate(const Dataset& data, const std::vector<int64_t>& indices) {
-  const int64_t b = static_cast<int64_t>(indices.size());
-  std::vector<Sample> samples;
-  int64_t t = 0;
-  for (const int64_t index : indices) {
-    samples.push_back(data.get(index));
-    t = std::max(t, static_cast<int64_t>(samples.back().input_ids.size()));
-  }
-  Batch batch{at::full({b, t}, data.pad_id(), at::kLong), at::full({b, t}, model::kIgnoreIndex, at::kLong), {}};
-  if (!samples[0].position_ids.empty()) batch.position_ids = at::empty({b, t}, at::kLong);
-  for (int64_t i = 0; i < b; ++i) {
-    const Sample& s = samples[static_cast<size_t>(i)];
-    ST_CHECK(s.labels.size() == s.input_ids.size() && (!batch.position_ids.defined() || static_cast<int64_t>(s.input_ids.size()) == t),
-             common::ErrorKind::kInternal, "sample {} has {} tokens and {} labels; the batch {} tokens",
-             indices[static_cast<size_t>(i)], s.input_ids.size(), s.labels.size(), t);
-    std::copy(s.input_ids.begin(), s.input_ids.end(), batch.input_ids.data_ptr<int64_t>() + i * t);
-    std::copy(s.labels.begin(), s.labels.end(), batch.labels.data_ptr<int64_t>() + i * t);
-    if (batch.position_ids.defined()) {
-      ST_CHECK(static_cast<int64_t>(s.position_ids.size()) == t, common::ErrorKind::kInternal,
-               "sample {} has {} positions for {} tokens", indices[static_cast<size_t>(i)], s.position_ids.size(), t);
-      std::copy(s.position_ids.begin(), s.position_ids.end(), batch.position_ids.data_ptr<int64_t>() + i * t);
-    }
-  }
-  return batch;
-}
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // What the ranks agree on after a step, in one reduction: the stop signal any rank received (the
 // largest signal number) and the largest memory peaks of any rank during the step.
@@ -76,15 +52,9 @@ AfterStep agree_after_step(dist::Communicator& world, const c10::Device& device)
                             at::kDouble);
   world.all_reduce(v, dist::ReduceOp::kMax);
   const auto value = [&](int64_t i) { return v[i].item<double>(); };
-  AfterStep out;
-  out.stop_signal = static_cast<int>(value(0));
-  out.peak_rss = static_cast<int64_t>(value(1));
-  out.device.peak_allocated = static_cast<int64_t>(value(2));
-  out.device.peak_reserved = static_cast<int64_t>(value(3));
-  return out;
+  return {static_cast<int>(value(0)), static_cast<int64_t>(value(1)),
+          {0, static_cast<int64_t>(value(2)), 0, static_cast<int64_t>(value(3))}};
 }
-
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // The peak FLOP/s per rank MFU is measured against: the job's, else the GPU's from the table.
 std::optional<double> peak_flops(const job::MetricsSection& m, const c10::Device& device) {
@@ -111,7 +81,81 @@ std::string duration_text(double seconds) {
   return fmt::format("{}:{:02d}:{:02d}", s / 3600, (s / 60) % 60, s % 60);
 }
 
+// The flop counter's step (`counting`): every rank's count summed and set against the estimate. Every
+// rank takes part in the sum even when its profiler failed, so none waits for another.
+std::optional<double> counted_flops(StepProfiler& profiler, int64_t run_step, bool counting, int64_t step,
+                                    double seconds, double estimate, dist::Communicator& world) {
+  const std::optional<double> mine = profiler.end_step(run_step);
+  if (!counting) return std::nullopt;
+  at::Tensor sum = at::tensor({mine.value_or(0.0), mine ? 0.0 : 1.0}, at::kDouble);
+  world.all_reduce(sum, dist::ReduceOp::kSum);
+  if (sum[1].item<double>() > 0) return std::nullopt;  // some rank has no count
+  const double all = sum[0].item<double>();
+  spdlog::info("flop counter: step {} multiplied {:.6g} TFLOP in matrix products over all ranks ({:.4g} TFLOP/s); "
+               "the estimate 6·N + 12·L·d·T gives {:.6g} TFLOP ({:.4f} of the count)",
+               step, all / 1e12, all / 1e12 / seconds, estimate / 1e12, estimate / all);
+  return all;
+}
+
+// Every rank's sample ids of the step, in rank order, on rank 0 (empty elsewhere).
+std::vector<std::vector<int64_t>> gather_ids(dist::Communicator& world, const std::vector<int64_t>& mine) {
+  std::vector<std::vector<int64_t>> out;
+  for (const std::string& text : dist::gather_text(world, fmt::format("{}", fmt::join(mine, " ")))) {
+    std::vector<int64_t>& ids = out.emplace_back();
+    for (size_t at = 0; at < text.size();) {
+      size_t used = 0;
+      ids.push_back(std::stoll(text.substr(at), &used));
+      at += used;
+    }
+  }
+  return out;
+}
+
 }  // namespace
+
+struct Trainer::Run {
+  Run(const TrainerOptions& o, const dist::ProcessGroups& groups, const Dataset& train)
+      : ranks(groups.world->size()),
+        rank(groups.world->rank()),
+        accumulation(static_cast<int>(o.train.gradient_accumulation_steps)),
+        global_batch(o.train.batch_size_training * ranks * accumulation),
+        order(train.size(), static_cast<uint64_t>(o.train.seed), train.lengths()),
+        optimizer({0.9, 0.999, 1e-8, o.train.weight_decay}),
+        step{o.train.lr, o.train.gradient_clipping, o.train.gradient_clipping_threshold, true},
+        guard(o.train.on_nonfinite, o.train.max_nonfinite_skips) {}
+
+  const int ranks, rank, accumulation;
+  const int64_t global_batch;
+  const DataOrder order;
+  std::optional<RunSchedule> schedule;  // once the checkpoint says which batch the step counts mean
+  fsdp::AdamW optimizer;
+  StepOptions step;
+  fsdp::LossScaler scaler;
+  ResumePoint from;
+  Cursor cursor;
+  int64_t steps_taken = 0;  // by the whole job, counting earlier runs
+  std::optional<MetricsLog> metrics;
+  std::optional<StepProfiler> profiler;
+  std::optional<double> peak;  // FLOP/s per rank, for MFU
+  NonFiniteGuard guard;
+  ThroughputWindow window;
+  TrainSummary summary;
+  int prefetch_depth_seen = 0;  // num_workers_dataloader as it took effect
+  const Clock::time_point started = Clock::now();
+  bool fp16() const { return step.loss_scaler != nullptr; }
+  bool validates = false;
+};
+
+struct Trainer::Outcome {
+  StepResult result;
+  double loss_scale = 0;  // the scale the step's loss was multiplied by (fp16)
+  double seconds = 0, data_wait = 0, comm_wait = 0;
+  int64_t tokens = 0;  // this rank's, padding included
+  std::optional<double> counted_flops;
+  std::vector<int64_t> sample_ids;  // this rank's
+  int64_t peak_rss = 0;                // the largest of any rank's, during the step
+  dist::DeviceMemoryStats device_peaks;  // likewise
+};
 
 Trainer::Trainer(TrainerOptions options, dist::ProcessGroups& groups, fsdp::FsdpLlama& model, const Dataset& train,
                  const Dataset* val, CheckpointHooks hooks)
@@ -121,6 +165,221 @@ Trainer::Trainer(TrainerOptions options, dist::ProcessGroups& groups, fsdp::Fsdp
       train_(train),
       val_(val),
       hooks_(std::move(hooks)) {}
+
+Trainer::~Trainer() = default;
+
+TrainSummary Trainer::run() {
+  Run run(options_, groups_, train_);
+  start(run);
+  if (run.from.validation_pending) validate_epoch(run, run.cursor.epoch - 1);
+  while (!run.schedule->finished(run.cursor) && run.summary.stop_signal == 0) train_epoch(run);
+  spdlog::info("data: {}", run.prefetch_depth_seen == 0
+                               ? std::string("batches collated on the training thread")
+                               : fmt::format("batches collated up to {} step(s) ahead, each on its own thread",
+                                             run.prefetch_depth_seen));
+  run.metrics->write_recipes();
+  run.metrics->close();
+  run.summary.steps = run.steps_taken - run.from.step;
+  run.summary.tokens_per_second =
+      static_cast<double>(run.window.total_tokens() * run.ranks) / std::max(seconds_since(run.started), 1e-9);
+  return run.summary;
+}
+
+void Trainer::start(Run& run) {
+  const job::TrainSection& t = options_.train;
+  const job::MetricsSection& m = options_.metrics;
+  add_trainable_shards(model_, run.optimizer);
+  if (model_.options().precision.compute == at::kHalf) run.step.loss_scaler = &run.scaler;
+  run.validates = t.run_validation && val_ != nullptr;
+  if (hooks_.resume)
+    if (std::optional<ResumePoint> r = hooks_.resume(run.optimizer)) run.from = *r;
+  run.schedule.emplace(t, train_.size(), run.global_batch, run.from.reference_batch);
+  run.cursor = run.schedule->normalized(run.from.cursor);
+  run.steps_taken = run.from.step;
+  run.from.validation_pending = run.from.validation_pending && run.validates;
+  if (run.fp16() && run.from.loss_scale > 0) run.scaler.set_scale(run.from.loss_scale);
+  if (run.from.step > 0)
+    spdlog::info("resuming at step {} (epoch {}, at sample {} of its {} in the global order)", run.from.step,
+                 run.cursor.epoch + 1, run.cursor.sample, train_.size());
+  spdlog::info("training: {} step(s) left of {} sample(s) x {} epoch(s), global batch {} = {} per rank x {} ranks x {} "
+               "accumulation",
+               run.schedule->steps_left(run.cursor), train_.size(), t.num_epochs, run.global_batch,
+               t.batch_size_training, run.ranks, run.accumulation);
+  run.metrics.emplace(run.rank == 0 && m.jsonl, m.save_metrics, options_.output_dir, run.from.step,
+                      run.from.validation_pending);
+  run.peak = m.jsonl ? peak_flops(m, model_.device()) : std::nullopt;
+  run.step.measure_grad_norm = true;  // the non-finite guard reads it
+  run.step.model_config = &options_.model_config;
+  run.profiler.emplace(ProfilerOptions{m.use_profiler, m.profiler_dir, m.profiler_wait_steps, m.profiler_warmup_steps,
+                                       m.profiler_active_steps, m.flop_counter, m.flop_counter_start + 1,
+                                       model_.device().is_cuda()},
+                       run.rank);
+}
+
+void Trainer::train_epoch(Run& run) {
+  const int64_t epoch = run.cursor.epoch;
+  const std::vector<int64_t> permutation = run.order.permutation(epoch);
+  // Collating reads only the dataset and this epoch's permutation: safe on other threads.
+  Prefetcher prefetch(
+      [&, epoch](int64_t first) {
+        return step_batches(train_, run.order, permutation, run.schedule->step_at({epoch, first}), run.accumulation,
+                            run.rank, run.ranks);
+      },
+      static_cast<int>(options_.train.num_workers_dataloader));
+  StepSpan span;
+  do {
+    span = run.schedule->step_at(run.cursor);
+    Outcome out = take_step(run, span, permutation, prefetch);
+    run.cursor = run.schedule->after(span);
+    if (finish_step(run, span, out)) break;
+  } while (!run.schedule->ends_epoch(span));
+  run.prefetch_depth_seen = std::max(run.prefetch_depth_seen, prefetch.most_ahead());
+  if (run.summary.stop_signal == 0) validate_epoch(run, epoch);
+}
+
+Trainer::Outcome Trainer::take_step(Run& run, const StepSpan& span, const std::vector<int64_t>& permutation,
+                                    Prefetcher& prefetch) {
+  if (options_.metrics.jsonl) {
+    common::reset_peak_resident();
+    dist::reset_peak_memory(model_.device());
+  }
+  const int64_t run_step = run.steps_taken - run.from.step + 1;  // the profiler counts this run's steps
+  run.profiler->begin_step(run_step);
+  // The steps whose batches may be collated ahead: the next ones of this epoch.
+  std::vector<int64_t> upcoming;
+  for (StepSpan next = span; static_cast<int64_t>(upcoming.size()) < options_.train.num_workers_dataloader;) {
+    const Cursor c = run.schedule->after(next);
+    if (c.epoch != span.epoch || run.schedule->finished(c)) break;
+    next = run.schedule->step_at(c);
+    upcoming.push_back(next.begin);
+  }
+  Outcome out;
+  out.loss_scale = run.fp16() ? run.scaler.scale() : 0.0;
+  const double comm_before = model_.comm_stats().seconds;
+  const auto start = Clock::now();
+  {
+    RECORD_USER_SCOPE(fmt::format("step {}", run.steps_taken + 1));
+    std::vector<Batch> micro;
+    {
+      RECORD_USER_SCOPE("data.wait");
+      micro = prefetch.take(span.begin, upcoming);
+    }
+    out.data_wait = seconds_since(start);
+    run.step.lr = run.schedule->lr(span);
+    // Dropout masks follow from the seed, the step and the rank: a rerun or a resume at the same
+    // world size draws the same ones.
+    run.step.dropout = {true, model::mix_seed(model::mix_seed(static_cast<uint64_t>(options_.train.seed),
+                                                              run.steps_taken), run.rank)};
+    out.result = train_step(model_, run.optimizer, micro, run.step, *groups_.world);
+    out.seconds = seconds_since(start);
+    for (const Batch& b : micro) {
+      if (b.weight != 0.0) out.tokens += b.input_ids.numel();
+      out.sample_ids.insert(out.sample_ids.end(), b.sample_ids.begin(), b.sample_ids.end());
+    }
+  }
+  out.comm_wait = model_.comm_stats().seconds - comm_before;
+  const job::MetricsSection& m = options_.metrics;
+  out.counted_flops = counted_flops(*run.profiler, run_step, m.flop_counter && run_step == m.flop_counter_start + 1,
+                                    run.steps_taken + 1, out.seconds, out.result.flops, *groups_.world);
+  return out;
+}
+
+// After a step: the non-finite guard, metrics, the progress line, the checkpoint when due, and the
+// stop the ranks agree on. True: the run stops here (after a checkpoint).
+bool Trainer::finish_step(Run& run, const StepSpan& span, Outcome& out) {
+  ++run.steps_taken;
+  run.summary.losses.push_back(out.result.loss);
+  run.guard.after_step(run.steps_taken, out.result);  // throws when the run must stop
+  common::signal_point(run.steps_taken, run.rank);
+  const bool last = run.schedule->finished(run.cursor);
+  AfterStep agreed;
+  if (!last || options_.metrics.jsonl) agreed = agree_after_step(*groups_.world, model_.device());
+  out.peak_rss = agreed.peak_rss;
+  out.device_peaks = agreed.device;
+  record_step(run, span, out);
+  run.window.add(out.seconds, out.tokens);
+  log_progress(run, span, out.result.loss);
+  const int64_t every = options_.checkpoint_every_steps;
+  const bool due = (every > 0 && run.steps_taken % every == 0) || last;
+  const bool pending = run.validates && run.schedule->ends_epoch(span);
+  if (due) {
+    save(run, pending);
+    // A signal that arrived during the save stops the ranks at this boundary, not the next.
+    if (!last) agreed.stop_signal = agree_after_step(*groups_.world, model_.device()).stop_signal;
+  }
+  if (last || agreed.stop_signal == 0) return false;
+  run.summary.stop_signal = agreed.stop_signal;
+  spdlog::warn("signal {} asked the job to stop: {} after step {}", agreed.stop_signal,
+               hooks_.save ? "checkpointing" : "stopping", run.steps_taken);
+  if (!due) save(run, pending);
+  return true;
+}
+
+void Trainer::save(Run& run, bool validation_pending) {
+  if (!hooks_.save) return;
+  RECORD_USER_SCOPE("checkpoint.save");
+  const bool finite = dist::min_over(*groups_.world, run.optimizer.all_finite() ? 1 : 0) == 1;
+  NonFiniteGuard::before_save(run.steps_taken, finite);
+  hooks_.save(run.optimizer, {run.steps_taken, run.cursor, run.fp16() ? run.scaler.scale() : 0.0,
+                              run.schedule->reference_batch(), validation_pending});
+}
+
+// The step's metrics.jsonl record (rank 0; the sample ids are gathered from every rank).
+void Trainer::record_step(Run& run, const StepSpan& span, const Outcome& out) {
+  const job::MetricsSection& m = options_.metrics;
+  std::vector<std::vector<int64_t>> ids;
+  if (m.jsonl && m.sample_ids) ids = gather_ids(*groups_.world, out.sample_ids);
+  if (!run.metrics->enabled()) return;
+  const StepResult& r = out.result;
+  StepRecord record{run.steps_taken, span.epoch + 1, span.begin, span.end, r.loss, run.step.lr};
+  record.grad_norm = r.grad_norm;
+  if (run.fp16()) {
+    record.loss_scale = out.loss_scale;
+    record.skipped = r.skipped;
+  }
+  record.nonfinite = r.nonfinite;
+  record.nonfinite_skips = run.guard.skipped();
+  record.tokens = r.tokens;
+  record.flops = r.flops;
+  record.sample_ids = std::move(ids);
+  record.counted_flops = out.counted_flops;
+  record.step_seconds = out.seconds;
+  record.comm_wait_seconds = out.comm_wait;
+  record.data_wait_seconds = out.data_wait;
+  if (run.peak) record.mfu = model_flops_utilisation(r.flops, out.seconds, *run.peak, run.ranks);
+  record.peak_rss_bytes = out.peak_rss;
+  if (model_.device().is_cuda()) {
+    record.gpu_peak_allocated_bytes = out.device_peaks.peak_allocated;
+    record.gpu_peak_reserved_bytes = out.device_peaks.peak_reserved;
+  }
+  run.metrics->write(jsonl_line(record));
+}
+
+void Trainer::log_progress(Run& run, const StepSpan& span, double loss) {
+  const int64_t left = run.schedule->steps_left(run.cursor);
+  if (run.steps_taken % options_.metrics.log_every_steps != 0 && left > 0) return;
+  const double per_step = run.window.seconds_per_step();
+  spdlog::info("step {}/{} | epoch {}/{} | loss {:.4f} | lr {:.3e} | {:.0f} tok/s | {:.3f} s/step | ETA {}",
+               run.steps_taken, run.steps_taken + left, span.epoch + 1, options_.train.num_epochs, loss, run.step.lr,
+               run.window.tokens_per_second(run.ranks), per_step, duration_text(per_step * static_cast<double>(left)));
+  run.window.reset();
+}
+
+void Trainer::validate_epoch(Run& run, int64_t epoch) {
+  if (!run.validates) return;
+  Validation v;
+  {
+    RECORD_USER_SCOPE("validation");
+    v = validate();
+  }
+  run.summary.last_val_loss = v.loss;
+  run.metrics->write(jsonl_line(EvalRecord{epoch + 1, run.steps_taken, v.loss, v.batches}));
+  run.metrics->write_recipes();
+  spdlog::info("epoch {} validation: loss {:.4f}, perplexity {:.3f} ({} batch(es) of {} row(s) per rank{})", epoch + 1,
+               v.loss, std::exp(v.loss), v.batches, options_.train.val_batch_size,
+               options_.train.max_eval_step > 0 ? fmt::format(", max_eval_step = {}", options_.train.max_eval_step)
+                                                : "");
+}
 
 Trainer::Validation Trainer::validate() {
   at::NoGradGuard no_grad;
@@ -139,215 +398,6 @@ Trainer::Validation Trainer::validate() {
   at::Tensor mean = at::full({1}, batches > 0 ? sum / static_cast<double>(batches) : 0.0, at::kDouble);
   groups_.world->all_reduce(mean, dist::ReduceOp::kAvg);
   return {mean.item<double>(), batches};
-}
-
-TrainSummary Trainer::run() {
-  const job::TrainSection& t = options_.train;
-  const int ranks = groups_.world->size(), rank = groups_.world->rank();
-  const int accumulation = static_cast<int>(t.gradient_accumulation_steps);
-  const int64_t global_batch = t.batch_size_training * ranks * accumulation;
-  const DataOrder order(train_.size(), global_batch, static_cast<uint64_t>(t.seed), train_.lengths());
-  int64_t total_steps = order.steps_per_epoch() * t.num_epochs;
-  if (t.max_train_step > 0) total_steps = std::min(total_steps, t.max_train_step);
-  const LrSchedule schedule(t, total_steps);
-
-  fsdp::AdamW optimizer({0.9, 0.999, 1e-8, t.weight_decay});
-  add_trainable_shards(model_, optimizer);
-  StepOptions step_options{t.lr, t.gradient_clipping, t.gradient_clipping_threshold, true};
-  fsdp::LossScaler scaler;
-  if (model_.options().precision.compute == at::kHalf) step_options.loss_scaler = &scaler;
-
-  spdlog::info("training: {} steps ({} per epoch, {} epoch(s)), global batch {} = {} per rank x {} ranks x {} "
-               "accumulation",
-               total_steps, order.steps_per_epoch(), t.num_epochs, global_batch, t.batch_size_training, ranks,
-               accumulation);
-
-  ResumePoint from;
-  if (hooks_.resume)
-    if (std::optional<ResumePoint> r = hooks_.resume(optimizer)) {
-      from = *r;
-      if (step_options.loss_scaler != nullptr && from.loss_scale > 0) scaler.set_scale(from.loss_scale);
-      spdlog::info("resuming at step {} (epoch {}, at sample {} of its {} in the global order)", from.step, from.epoch + 1,
-                   from.sample_in_epoch, order.dataset_size());
-    }
-  // metrics.jsonl holds this run's steps up to where it continues, each once.
-  const std::string metrics_path = options_.output_dir + "/metrics.jsonl";
-  const std::string recipes_path = options_.output_dir + "/metrics_data.json";
-  const job::MetricsSection& m = options_.metrics;
-  std::ofstream metrics;
-  if (rank == 0 && m.jsonl) {
-    trim_metrics(metrics_path, from.step);
-    metrics.open(metrics_path, std::ios::app);
-    ST_CHECK(metrics.good(), common::ErrorKind::kIo, "cannot append to {}", metrics_path);
-  }
-  auto write_recipes = [&] {
-    if (rank == 0 && m.save_metrics) write_recipes_metrics(metrics_path, recipes_path);
-  };
-  const std::optional<double> peak = m.jsonl ? peak_flops(m, model_.device()) : std::nullopt;
-  step_options.measure_grad_norm = m.jsonl;
-  step_options.model_config = &options_.model_config;
-  StepProfiler profiler(
-      {m.use_profiler, m.profiler_dir, m.profiler_wait_steps, m.profiler_warmup_steps, m.profiler_active_steps,
-       m.flop_counter, m.flop_counter_start + 1, model_.device().is_cuda()},
-      rank);
-  const int64_t every = options_.checkpoint_every_steps;
-  // Where the epoch's global order stands is a sample position, so a resume with another
-  // global batch (another world size) continues it exactly.
-  const int64_t epoch_samples = order.dataset_size();
-  auto save = [&](int64_t steps_taken, int64_t epoch, int64_t next_sample) {
-    if (!hooks_.save) return;
-    RECORD_USER_SCOPE("checkpoint.save");
-    const bool epoch_done = next_sample + global_batch > epoch_samples;
-    hooks_.save(optimizer, {steps_taken, epoch_done ? epoch + 1 : epoch, epoch_done ? 0 : next_sample,
-                            step_options.loss_scaler != nullptr ? scaler.scale() : 0.0});
-  };
-
-  TrainSummary summary;
-  const auto start = Clock::now();
-  double window_seconds = 0;
-  int64_t window_steps = 0, window_tokens = 0, total_tokens = 0;  // this rank's tokens, padding included
-  int64_t step = from.step;
-  int prefetch_depth_seen = 0;  // num_workers_dataloader as it took effect
-  for (int64_t epoch = from.epoch; epoch < t.num_epochs && step < total_steps; ++epoch) {
-    const std::vector<int64_t> permutation = order.permutation(epoch);
-    const int64_t first = epoch == from.epoch ? from.sample_in_epoch : 0;
-    // Collating reads only the dataset and this epoch's permutation: safe on other threads.
-    Prefetcher prefetch(
-        [&](int64_t cursor) {
-          std::vector<Batch> micro;
-          for (int m = 0; m < accumulation; ++m)
-            micro.push_back(collate(train_, order.samples(permutation, cursor, m, accumulation, rank, ranks)));
-          return micro;
-        },
-        static_cast<int>(t.num_workers_dataloader));
-    for (int64_t cursor = first; cursor + global_batch <= epoch_samples && step < total_steps;
-         cursor += global_batch, ++step) {
-      if (m.jsonl) {
-        common::reset_peak_resident();
-        dist::reset_peak_memory(model_.device());
-      }
-      const int64_t run_step = step - from.step + 1;  // the profiler counts this run's steps
-      profiler.begin_step(run_step);
-      const double comm_before = model_.comm_stats().seconds;
-      const auto step_start = Clock::now();
-      std::vector<Batch> micro;
-      StepResult r;
-      double data_wait = 0, seconds = 0;
-      const double loss_scale = step_options.loss_scaler != nullptr ? scaler.scale() : 0.0;
-      {
-        RECORD_USER_SCOPE(fmt::format("step {}", step + 1));
-        std::vector<int64_t> upcoming;
-        for (int64_t k = 1; k <= t.num_workers_dataloader; ++k) {
-          const int64_t next = cursor + k * global_batch;
-          if (next + global_batch > epoch_samples || step + k >= total_steps) break;
-          upcoming.push_back(next);
-        }
-        {
-          RECORD_USER_SCOPE("data.wait");
-          micro = prefetch.take(cursor, upcoming);
-        }
-        data_wait = seconds_since(step_start);
-        step_options.lr = schedule.lr(step, epoch);
-        // Dropout masks follow from the seed, the step and the rank: a rerun or a resume at the
-        // same world size draws the same ones.
-        step_options.dropout = {true, model::mix_seed(model::mix_seed(static_cast<uint64_t>(t.seed), step), rank)};
-        r = train_step(model_, optimizer, micro, step_options, *groups_.world);
-        seconds = seconds_since(step_start);
-      }
-      std::optional<double> counted_flops = profiler.end_step(run_step);
-      if (counted_flops) {
-        at::Tensor sum = at::full({1}, *counted_flops, at::kDouble);
-        groups_.world->all_reduce(sum, dist::ReduceOp::kSum);
-        counted_flops = sum.item<double>();
-        spdlog::info("flop counter: step {} multiplied {:.6g} TFLOP in matrix products over all ranks ({:.4g} "
-                     "TFLOP/s); the estimate 6·N + 12·L·d·T gives {:.6g} TFLOP ({:.4f} of the count)",
-                     step + 1, *counted_flops / 1e12, *counted_flops / 1e12 / seconds, r.flops / 1e12,
-                     r.flops / *counted_flops);
-      }
-      summary.losses.push_back(r.loss);
-      window_seconds += seconds;
-      ++window_steps;
-      for (const Batch& b : micro) window_tokens += b.input_ids.numel();
-      const bool last = step + 1 == total_steps;
-      AfterStep agreed;
-      if (!last || m.jsonl) agreed = agree_after_step(*groups_.world, model_.device());
-      if (metrics.is_open()) {
-        StepRecord record{step + 1, epoch + 1, cursor, cursor + global_batch, r.loss, step_options.lr};
-        if (step_options.gradient_clipping || step_options.measure_grad_norm) record.grad_norm = r.grad_norm;
-        if (step_options.loss_scaler != nullptr) {
-          record.loss_scale = loss_scale;
-          record.skipped = r.skipped;
-        }
-        record.tokens = r.tokens;
-        record.flops = r.flops;
-        record.counted_flops = counted_flops;
-        record.step_seconds = seconds;
-        record.comm_wait_seconds = model_.comm_stats().seconds - comm_before;
-        record.data_wait_seconds = data_wait;
-        if (peak) record.mfu = model_flops_utilisation(r.flops, seconds, *peak, ranks);
-        record.peak_rss_bytes = agreed.peak_rss;
-        if (model_.device().is_cuda()) {
-          record.gpu_peak_allocated_bytes = agreed.device.peak_allocated;
-          record.gpu_peak_reserved_bytes = agreed.device.peak_reserved;
-        }
-        metrics << jsonl_line(record) << std::flush;
-      }
-      const bool saved = (every > 0 && (step + 1) % every == 0) || last;
-      if (saved) {
-        save(step + 1, epoch, cursor + global_batch);
-        // A signal that arrived during the save stops the ranks at this boundary, not the next.
-        if (!last) agreed.stop_signal = agree_after_step(*groups_.world, model_.device()).stop_signal;
-      }
-      if (!last) summary.stop_signal = agreed.stop_signal;
-      if (summary.stop_signal != 0) {
-        spdlog::warn("signal {} asked the job to stop: {} after step {}", summary.stop_signal,
-                     hooks_.save ? "checkpointing" : "stopping", step + 1);
-        if (!saved) save(step + 1, epoch, cursor + global_batch);
-      }
-      if ((step + 1) % options_.metrics.log_every_steps == 0 || step + 1 == total_steps) {
-        const double per_step = window_seconds / static_cast<double>(window_steps);
-        spdlog::info("step {}/{} | epoch {}/{} | loss {:.4f} | lr {:.3e} | {:.0f} tok/s | {:.3f} s/step | ETA {}",
-                     step + 1, total_steps, epoch + 1, t.num_epochs, r.loss, step_options.lr,
-                     static_cast<double>(window_tokens * ranks) / window_seconds, per_step,
-                     duration_text(per_step * static_cast<double>(total_steps - step - 1)));
-        total_tokens += window_tokens;
-        window_seconds = 0;
-        window_steps = 0;
-        window_tokens = 0;
-      }
-      if (summary.stop_signal != 0) {
-        ++step;
-        break;
-      }
-    }
-    prefetch_depth_seen = std::max(prefetch_depth_seen, prefetch.most_ahead());
-    if (summary.stop_signal != 0) break;
-    if (t.run_validation && val_ != nullptr) {
-      Validation v;
-      {
-        RECORD_USER_SCOPE("validation");
-        v = validate();
-      }
-      summary.last_val_loss = v.loss;
-      if (metrics.is_open()) metrics << jsonl_line(EvalRecord{epoch + 1, step, v.loss, v.batches}) << std::flush;
-      write_recipes();
-      spdlog::info("epoch {} validation: loss {:.4f}, perplexity {:.3f} ({} batch(es) of {} row(s) per rank{})",
-                   epoch + 1, v.loss, std::exp(v.loss), v.batches, t.val_batch_size,
-                   t.max_eval_step > 0 ? fmt::format(", max_eval_step = {}", t.max_eval_step) : "");
-    }
-
-  }
-  spdlog::info("data: {}", prefetch_depth_seen == 0
-                               ? std::string("batches collated on the training thread")
-                               : fmt::format("batches collated up to {} step(s) ahead, each on its own thread",
-                                             prefetch_depth_seen));
-  if (metrics.is_open()) metrics.close();
-  write_recipes();
-  summary.steps = step - from.step;
-  const double total_seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  total_tokens += window_tokens;
-  summary.tokens_per_second = static_cast<double>(total_tokens * ranks) / std::max(total_seconds, 1e-9);
-  return summary;
 }
 
 }  // namespace shardtune::train

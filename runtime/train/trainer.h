@@ -1,32 +1,35 @@
-// The training loop: epochs over the data in the global order, optimizer steps of sharded
-// training, the learning-rate schedule, validation after each epoch (loss and perplexity), a
-// progress line on rank 0 (step, loss, learning rate, tokens per second, time per step, ETA), and
-// rank 0's metrics.jsonl (step_metrics.h), trimmed back to the step a resumed run continues from.
-// After each step the ranks agree on whether any of them was asked to stop (stop_request.h); if
-// so they checkpoint together and return early.
+// The training loop: optimizer steps of sharded training over the data in its global order, as
+// the run's schedule (run_schedule.h) lays them out from the sample cursor; validation after each
+// epoch (loss and perplexity); a progress line on rank 0 and rank 0's metrics.jsonl. After each
+// step the ranks agree on whether any of them was asked to stop (stop_request.h); if so they
+// checkpoint together and return early. A step with a non-finite loss or gradient norm never
+// updates the weights nor reaches a checkpoint ([train] on_nonfinite, nonfinite_guard.h).
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "common/job/job.h"
 #include "runtime/dist/process_groups.h"
-#include "runtime/fsdp/fsdp_llama.h"
 #include "runtime/fsdp/adamw.h"
+#include "runtime/fsdp/fsdp_llama.h"
 #include "runtime/model/llama_config.h"
 #include "runtime/train/dataset.h"
+#include "runtime/train/run_schedule.h"
 
 namespace shardtune::train {
 
-// Where a run continues: optimizer steps taken, and the epoch and step within it the next one has.
+// Where a run continues: optimizer steps taken and the sample cursor of the next step.
 struct ResumePoint {
   int64_t step = 0;
-  int64_t epoch = 0;
-  int64_t sample_in_epoch = 0;  // position in the epoch's global sample order
-  double loss_scale = 0;  // fp16's dynamic loss scale; 0 when unused
+  Cursor cursor;
+  double loss_scale = 0;        // fp16's dynamic loss scale; 0 when unused
+  int64_t reference_batch = 0;  // the global batch the step-counted keys are counted in; 0: unknown
+  bool validation_pending = false;  // the epoch that ended at the cursor has not been validated yet
 };
 
 // How the loop reaches checkpoints without depending on their format: `resume` loads the model's
@@ -60,9 +63,21 @@ class Trainer {
   // `val` may be null. All ranks pass the same datasets.
   Trainer(TrainerOptions options, dist::ProcessGroups& groups, fsdp::FsdpLlama& model, const Dataset& train,
           const Dataset* val, CheckpointHooks hooks = {});
+  ~Trainer();
+  // Throws common::Error(kDiverged) when training diverges (see on_nonfinite).
   TrainSummary run();
 
  private:
+  struct Run;      // the state of one run() call
+  struct Outcome;  // what one step did
+  void start(Run& run);
+  void train_epoch(Run& run);
+  Outcome take_step(Run& run, const StepSpan& span, const std::vector<int64_t>& permutation, class Prefetcher& prefetch);
+  bool finish_step(Run& run, const StepSpan& span, Outcome& out);
+  void save(Run& run, bool validation_pending);
+  void record_step(Run& run, const StepSpan& span, const Outcome& out);
+  void log_progress(Run& run, const StepSpan& span, double loss);
+  void validate_epoch(Run& run, int64_t epoch);
   struct Validation {
     double loss = 0;
     int64_t batches = 0;  // per rank

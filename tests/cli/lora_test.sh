@@ -136,6 +136,33 @@ $py tests/cli/lora_check.py peft configs/data/tiny-llama "$tmp/peft"
 case $? in 0) ;; 77) echo "peft check skipped: peft or transformers not installed" ;; *) fail "peft's logits differ" ;; esac
 "$ckpt" merge-lora "$c" "$tmp/other-base" "$tmp/merged2" 2>"$tmp/log" && fail "merge-lora onto another base exited 0"
 grep -q "is not the base model the adapters of" "$tmp/log" || fail "merge-lora onto another base: $(cat "$tmp/log")"
+# A base that differs from the real one only after the first 64 bytes of one tensor: every byte
+# counts, for merge-lora (which writes nothing) and for a resume.
+cp -r configs/data/tiny-llama "$tmp/late-base"
+$py - "$tmp/late-base" <<'PY'
+import json, struct, sys
+index = json.load(open(sys.argv[1] + "/model.safetensors.index.json"))
+path = sys.argv[1] + "/" + index["weight_map"]["model.layers.1.mlp.down_proj.weight"]
+data = bytearray(open(path, "rb").read())
+n = struct.unpack("<Q", data[:8])[0]
+header = json.loads(data[8:8 + n])
+begin, end = header["model.layers.1.mlp.down_proj.weight"]["data_offsets"]
+data[8 + n + end - 2] ^= 0x40  # the tensor's last element, far past its first 64 bytes
+open(path, "wb").write(bytes(data))
+PY
+"$ckpt" merge-lora "$c" "$tmp/late-base" "$tmp/merged3" 2>"$tmp/log" && fail "merge-lora onto a base changed late exited 0"
+grep -q "weights SHA-256 (every byte)" "$tmp/log" || fail "the late change was not found by the digest: $(cat "$tmp/log")"
+ls -d "$tmp"/merged3* >/dev/null 2>&1 && fail "a refused merge left files behind: $(ls -d "$tmp"/merged3*)"
+run "$tmp/a" 2 100 --set "model.path=$tmp/late-base" && fail "resuming on a base changed late exited 0"
+grep -q "weights SHA-256 (every byte)" "$tmp/log" || fail "a resume on a base changed late was not refused by the digest"
+# OUT appears whole or not at all: a write that fails half way (a file size limit standing in for a
+# full disk) leaves nothing, and the rerun then succeeds.
+(ulimit -f 64; trap '' XFSZ; "$ckpt" merge-lora "$c" configs/data/tiny-llama "$tmp/merged4" 2>"$tmp/log") &&
+  fail "merge-lora past a file size limit exited 0"
+ls -d "$tmp"/merged4* >/dev/null 2>&1 && fail "a failed merge left a partial folder: $(ls -d "$tmp"/merged4*)"
+"$ckpt" merge-lora "$c" configs/data/tiny-llama "$tmp/merged4" 2>"$tmp/log" || fail "merge-lora after a failed one: $(cat "$tmp/log")"
+(ulimit -f 64; trap '' XFSZ; "$ckpt" export-peft "$c" "$tmp/peft2" 2>"$tmp/log")
+ls -d "$tmp"/peft2.tmp-* >/dev/null 2>&1 && fail "export-peft left a temporary folder"
 "$ckpt" export-hf "$c" "$tmp/hf" 2>"$tmp/log" && fail "export-hf of adapters exited 0"
 grep -q "holds LoRA adapters, not a whole model: export-peft" "$tmp/log" || fail "export-hf of adapters: $(cat "$tmp/log")"
 

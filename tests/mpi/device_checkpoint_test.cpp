@@ -112,7 +112,7 @@ TEST(DeviceCheckpoint, DeviceAndCpuSavesAreTheSameFilesAndLoadIntoEachOther) {
           const train::Sample s = data.get((step * world + rank) * 2 + b);
           std::copy(s.input_ids.begin(), s.input_ids.end(), ids.data_ptr<int64_t>() + b * 16);
         }
-        train::train_step(on_device.model, on_device.optimizer, {{ids, ids, {}}}, {1e-3}, *on_device.groups.world);
+        train::train_step(on_device.model, on_device.optimizer, {{ids, ids, {}, 1.0, {}}}, {1e-3}, *on_device.groups.world);
       }
       // The same state, copied to the CPU.
       Trained on_cpu(c10::kCPU, pure_bf16, dist::make_mpi_groups(MPI_COMM_WORLD, world, 60.0));
@@ -125,7 +125,7 @@ TEST(DeviceCheckpoint, DeviceAndCpuSavesAreTheSameFilesAndLoadIntoEachOther) {
       on_cpu.optimizer.set_step_count(on_device.optimizer.step_count());
 
       const std::string root = shared_dir(fmt::format("{}_{}", pure_bf16, full));
-      const checkpoint::TrainingState state{3, 0, 6, 0, "", ""};
+      const checkpoint::TrainingState state{3, 0, 6, 0, 0, false, "", ""};
       const std::string from_device =
           checkpoint::save_checkpoint(on_device.model, &on_device.optimizer, state, on_device.groups, root + "/device", 1, full);
       const std::string from_cpu =

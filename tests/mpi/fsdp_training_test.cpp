@@ -110,10 +110,10 @@ int64_t live_bytes() {
   return d.is_cpu() ? CountingAllocator::live() : dist::memory_stats(d).allocated;
 }
 
-std::vector<train::Batch> copy_task_batches(const train::Dataset& data, const train::DataOrder& order, int64_t step,
-                                            int rank, int ranks) {
-  const std::vector<int64_t> idx = order.samples(order.permutation(0), step * order.global_batch(), 0, 1, rank, ranks);
-  train::Batch b{at::empty({static_cast<int64_t>(idx.size()), 0}, at::kLong), {}, {}};
+std::vector<train::Batch> copy_task_batches(const train::Dataset& data, const train::DataOrder& order, int64_t global,
+                                            int64_t step, int rank, int ranks) {
+  const std::vector<int64_t> idx = order.samples(order.permutation(0), step * global, global, 0, 1, rank, ranks);
+  train::Batch b{at::empty({static_cast<int64_t>(idx.size()), 0}, at::kLong), {}, {}, 1.0, {}};
   std::vector<at::Tensor> ids, labels;
   const int64_t t = static_cast<int64_t>(data.get(0).input_ids.size());
   b.input_ids = at::empty({static_cast<int64_t>(idx.size()), t}, at::kLong);
@@ -170,9 +170,9 @@ TEST(FsdpMemory, PersistentBytesMatchTheStrategyFormula) {
     fsdp::AdamW opt({});
     train::add_trainable_shards(sharded, opt);
     const train::SyntheticCopyDataset data(64, 16, cfg.vocab_size, 3);
-    const train::DataOrder order(64, 2 * w, 5);
+    const train::DataOrder order(64, 5);
     for (int step = 0; step < 2; ++step)
-      train::train_step(sharded, opt, copy_task_batches(data, order, step, rank, w), {1e-3}, *groups.world);
+      train::train_step(sharded, opt, copy_task_batches(data, order, 2 * w, step, rank, w), {1e-3}, *groups.world);
     const double persistent = static_cast<double>(live_bytes() - baseline);
     const double formula = n * (c.bytes_per_param_per_shard / options.shard_size + c.extra_bytes_per_param);
     // Padding (< shard size elements per flat parameter) and the model's RoPE table are the slack.
@@ -194,11 +194,11 @@ void expect_learns_copy_task(const fsdp::FsdpOptions& options) {
   fsdp::AdamW opt({});
   train::add_trainable_shards(sharded, opt);
   const train::SyntheticCopyDataset data(16 * 400, 32, 256, 3);
-  const train::DataOrder order(16 * 400, 16, 5);
+  const train::DataOrder order(16 * 400, 5);
   double first = 0, last = 0;
   for (int step = 0; step < 300; ++step) {
     const double loss =
-        train::train_step(sharded, opt, copy_task_batches(data, order, step, rank, w), {3e-3}, *groups.world).loss;
+        train::train_step(sharded, opt, copy_task_batches(data, order, 16, step, rank, w), {3e-3}, *groups.world).loss;
     if (step == 0) first = loss;
     last = loss;
   }
@@ -252,13 +252,13 @@ TEST(FsdpTraining, Fp16LossScalerSkipsOverflowsAndTrains) {
   // A scale far beyond fp16's range: the first steps overflow and are skipped until it fits.
   fsdp::LossScaler scaler(1e30, 50);
   const train::SyntheticCopyDataset data(16 * 200, 32, 256, 3);
-  const train::DataOrder order(16 * 200, 16, 5);
+  const train::DataOrder order(16 * 200, 5);
   train::StepOptions step{3e-3};
   step.loss_scaler = &scaler;
   double first = 0, last = 0;
   int skipped = 0;
   for (int s = 0; s < 150; ++s) {
-    const train::StepResult r = train::train_step(sharded, opt, copy_task_batches(data, order, s, rank, w), step, *groups.world);
+    const train::StepResult r = train::train_step(sharded, opt, copy_task_batches(data, order, 16, s, rank, w), step, *groups.world);
     skipped += r.skipped ? 1 : 0;
     if (s == 0) first = r.loss;
     last = r.loss;

@@ -145,7 +145,7 @@ void run_case(const fs::path& dir, const Case& c) {
   // Training moves the adapters and leaves every base weight bitwise as loaded.
   optimizer.step(1e-2);
   sharded.zero_grad();
-  const train::Batch batch{mine, labels, {}};
+  const train::Batch batch{mine, labels, {}, 1.0, {}};
   train::StepOptions step{1e-2};
   step.dropout = {true, 5};
   for (int i = 0; i < 2; ++i) train::train_step(sharded, optimizer, {batch}, step, *groups.world);

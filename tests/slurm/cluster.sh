@@ -7,6 +7,8 @@
 #
 #   cluster.sh start DIR [NODES]   start (default 2 nodes, 4 CPUs each); prints `export SLURM_CONF=...`
 #   cluster.sh stop DIR            stop everything started for DIR, jobs included
+#   cluster.sh kill-node DIR NAME  kill every process of node NAME at once (a lost machine)
+#   cluster.sh revive-node DIR NAME   start it again and return it to service
 #
 # Stopping kills each node's namespace as a whole, so no process of any job outlives the cluster.
 set -euo pipefail
@@ -78,6 +80,23 @@ EOF
   echo "PMIxCollFence=ring" >"$dir/mpi.conf"
 }
 
+# A node in namespaces of its own. Its init is bash: it reaps orphans (slurmstepd daemonizes), and
+# when it dies the kernel kills every process in the node's PID namespace (kill_node).
+start_node() {  # start_node DIR NAME
+  local dir=$1 name=$2
+  setsid unshare --pid --fork --kill-child --mount --uts --propagation private \
+    bash -c 'set -e
+             hostname "$1"
+             mount -t proc proc /proc
+             mount -t tmpfs -o mode=1777 tmpfs /tmp
+             mount -t tmpfs -o mode=1777 tmpfs /dev/shm
+             /usr/sbin/slurmd -D -f "$2" -N "$1" &
+             trap "kill -TERM $! 2>/dev/null" TERM
+             while kill -0 $! 2>/dev/null; do wait || true; done' \
+    node "$name" "$dir/slurm.conf" >>"$dir/log/node-$name.out" 2>&1 </dev/null &
+  echo $! >"$dir/run/node-$name.pid"
+}
+
 wait_for() {  # wait_for SECONDS DESCRIPTION COMMAND...
   local seconds=$1 what=$2; shift 2
   local deadline=$(( SECONDS + seconds ))
@@ -111,21 +130,7 @@ start() {
   export SLURM_CONF="$dir/slurm.conf"
   /usr/sbin/slurmctld -f "$SLURM_CONF" -i ||
     { tail -5 "$dir/log/slurmctld.log" >&2; stop "$dir"; die "slurmctld did not start"; }
-  for n in $(seq 1 "$nodes"); do
-    # The node's init is bash: it reaps orphans (slurmstepd daemonizes), and when it dies the
-    # kernel kills every process in the node's PID namespace.
-    setsid unshare --pid --fork --kill-child --mount --uts --propagation private \
-      bash -c 'set -e
-               hostname "$1"
-               mount -t proc proc /proc
-               mount -t tmpfs -o mode=1777 tmpfs /tmp
-               mount -t tmpfs -o mode=1777 tmpfs /dev/shm
-               /usr/sbin/slurmd -D -f "$2" -N "$1" &
-               trap "kill -TERM $! 2>/dev/null" TERM
-               while kill -0 $! 2>/dev/null; do wait || true; done' \
-      node "n$n" "$SLURM_CONF" >"$dir/log/node-n$n.out" 2>&1 </dev/null &
-    echo $! >"$dir/run/node-n$n.pid"
-  done
+  for n in $(seq 1 "$nodes"); do start_node "$dir" "n$n"; done
   echo "export SLURM_CONF=$SLURM_CONF" >"$dir/run/cluster.env"
   if ! wait_for 60 "nodes idle" bash -c "[[ \$(sinfo -h -N -t idle -o %N | sort -u | wc -l) -eq $nodes ]]"; then
     sinfo -N >&2 || true
@@ -165,8 +170,30 @@ stop() {
   rm -f "$dir/run/cluster.env" "$dir"/run/*.pid
 }
 
+# A node lost as a machine is lost: every process in its namespace (slurmd, job steps, ranks) killed
+# at once. slurmctld finds out as it would about a real machine (SlurmdTimeout, failed launches).
+kill_node() {  # kill_node DIR NAME
+  local dir=$1 name=$2
+  export SLURM_CONF="$dir/slurm.conf"
+  kill_pidfile "$dir/run/node-$name.pid" KILL
+  rm -f "$dir/run/node-$name.pid"
+}
+
+# The node back: its slurmd started again and returned to service.
+revive_node() {  # revive_node DIR NAME
+  local dir=$1 name=$2
+  export SLURM_CONF="$dir/slurm.conf"
+  start_node "$dir" "$name"
+  wait_for 30 "slurmd of $name" bash -c "scontrol show node -o $name | grep -qv NOT_RESPONDING" || true
+  scontrol update NodeName="$name" State=RESUME 2>/dev/null || true
+  wait_for 60 "$name idle" bash -c "sinfo -h -N -n $name -t idle -o %N | grep -q $name" ||
+    die "$name did not come back: $(scontrol show node -o "$name")"
+}
+
 case "${1:-}" in
   start) [[ $# -ge 2 ]] || die "usage: cluster.sh start DIR [NODES]"; start "$2" "${3:-2}" ;;
   stop) [[ $# -eq 2 ]] || die "usage: cluster.sh stop DIR"; stop "$2" ;;
-  *) die "usage: cluster.sh start DIR [NODES] | cluster.sh stop DIR" ;;
+  kill-node) [[ $# -eq 3 ]] || die "usage: cluster.sh kill-node DIR NAME"; kill_node "$2" "$3" ;;
+  revive-node) [[ $# -eq 3 ]] || die "usage: cluster.sh revive-node DIR NAME"; revive_node "$2" "$3" ;;
+  *) die "usage: cluster.sh start DIR [NODES] | stop DIR | kill-node DIR NAME | revive-node DIR NAME" ;;
 esac

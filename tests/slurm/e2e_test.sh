@@ -19,6 +19,10 @@
 #                           node (shared memory) and by world rank 0 alone (messages to the other node):
 #                           the same losses as every rank loading the whole model
 #   hostile                 invalid jobs and hostile strings never reach sbatch or a shell
+#   node_loss               min_nodes = 1, alpaca data over 4 epochs: node n2 is killed mid-run (its whole
+#                           namespace); the job requeues itself, resumes on n1 alone at 2 ranks, completes,
+#                           and every sample of every epoch is trained exactly once (sample_ids)
+#   diverge                 an lr that makes the loss infinite: exit 3 named by the batch script, no requeue
 #   lora                    configs/tiny-lora.toml (2 nodes x 2 ranks): USR1 -> adapter checkpoint -> requeue ->
 #                           resume, adapters and moments bitwise equal to a straight run; then resumed by
 #                           1 node x 3 ranks; its checkpoints export to PEFT and merge
@@ -117,6 +121,67 @@ PY
 }
 
 case "$scenario" in
+node_loss)
+  out="$out_root/run"
+  $py - "$src/configs/data/tiny-alpaca.json" "$out_root/train.json" <<'PY'
+import json, sys
+json.dump(json.load(open(sys.argv[1]))[:150], open(sys.argv[2], "w"))
+PY
+  job=$(cd "$src" && "$st" submit configs/tiny-alpaca.toml --set "job.output_dir=$out" --set launch.launcher=srun \
+    --set slurm.nodes=2 --set slurm.min_nodes=1 --set slurm.ntasks_per_node=2 --set launch.collective_timeout_s=20 \
+    --set "data.train_file=$out_root/train.json" --set data.val_fraction=0 --set train.num_epochs=4 \
+    --set train.batch_size_training=2 --set train.max_train_step=0 --set train.run_validation=false \
+    --set checkpoint.every_steps=5 --set metrics.sample_ids=true 2>>"$out_root/submit.err") ||
+    fail "submit failed: $(cat "$out_root/submit.err")"
+  log="$out/slurm-$job.out"
+  if wait_steps "$out" 12 300; then
+    bash "$src/tests/slurm/cluster.sh" kill-node "$cluster" n2
+    wait_requeued "$job" 1 400
+    if [[ "$s" != PENDING ]]; then
+      fail "the job is $s, not requeued after losing n2"
+      show_log "$log"
+    else
+      grep -q "a node was lost" "$log" || fail "the batch script did not name the lost node"
+      # What slurmctld concludes about a silent node after SlurmdTimeout; said now to save the wait.
+      scontrol update NodeName=n2 State=DOWN Reason="killed-by-test" 2>/dev/null
+      sleep 3  # not within the second of the requeue, whose revoked credential would refuse the start
+      scontrol update JobId="$job" StartTime=now
+      wait_state "$job" 400 COMPLETED FAILED CANCELLED TIMEOUT || true
+      [[ "$(state "$job")" == COMPLETED ]] || { fail "the requeued job ended $(state "$job")"; show_log "$log"; }
+      grep -q "job 'tiny-alpaca': 2 ranks on 1 node(s) (n1)" "$log" || fail "the second start did not run on n1 alone"
+      grep -q "resuming at step" "$log" || fail "the second start did not resume"
+      $py - "$out/metrics.jsonl" <<'PY' || fail "samples were lost or repeated across the node loss"
+import collections, json, sys
+records = [json.loads(l) for l in open(sys.argv[1]) if '"step":' in l]
+seen = collections.Counter((r["epoch"], i) for r in records for ids in r["sample_ids"] for i in ids)
+samples = {i for _, i in seen}
+assert set(seen.values()) == {1}, [k for k, v in seen.items() if v != 1][:5]
+assert len(seen) == 4 * len(samples), (len(seen), len(samples))
+widths = {len(r["sample_ids"]) for r in records}
+assert widths == {2, 4}, widths
+print(f"node loss: {len(samples)} samples x 4 epochs trained once each, by 4 ranks and then by 2")
+PY
+    fi
+  else
+    fail "no progress before the node loss"
+    show_log "$log"
+  fi
+  scancel "$job" 2>/dev/null
+  bash "$src/tests/slurm/cluster.sh" revive-node "$cluster" n2 || fail "n2 did not come back"
+  ;;
+
+diverge)
+  out="$out_root/run"
+  job=$(submit "$out" --set train.lr=1e30 --set train.warmup_steps=0 --set checkpoint.every_steps=1) ||
+    fail "submit failed"
+  wait_state "$job" 300 COMPLETED FAILED CANCELLED TIMEOUT || true
+  log="$out/slurm-$job.out"
+  [[ "$(state "$job")" == FAILED ]] || { fail "a diverging job ended $(state "$job")"; show_log "$log"; }
+  [[ "$(field "$job" Restarts)" == 0 ]] || fail "a diverging job was requeued"
+  grep -q "training diverged (exit 3)" "$log" || fail "the batch script did not name the divergence"
+  grep -q "training diverged: step" "$log" || fail "the ranks did not name the divergence"
+  ;;
+
 srun_2x2 | mpirun_2x2)
   out="$out_root/run"
   extra=()

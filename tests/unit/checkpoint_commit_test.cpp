@@ -211,7 +211,7 @@ TEST(Commit, AToolNeverReplacesADirectory) {
   for (const char* f : {"rank-00000.h5", "rank-00001.h5"}) std::ofstream(out.dir() + "/" + f).put('x');
   out.commit(small_manifest(3));
   EXPECT_EQ(read_manifest(root.file("consolidated")).step, 3);
-  EXPECT_TRUE(has(error_of([&] { PendingDirectory again(root.file("consolidated/")); }), "exists already"));
+  EXPECT_TRUE(has(error_of([&] { PendingDirectory again(root.file("consolidated/")); }), "is not an empty folder"));
   EXPECT_EQ(entries(root.path().string()), std::vector<std::string>{"consolidated"});
 }
 

@@ -100,6 +100,35 @@ TEST(Records, CsvFollowsRfc4180) {
             std::string::npos);
 }
 
+// A key twice in one record: JSON parsers keep the last silently; here the record is named as bad.
+TEST(Records, RepeatedKeysAreBadRecordsInJsonAndJsonLines) {
+  const std::string array = write("dup.json",
+                                  "[\n  {\"prompt\": \"a\", \"response\": \"b\"},\n"
+                                  "  {\"prompt\": \"a\", \"response\": \"b\", \"prompt\": \"c\"},\n"
+                                  "  {\"prompt\": \"d\", \"response\": \"e\"}\n]\n");
+  EXPECT_TRUE(testing_support::has(error_of([&] { read_records(array, {"prompt", "response"}, {}, false); }),
+                                   array + ":3: the key \"prompt\" appears twice"));
+  const RecordFile a = read_records(array, {"prompt", "response"}, {}, true);
+  ASSERT_EQ(a.records.size(), 2u);
+  EXPECT_EQ(a.records[1].where, array + ":4");
+  const std::string lines = write("dup.jsonl", "{\"prompt\": \"a\", \"response\": \"b\", \"response\": \"x\"}\n");
+  EXPECT_TRUE(testing_support::has(error_of([&] { read_records(lines, {"prompt", "response"}, {}, false); }),
+                                   lines + ":1: the key \"response\" appears twice"));
+}
+
+TEST(Records, RepeatedCsvHeaderNamesAreRefusedAndAByteOrderMarkIsNotPartOfTheFirstColumn) {
+  const std::string dup = write("dup.csv", "input,target,input\na,b,c\n");
+  EXPECT_TRUE(testing_support::has(error_of([&] { read_records(dup, {"input", "target"}, {}, false); }),
+                                   dup + ":1: the header names the column \"input\" twice"));
+  const std::string bom = write("bom.csv", "\xEF\xBB\xBFinput,target\nx,y\n");
+  const RecordFile f = read_records(bom, {"input", "target"}, {}, false);
+  ASSERT_EQ(f.records.size(), 1u);
+  EXPECT_EQ(f.records[0].fields.at("input"), "x");
+  EXPECT_EQ(f.records[0].where, bom + ":2");
+  const std::string bom_json = write("bom.jsonl", "\xEF\xBB\xBF{\"prompt\": \"a\", \"response\": \"b\"}\n");
+  EXPECT_EQ(read_records(bom_json, {"prompt", "response"}, {}, false).records.size(), 1u);
+}
+
 TEST(Prompts, TemplatesFillFieldsAndFormatsPickTheirs) {
   Record r{{{"instruction", "Add 2 and 3"}, {"input", ""}, {"output", "5"}}, "f.json:4"};
   EXPECT_EQ(fill_template("Q: {instruction} {{literal}}", r), "Q: Add 2 and 3 {literal}");

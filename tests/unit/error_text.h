@@ -18,4 +18,7 @@ inline std::string error_of(const std::function<void()>& f) {
   return "";
 }
 
+// Whether `text` contains `part`.
+inline bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
 }  // namespace shardtune::testing_support

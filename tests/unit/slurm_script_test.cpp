@@ -9,7 +9,7 @@
 #include "common/error.h"
 #include "common/job/job_loader.h"
 #include "common/shell_words.h"
-#include "slurm/command.h"
+#include "common/subprocess.h"
 #include "slurm/job_state.h"
 #include "slurm/sbatch_script.h"
 #include "slurm/slurm_env.h"
@@ -69,7 +69,7 @@ TEST(SbatchScript, MpirunLaunchPlacesRanksPerNode) {
 int bash_n(const std::string& script) {
   const auto path = std::filesystem::temp_directory_path() / "shardtune_script_test.sh";
   std::ofstream(path) << script;
-  const CommandResult r = run_command({"bash", "-n", path.string()});
+  const common::CommandResult r = common::run_command({"bash", "-n", path.string()});
   std::filesystem::remove(path);
   return r.exit_code;
 }
@@ -83,7 +83,7 @@ TEST(SbatchScript, PassesBashSyntaxCheckWithHostileButValidValues) {
   // The shell reads the checkpoint directory back exactly, without running anything.
   const std::string line = script.substr(script.find("readonly CHECKPOINT_DIR="));
   const std::string assignment = line.substr(0, line.find('\n'));
-  const CommandResult r = run_command({"bash", "-c", assignment + "\nprintf %s \"$CHECKPOINT_DIR\""});
+  const common::CommandResult r = common::run_command({"bash", "-c", assignment + "\nprintf %s \"$CHECKPOINT_DIR\""});
   EXPECT_EQ(r.out, job.checkpoint.dir);
 }
 
@@ -101,7 +101,7 @@ TEST(SbatchScript, RefusesUnsafeValuesEvenIfTheSchemaMissedThem) {
 
 TEST(ShellWords, QuoteRoundTripsThroughBash) {
   for (const std::string s : {"", "plain", "it's", "a b", "$(x)", "`x`", "\\n", "'\"'", "\n\t", "ü€"}) {
-    const CommandResult r = run_command({"bash", "-c", "printf %s " + common::shell_quote(s)});
+    const common::CommandResult r = common::run_command({"bash", "-c", "printf %s " + common::shell_quote(s)});
     EXPECT_EQ(r.out, s);
   }
   EXPECT_THROW(common::shell_quote(std::string("a\0b", 3)), common::Error);
@@ -112,13 +112,13 @@ TEST(ShellWords, QuoteRoundTripsThroughBash) {
 }
 
 TEST(Command, RunsByArgvAndReportsExitCodes) {
-  const CommandResult r = run_command({"sh", "-c", "printf out; printf err >&2; exit 3"});
+  const common::CommandResult r = common::run_command({"sh", "-c", "printf out; printf err >&2; exit 3"});
   EXPECT_EQ(r.exit_code, 3);
   EXPECT_EQ(r.out, "out");
   EXPECT_EQ(r.err, "err");
-  EXPECT_EQ(run_command({"printf", "%s", "a;b $(c)"}).out, "a;b $(c)");
-  EXPECT_THROW(run_command({"/nonexistent/shardtune-no-such-command"}), common::Error);
-  EXPECT_EQ(command_line({"sbatch", "--parsable", "/a b/x.sh"}), "sbatch --parsable '/a b/x.sh'");
+  EXPECT_EQ(common::run_command({"printf", "%s", "a;b $(c)"}).out, "a;b $(c)");
+  EXPECT_THROW(common::run_command({"/nonexistent/shardtune-no-such-command"}), common::Error);
+  EXPECT_EQ(common::command_line({"sbatch", "--parsable", "/a b/x.sh"}), "sbatch --parsable '/a b/x.sh'");
 }
 
 Placement placement(int world, int nodes, std::vector<std::string> hosts, int gpus = 0) {

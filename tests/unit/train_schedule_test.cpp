@@ -1,15 +1,17 @@
-// Learning-rate schedules against their formulas, the global data order (a permutation per
-// epoch, the same global batches whatever the number of ranks or micro-batches), and the FLOP
-// estimate against published parameter counts worked by hand.
+// The run's schedule (steps, epochs, learning rate from the sample cursor) against the step-counted
+// formulas and an exhaustive count of samples, the global data order (a permutation per epoch, the
+// same steps whatever the number of ranks or micro-batches), and the FLOP estimate against
+// published parameter counts worked by hand.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
 #include "runtime/train/data_order.h"
 #include "runtime/train/dataset.h"
 #include "runtime/train/flops.h"
-#include "runtime/train/lr_schedule.h"
+#include "runtime/train/run_schedule.h"
 
 namespace shardtune::train {
 namespace {
@@ -24,52 +26,122 @@ TEST(Flops, TorchtitansEstimateForPublishedModels) {
   EXPECT_DOUBLE_EQ(training_flops_per_token(big, 8192), 6.0 * 7504924672.0 + 12884901888.0);
 }
 
-TEST(LrSchedule, StepLrMultipliesByGammaEachEpoch) {
+job::TrainSection train_section(int64_t epochs, double lr = 1e-4) {
   job::TrainSection t;
-  t.lr = 1e-4;
-  t.gamma = 0.85;
-  const LrSchedule s(t, 1000);
-  EXPECT_DOUBLE_EQ(s.lr(0, 0), 1e-4);
-  EXPECT_DOUBLE_EQ(s.lr(999, 0), 1e-4);
-  EXPECT_DOUBLE_EQ(s.lr(5, 2), 1e-4 * 0.85 * 0.85);
+  t.num_epochs = epochs;
+  t.lr = lr;
+  return t;
 }
 
-TEST(LrSchedule, WarmupThenCosineToZero) {
-  job::TrainSection t;
-  t.lr = 2e-3;
+TEST(RunSchedule, StepLrMultipliesByGammaEachEpoch) {
+  job::TrainSection t = train_section(3);
+  t.gamma = 0.85;
+  const RunSchedule s(t, 1000, 10);
+  EXPECT_DOUBLE_EQ(s.lr(s.step_at({0, 0})), 1e-4);
+  EXPECT_DOUBLE_EQ(s.lr(s.step_at({0, 990})), 1e-4);
+  EXPECT_DOUBLE_EQ(s.lr(s.step_at({2, 50})), 1e-4 * 0.85 * 0.85);
+}
+
+// At a batch that divides the data, the cosine schedule is the step-counted formula:
+// warmup lr (k+1)/W at step k < W, then lr (1 + cos(pi (k - W) / (T - W))) / 2.
+TEST(RunSchedule, WarmupThenCosineToZeroAtTheStepCountedFormula) {
+  job::TrainSection t = train_section(1, 2e-3);
   t.lr_scheduler = job::LrScheduler::kCosine;
   t.warmup_steps = 10;
-  const LrSchedule s(t, 110);
-  EXPECT_DOUBLE_EQ(s.lr(0, 0), 2e-4);
-  EXPECT_DOUBLE_EQ(s.lr(9, 0), 2e-3);
-  EXPECT_DOUBLE_EQ(s.lr(10, 0), 2e-3);
-  EXPECT_NEAR(s.lr(60, 0), 1e-3, 1e-15);  // halfway through the decay
-  EXPECT_NEAR(s.lr(110, 3), 0.0, 1e-18);
-  for (int64_t i = 11; i < 110; ++i) EXPECT_LT(s.lr(i, 0), s.lr(i - 1, 0));
+  const RunSchedule s(t, 110 * 4, 4);
+  ASSERT_EQ(s.steps_left({0, 0}), 110);
+  Cursor c;
+  double previous = 0;
+  for (int64_t k = 0; k < 110; ++k) {
+    const StepSpan span = s.step_at(c);
+    ASSERT_EQ(span.size(), 4);
+    const double want = k < 10 ? 2e-3 * static_cast<double>(k + 1) / 10.0
+                               : 1e-3 * (1.0 + std::cos(M_PI * static_cast<double>(k - 10) / 100.0));
+    EXPECT_NEAR(s.lr(span), want, 1e-18) << "step " << k;
+    if (k > 10) EXPECT_LT(s.lr(span), previous);
+    previous = s.lr(span);
+    c = s.after(span);
+  }
+  EXPECT_TRUE(s.finished(c));
+  EXPECT_NEAR(previous, 1e-3 * (1.0 + std::cos(M_PI * 99.0 / 100.0)), 1e-18);
+}
+
+// Every sample of every epoch once, in steps of the global batch and a short last step per epoch,
+// whatever the batch: a run that changes its batch at any point trains the same samples.
+TEST(RunSchedule, EveryEpochIsCoveredExactlyOnceAtAnyBatchAndAnyChangeOfBatch) {
+  const job::TrainSection t = train_section(3);
+  const int64_t n = 37;
+  for (int64_t first : {1, 2, 5, 8, 37}) {
+    for (int64_t second : {1, 3, 4, 6, 36}) {
+      for (int64_t switch_after : {0, 1, 4, 7, 10}) {
+        const RunSchedule a(t, n, first), b(t, n, second, first);
+        std::vector<int64_t> seen(static_cast<size_t>(3 * n), 0);
+        Cursor c;
+        for (int64_t step = 0; !a.finished(c); ++step) {
+          const RunSchedule& s = step < switch_after ? a : b;
+          const StepSpan span = s.step_at(c);
+          ASSERT_GT(span.size(), 0);
+          ASSERT_LE(span.size(), s.global_batch());
+          for (int64_t i = span.begin; i < span.end; ++i) ++seen[static_cast<size_t>(span.epoch * n + i)];
+          c = s.after(span);
+          EXPECT_EQ(s.ends_epoch(span), c.sample == 0);
+        }
+        EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), 3 * n) << first << " then " << second;
+        EXPECT_EQ(c, (Cursor{3, 0}));
+      }
+    }
+  }
+}
+
+// max_train_step and warmup_steps are counted in steps of the reference batch: another batch stops
+// and ends warmup at the same sample positions.
+TEST(RunSchedule, StepCountedKeysMeanTheReferenceBatchesSamples) {
+  job::TrainSection t = train_section(2);
+  t.max_train_step = 12;  // 10 steps per epoch at batch 4 over 37 samples (the last of 1): 37 + 2 x 4
+  t.lr_scheduler = job::LrScheduler::kCosine;
+  t.warmup_steps = 3;
+  const RunSchedule ref(t, 37, 4), other(t, 37, 6, 4);
+  EXPECT_EQ(ref.end(), 45);
+  EXPECT_EQ(other.end(), 45);
+  EXPECT_EQ(ref.steps_left({0, 0}), 12);
+  EXPECT_EQ(other.steps_left({0, 0}), 7 + 2);  // 6 x 6 + 1, then 6 + 2
+  // The step that crosses the end of warmup (sample 12) at batch 6: [12, 18) is past it.
+  EXPECT_DOUBLE_EQ(other.lr(other.step_at({0, 6})), t.lr);
+  EXPECT_DOUBLE_EQ(other.lr(other.step_at({0, 0})), t.lr * 6.0 / 12.0);
+  EXPECT_DOUBLE_EQ(ref.lr(ref.step_at({0, 12})), t.lr);
+  EXPECT_DOUBLE_EQ(other.lr(other.step_at({0, 12})), t.lr);
+  // Both end at the same sample of epoch 2, and the learning rate there is the same function of it.
+  EXPECT_DOUBLE_EQ(ref.lr(ref.step_at({1, 4})), other.lr(StepSpan{1, 4, 8}));
 }
 
 TEST(DataOrder, EachEpochIsAPermutationAndEpochsDiffer) {
-  const DataOrder order(1000, 10, 42);
+  const DataOrder order(1000, 42);
   const auto p0 = order.permutation(0), p1 = order.permutation(1);
   EXPECT_EQ(std::set<int64_t>(p0.begin(), p0.end()).size(), 1000u);
   EXPECT_NE(p0, p1);
-  EXPECT_EQ(p0, DataOrder(1000, 10, 42).permutation(0));  // reproducible
-  EXPECT_NE(p0, DataOrder(1000, 10, 43).permutation(0));
+  EXPECT_EQ(p0, DataOrder(1000, 42).permutation(0));  // reproducible
+  EXPECT_NE(p0, DataOrder(1000, 43).permutation(0));
 }
 
-TEST(DataOrder, GlobalBatchesDoNotDependOnHowTheyAreSplit) {
-  const int64_t global = 24;
-  const DataOrder order(240, global, 7);
+// Any step, full or short, is split over micro-batches and ranks without a sample lost or doubled,
+// each slot taking its floor or ceiling share.
+TEST(DataOrder, StepsAreSplitOverSlotsWithoutLossOrDuplicates) {
+  const DataOrder order(240, 7);
   const auto perm = order.permutation(3);
-  for (int64_t step = 0; step < order.steps_per_epoch(); ++step) {
-    const std::set<int64_t> want(perm.begin() + step * global, perm.begin() + (step + 1) * global);
+  for (int64_t count : {1, 3, 5, 24, 23}) {
+    const int64_t first = 240 - count;
+    const std::set<int64_t> want(perm.begin() + first, perm.begin() + first + count);
     for (int ranks : {1, 2, 3, 4, 6}) {
       for (int accumulation : {1, 2, 4}) {
-        if (global % (ranks * accumulation) != 0) continue;
+        const int64_t slots = ranks * accumulation;
         std::multiset<int64_t> got;
         for (int m = 0; m < accumulation; ++m)
-          for (int r = 0; r < ranks; ++r)
-            for (int64_t i : order.samples(perm, step * order.global_batch(), m, accumulation, r, ranks)) got.insert(i);
+          for (int r = 0; r < ranks; ++r) {
+            const std::vector<int64_t> ids = order.samples(perm, first, count, m, accumulation, r, ranks);
+            EXPECT_GE(static_cast<int64_t>(ids.size()), count / slots);
+            EXPECT_LE(static_cast<int64_t>(ids.size()), (count + slots - 1) / slots);
+            got.insert(ids.begin(), ids.end());
+          }
         EXPECT_EQ(std::set<int64_t>(got.begin(), got.end()), want) << ranks << " ranks, " << accumulation;
         EXPECT_EQ(got.size(), want.size());
       }
@@ -80,9 +152,8 @@ TEST(DataOrder, GlobalBatchesDoNotDependOnHowTheyAreSplit) {
 TEST(DataOrder, LengthGroupingSortsWithinFixedWindowsIndependentOfTheBatch) {
   std::vector<int64_t> lengths;
   for (int64_t i = 0; i < 3000; ++i) lengths.push_back((i * 7919) % 257);
-  const DataOrder a(3000, 8, 5, lengths), b(3000, 24, 5, lengths);
+  const DataOrder a(3000, 5, lengths);
   const auto p = a.permutation(2);
-  EXPECT_EQ(p, b.permutation(2)) << "the order must not depend on the global batch";
   EXPECT_EQ(std::set<int64_t>(p.begin(), p.end()).size(), 3000u);
   EXPECT_NE(p, a.permutation(3));
   for (size_t w = 0; w < p.size(); w += DataOrder::kLengthWindow) {
@@ -91,7 +162,7 @@ TEST(DataOrder, LengthGroupingSortsWithinFixedWindowsIndependentOfTheBatch) {
       ASSERT_GE(lengths[static_cast<size_t>(p[i - 1])], lengths[static_cast<size_t>(p[i])]) << "window at " << w;
   }
   // Without lengths, the same seed gives a plain shuffle.
-  EXPECT_NE(DataOrder(3000, 8, 5).permutation(2), p);
+  EXPECT_NE(DataOrder(3000, 5).permutation(2), p);
 }
 
 TEST(SyntheticCopyDataset, TheSecondHalfCopiesTheFirstAndOnlyItCounts) {

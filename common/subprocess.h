@@ -1,10 +1,11 @@
-// Slurm's commands (sbatch, squeue, scontrol) run by argv, never through a shell.
+// Other programs run by argv, never through a shell: Slurm's commands, gnuplot, the tokenizer
+// conversion.
 #pragma once
 
 #include <string>
 #include <vector>
 
-namespace shardtune::slurm {
+namespace shardtune::common {
 
 struct CommandResult {
   int exit_code = 0;  // 128 + signal when the command was killed
@@ -19,4 +20,8 @@ CommandResult run_command(const std::vector<std::string>& argv);
 // "sbatch --parsable /x/y.sh": for messages.
 std::string command_line(const std::vector<std::string>& argv);
 
-}  // namespace shardtune::slurm
+// The path of program `name` installed beside this process's own executable (shardtune-rank next
+// to shardtune). Throws Error(kIo) when it is not there.
+std::string sibling_executable(const std::string& name);
+
+}  // namespace shardtune::common

@@ -2,6 +2,8 @@
 // prompt, tokenized by the model's tokenizer, masked, and packed into context_length rows.
 #pragma once
 
+#include <mpi.h>
+
 #include <functional>
 #include <memory>
 #include <string>
@@ -10,7 +12,7 @@
 #include "runtime/model/llama_config.h"
 #include "runtime/train/dataset.h"
 
-namespace shardtune::runtime {
+namespace shardtune::rank_program {
 
 // [data] tokenizer, or the model folder's tokenizer.json (else its tokenizer.model); empty for
 // synthetic data.
@@ -18,10 +20,10 @@ std::string tokenizer_path(const job::Job& job);
 
 struct DataContext;
 
-// A SentencePiece tokenizer.model is converted to <output_dir>/tokenizer.json by rank 0 (with
-// shardtune-tokenize, `tool`; libsentencepiece cannot share a process with LibTorch) and the job
-// points at the conversion. Collective. Nothing changes for a tokenizer.json.
-void prepare_tokenizer(job::Job& job, const DataContext& context, const std::string& tool);
+// The tokenizer.json the job tokenizes with: tokenizer_path's, or, for a SentencePiece
+// tokenizer.model, <output_dir>/tokenizer/tokenizer.json converted from it by world rank 0 (with
+// shardtune-tokenize, `tool`; libsentencepiece cannot share a process with LibTorch). Collective.
+std::string prepare_tokenizer(const job::Job& job, MPI_Comm world, const std::string& tool);
 
 struct JobData {
   std::unique_ptr<train::Dataset> train;
@@ -39,6 +41,8 @@ struct DataContext {
 // the data file (or under output_dir), written by rank 0 and mapped by every rank; a later job
 // with the same data, tokenizer and prompt format maps it without tokenizing. Throws
 // common::Error(kConfig) naming the file, the line or the setting when the data is unusable.
-JobData load_job_data(const job::Job& job, const model::LlamaConfig& config, const DataContext& context);
+// `tokenizer`: prepare_tokenizer's.
+JobData load_job_data(const job::Job& job, const model::LlamaConfig& config, const std::string& tokenizer,
+                      const DataContext& context);
 
-}  // namespace shardtune::runtime
+}  // namespace shardtune::rank_program

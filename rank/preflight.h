@@ -9,7 +9,7 @@
 
 #include "runtime/dist/process_groups.h"
 
-namespace shardtune::runtime {
+namespace shardtune::rank_program {
 
 struct PreflightReport {
   int failures = 0;           // summed over all ranks: every rank sees the same number
@@ -20,4 +20,4 @@ struct PreflightReport {
 
 PreflightReport run_preflight(dist::ProcessGroups& groups, const at::Device& device = at::kCPU);
 
-}  // namespace shardtune::runtime
+}  // namespace shardtune::rank_program

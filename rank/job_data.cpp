@@ -1,6 +1,12 @@
-#include "runtime/job_data.h"
+// The job's data on every rank: the tokenizer, the records tokenized once into a cached token file,
+// and the datasets the trainer draws samples from.
+#include "rank/job_data.h"
 
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
+
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -14,15 +20,17 @@
 #include "common/file_io.h"
 #include "common/job/schema.h"
 #include "runtime/data/packed_rows.h"
+#include "runtime/dist/agree.h"
 #include "runtime/data/token_file.h"
 #include "runtime/data/records.h"
 #include "runtime/data/sft_examples.h"
 #include "runtime/data/tokenizer.h"
+#include "runtime/train/learned_only.h"
 #include "runtime/train/packed_dataset.h"
 #include "runtime/train/padded_dataset.h"
-#include "slurm/command.h"
+#include "common/subprocess.h"
 
-namespace shardtune::runtime {
+namespace shardtune::rank_program {
 namespace {
 
 using common::ErrorKind;
@@ -50,8 +58,8 @@ std::string file_stamp(const std::string& path) {
   return fmt::format("{} size={} mtime={}", fs::absolute(path).string(), size, mtime);
 }
 
-std::string cache_key(const job::Job& job, const data::ExampleOptions& options) {
-  const std::string tokenizer_bytes = common::read_file(tokenizer_path(job), ErrorKind::kConfig, "the tokenizer");
+std::string cache_key(const job::Job& job, const std::string& tokenizer, const data::ExampleOptions& options) {
+  const std::string tokenizer_bytes = common::read_file(tokenizer, ErrorKind::kConfig, "the tokenizer");
   return fmt::format("data={}; val_file={}; tokenizer={:016x}; format={} prompt_field={} response_field={} "
                      "template={:016x}; bos={} eos={} max_tokens={}; val_fraction={} seed={}",
                      file_stamp(job.data.train_file), file_stamp(job.data.val_file), data::fingerprint(tokenizer_bytes),
@@ -74,9 +82,18 @@ struct TokenCache {
     paths = {(fs::path(data_file).parent_path() / name).string(), job.job.output_dir + "/token-cache/" + name};
   }
 
-  // A damaged file is reported and then made again, like a missing one.
+  // A damaged file is reported and then made again, like a missing one. Its name follows from the
+  // data, so whoever can write the data's folder could put one there: only a file of this user
+  // that nobody else may write is trusted.
   std::shared_ptr<const data::TokenFile> open(int64_t vocab_size) const {
     for (const std::string& p : paths) {
+      struct stat st {};
+      if (::stat(p.c_str(), &st) == 0 && (st.st_uid != ::geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH)) != 0)) {
+        spdlog::warn("ignoring the token file {}: it belongs to user {} or others may write it, so its tokens cannot "
+                     "be trusted",
+                     p, st.st_uid);
+        continue;
+      }
       try {
         if (auto f = data::TokenFile::open(p, key, vocab_size)) return f;
       } catch (const common::Error& e) {
@@ -109,11 +126,22 @@ std::vector<data::Example> tokenize(const std::vector<data::Record>& records, co
                                                     "examples"));
   std::vector<data::Example> examples;
   examples.reserve(records.size());
+  std::vector<std::string> cut;  // examples truncation left without a learned token
   for (const data::Record& r : records) {
     examples.push_back(data::make_example(tokenizer, format.prompt(r), r.fields.at(format.response_field), options));
+    const std::vector<int32_t>& labels = examples.back().labels;
+    if (std::all_of(labels.begin() + std::min<size_t>(1, labels.size()), labels.end(),
+                    [](int32_t l) { return l == data::kIgnoreLabel; }))
+      cut.push_back(r.where);
     progress.add(1);
   }
   progress.finish("tokenized the " + what + " data");
+  if (!cut.empty())
+    spdlog::warn("{} of {} {} examples keep no learned token once cut to context_length = {} (their prompts fill it): "
+                 "they are left out: {}{}",
+                 cut.size(), records.size(), what, options.max_tokens,
+                 fmt::join(cut.begin(), cut.begin() + static_cast<std::ptrdiff_t>(std::min<size_t>(cut.size(), 10)), ", "),
+                 cut.size() > 10 ? fmt::format(" and {} more", cut.size() - 10) : "");
   return examples;
 }
 
@@ -148,18 +176,28 @@ std::unique_ptr<train::Dataset> batched(std::shared_ptr<const data::TokenFile> t
   int64_t learned = 0;
   for (const int32_t l : tokens->labels()) learned += l != data::kIgnoreLabel;
   const int64_t pad = options.eos >= 0 ? options.eos : 0;
+  const char* from_cache = cached ? " (tokens cached by an earlier run)" : "";
   if (job.train.batching_strategy == job::BatchingStrategy::kPadding) {
+    auto examples = std::make_unique<train::LearnedOnly>(std::make_unique<train::PaddedDataset>(tokens, pad));
     spdlog::info("{} data: {} examples, {} tokens ({} learned, the rest prompt), at most {} per example, batched by "
-                 "length and padded{}",
+                 "length and padded{}{}",
                  what, tokens->num_examples(), tokens->num_tokens(), learned, job.train.context_length,
-                 cached ? " (tokens cached by an earlier run)" : "");
-    return std::make_unique<train::PaddedDataset>(std::move(tokens), pad);
+                 examples->left_out() > 0
+                     ? fmt::format("; {} example(s) left out, truncation left them no learned token", examples->left_out())
+                     : "",
+                 from_cache);
+    return examples;
   }
-  data::PackedRowView rows(tokens, job.train.context_length, static_cast<int32_t>(pad));
-  spdlog::info("{} data: {} examples, {} tokens ({} learned, the rest prompt), packed into {} rows of {}{}", what,
-               tokens->num_examples(), tokens->num_tokens(), learned, rows.rows(), job.train.context_length,
-               cached ? " (tokens cached by an earlier run)" : "");
-  return std::make_unique<train::PackedDataset>(std::move(rows));
+  data::PackedRowView view(tokens, job.train.context_length, static_cast<int32_t>(pad));
+  const int64_t all_rows = view.rows();
+  auto rows = std::make_unique<train::LearnedOnly>(std::make_unique<train::PackedDataset>(std::move(view)));
+  spdlog::info("{} data: {} examples, {} tokens ({} learned, the rest prompt), packed into {} rows of {}{}{}", what,
+               tokens->num_examples(), tokens->num_tokens(), learned, all_rows, job.train.context_length,
+               rows->left_out() > 0
+                   ? fmt::format("; {} row(s) left out, they hold only prompt tokens", rows->left_out())
+                   : "",
+               from_cache);
+  return rows;
 }
 
 }  // namespace
@@ -172,24 +210,21 @@ std::string tokenizer_path(const job::Job& job) {
   return !std::filesystem::exists(json) && std::filesystem::exists(model) ? model : json;
 }
 
-void prepare_tokenizer(job::Job& job, const DataContext& context, const std::string& tool) {
+std::string prepare_tokenizer(const job::Job& job, MPI_Comm world, const std::string& tool) {
   const std::string path = tokenizer_path(job);
-  if (path.size() < 6 || path.compare(path.size() - 6, 6, ".model") != 0) return;
-  const std::string converted = job.job.output_dir + "/tokenizer/tokenizer.json";
-  std::string error;
-  if (context.rank == 0) {
+  if (path.size() < 6 || path.compare(path.size() - 6, 6, ".model") != 0) return path;
+  return dist::decide_on_root(world, [&] {
+    const std::string converted = job.job.output_dir + "/tokenizer/tokenizer.json";
     std::filesystem::create_directories(job.job.output_dir + "/tokenizer");
-    const slurm::CommandResult r = slurm::run_command({tool, path, "--write-json", converted});
-    if (r.exit_code != 0) error = fmt::format("cannot convert {} to tokenizer.json: {}", path, r.err);
-    else spdlog::info("converted the SentencePiece model {} to {}", path, converted);
-  }
-  context.barrier();
-  ST_CHECK(context.all_agree(error.empty()), ErrorKind::kConfig, "{}",
-           error.empty() ? "rank 0 could not convert the SentencePiece tokenizer (see its log)" : error);
-  job.data.tokenizer = converted;
+    const common::CommandResult r = common::run_command({tool, path, "--write-json", converted});
+    ST_CHECK(r.exit_code == 0, ErrorKind::kConfig, "cannot convert {} to tokenizer.json: {}", path, r.err);
+    spdlog::info("converted the SentencePiece model {} to {}", path, converted);
+    return converted;
+  });
 }
 
-JobData load_job_data(const job::Job& job, const model::LlamaConfig& config, const DataContext& context) {
+JobData load_job_data(const job::Job& job, const model::LlamaConfig& config, const std::string& tok_path,
+                      const DataContext& context) {
   const int world_size = context.world_size;
   JobData out;
   const job::TrainSection& t = job.train;
@@ -200,7 +235,6 @@ JobData load_job_data(const job::Job& job, const model::LlamaConfig& config, con
                                                             config.vocab_size, static_cast<uint64_t>(t.seed) + 1);
     return out;
   }
-  const std::string tok_path = tokenizer_path(job);
   ST_CHECK(!tok_path.empty(), ErrorKind::kConfig, "[data] format \"{}\" needs a tokenizer: set [data] tokenizer",
            job::enum_name(job.data.format));
   const data::Tokenizer tokenizer = data::Tokenizer::from_file(tok_path);
@@ -213,7 +247,7 @@ JobData load_job_data(const job::Job& job, const model::LlamaConfig& config, con
   const bool padding = t.batching_strategy == job::BatchingStrategy::kPadding;
   if (padding || job.data.long_examples == job::LongExamples::kTruncate) options.max_tokens = t.context_length;
 
-  const std::string key = cache_key(job, options);
+  const std::string key = cache_key(job, tok_path, options);
   const TokenCache train_cache(job, job.data.train_file, key, "training");
   const bool want_val = !job.data.val_file.empty() || job.data.val_fraction > 0;
   const TokenCache val_cache(job, job.data.val_file.empty() ? job.data.train_file : job.data.val_file, key, "validation");
@@ -233,6 +267,11 @@ JobData load_job_data(const job::Job& job, const model::LlamaConfig& config, con
              std::filesystem::path(train_cache.paths[0]).parent_path().string(), job.job.output_dir + "/token-cache");
   }
   out.train = batched(train_tokens, job, options, "training", cached);
+  ST_CHECK(out.train->size() > 0, ErrorKind::kConfig,
+           "no training example of {} keeps a learned token: cut to [train] context_length = {} tokens, every "
+           "response is lost behind its prompt. HINT: raise [train] context_length, or use batching_strategy = "
+           "\"packing\" with [data] long_examples = \"split\"",
+           job.data.train_file, t.context_length);
   if (val_tokens != nullptr && val_tokens->num_examples() > 0)
     out.val = batched(val_tokens, job, options, "validation", cached);
 
@@ -247,4 +286,4 @@ JobData load_job_data(const job::Job& job, const model::LlamaConfig& config, con
   return out;
 }
 
-}  // namespace shardtune::runtime
+}  // namespace shardtune::rank_program

@@ -1,5 +1,5 @@
-// SIGKILL at a named phase of a save, for tests.
-#include "checkpoint/fault_injection.h"
+// Test-only faults: SIGKILL at a named phase of a save, a stop signal after a step.
+#include "common/fault_injection.h"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -8,7 +8,7 @@
 #include <csignal>
 #include <cstdlib>
 
-namespace shardtune::checkpoint {
+namespace shardtune::common {
 
 void kill_point(const char* phase, int64_t step, int rank) {
   static const char* spec = std::getenv("SHARDTUNE_TEST_KILL_AT");
@@ -18,4 +18,10 @@ void kill_point(const char* phase, int64_t step, int rank) {
   ::kill(::getpid(), SIGKILL);
 }
 
-}  // namespace shardtune::checkpoint
+void signal_point(int64_t step, int rank) {
+  static const char* spec = std::getenv("SHARDTUNE_TEST_SIGNAL_AT");
+  if (spec == nullptr || spec != fmt::format("{}:{}", step, rank)) return;
+  std::raise(SIGUSR1);
+}
+
+}  // namespace shardtune::common

@@ -1,5 +1,5 @@
 // Communicator checks with locally computable answers, and a bandwidth figure.
-#include "runtime/preflight.h"
+#include "rank/preflight.h"
 
 #include <ATen/ops/arange.h>
 #include <ATen/ops/empty.h>
@@ -8,7 +8,7 @@
 
 #include <chrono>
 
-namespace shardtune::runtime {
+namespace shardtune::rank_program {
 namespace {
 
 using dist::ReduceOp;
@@ -84,4 +84,4 @@ PreflightReport run_preflight(dist::ProcessGroups& groups, const at::Device& dev
   return report;
 }
 
-}  // namespace shardtune::runtime
+}  // namespace shardtune::rank_program

@@ -11,17 +11,24 @@
 #include "runtime/model/llama.h"
 #include "runtime/model/lora.h"
 
-namespace shardtune::runtime {
+namespace shardtune::checkpoint {
+class WeightsDigest;
+}
+
+namespace shardtune::rank_program {
 
 // The model's shape: the preset's, or config.json of the model folder.
-model::LlamaConfig model_config(const job::Job& job);
+// The debug preset takes its vocabulary from `tokenizer` (prepare_tokenizer's), when there is one.
+model::LlamaConfig model_config(const job::Job& job, const std::string& tokenizer);
 
 // Whether weights are streamed into shards (low_cpu_fsdp, or a model of low_cpu_fsdp_min_params
 // or more) instead of every rank loading the whole model.
 bool streams_weights(const job::Job& job, const model::LlamaConfig& config);
 
 // The whole model with values, on every rank (not streamed).
-std::unique_ptr<model::LlamaForCausalLM> build_model(const job::Job& job);
+// `digest`, when given, hears every weight byte read.
+std::unique_ptr<model::LlamaForCausalLM> build_model(const job::Job& job, const model::LlamaConfig& config,
+                                                     checkpoint::WeightsDigest* digest = nullptr);
 
 // The job's LoRA adapters ([peft] method = "lora"), or nullopt for full fine-tuning.
 std::optional<model::LoraSpec> lora_spec(const job::Job& job);
@@ -35,4 +42,4 @@ void add_job_adapters(const job::Job& job, model::LlamaForCausalLM& model);
 // with freeze_layers, every parameter of the first num_freeze_layers blocks.
 std::set<std::string> frozen_parameters(const job::Job& job, model::LlamaForCausalLM& model);
 
-}  // namespace shardtune::runtime
+}  // namespace shardtune::rank_program

@@ -1,4 +1,5 @@
-#include "slurm/command.h"
+// Running a program by argv and collecting its output.
+#include "common/subprocess.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -8,16 +9,16 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 
 #include "common/error.h"
 #include "common/shell_words.h"
 
 extern char** environ;
 
-namespace shardtune::slurm {
+namespace shardtune::common {
 namespace {
 
-using common::ErrorKind;
 
 struct Pipe {
   int read = -1, write = -1;
@@ -63,6 +64,16 @@ void drain(Pipe& out, Pipe& err, CommandResult& result) {
 
 }  // namespace
 
+std::string sibling_executable(const std::string& name) {
+  std::error_code ec;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  ST_CHECK(!ec, ErrorKind::kIo, "cannot find this program's executable: {}", ec.message());
+  const auto path = self.parent_path() / name;
+  ST_CHECK(std::filesystem::exists(path), ErrorKind::kIo,
+           "{} is missing next to {}: build the whole project (scripts/setup.sh)", path.string(), self.string());
+  return path.string();
+}
+
 std::string command_line(const std::vector<std::string>& argv) {
   std::string line;
   for (const std::string& a : argv) {
@@ -100,4 +111,4 @@ CommandResult run_command(const std::vector<std::string>& argv) {
   return result;
 }
 
-}  // namespace shardtune::slurm
+}  // namespace shardtune::common

@@ -1,22 +1,21 @@
 // Building the job's model.
-#include "runtime/job_model.h"
+#include "rank/job_model.h"
 
 #include <spdlog/spdlog.h>
 
 #include "checkpoint/hf/hf_model_io.h"
 #include "checkpoint/hf/peft_adapter.h"
 #include "runtime/data/tokenizer.h"
-#include "runtime/job_data.h"
+#include "rank/job_data.h"
 #include "runtime/model/init.h"
 
-namespace shardtune::runtime {
+namespace shardtune::rank_program {
 
-model::LlamaConfig model_config(const job::Job& job) {
+model::LlamaConfig model_config(const job::Job& job, const std::string& tokenizer_file) {
   if (job.model.preset == job::ModelPreset::kTiny) {
     model::LlamaConfig c = model::LlamaConfig::tiny();
-    // The debug model takes the vocabulary of the job's tokenizer, if it has one.
-    if (const std::string path = tokenizer_path(job); !path.empty()) {
-      const data::Tokenizer tokenizer = data::Tokenizer::from_file(path);
+    if (!tokenizer_file.empty()) {
+      const data::Tokenizer tokenizer = data::Tokenizer::from_file(tokenizer_file);
       c.vocab_size = tokenizer.vocab_size();
       if (auto bos = tokenizer.bos_id()) c.bos_token_id = *bos;
       if (auto eos = tokenizer.eos_id()) c.eos_token_ids = {*eos};
@@ -32,19 +31,13 @@ bool streams_weights(const job::Job& job, const model::LlamaConfig& config) {
   return job.fsdp.low_cpu_fsdp || (threshold > 0 && config.num_parameters() >= threshold);
 }
 
-std::unique_ptr<model::LlamaForCausalLM> build_model(const job::Job& job) {
-  const at::TensorOptions fp32 = at::TensorOptions().dtype(at::kFloat);
-  if (job.model.preset == job::ModelPreset::kTiny) {
-    auto m = std::make_unique<model::LlamaForCausalLM>(model_config(job), fp32);
-    model::init_weights(*m, static_cast<uint64_t>(job.train.seed));
-    return m;
-  }
-  const checkpoint::HfFolder folder = checkpoint::HfFolder::open(job.model.path);
-  auto m = std::make_unique<model::LlamaForCausalLM>(checkpoint::read_hf_config(folder), fp32);
-  if (job.model.init == job::ModelInit::kRandom) {
+std::unique_ptr<model::LlamaForCausalLM> build_model(const job::Job& job, const model::LlamaConfig& config,
+                                                     checkpoint::WeightsDigest* digest) {
+  auto m = std::make_unique<model::LlamaForCausalLM>(config, at::TensorOptions().dtype(at::kFloat));
+  if (job.model.preset == job::ModelPreset::kTiny || job.model.init == job::ModelInit::kRandom) {
     model::init_weights(*m, static_cast<uint64_t>(job.train.seed));
   } else {
-    checkpoint::load_hf_weights(*m, folder);
+    checkpoint::load_hf_weights(*m, checkpoint::HfFolder::open(job.model.path), digest);
   }
   return m;
 }
@@ -79,4 +72,4 @@ std::set<std::string> frozen_parameters(const job::Job& job, model::LlamaForCaus
   return out;
 }
 
-}  // namespace shardtune::runtime
+}  // namespace shardtune::rank_program

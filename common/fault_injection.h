@@ -1,0 +1,16 @@
+// Fault injection for tests of stops and crashes; both variables are unset in real runs.
+// - SHARDTUNE_TEST_KILL_AT="<phase>@<step>:<rank>": that rank SIGKILLs itself when a save of that
+//   step reaches that phase (started, files-written, manifest-written, renamed, latest-updated);
+//   "*" as the step matches a save of any step.
+// - SHARDTUNE_TEST_SIGNAL_AT="<step>:<rank>": that rank receives SIGUSR1 (what Slurm sends ahead of
+//   a time limit) once optimizer step <step> is taken, so the ranks stop at that step's boundary.
+#pragma once
+
+#include <cstdint>
+
+namespace shardtune::common {
+
+void kill_point(const char* phase, int64_t step, int rank = 0);
+void signal_point(int64_t step, int rank);
+
+}  // namespace shardtune::common

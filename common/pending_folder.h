@@ -1,0 +1,30 @@
+// A folder that appears whole or not at all: its files are written into a temporary sibling
+// (<final>.tmp-<host>-<pid>-<n>), and commit() renames that into place and makes the rename durable.
+// Dropped before commit (an error, a full disk), the temporary folder is removed and the final path
+// was never touched. The final path must not exist, or be an empty folder. Every folder a tool
+// writes goes through one.
+#pragma once
+
+#include <string>
+
+namespace shardtune::common {
+
+class PendingFolder {
+ public:
+  // Throws Error(kIo) when `final_path` exists and is not an empty folder, or the temporary folder
+  // cannot be made.
+  explicit PendingFolder(std::string final_path);
+  ~PendingFolder();  // removes the temporary folder unless committed; never throws
+  PendingFolder(const PendingFolder&) = delete;
+  PendingFolder& operator=(const PendingFolder&) = delete;
+
+  const std::string& path() const { return tmp_; }  // where the files go
+  const std::string& final_path() const { return final_; }
+  void commit();
+
+ private:
+  std::string final_, tmp_;
+  bool committed_ = false;
+};
+
+}  // namespace shardtune::common

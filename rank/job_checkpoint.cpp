@@ -1,0 +1,174 @@
+// Resuming and saving the job's checkpoints.
+#include "rank/job_checkpoint.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include "checkpoint/adapter_base.h"
+#include "checkpoint/commit.h"
+#include "checkpoint/hf/model_identity.h"
+#include "checkpoint/manifest.h"
+#include "checkpoint/sharded_checkpoint.h"
+#include "common/error.h"
+#include "common/job/job_writer.h"
+#include "common/job/schema.h"
+#include "common/sha256.h"
+#include "runtime/dist/agree.h"
+#include "runtime/dist/text_collectives.h"
+#include "rank/job_model.h"
+#include "runtime/model/lora.h"
+
+namespace shardtune::rank_program {
+namespace {
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+// Damage a checkpoint can have that an older one may not: worth falling back for.
+bool is_damage(const common::Error& e) {
+  return e.kind() == common::ErrorKind::kIo || e.kind() == common::ErrorKind::kHdf5;
+}
+
+}  // namespace
+
+std::vector<std::string> resume_candidates(const job::CheckpointSection& checkpoint, int64_t restart_count) {
+  if (checkpoint.resume == "none") return {};
+  std::vector<std::string> own = checkpoint::committed_checkpoints(checkpoint.dir);
+  if (checkpoint.resume == "auto") return own;
+  if (restart_count > 0 && !own.empty()) {
+    spdlog::info("requeued start {}: continuing from the job's own checkpoint {}, not from [checkpoint] resume = {}",
+                 restart_count, own.front(), checkpoint.resume);
+    return own;
+  }
+  return {checkpoint.resume};
+}
+
+std::optional<checkpoint::AdapterRecord> adapter_record(const job::Job& job, const std::string& model_config,
+                                                        dist::Communicator& world, const std::string& weights_sha256) {
+  const std::optional<model::LoraSpec> spec = lora_spec(job);
+  if (!spec) return std::nullopt;
+  checkpoint::AdapterRecord r;
+  r.r = spec->r;
+  r.alpha = spec->alpha;
+  r.dropout = spec->dropout;
+  r.target_modules = spec->targets;
+  r.base_path = job.model.path.empty() ? "preset:" + std::string(job::enum_name(job.model.preset)) : job.model.path;
+  // The ranks that do not read weights never open the model folder: world rank 0 identifies it.
+  const std::vector<std::string> hashes = lines_of(dist::decide_on_root(world, [&] {
+    if (job.model.init != job::ModelInit::kPretrained) {
+      // A random base is its shape (the config) and its seed.
+      const std::string seed = common::sha256_hex(fmt::format("random init, seed {}", job.train.seed));
+      return fmt::format("{}\n{}\n{}\n{}\n", common::sha256_hex(model_config), seed, seed, seed);
+    }
+    const checkpoint::ModelIdentity id =
+        checkpoint::model_identity(checkpoint::HfFolder::open(job.model.path), weights_sha256);
+    return fmt::format("{}\n{}\n{}\n{}\n", id.config_sha256, id.tensors_sha256, id.weights_sha256,
+                       id.weights_sample_sha256);
+  }));
+  ST_CHECK(hashes.size() == 4, common::ErrorKind::kInternal, "the base model's identity has {} parts", hashes.size());
+  r.base_config_sha256 = hashes[0];
+  r.base_tensors_sha256 = hashes[1];
+  r.base_weights_sha256 = hashes[2];
+  r.base_weights_sample_sha256 = hashes[3];
+  return r;
+}
+
+std::vector<std::string> adapter_mismatches(const checkpoint::AdapterRecord& saved, const checkpoint::AdapterRecord& job) {
+  std::vector<std::string> out;
+  if (const std::optional<std::string> base = checkpoint::base_mismatch(saved, job))
+    out.push_back(*base + ": adapters only resume on the base model they were trained on");
+  if (saved.r != job.r) out.push_back(fmt::format("its LoRA rank is {}, [peft] lora_r is {}", saved.r, job.r));
+  if (saved.alpha != job.alpha)
+    out.push_back(fmt::format("its lora_alpha is {}, [peft] lora_alpha is {}", saved.alpha, job.alpha));
+  auto sorted = [](std::vector<std::string> v) {
+    std::sort(v.begin(), v.end());
+    return v;
+  };
+  if (sorted(saved.target_modules) != sorted(job.target_modules))
+    out.push_back(fmt::format("its target modules are [{}], [peft] target_modules are [{}]",
+                              fmt::join(saved.target_modules, ", "), fmt::join(job.target_modules, ", ")));
+  return out;
+}
+
+namespace {
+
+// Loads checkpoint `dir` into every rank, or throws the same error on every rank.
+train::ResumePoint load(const std::string& dir, fsdp::FsdpLlama& model, fsdp::AdamW& optimizer,
+                        dist::Communicator& world, const std::optional<checkpoint::AdapterRecord>& adapter) {
+  dist::decide_on_root(world, [&] {
+    const checkpoint::Manifest manifest = checkpoint::read_manifest(dir);
+    if (manifest.adapter && adapter) {
+      const std::vector<std::string> problems = adapter_mismatches(*manifest.adapter, *adapter);
+      ST_CHECK(problems.empty(), common::ErrorKind::kConfig, "cannot resume {}: {}", dir, fmt::join(problems, "; "));
+    }
+    return std::string();
+  });
+  optimizer.reset_state();  // an earlier attempt may have filled part of it
+  const checkpoint::TrainingState state = checkpoint::load_sharded_checkpoint(model, &optimizer, dir, world);
+  const int64_t lowest = dist::min_over(world, state.step), highest = dist::max_over(world, state.step);
+  ST_CHECK(lowest == highest, common::ErrorKind::kIo,
+           "the ranks loaded different steps from {} ({} to {}): the checkpoint changed while they read it", dir,
+           lowest, highest);
+  spdlog::info("loaded checkpoint {}", dir);
+  return {state.step, {state.epoch, state.sample_in_epoch}, state.loss_scale, state.reference_batch,
+          state.validation_pending};
+}
+
+}  // namespace
+
+train::CheckpointHooks checkpoint_hooks(const job::Job& job, const std::string& model_config, fsdp::FsdpLlama& model,
+                                        dist::ProcessGroups& groups, int64_t restart_count,
+                                        std::optional<checkpoint::AdapterRecord> adapter) {
+  train::CheckpointHooks hooks;
+  hooks.resume = [&job, &model, &groups, restart_count,
+                  adapter](fsdp::AdamW& optimizer) -> std::optional<train::ResumePoint> {
+    dist::Communicator& world = *groups.world;
+    // World rank 0 lists: every rank must try the same checkpoints, even if the directory changes
+    // while they look (a save of another job, a file system that lists lazily).
+    const std::vector<std::string> candidates = lines_of(dist::decide_on_root(world, [&] {
+      return fmt::format("{}", fmt::join(resume_candidates(job.checkpoint, restart_count), "\n"));
+    }));
+    if (candidates.empty()) {
+      spdlog::info("no checkpoint under {}: starting fresh", job.checkpoint.dir);
+      return std::nullopt;
+    }
+    const bool fall_back = job.checkpoint.resume == "auto" || restart_count > 0;
+    std::vector<std::string> skipped;
+    for (const std::string& dir : candidates) {
+      try {
+        return load(dir, model, optimizer, world, adapter);
+      } catch (const common::Error& e) {
+        if (!fall_back || !is_damage(e)) throw;
+        skipped.push_back(fmt::format("{}: {}", dir, e.what()));
+        spdlog::warn("skipping checkpoint {}: it does not load ({}); trying the next older one. It is left in place "
+                     "for inspection (shardtune-ckpt verify {})",
+                     dir, e.what(), dir);
+      }
+    }
+    common::raise(common::ErrorKind::kIo,
+                  fmt::format("none of the {} checkpoint(s) under {} loads, so the job cannot resume; nothing was "
+                              "deleted. HINT: check them with shardtune-ckpt verify, or start over with [checkpoint] "
+                              "resume = \"none\":\n  {}",
+                              candidates.size(), job.checkpoint.dir, fmt::join(skipped, "\n  ")));
+  };
+  hooks.save = [&job, &model, &groups, model_config, adapter, job_toml = job::to_toml(job)](
+                   fsdp::AdamW& optimizer, const train::ResumePoint& at) {
+    const std::string dir = checkpoint::save_checkpoint(
+        model, job.fsdp.save_optimizer ? &optimizer : nullptr,
+        {at.step, at.cursor.epoch, at.cursor.sample, at.loss_scale, at.reference_batch, at.validation_pending, job_toml,
+         model_config, adapter},
+        groups, job.checkpoint.dir, job.checkpoint.keep_last, job.fsdp.checkpoint_type == job::CheckpointType::kFull);
+    spdlog::info("checkpoint committed: {}", dir);
+  };
+  return hooks;
+}
+
+}  // namespace shardtune::rank_program

@@ -1,0 +1,184 @@
+// shardtune-rank: one MPI rank of a job, from the job file to the trained model. Reads from top to
+// bottom: bootstrap MPI, check the ranks against the job and build the communicators
+// (rank_start.h), the tokenizer and the model's shape, the sharded model (sharded_model.h), the
+// data (job_data.h), the checkpoints (job_checkpoint.h), and the training loop.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "checkpoint/h5_check.h"
+#include "common/error.h"
+#include "common/exit_codes.h"
+#include "common/job/job_loader.h"
+#include "common/log.h"
+#include "common/subprocess.h"
+#include "rank/job_checkpoint.h"
+#include "rank/job_data.h"
+#include "rank/job_model.h"
+#include "rank/rank_start.h"
+#include "rank/sharded_model.h"
+#include "runtime/dist/mpi_check.h"
+#include "runtime/dist/mpi_runtime.h"
+#include "runtime/dist/topology.h"
+#include "runtime/train/stop_request.h"
+#include "runtime/train/trainer.h"
+#include "slurm/sbatch_script.h"
+#include "slurm/slurm_env.h"
+
+namespace {
+
+using namespace shardtune;
+
+struct Args {
+  std::string job_path;
+  std::vector<std::string> overrides;
+};
+
+Args parse_args(int argc, char** argv) {
+  Args args;
+  bool options = true;  // until "--"
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (options && a == "--") {
+      options = false;
+    } else if (options && a == "--set" && i + 1 < argc) {
+      args.overrides.push_back(argv[++i]);
+    } else if (args.job_path.empty() && !a.empty() && (!options || a[0] != '-')) {
+      args.job_path = a;
+    } else {
+      common::raise(common::ErrorKind::kUsage,
+                    fmt::format("unexpected argument '{}'. Usage: shardtune-rank JOB.toml [--set section.key=value]...", a));
+    }
+  }
+  ST_CHECK(!args.job_path.empty(), common::ErrorKind::kUsage,
+           "no job file. Usage: shardtune-rank JOB.toml [--set section.key=value]...");
+  return args;
+}
+
+// The job, or nullopt when it is invalid: every rank reads the same file and fails alike, so rank 0
+// reports and all leave without an abort.
+std::optional<job::Job> load_job(const Args& args, const dist::Topology& topo) {
+  job::Diagnostics warnings;
+  try {
+    job::Job job = job::load_job_or_throw(args.job_path, args.overrides, &warnings);
+    const std::string log_file = common::init_logging({job.job.output_dir});
+    if (topo.rank == 0)
+      for (const auto& w : warnings.all()) spdlog::warn("{}", job::format(w));
+    spdlog::info("job '{}': {} ranks on {} node(s) ({}), {} per node; logs of every rank under {}/logs", job.job.name,
+                 topo.world_size, topo.num_nodes, fmt::join(topo.node_hosts, ", "), topo.local_size,
+                 job.job.output_dir);
+    spdlog::debug("local rank {}/{}; log file {}", topo.local_rank, topo.local_size, log_file);
+    return job;
+  } catch (const job::JobError& e) {
+    if (topo.rank == 0) fmt::print(stderr, "{}", e.what());
+    return std::nullopt;
+  }
+}
+
+// Every rank of the world takes part; true where `mine` is true on every rank.
+rank_program::DataContext data_context(const dist::Topology& topo) {
+  return {topo.rank, topo.world_size, [] { ST_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); },
+          [](bool mine) {
+            int in = mine ? 1 : 0, all = 0;
+            ST_MPI_CHECK(MPI_Allreduce(&in, &all, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD));
+            return all != 0;
+          }};
+}
+
+// The loop's outcome as the process's exit code (common/exit_codes.h).
+int train(const job::Job& job, const model::LlamaConfig& config, dist::ProcessGroups& groups,
+          fsdp::FsdpLlama& model, const rank_program::JobData& data, const train::CheckpointHooks& hooks) {
+  train::Trainer trainer({job.train, job.metrics, job.job.output_dir, job.checkpoint.every_steps, config}, groups, model,
+                         *data.train, data.val.get(), hooks);
+  train::TrainSummary summary;
+  try {
+    summary = trainer.run();
+  } catch (const common::Error& e) {
+    // Every rank sees the same reduced loss, norm and finiteness, and stops at the same point.
+    if (e.kind() != common::ErrorKind::kDiverged) throw;
+    spdlog::critical("{}", e.what());
+    return common::kExitDiverged;
+  }
+  if (summary.stop_signal != 0) {
+    spdlog::warn("stopped on signal {} after {} step(s) with a committed checkpoint: exit {} asks for a requeue",
+                 summary.stop_signal, summary.steps, common::kExitRequeue);
+    return common::kExitRequeue;
+  }
+  if (summary.losses.empty()) {
+    spdlog::info("done: nothing left to train");
+  } else {
+    spdlog::info("done: {} steps, loss {:.4f} -> {:.4f}, {:.0f} tokens/s", summary.steps, summary.losses.front(),
+                 summary.losses.back(), summary.tokens_per_second);
+  }
+  return 0;
+}
+
+// Under Slurm, a rank that lost its peers leaves a note for the batch script, which then requeues
+// the job (slurm/sbatch_script.h): the checkpoints load at whatever world size the next start gets.
+void note_lost_peers(const job::Job& job, const std::string& why) {
+  const slurm::SlurmEnv env = slurm::read_slurm_env([](const char* name) { return std::getenv(name); });
+  if (!env.in_job) return;
+  std::ofstream note(slurm::lost_peers_file(job.job.output_dir, env.job_id), std::ios::app);
+  note << why << "\n";
+}
+
+int run_job(const job::Job& job, const dist::Topology& topo);
+
+int run(int argc, char** argv) {
+  train::install_stop_handlers();
+  const Args args = parse_args(argc, argv);
+  const dist::Topology topo = dist::discover_topology(MPI_COMM_WORLD);
+  checkpoint::silence_hdf5_auto_print();  // HDF5 errors are reported in our own messages
+  common::set_process_identity({topo.host, topo.rank, topo.world_size, topo.node, topo.local_rank});
+  const std::optional<job::Job> job = load_job(args, topo);
+  if (!job) return common::kExitJobError;
+  try {
+    return run_job(*job, topo);
+  } catch (const common::Error& e) {
+    if (e.kind() == common::ErrorKind::kPeerLost) note_lost_peers(*job, e.what());
+    throw;
+  }
+}
+
+int run_job(const job::Job& job, const dist::Topology& topo) {
+  rank_program::announce_stop_handlers(job, topo);
+  rank_program::RankStart start = rank_program::start_rank(job, topo);
+
+  const std::string tokenizer =
+      rank_program::prepare_tokenizer(job, MPI_COMM_WORLD, common::sibling_executable("shardtune-tokenize"));
+  const model::LlamaConfig config = rank_program::model_config(job, tokenizer);
+  const std::string config_json = config.to_json().dump();
+  rank_program::ShardedModel model = rank_program::build_sharded_model(job, config, topo, start.groups, start.device);
+  const rank_program::JobData data = rank_program::load_job_data(job, config, tokenizer, data_context(topo));
+  const int64_t restarts = slurm::read_slurm_env([](const char* name) { return std::getenv(name); }).restart_count;
+  const train::CheckpointHooks hooks = rank_program::checkpoint_hooks(
+      job, config_json, *model.sharded, start.groups, restarts,
+      rank_program::adapter_record(job, config_json, *start.groups.world, model.weights_sha256));
+  return train(job, config, start.groups, *model.sharded, data, hooks);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int code = 0;
+  try {
+    dist::MpiRuntime mpi(&argc, &argv);
+    try {
+      code = run(argc, argv);
+    } catch (const std::exception& e) {
+      spdlog::critical("{}", e.what());
+      spdlog::shutdown();
+      dist::MpiRuntime::abort(1);
+    }
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "shardtune-rank: {}\n", e.what());
+    return 1;
+  }
+  return code;
+}

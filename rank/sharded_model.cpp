@@ -1,0 +1,71 @@
+// Building and loading the sharded model.
+#include "rank/sharded_model.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include <optional>
+
+#include "checkpoint/hf/hf_tensor_source.h"
+#include "checkpoint/hf/weights_digest.h"
+#include "rank/job_model.h"
+#include "runtime/fsdp/shard_loader.h"
+
+namespace shardtune::rank_program {
+namespace {
+
+void log_model(const job::Job& job, const ShardedModel& m, const std::set<std::string>& frozen) {
+  int64_t trainable = 0;
+  for (const model::NamedParam& p : m.model->named_parameters())
+    if (!frozen.count(p.name)) trainable += p.tensor->numel();
+  const bool lora = job.peft.method == job::PeftMethod::kLora;
+  spdlog::info("model: {:.1f}M parameters, {} trainable ({} frozen tensors{}), {} units; {} bytes of shards per rank",
+               static_cast<double>(m.model->config().num_parameters()) / 1e6, trainable, frozen.size(),
+               lora ? fmt::format(", LoRA r = {} on {}", job.peft.lora_r, fmt::join(job.peft.target_modules, ", ")) : "",
+               m.model->num_layers() + 2, m.sharded->persistent_bytes());
+}
+
+}  // namespace
+
+ShardedModel build_sharded_model(const job::Job& job, const model::LlamaConfig& config, const dist::Topology& topo,
+                                 dist::ProcessGroups& groups, const at::Device& device) {
+  const bool lora = job.peft.method == job::PeftMethod::kLora;
+  const bool stream = streams_weights(job, config);
+  std::optional<checkpoint::WeightsDigest> digest;
+  if (lora && topo.rank == 0 && job.model.init == job::ModelInit::kPretrained && !job.model.path.empty())
+    digest.emplace(checkpoint::HfFolder::open(job.model.path));
+  ShardedModel m;
+  m.model = stream ? std::make_unique<model::LlamaForCausalLM>(config, at::TensorOptions().device(at::kMeta))
+                   : build_model(job, config, digest ? &*digest : nullptr);
+  add_job_adapters(job, *m.model);
+  const fsdp::SourceFactory source = [&]() -> std::unique_ptr<fsdp::TensorSource> {
+    std::unique_ptr<fsdp::TensorSource> s = checkpoint::HfFolderSourceFactory{job.model.path}();
+    return digest ? checkpoint::digesting_source(std::move(s), *digest) : std::move(s);
+  };
+  if (stream) fsdp::validate_source(*m.model, source, MPI_COMM_WORLD);
+  const fsdp::FsdpOptions options =
+      fsdp::fsdp_options(job.fsdp, job.train, topo.world_size, topo.local_size, device, lora);
+  const std::set<std::string> frozen = frozen_parameters(job, *m.model);
+  m.sharded = std::make_unique<fsdp::FsdpLlama>(*m.model, groups, options, frozen);
+  double seconds = 0;
+  if (stream) {
+    const fsdp::LoadStats load = fsdp::load_shards(*m.sharded, source, MPI_COMM_WORLD,
+                                                   {job.fsdp.load_readers == job::LoadReaders::kNode});
+    seconds = load.seconds;
+    spdlog::info("streamed the weights into shards in {:.1f} s{}", load.seconds,
+                 load.reader ? fmt::format(" ({:.2f} GB read by this rank)", static_cast<double>(load.bytes_read) / 1e9)
+                             : "");
+  }
+  if (digest) {
+    m.weights_sha256 = digest->hex();
+    spdlog::info("base model identity: SHA-256 of every weight byte, {:.2f} s of hashing{}", digest->seconds(),
+                 seconds > 0 ? fmt::format(" within the {:.2f} s load ({:.0f}%)", seconds,
+                                           100.0 * digest->seconds() / seconds)
+                             : "");
+  }
+  log_model(job, m, frozen);
+  return m;
+}
+
+}  // namespace shardtune::rank_program

@@ -1,0 +1,28 @@
+// The job's model, sharded: either every rank builds the whole model and keeps its shards, or the
+// model is built without weights and each rank receives only its shards from the readers
+// (streams_weights). With LoRA on a pretrained base, world rank 0 digests every weight byte as it
+// reads it: the base identity its adapter checkpoints record (checkpoint/hf/weights_digest.h).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "common/job/job.h"
+#include "runtime/dist/process_groups.h"
+#include "runtime/dist/topology.h"
+#include "runtime/fsdp/fsdp_llama.h"
+#include "runtime/model/llama.h"
+
+namespace shardtune::rank_program {
+
+struct ShardedModel {
+  std::unique_ptr<model::LlamaForCausalLM> model;  // its parameters released into the shards
+  std::unique_ptr<fsdp::FsdpLlama> sharded;
+  std::string weights_sha256;  // world rank 0 of a LoRA job on a pretrained base; empty elsewhere
+};
+
+// Collective over the groups' world.
+ShardedModel build_sharded_model(const job::Job& job, const model::LlamaConfig& config, const dist::Topology& topo,
+                                 dist::ProcessGroups& groups, const at::Device& device);
+
+}  // namespace shardtune::rank_program

@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""Exactly once, whatever happens between starts: a property test through `shardtune run`.
+
+For packing and for padding, an uninterrupted run gives the reference. Then random sequences of
+starts, each at a random world size (1 to 4 ranks) and each ended by a stop signal after a random
+step (SIGUSR1 to a random rank, as Slurm sends ahead of a time limit) or by a SIGKILL of a random
+rank at a random phase of a checkpoint save, then resumed by the next start, until a last start
+finishes the job. Every job must end with:
+  - the multiset of (epoch, sample id) trained, from the sample_ids of metrics.jsonl (the debug
+    record each rank's trained samples go to), equal to the reference run's, and to every sample
+    of the alpaca file once per epoch (its 37 records do not divide any global batch here);
+  - the last step's learning rate equal to the cosine schedule's formula at that step's first
+    sample (positions over the whole run, warmup counted in the first start's global batch);
+  - the newest checkpoint at the last step, its cursor at the end of the data;
+  - one validation per epoch.
+
+usage: exactly_once_test.py SHARDTUNE SOURCE_DIR WORK_DIR [SEQUENCES_PER_MODE]
+"""
+import collections
+import json
+import math
+import os
+import random
+import shutil
+import subprocess
+import sys
+
+st, src, work = sys.argv[1], sys.argv[2], sys.argv[3]
+per_mode = int(sys.argv[4]) if len(sys.argv) > 4 else 10
+RECORDS, EPOCHS, PER_RANK, WARMUP, LR = 37, 2, 2, 3, 3e-3
+failures = []
+
+
+def fail(what):
+    print("FAIL:", what, flush=True)
+    failures.append(what)
+
+
+shutil.rmtree(work, ignore_errors=True)
+os.makedirs(work)
+records = json.load(open(os.path.join(src, "configs/data/tiny-alpaca.json")))
+json.dump(records[:RECORDS], open(os.path.join(work, "train.json"), "w"))
+json.dump(records[RECORDS:RECORDS + 8], open(os.path.join(work, "val.json"), "w"))
+tokenizer = os.path.join(src, "configs/data/tiny-tokenizer/tokenizer.json")
+with open(os.path.join(work, "job.toml"), "w") as f:
+    f.write(f"""[job]
+name = "exactly-once"
+[slurm]
+ntasks_per_node = 2
+[launch]
+launcher = "mpirun"
+collective_timeout_s = 120.0
+device = "cpu"
+[model]
+preset = "tiny"
+init = "random"
+[data]
+format = "alpaca"
+train_file = "{work}/train.json"
+val_file = "{work}/val.json"
+tokenizer = "{tokenizer}"
+[train]
+batch_size_training = {PER_RANK}
+context_length = 96
+num_epochs = {EPOCHS}
+lr = {LR}
+lr_scheduler = "cosine"
+warmup_steps = {WARMUP}
+mixed_precision = false
+max_eval_step = 2
+[fsdp]
+activation_checkpointing = false
+[checkpoint]
+every_steps = 3
+keep_last = 2
+[metrics]
+log_every_steps = 1000
+sample_ids = true
+""")
+
+
+def start(out, ranks, mode, env=None):
+    cmd = [st, "run", os.path.join(work, "job.toml"), "-n", str(ranks), "--set", f"job.output_dir={out}",
+           "--set", f"train.batching_strategy={mode}"]
+    with open(os.path.join(out + ".log"), "a") as log:
+        log.write(f"\n$ {' '.join(cmd)}  ({env or ''})\n")
+        log.flush()
+        return subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}).returncode
+
+
+def steps_of(out):
+    path = os.path.join(out, "metrics.jsonl")
+    if not os.path.exists(path):
+        return []
+    return [json.loads(l) for l in open(path) if l.strip()]
+
+
+def committed(out):
+    root = os.path.join(out, "checkpoints")
+    return os.path.isdir(root) and any(
+        d.startswith("step-") and os.path.exists(os.path.join(root, d, "manifest.json")) for d in os.listdir(root))
+
+
+def trained(out):
+    """(epoch, sample id) of every sample every rank trained, from the debug record."""
+    return collections.Counter((r["epoch"], i) for r in steps_of(out) if "step" in r
+                               for ids in r["sample_ids"] for i in ids)
+
+
+def expected_last_lr(first_batch, rows, last):
+    """The cosine schedule at the last step's first sample, over positions of the whole run."""
+    end = rows * EPOCHS
+    per_epoch = -(-rows // first_batch)
+    warm = WARMUP // per_epoch * rows + WARMUP % per_epoch * first_batch
+    before = (last["epoch"] - 1) * rows + last["samples"][0]
+    if before < warm:
+        return LR * min(1.0, (before + last["samples"][1] - last["samples"][0]) / warm)
+    return LR * 0.5 * (1 + math.cos(math.pi * min(1.0, (before - warm) / (end - warm))))
+
+
+def check(name, out, reference, rows, first_batch):
+    got = trained(out)
+    if got != reference:
+        extra, missing = got - reference, reference - got
+        fail(f"{name}: trained samples differ from the uninterrupted run: extra {dict(extra)}, missing {dict(missing)}")
+    if set(got.values()) != {1} or len(got) != rows * EPOCHS:
+        fail(f"{name}: {len(got)} (epoch, sample) pairs trained, {rows * EPOCHS} expected, each once")
+    records = steps_of(out)
+    steps = [r for r in records if "step" in r]
+    if [r["step"] for r in steps] != list(range(1, len(steps) + 1)):
+        fail(f"{name}: metrics.jsonl steps are not 1..{len(steps)} once each")
+    evals = [r["eval_epoch"] for r in records if "eval_epoch" in r]
+    if evals != list(range(1, EPOCHS + 1)):
+        fail(f"{name}: validations of epochs {evals}, expected one per epoch")
+    last = steps[-1]
+    want = expected_last_lr(first_batch, rows, last)
+    if abs(last["lr"] - want) > 1e-12 * LR:
+        fail(f"{name}: the last step's learning rate is {last['lr']}, the schedule gives {want}")
+    latest = os.path.realpath(os.path.join(out, "checkpoints", "latest"))
+    manifest = json.load(open(os.path.join(latest, "manifest.json")))
+    if manifest["step"] != last["step"] or (manifest["epoch"], manifest["sample_in_epoch"]) != (EPOCHS, 0):
+        fail(f"{name}: the newest checkpoint is step {manifest['step']} at epoch {manifest['epoch']} sample "
+             f"{manifest['sample_in_epoch']}; the last step is {last['step']}")
+
+
+random.seed(20261125)
+for mode in ("packing", "padding"):
+    ref_out = os.path.join(work, f"{mode}-reference")
+    if start(ref_out, 3, mode) != 0:
+        fail(f"{mode}: the uninterrupted run failed (see {ref_out}.log)")
+        continue
+    reference = trained(ref_out)
+    rows = len({i for _, i in reference})
+    print(f"{mode}: {rows} samples per epoch, {len(steps_of(ref_out))} records in the uninterrupted run", flush=True)
+    for n in range(per_mode):
+        out = os.path.join(work, f"{mode}-{n}")
+        ranks = random.randint(1, 4)
+        first_batch = None  # the global batch of the start that committed the job's first checkpoint
+        story = []
+        for _ in range(random.randint(1, 3)):
+            done = max([r["step"] for r in steps_of(out) if "step" in r], default=0)
+            rank = random.randrange(ranks)
+            if random.random() < 0.7:
+                at = done + random.randint(1, 6)
+                env = {"SHARDTUNE_TEST_SIGNAL_AT": f"{at}:{rank}"}
+                story.append(f"n={ranks} stop@{at}")
+            else:
+                at = (done // 3 + random.randint(1, 2)) * 3
+                phase = random.choice(["started", "files-written", "manifest-written", "renamed", "latest-updated"])
+                env = {"SHARDTUNE_TEST_KILL_AT": f"{phase}@{at}:{rank}"}
+                story.append(f"n={ranks} kill@{phase}@{at}")
+            rc = start(out, ranks, mode, env)
+            if rc not in (0, 75) and "SHARDTUNE_TEST_SIGNAL_AT" in env:
+                fail(f"{mode}-{n}: a start stopped by a signal exited {rc} (see {out}.log)")
+            if first_batch is None and committed(out):
+                first_batch = PER_RANK * ranks
+            ranks = random.randint(1, 4)
+        story.append(f"n={ranks} to the end")
+        rc = start(out, ranks, mode)
+        first_batch = first_batch or PER_RANK * ranks
+        print(f"{mode}-{n}: {', '.join(story)}: exit {rc}", flush=True)
+        if rc != 0:
+            fail(f"{mode}-{n}: the last start exited {rc} (see {out}.log)")
+            continue
+        check(f"{mode}-{n} ({', '.join(story)})", out, reference, rows, first_batch)
+
+print(f"{len(failures)} failure(s)")
+sys.exit(1 if failures else 0)
