@@ -4,7 +4,8 @@
 // this run on the same files (cold: the files are dropped from the page cache before each read).
 // Run: bench/load.sh, or mpirun -np 4 build/bin/load_bench [--reps N] MODEL_DIR (N loads, 5 by
 // default, each between two plain reads; the median ratio counts), and for the naive figure,
-// in a process of its own: build/bin/load_bench --naive MODEL_DIR
+// in a process of its own: build/bin/load_bench --naive MODEL_DIR. With --digest: what the base
+// model's identity (every byte digested by world rank 0 as it reads) adds to a load (bench/digest.sh).
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <mpi.h>
@@ -13,9 +14,11 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <optional>
 #include <vector>
 
 #include "checkpoint/hf/hf_tensor_source.h"
+#include "checkpoint/hf/weights_digest.h"
 #include "common/process_memory.h"
 #include "checkpoint/hf/safetensors_torch.h"
 #include "runtime/dist/mpi_runtime.h"
@@ -71,10 +74,47 @@ int64_t naive_peak_growth(const std::string& dir) {
 
 }  // namespace
 
+// What the base model's identity costs (checkpoint/hf/weights_digest.h): cold loads alternate
+// without and with world rank 0 digesting every byte it reads, as a LoRA job's rank 0 does.
+int digest_cost(fsdp::FsdpLlama& sharded, const std::string& dir, int reps, int rank) {
+  std::vector<double> ratios, shares;
+  for (int rep = 0; rep < reps; ++rep) {
+    double seconds[2] = {0, 0};
+    double hashing = 0;
+    for (int with = 0; with < 2; ++with) {
+      if (rank == 0) drop_from_cache(dir);
+      MPI_Barrier(MPI_COMM_WORLD);
+      std::optional<checkpoint::WeightsDigest> digest;
+      if (with && rank == 0) digest.emplace(checkpoint::HfFolder::open(dir));
+      const fsdp::SourceFactory source = [&]() -> std::unique_ptr<fsdp::TensorSource> {
+        auto s = checkpoint::HfFolderSourceFactory{dir}();
+        return digest ? checkpoint::digesting_source(std::move(s), *digest) : std::move(s);
+      };
+      seconds[with] = fsdp::load_shards(sharded, source, MPI_COMM_WORLD).seconds;
+      if (digest) {
+        digest->hex();
+        hashing = digest->seconds();
+      }
+    }
+    if (rank != 0) continue;
+    ratios.push_back(seconds[1] / seconds[0]);
+    shares.push_back(hashing / seconds[1]);
+    fmt::print("load {}: {:.2f} s without the digest, {:.2f} s with it ({:.2f} s hashing): {:.3f}\n", rep + 1,
+               seconds[0], seconds[1], hashing, ratios.back());
+  }
+  if (rank == 0) {
+    std::sort(ratios.begin(), ratios.end());
+    std::sort(shares.begin(), shares.end());
+    fmt::print("load with the base digest / without, median of {}: {:.3f}; hashing / load time: {:.3f}\n", reps,
+               ratios[ratios.size() / 2], shares[shares.size() / 2]);
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
   dist::MpiRuntime mpi(&argc, &argv);
   if (argc < 2) {
-    fmt::print(stderr, "usage: load_bench [--reps N] [--naive] MODEL_DIR\n");
+    fmt::print(stderr, "usage: load_bench [--reps N] [--digest | --naive] MODEL_DIR\n");
     return 2;
   }
   int reps = 5;
@@ -82,6 +122,12 @@ int main(int argc, char** argv) {
     reps = std::max(1, std::stoi(argv[2]));
     argv += 2;
     argc -= 2;
+  }
+  bool digest_only = false;
+  if (std::string(argv[1]) == "--digest" && argc > 2) {
+    digest_only = true;
+    ++argv;
+    --argc;
   }
   if (std::string(argv[1]) == "--naive" && argc > 2) {
     // One process holding the whole model, as when every rank loads it: its peak per model byte.
@@ -115,6 +161,8 @@ int main(int argc, char** argv) {
   const checkpoint::HfFolderSourceFactory source{dir};
   fsdp::validate_source(skeleton, source, MPI_COMM_WORLD);
   fsdp::FsdpLlama sharded(skeleton, groups, options);
+
+  if (digest_only) return digest_cost(sharded, dir, reps, rank);
 
   // The disk of a shared machine drifts: plain reads and loads alternate (read, load, read, ...),
   // each cold, and each load is compared with the mean of the reads either side of it. The plain

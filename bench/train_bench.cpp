@@ -71,7 +71,7 @@ train::Batch make_batch(const Args& a, int64_t vocab, int step, int rank) {
       pos[r * a.seq + t] = p;
     }
   }
-  return {ids, ids, a.packed ? positions : at::Tensor()};
+  return {ids, ids, a.packed ? positions : at::Tensor(), 1.0, {}};
 }
 
 bool is_out_of_memory(const std::exception& e) {

@@ -50,8 +50,10 @@ std::vector<std::string> placement_problems(const job::Job& job, const Placement
         "asks sbatch for [slurm] nodes",
         asked, env.job_id, env.num_nodes, env.node_list));
   }
-  // The nodes it got: Slurm's count inside a job, else what MPI started.
-  const int64_t nodes = env.in_job && env.num_nodes > 0 ? env.num_nodes : (allowed(p.num_nodes) ? p.num_nodes : most);
+  // The nodes this start was given: Slurm's count inside a job, else what MPI started, when the
+  // job allows that many; else the job's own count, which the message then sets against MPI's.
+  const int64_t given = env.in_job && env.num_nodes > 0 ? env.num_nodes : p.num_nodes;
+  const int64_t nodes = allowed(given) ? given : most;
   if (p.world_size != nodes * per_node || p.num_nodes != nodes || !p.uniform) {
     problems.push_back(fmt::format(
         "the job asks for {} node(s) x {} rank(s) = {} but MPI started {} rank(s) on {} node(s){}. HINT: start the "

@@ -137,6 +137,8 @@ void check_no_effect(const Job& job, Checker& c) {
   warn_if_no_effect(job, c, "train", "num_freeze_layers", !t.freeze_layers, "freeze_layers is false");
   for (const char* key : {"val_batch_size", "max_eval_step"})
     warn_if_no_effect(job, c, "train", key, !t.run_validation, "run_validation is false");
+  warn_if_no_effect(job, c, "train", "max_nonfinite_skips", t.on_nonfinite == OnNonFinite::kStop,
+                    "on_nonfinite is \"stop\" (the first non-finite step ends the run)");
 }
 
 // LoRA's keys mean nothing to a full fine-tune: one given a value of its own there is refused. (A
@@ -159,6 +161,9 @@ void check_metrics(const Job& job, Checker& c) {
   if (job.metrics.save_metrics && !job.metrics.jsonl)
     c.error({"metrics.save_metrics", "metrics.jsonl"},
             "save_metrics = true is made from metrics.jsonl, which jsonl = false turns off: set jsonl = true");
+  if (job.metrics.sample_ids && !job.metrics.jsonl)
+    c.error({"metrics.sample_ids", "metrics.jsonl"},
+            "sample_ids = true is recorded in metrics.jsonl, which jsonl = false turns off: set jsonl = true");
   warn_if_no_effect(job, c, "metrics", "peak_tflops", !job.metrics.jsonl, "jsonl is false (MFU is written there)");
   warn_if_no_effect(job, c, "launch", "gpu_memory_gib", job.launch.device == Device::kCpu,
                     "device is \"cpu\" (the planner checks GPU memory)");

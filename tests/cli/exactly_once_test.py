@@ -5,7 +5,7 @@ For packing and for padding, an uninterrupted run gives the reference. Then rand
 starts, each at a random world size (1 to 4 ranks) and each ended by a stop signal after a random
 step (SIGUSR1 to a random rank, as Slurm sends ahead of a time limit) or by a SIGKILL of a random
 rank at a random phase of a checkpoint save, then resumed by the next start, until a last start
-finishes the job. Every job must end with:
+finishes the job. The first sequence of each mode stops exactly at the end of epoch 1. Every job must end with:
   - the multiset of (epoch, sample id) trained, from the sample_ids of metrics.jsonl (the debug
     record each rank's trained samples go to), equal to the reference run's, and to every sample
     of the alpaca file once per epoch (its 37 records do not divide any global batch here);
@@ -157,11 +157,16 @@ for mode in ("packing", "padding"):
         ranks = random.randint(1, 4)
         first_batch = None  # the global batch of the start that committed the job's first checkpoint
         story = []
-        for _ in range(random.randint(1, 3)):
+        # The first sequence stops at the last step of epoch 1 (2 ranks, global batch 4): that
+        # epoch's validation must still happen, once, when the next start resumes.
+        epoch_end = -(-rows // (PER_RANK * 2)) if n == 0 else None
+        if epoch_end:
+            ranks = 2
+        for _ in range(1 if epoch_end else random.randint(1, 3)):
             done = max([r["step"] for r in steps_of(out) if "step" in r], default=0)
             rank = random.randrange(ranks)
-            if random.random() < 0.7:
-                at = done + random.randint(1, 6)
+            if epoch_end or random.random() < 0.7:
+                at = epoch_end or done + random.randint(1, 6)
                 env = {"SHARDTUNE_TEST_SIGNAL_AT": f"{at}:{rank}"}
                 story.append(f"n={ranks} stop@{at}")
             else:

@@ -13,6 +13,7 @@
 #  - `shardtune status` from another folder, with a damaged job.toml, with a hostile job-id file;
 #  - `shardtune plot` of a run folder named like a gnuplot pipe runs nothing;
 #  - an output_dir that starts with '-'; a token file of another user is not trusted;
+#  - export-hf that fails half way (a file size limit) leaves no partial folder;
 #  - `shardtune-ckpt inspect` escapes control characters of tensor names.
 # usage: failure_modes_test.sh SHARDTUNE SOURCE_DIR SHARDTUNE_CKPT
 set -u
@@ -120,7 +121,7 @@ run "$tmp/fallback" 2 --set checkpoint.keep_last=5 || fail "the fallback run fai
 bad=$tmp/fallback/checkpoints/step-0000012
 f=$(ls "$bad"/*.h5 | head -1)
 printf '\x55\x55\x55\x55' | dd of="$f" bs=1 seek=$(($(stat -c %s "$f") / 2)) conv=notrunc status=none
-run "$tmp/fallback" 2 --set train.max_train_step=10 || fail "a damaged newest checkpoint stopped the resume: $(tail -3 "$tmp/log")"
+run "$tmp/fallback" 2 --set train.max_train_step=10 --set checkpoint.keep_last=5 || fail "a damaged newest checkpoint stopped the resume: $(tail -3 "$tmp/log")"
 grep -q "skipping checkpoint $bad: it does not load" "$tmp/fallback/logs/rank-00000.log" ||
   fail "the damaged checkpoint was not named"
 grep -q "resuming at step 8 " "$tmp/fallback/logs/rank-00000.log" || fail "the next older checkpoint was not resumed"
@@ -128,7 +129,7 @@ grep -q "resuming at step 8 " "$tmp/fallback/logs/rank-00000.log" || fail "the n
 for c in 4 8; do ln -sfn /dev/null "$tmp/fallback/checkpoints/step-000000$c/manifest.json"; done
 f=$(ls "$tmp"/fallback/checkpoints/step-0000010/*.h5 | head -1)
 printf '\x55\x55\x55\x55' | dd of="$f" bs=1 seek=$(($(stat -c %s "$f") / 2)) conv=notrunc status=none
-run "$tmp/fallback" 2 --set train.max_train_step=14 && fail "a job whose checkpoints are all damaged exited 0"
+run "$tmp/fallback" 2 --set train.max_train_step=14 --set checkpoint.keep_last=5 && fail "a job whose checkpoints are all damaged exited 0"
 grep -q "none of the 4 checkpoint(s) under .* loads, so the job cannot resume; nothing was deleted" "$tmp/log" ||
   fail "all damaged: $(grep -m1 -i 'error\|critical' "$tmp/log")"
 [ "$(ls -d "$tmp"/fallback/checkpoints/step-* | wc -l)" -eq 4 ] || fail "damaged checkpoints were deleted"
@@ -170,6 +171,16 @@ if chown 65534 "$tokens" 2>/dev/null; then  # only root can give a file away
   grep -q "ignoring the token file $tokens: it belongs to user 65534" "$tmp/log" || fail "another user's token file was trusted"
   grep -q "tokens cached by an earlier run" "$tmp/log" && fail "another user's tokens were trained on"
 fi
+
+# --- A tool's output folder appears whole or not at all -----------------------------------------------
+# A file size limit stands in for a full disk: the export fails half way and leaves nothing, so the
+# rerun is not refused as a folder that is not empty.
+(ulimit -f 64; trap '' XFSZ; "$ckpt" export-hf "$tmp/prof/checkpoints/step-0000012" "$tmp/hf" >"$tmp/log" 2>&1) &&
+  fail "export-hf past a file size limit exited 0"
+ls -d "$tmp"/hf* >/dev/null 2>&1 && fail "a failed export-hf left files behind: $(ls -d "$tmp"/hf*)"
+"$ckpt" export-hf "$tmp/prof/checkpoints/step-0000012" "$tmp/hf" >"$tmp/log" 2>&1 ||
+  fail "export-hf after a failed one: $(cat "$tmp/log")"
+[ -s "$tmp/hf/config.json" ] || fail "export-hf wrote no config.json"
 
 # --- inspect escapes what a manifest names ----------------------------------------------------------
 c=$tmp/prof/checkpoints/step-0000012

@@ -93,7 +93,18 @@ grep -q "resuming at step 10 " "$tmp/log" || fail "3 ranks did not resume the fu
 run "$tmp/a" 3 80 || { fail "the resume at 3 ranks failed"; tail -20 "$tmp/log"; }
 grep -q "resuming at step 60 " "$tmp/log" || fail "3 ranks did not resume from step 60"
 grep -q "job 'tiny-lora': 3 ranks" "$tmp/log" || fail "not 3 ranks"
-[[ "$(readlink "$tmp/a/checkpoints/latest")" == step-0000080 ]] || fail "no checkpoint at step 80"
+# max_train_step counts steps of the first start's global batch: 3 ranks stop at the sample that
+# 80 steps of 2 ranks reach, in fewer steps of their own.
+last=$($py - "$tmp/a/metrics.jsonl" <<'PY'
+import json, sys
+r = [json.loads(l) for l in open(sys.argv[1]) if '"step":' in l]
+width = r[0]["samples"][1] - r[0]["samples"][0]
+assert r[-1]["epoch"] == 1 and r[-1]["samples"][1] == 80 * width, (r[-1]["samples"], width)
+print(r[-1]["step"])
+PY
+) || fail "3 ranks did not stop where 80 steps of 2 ranks do"
+final=$(printf 'step-%07d' "${last:-0}")
+[[ "$(readlink "$tmp/a/checkpoints/latest")" == "$final" ]] || fail "no checkpoint at the last step ($final)"
 
 # Another base, another rank: refused, and the checkpoints untouched.
 "$make_model" "$tmp/other-base" --vocab 558 --seed 7 --dtype fp32 >/dev/null || fail "shardtune-make-model failed"
@@ -102,10 +113,10 @@ grep -q "adapters only resume on the base model they were trained on" "$tmp/log"
   fail "another base was not refused with the reason: $(grep -m1 -i error "$tmp/log")"
 run "$tmp/a" 2 100 --set peft.lora_r=4 && fail "resuming with another rank exited 0"
 grep -q "its LoRA rank is 8, \[peft\] lora_r is 4" "$tmp/log" || fail "another rank was not refused with the reason"
-[[ "$(readlink "$tmp/a/checkpoints/latest")" == step-0000080 ]] || fail "a refused resume changed the checkpoints"
+[[ "$(readlink "$tmp/a/checkpoints/latest")" == "$final" ]] || fail "a refused resume changed the checkpoints"
 
 # PEFT out, and in again.
-c=$tmp/a/checkpoints/step-0000080
+c=$tmp/a/checkpoints/$final
 "$ckpt" export-peft "$c" "$tmp/peft" 2>"$tmp/log" || fail "export-peft failed: $(cat "$tmp/log")"
 $py - "$tmp/peft" <<'PY' || fail "the PEFT folder is not PEFT's layout"
 import json, sys

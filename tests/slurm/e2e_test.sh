@@ -381,7 +381,16 @@ resize)
   [[ "$(state "$job2")" == COMPLETED ]] || { fail "the resubmitted job ended $(state "$job2")"; show_log "$out/slurm-$job2.out"; }
   grep -q "job 'tiny-2x2': 3 ranks on 1 node(s)" "$out/slurm-$job2.out" || fail "not 3 ranks on 1 node"
   grep -q "resuming at step $((10#${at#step-})) " "$out/slurm-$job2.out" || fail "did not resume from $at"
-  [[ "$(readlink "$out/checkpoints/latest")" == step-0000600 ]] || fail "no final checkpoint at step 600"
+  # max_train_step counts steps of the first start's global batch (16): 3 ranks (12) stop at sample
+  # 9600 as 2 x 2 would, and the last step's checkpoint is the newest.
+  last=$($py - "$out/metrics.jsonl" <<'PY'
+import json, sys
+r = [json.loads(l) for l in open(sys.argv[1]) if '"step":' in l]
+assert r[-1]["samples"][1] == 600 * 16 and r[-1]["samples"][1] - r[-1]["samples"][0] <= 12, r[-1]["samples"]
+print(r[-1]["step"])
+PY
+) || fail "the resized job did not stop at sample 9600"
+  [[ "$(readlink "$out/checkpoints/latest")" == "$(printf 'step-%07d' "${last:-0}")" ]] || fail "no final checkpoint at the last step"
   ;;
 
 second_writer)
@@ -486,8 +495,8 @@ lora)
   [[ "$(state "$job2")" == COMPLETED ]] || { fail "the 3-rank job ended $(state "$job2")"; show_log "$out/slurm-$job2.out"; }
   grep -q "job 'tiny-lora': 3 ranks on 1 node(s)" "$out/slurm-$job2.out" || fail "not 3 ranks on 1 node"
   grep -q "resuming at step 100 " "$out/slurm-$job2.out" || fail "3 ranks did not resume from step 100"
-  "$ckpt_tool" export-peft "$out/checkpoints/step-0000120" "$out_root/peft" 2>/dev/null || fail "export-peft failed"
-  "$ckpt_tool" merge-lora "$out/checkpoints/step-0000120" "$src/configs/data/tiny-llama" "$out_root/merged" 2>/dev/null ||
+  "$ckpt_tool" export-peft "$out/checkpoints/latest" "$out_root/peft" 2>/dev/null || fail "export-peft failed"
+  "$ckpt_tool" merge-lora "$out/checkpoints/latest" "$src/configs/data/tiny-llama" "$out_root/merged" 2>/dev/null ||
     fail "merge-lora failed"
   ;;
 

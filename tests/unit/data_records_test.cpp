@@ -2,6 +2,8 @@
 // skipped or fatal as configured; prompt tokens masked; positions restarting per example.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -233,6 +235,28 @@ TEST(TokenFile, MappedRowsEqualInMemoryPackingAndStaleFilesAreIgnored) {
 // Damage anywhere is named before anything is read through the file: counts that would overflow
 // the size computation, one offset flipped (padded batching once read past the mapping), a flipped
 // id (the checksum), ids outside the vocabulary.
+// A token file truncated by another process while it is mapped: reading past its new end would
+// end the process with a bare SIGBUS; it ends with status 1 and the file named instead.
+TEST(TokenFile, ATruncatedMappedFileEndsTheProcessNamingItNotWithSigbus) {
+  std::vector<Example> examples(400);
+  for (Example& ex : examples)
+    for (int i = 0; i < 64; ++i) {
+      ex.ids.push_back(i);
+      ex.labels.push_back(i);
+    }
+  const std::string path = write("truncated.tokens", "");
+  TokenFile::write(path, "key", examples);
+  EXPECT_EXIT(
+      {
+        const auto mapped = TokenFile::open(path, "key", 500);
+        if (mapped == nullptr || ::truncate(path.c_str(), 0) != 0) std::exit(2);
+        int64_t sum = 0;
+        for (const int32_t id : mapped->ids()) sum += id;
+        std::exit(sum == 0 ? 3 : 4);  // not reached: the pages past the end fault
+      },
+      ::testing::ExitedWithCode(1), "truncated.tokens shrank while it was being read");
+}
+
 TEST(TokenFile, DamageIsFoundWithoutOverflowAndNamed) {
   std::vector<Example> examples(3);
   for (int e = 0; e < 3; ++e)

@@ -1,5 +1,6 @@
 // The sbatch script as a pure function of the job, shell quoting checked by a real bash, the
 // placement checks, and scontrol's output parsed.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -43,6 +44,27 @@ TEST(SbatchScript, OptionsComeFromTheSlurmSectionInOrder) {
             (std::vector<std::string>{"sbatch", "--parsable", "/scratch/runs/t/shardtune.sbatch"}));
 }
 
+// The words the script's `ranks` array holds once bash expands it in an allocation of `nodes`
+// nodes (SLURM_JOB_NUM_NODES), one per line.
+std::vector<std::string> rank_words(const std::string& script, int nodes) {
+  const size_t begin = script.find("\nranks=(");
+  const size_t end = script.find('\n', begin + 1);
+  const std::string program = fmt::format("SLURM_JOB_NUM_NODES={}\n{}\n{}\nprintf '%s\\n' \"${{ranks[@]}}\"", nodes,
+                                          script.substr(script.find("readonly NODES="),
+                                                        script.find('\n', script.find("readonly NODES=")) -
+                                                            script.find("readonly NODES=")),
+                                          script.substr(begin + 1, end - begin - 1));
+  const common::CommandResult r = common::run_command({"bash", "-c", program});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  std::vector<std::string> words;
+  for (size_t at = 0; at < r.out.size();) {
+    const size_t nl = r.out.find('\n', at);
+    words.push_back(r.out.substr(at, nl - at));
+    at = nl + 1;
+  }
+  return words;
+}
+
 TEST(SbatchScript, IsAPureFunctionOfTheJob) {
   const job::Job job = load("[slurm]\nnodes = 2\nntasks_per_node = 2\n");
   EXPECT_EQ(sbatch_script(job, kPaths), sbatch_script(job, kPaths));
@@ -50,19 +72,35 @@ TEST(SbatchScript, IsAPureFunctionOfTheJob) {
   EXPECT_EQ(script.rfind("#!/bin/bash\n", 0), 0u);
   EXPECT_NE(script.find("export SRUN_CPUS_PER_TASK=1\n"), std::string::npos);
   EXPECT_NE(script.find("readonly REQUEUE_EXIT=75\n"), std::string::npos);
+  EXPECT_NE(script.find("readonly DIVERGED_EXIT=3\n"), std::string::npos);
   EXPECT_NE(script.find("readonly MAX_REQUEUES=3\n"), std::string::npos);
-  EXPECT_NE(script.find("ranks=( 'srun' '--mpi=pmix' '--kill-on-bad-exit=1' '--nodes=2' '--ntasks-per-node=2' "
-                        "'--ntasks=4' '/opt/st/bin/shardtune-rank' '/scratch/runs/t/job.toml')"),
-            std::string::npos);
+  EXPECT_EQ(rank_words(script, 2),
+            (std::vector<std::string>{"srun", "--mpi=pmix", "--kill-on-bad-exit=1", "--nodes=2", "--ntasks-per-node=2",
+                                      "--ntasks=4", "/opt/st/bin/shardtune-rank", "--", "/scratch/runs/t/job.toml"}));
   EXPECT_NE(script.find("scontrol requeue \"$SLURM_JOB_ID\""), std::string::npos);
+}
+
+// With min_nodes, sbatch may give fewer nodes, and the ranks start on the nodes given.
+TEST(SbatchScript, AStartRunsOnTheNodesItGetsWithinMinNodes) {
+  const job::Job job = load("[slurm]\nnodes = 4\nmin_nodes = 2\nntasks_per_node = 2\n");
+  const std::vector<std::string> options = sbatch_options(job);
+  EXPECT_EQ(options[1], "--nodes=2-4");
+  const std::string script = sbatch_script(job, kPaths);
+  for (int nodes : {2, 3, 4}) {
+    const std::vector<std::string> words = rank_words(script, nodes);
+    ASSERT_GE(words.size(), 6u);
+    EXPECT_EQ(words[3], fmt::format("--nodes={}", nodes));
+    EXPECT_EQ(words[5], fmt::format("--ntasks={}", 2 * nodes));
+  }
+  EXPECT_EQ(sbatch_options(load("[slurm]\nnodes = 4\nmin_nodes = 4\n"))[1], "--nodes=4");
 }
 
 TEST(SbatchScript, MpirunLaunchPlacesRanksPerNode) {
   const job::Job job = load("[slurm]\nnodes = 3\ngpus_per_node = 4\n[launch]\nlauncher = \"mpirun\"\n"
                             "extra_mpirun_options = [\"--mca\", \"btl_tcp_if_include\", \"ib0\"]\n");
-  EXPECT_NE(sbatch_script(job, kPaths).find("ranks=( 'mpirun' '-np' '12' '--map-by' 'ppr:4:node' '--mca' "
-                                            "'btl_tcp_if_include' 'ib0' '/opt/st/bin/shardtune-rank'"),
-            std::string::npos);
+  EXPECT_EQ(rank_words(sbatch_script(job, kPaths), 3),
+            (std::vector<std::string>{"mpirun", "-np", "12", "--map-by", "ppr:4:node", "--mca", "btl_tcp_if_include",
+                                      "ib0", "/opt/st/bin/shardtune-rank", "--", "/scratch/runs/t/job.toml"}));
 }
 
 // Runs `script` through bash: -n (syntax) and, for the probe, the assignments only.
@@ -156,6 +194,23 @@ TEST(SlurmEnv, EveryMismatchIsExplained) {
   problems = placement_problems(job, placement(8, 2, {"g1", "g2"}, 0), SlurmEnv{});
   ASSERT_EQ(problems.size(), 1u);
   EXPECT_NE(problems[0].find("asks for 4 GPU(s) per node but this rank sees none"), std::string::npos);
+}
+
+// min_nodes: a start on fewer nodes than `nodes` is what the job allows, not a mismatch.
+TEST(SlurmEnv, FewerNodesWithinMinNodesAreAccepted) {
+  const job::Job job = load("[slurm]\nnodes = 2\nmin_nodes = 1\nntasks_per_node = 2\n");
+  SlurmEnv env;
+  env.in_job = true;
+  env.job_id = "7";
+  env.num_nodes = 1;
+  env.node_list = "n1";
+  EXPECT_TRUE(placement_problems(job, placement(2, 1, {"n1"}, 0), env).empty());
+  env.num_nodes = 2;
+  EXPECT_TRUE(placement_problems(job, placement(4, 2, {"n1", "n2"}, 0), env).empty());
+  const std::vector<std::string> problems = placement_problems(job, placement(4, 1, {"n1"}, 0), SlurmEnv{});
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].find("1 node(s) x 2 rank(s) = 2 but MPI started 4 rank(s) on 1 node(s)"), std::string::npos)
+      << problems[0];
 }
 
 TEST(JobState, ParsesScontrolOneLineOutput) {

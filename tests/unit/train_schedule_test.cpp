@@ -58,7 +58,9 @@ TEST(RunSchedule, WarmupThenCosineToZeroAtTheStepCountedFormula) {
     const double want = k < 10 ? 2e-3 * static_cast<double>(k + 1) / 10.0
                                : 1e-3 * (1.0 + std::cos(M_PI * static_cast<double>(k - 10) / 100.0));
     EXPECT_NEAR(s.lr(span), want, 1e-18) << "step " << k;
-    if (k > 10) EXPECT_LT(s.lr(span), previous);
+    if (k > 10) {
+      EXPECT_LT(s.lr(span), previous);
+    }
     previous = s.lr(span);
     c = s.after(span);
   }
