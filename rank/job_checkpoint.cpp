@@ -2,6 +2,8 @@
 #include "rank/job_checkpoint.h"
 
 #include <algorithm>
+#include <ctime>
+#include <filesystem>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -100,6 +102,24 @@ std::vector<std::string> adapter_mismatches(const checkpoint::AdapterRecord& sav
 
 namespace {
 
+// Damaged checkpoints that an older one stood in for are renamed out of the way (<dir>.damaged-<time>),
+// never deleted: a later start does not try them again, a rerun's save of the same step does not
+// replace them, pruning does not count them, and they stay for inspection. Only when an older one
+// loaded: if none does, nothing is touched and the user decides.
+void set_aside(const std::vector<std::string>& damaged) {
+  for (const std::string& dir : damaged) {
+    const std::string aside = fmt::format("{}.damaged-{}", dir, std::time(nullptr));
+    std::error_code ec;
+    std::filesystem::rename(dir, aside, ec);
+    if (ec) {
+      spdlog::warn("could not set the damaged checkpoint {} aside: {}", dir, ec.message());
+    } else {
+      spdlog::warn("the damaged checkpoint {} is kept as {} for inspection (shardtune-ckpt verify {})", dir, aside,
+                   aside);
+    }
+  }
+}
+
 // Loads checkpoint `dir` into every rank, or throws the same error on every rank.
 train::ResumePoint load(const std::string& dir, fsdp::FsdpLlama& model, fsdp::AdamW& optimizer,
                         dist::Communicator& world, const std::optional<checkpoint::AdapterRecord>& adapter) {
@@ -141,23 +161,24 @@ train::CheckpointHooks checkpoint_hooks(const job::Job& job, const std::string& 
       return std::nullopt;
     }
     const bool fall_back = job.checkpoint.resume == "auto" || restart_count > 0;
-    std::vector<std::string> skipped;
+    std::vector<std::string> skipped, why;
     for (const std::string& dir : candidates) {
       try {
-        return load(dir, model, optimizer, world, adapter);
+        const train::ResumePoint at = load(dir, model, optimizer, world, adapter);
+        if (world.rank() == 0) set_aside(skipped);
+        return at;
       } catch (const common::Error& e) {
         if (!fall_back || !is_damage(e)) throw;
-        skipped.push_back(fmt::format("{}: {}", dir, e.what()));
-        spdlog::warn("skipping checkpoint {}: it does not load ({}); trying the next older one. It is left in place "
-                     "for inspection (shardtune-ckpt verify {})",
-                     dir, e.what(), dir);
+        skipped.push_back(dir);
+        why.push_back(fmt::format("{}: {}", dir, e.what()));
+        spdlog::warn("skipping checkpoint {}: it does not load ({}); trying the next older one", dir, e.what());
       }
     }
     common::raise(common::ErrorKind::kIo,
                   fmt::format("none of the {} checkpoint(s) under {} loads, so the job cannot resume; nothing was "
                               "deleted. HINT: check them with shardtune-ckpt verify, or start over with [checkpoint] "
                               "resume = \"none\":\n  {}",
-                              candidates.size(), job.checkpoint.dir, fmt::join(skipped, "\n  ")));
+                              candidates.size(), job.checkpoint.dir, fmt::join(why, "\n  ")));
   };
   hooks.save = [&job, &model, &groups, model_config, adapter, job_toml = job::to_toml(job)](
                    fsdp::AdamW& optimizer, const train::ResumePoint& at) {

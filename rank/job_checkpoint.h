@@ -3,7 +3,8 @@
 // - resume = "auto" (and any requeued start, SLURM_RESTART_COUNT > 0, that has checkpoints of its
 //   own) tries the job's committed checkpoints newest first: one that does not load (a damaged
 //   file, a failed checksum, a broken manifest) is skipped, named in the log with the reason, and
-//   the next older one is tried. Nothing is deleted. When none loads, the start fails naming each.
+//   the next older one is tried. Once one loads, the skipped ones are renamed <dir>.damaged-<time>
+//   and kept: nothing is deleted. When none loads, nothing is touched and the start fails naming each.
 // - An explicit [checkpoint] resume = PATH is the starting point of the job's first start only; it
 //   is loaded or the start fails.
 // - Adapters resume only on the base model and with the shape they were trained with: that is the

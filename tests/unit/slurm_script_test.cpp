@@ -76,7 +76,7 @@ TEST(SbatchScript, IsAPureFunctionOfTheJob) {
   EXPECT_NE(script.find("readonly MAX_REQUEUES=3\n"), std::string::npos);
   EXPECT_EQ(rank_words(script, 2),
             (std::vector<std::string>{"srun", "--mpi=pmix", "--kill-on-bad-exit=1", "--nodes=2", "--ntasks-per-node=2",
-                                      "--ntasks=4", "/opt/st/bin/shardtune-rank", "--", "/scratch/runs/t/job.toml"}));
+                                      "--ntasks=4", "/opt/st/bin/shardtune-rank", "/scratch/runs/t/job.toml"}));
   EXPECT_NE(script.find("scontrol requeue \"$SLURM_JOB_ID\""), std::string::npos);
 }
 
@@ -100,7 +100,7 @@ TEST(SbatchScript, MpirunLaunchPlacesRanksPerNode) {
                             "extra_mpirun_options = [\"--mca\", \"btl_tcp_if_include\", \"ib0\"]\n");
   EXPECT_EQ(rank_words(sbatch_script(job, kPaths), 3),
             (std::vector<std::string>{"mpirun", "-np", "12", "--map-by", "ppr:4:node", "--mca", "btl_tcp_if_include",
-                                      "ib0", "/opt/st/bin/shardtune-rank", "--", "/scratch/runs/t/job.toml"}));
+                                      "ib0", "/opt/st/bin/shardtune-rank", "/scratch/runs/t/job.toml"}));
 }
 
 // Runs `script` through bash: -n (syntax) and, for the probe, the assignments only.
