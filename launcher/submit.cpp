@@ -44,9 +44,9 @@ job::Job with_absolute_paths(job::Job job, const std::string& cwd) {
   return job;
 }
 
-std::string script_path(const job::Job& job) { return job.job.output_dir + "/shardtune.sbatch"; }
+std::string script_path(const job::Job& job) { return slurm::script_file(job.job.output_dir); }
 std::string resolved_job_path(const job::Job& job) { return job.job.output_dir + "/job.toml"; }
-std::string job_ids_path(const std::string& output_dir) { return output_dir + "/slurm-job-ids"; }
+std::string job_ids_path(const std::string& output_dir) { return slurm::job_ids_file(output_dir); }
 
 std::string last_job_id(const std::string& output_dir) {
   std::ifstream in(job_ids_path(output_dir));

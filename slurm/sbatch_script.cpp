@@ -26,6 +26,8 @@ void require_absolute(const std::string& what, const std::string& path) {
 
 constexpr const char* kReadyFilePrefix = ".ranks-ready-";
 constexpr const char* kLostPeersPrefix = ".peers-lost-";
+constexpr const char* kScriptName = "shardtune.sbatch";
+constexpr const char* kJobIdsName = "slurm-job-ids";
 
 // The command line that starts every rank, as bash array elements: one rank per task on each of the
 // $NODES nodes this start was given (from min_nodes to nodes).
@@ -57,6 +59,8 @@ readonly READY_FILE={output_dir}/{ready_prefix}"${{SLURM_JOB_ID:-0}}"
 readonly LOCK_FILE={output_dir}/{lock_name}
 readonly CHECKPOINT_LOCK_FILE={checkpoint_dir}/{lock_name}
 readonly LOST_PEERS_FILE={output_dir}/{lost_prefix}"${{SLURM_JOB_ID:-0}}"
+readonly SCRIPT_FILE={output_dir}/{script_name}
+readonly JOB_IDS_FILE={output_dir}/{job_ids_name}
 readonly MAX_REQUEUES={max_requeues}
 readonly REQUEUE_EXIT={requeue_exit}
 readonly DIVERGED_EXIT={diverged_exit}
@@ -100,7 +104,8 @@ last_checkpoint_step() {{
   if [[ "$name" =~ ^[0-9]+$ ]]; then echo $((10#$name)); else echo 0; fi
 }}
 
-restarts=${{SLURM_RESTART_COUNT:-0}}
+# Starts so far: Slurm's requeues of this job, and the resubmissions before it (a lost node).
+restarts=$(( ${{SHARDTUNE_RESTARTS:-0}} + ${{SLURM_RESTART_COUNT:-0}} ))
 start_step=$(last_checkpoint_step)
 say "job ${{SLURM_JOB_ID:-?}} (start $((restarts + 1))): ${{SLURM_JOB_NUM_NODES:-?}} node(s) ${{SLURM_JOB_NODELIST:-?}}; last checkpoint: step $start_step"
 
@@ -160,32 +165,56 @@ if (( rc == DIVERGED_EXIT )); then
   say "training diverged (exit $rc): the newest checkpoint, step $end_step, holds the last finite weights; not requeueing"
   exit "$rc"
 fi
-# A lost node: Slurm reports a node of this allocation down, or one does not run a trivial step.
-# The checkpoints load at any world size, so the job goes on from the last one on whatever nodes it
-# gets next (min_nodes to nodes). A rank that failed on a node that is still there (a crash, a bad
-# job) is no reason to requeue: it would fail again.
+# A lost node: Slurm reports a node of this allocation down, or it does not run a trivial step
+# (every node is probed at once). The checkpoints load at any world size, so the job goes on from
+# the last one on whatever nodes it gets next (min_nodes to nodes). A rank that failed on a node
+# that is still there (a crash, a bad job) is no reason to go on: it would fail again.
 lost_nodes() {{
-  local n lost=""
-  for n in $(scontrol show hostnames "${{SLURM_JOB_NODELIST:-}}" 2>/dev/null); do
-    if scontrol show node -o "$n" 2>/dev/null | grep -qE 'State=[A-Z_+]*(DOWN|NOT_RESPONDING|FAIL)'; then lost+="$n "; fi
+  local n probes nodes
+  nodes=$(scontrol show hostnames "${{SLURM_JOB_NODELIST:-}}" 2>/dev/null)
+  probes=$(mktemp -d)
+  for n in $nodes; do
+    if scontrol show node -o "$n" 2>/dev/null | grep -qE 'State=[A-Z_+]*(DOWN|NOT_RESPONDING|FAIL)'; then touch "$probes/$n"; fi
   done
-  if [[ -z "$lost" ]] && ! timeout 90 srun --mpi=none --nodes="$NODES" --ntasks="$NODES" --ntasks-per-node=1 \
-      --kill-on-bad-exit=1 true >/dev/null 2>&1; then
-    lost="(a node of ${{SLURM_JOB_NODELIST:-the allocation}} does not run a step) "
+  if [[ -z "$(ls "$probes")" ]]; then
+    for n in $nodes; do
+      (timeout 60 srun --mpi=none --nodes=1 --ntasks=1 --nodelist="$n" true >/dev/null 2>&1 || touch "$probes/$n") &
+    done
+    wait
   fi
-  printf '%s' "$lost"
+  ls "$probes" | paste -sd, -
+  rm -rf -- "$probes"
 }}
 peers_lost=""  # what the ranks saw: the watchdog's census of the ranks that never arrived
 if [[ -s "$LOST_PEERS_FILE" ]]; then peers_lost=$(head -n 1 "$LOST_PEERS_FILE" | head -c 400); fi
 rm -f -- "$LOST_PEERS_FILE"
-requeue_anyway=0
 # After a stop, a rank killed once the checkpoint was committed (srun's --kill-on-bad-exit ends
 # the others as soon as the first exits, or a rank dies on its way out) loses nothing.
 if (( rc != REQUEUE_EXIT )); then
-  down=$(lost_nodes)
-  if [[ -n "$down" ]]; then
-    say "a node was lost (exit $rc; not answering: $down)${{peers_lost:+: $peers_lost}}; requeueing to resume from checkpoint step $end_step on the nodes Slurm gives"
-    requeue_anyway=1
+  # Slurm may be ending this job for the same lost node (its TERM reaches every process of the job):
+  # what is left to do here must not die of it.
+  trap '' TERM
+  lost=$(lost_nodes)
+  if [[ -n "$lost" ]]; then
+    say "node(s) $lost lost (the ranks' exit $rc)${{peers_lost:+: $peers_lost}}"
+    if (( restarts >= MAX_REQUEUES )); then
+      say "the job was restarted $restarts time(s) already (max_requeues = $MAX_REQUEUES): not resubmitting"
+      exit "$rc"
+    fi
+    # Slurm holds a requeued job to the node count it ran on, so a job that lost a node would wait
+    # for it: it is submitted again instead, without the lost node(s), to resume from checkpoint step
+    # $end_step on the nodes it gets (min_nodes to nodes).
+    exec 9>&- 8>&-  # the next start takes the locks again
+    if next=$(SHARDTUNE_RESTARTS=$((restarts + 1)) sbatch --parsable --exclude="$lost" "$SCRIPT_FILE"); then
+      echo "${{next%%;*}}" >>"$JOB_IDS_FILE"
+      say "resubmitted as Slurm job ${{next%%;*}} ($((restarts + 1)) of $MAX_REQUEUES), excluding $lost, to resume from checkpoint step $end_step"
+      # If Slurm saw the node fail too, it requeues this job to wait for as many nodes as before:
+      # only the new job may go on.
+      scancel "$SLURM_JOB_ID" 2>/dev/null
+      exit 0
+    fi
+    say "sbatch failed: not resubmitting"
+    exit "$rc"
   elif (( stop_sent && end_step > start_step )); then
     say "the ranks ended with exit $rc after the stop signal, but checkpoint step $end_step is committed: requeueing as stopped"
   else
@@ -193,7 +222,7 @@ if (( rc != REQUEUE_EXIT )); then
     exit "$rc"
   fi
 fi
-if (( end_step <= start_step && !requeue_anyway )); then
+if (( end_step <= start_step )); then
   say "the ranks stopped without a new checkpoint (still step $start_step): not requeueing"
   exit "$rc"
 fi
@@ -215,6 +244,9 @@ exit 0
 std::string ranks_ready_file(const std::string& output_dir, const std::string& job_id) {
   return output_dir + "/" + kReadyFilePrefix + job_id;
 }
+
+std::string script_file(const std::string& output_dir) { return output_dir + "/" + kScriptName; }
+std::string job_ids_file(const std::string& output_dir) { return output_dir + "/" + kJobIdsName; }
 
 std::string lost_peers_file(const std::string& output_dir, const std::string& job_id) {
   return output_dir + "/" + kLostPeersPrefix + job_id;
@@ -278,6 +310,8 @@ std::string sbatch_script(const job::Job& job, const ScriptPaths& paths) {
                         fmt::arg("requeue_exit", common::kExitRequeue),
                         fmt::arg("diverged_exit", common::kExitDiverged),
                         fmt::arg("lost_prefix", kLostPeersPrefix),
+                        fmt::arg("script_name", kScriptName),
+                        fmt::arg("job_ids_name", kJobIdsName),
                         fmt::arg("nodes", job.slurm.nodes),
                         fmt::arg("cpus_per_task", job.slurm.cpus_per_task),
                         fmt::arg("launcher", launcher_words(job, paths)));

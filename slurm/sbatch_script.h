@@ -27,11 +27,17 @@ std::vector<std::string> sbatch_options(const job::Job& job);
 // Slurm's stop signal on to the ranks only when it exists.
 std::string ranks_ready_file(const std::string& output_dir, const std::string& job_id);
 
-// The note a rank leaves when a collective timed out because peers never arrived. The batch script
-// requeues a job whose ranks failed only when a node of its allocation is lost (down, or it does
-// not run a step), quoting this note; the job then resumes from its checkpoint on the nodes it gets
-// (min_nodes to nodes). Ranks that failed on nodes that are all still there are not requeued.
+// The note a rank leaves when a collective timed out because peers never arrived. When the ranks
+// fail and a node of the allocation is lost (down, or it does not run a step), the batch script
+// submits the job again without that node, quoting this note (Slurm would hold a requeued job to
+// the node count it ran on); the job resumes from its checkpoint on the nodes it gets (min_nodes to
+// nodes), within max_requeues. Ranks that failed on nodes that are all still there are not restarted.
 std::string lost_peers_file(const std::string& output_dir, const std::string& job_id);
+
+// <output_dir>/shardtune.sbatch, the script `submit` writes (and the batch script resubmits), and
+// <output_dir>/slurm-job-ids, one id per submission, the newest last.
+std::string script_file(const std::string& output_dir);
+std::string job_ids_file(const std::string& output_dir);
 
 // Where Slurm writes the batch script's output (%j: the job id).
 std::string slurm_log_pattern(const job::Job& job);

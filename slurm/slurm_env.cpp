@@ -34,7 +34,8 @@ SlurmEnv read_slurm_env(const GetEnv& getenv) {
   env.in_job = !env.job_id.empty();
   env.num_nodes = env_int(getenv, "SLURM_JOB_NUM_NODES", env_int(getenv, "SLURM_NNODES", 0));
   env.node_list = env_text(getenv, "SLURM_JOB_NODELIST");
-  env.restart_count = env_int(getenv, "SLURM_RESTART_COUNT", 0);
+  // Slurm's requeues of this job, and the resubmissions before it (after a lost node).
+  env.restart_count = env_int(getenv, "SLURM_RESTART_COUNT", 0) + env_int(getenv, "SHARDTUNE_RESTARTS", 0);
   return env;
 }
 

@@ -18,7 +18,7 @@ struct SlurmEnv {
   std::string job_id;
   int64_t num_nodes = 0;                // SLURM_JOB_NUM_NODES (or SLURM_NNODES)
   std::string node_list;                // SLURM_JOB_NODELIST
-  int64_t restart_count = 0;            // SLURM_RESTART_COUNT
+  int64_t restart_count = 0;            // SLURM_RESTART_COUNT + SHARDTUNE_RESTARTS (resubmissions after a lost node)
 };
 
 using GetEnv = std::function<const char*(const char*)>;

@@ -160,9 +160,9 @@ std::vector<SectionSpec> build_schema() {
                                    &Job::slurm);
     s.field("nodes", &SlurmSection::nodes, "Number of nodes.").in_range(1, 100000);
     s.field("min_nodes", &SlurmSection::min_nodes,
-            "The fewest nodes the job may run on: it asks sbatch for --nodes=min_nodes-nodes, so a start (a "
-            "requeue after a lost node, say) may get fewer than `nodes` and resumes at the world size it gets. "
-            "0: exactly `nodes`.")
+            "The fewest nodes the job may run on: it asks sbatch for --nodes=min_nodes-nodes, so a start (the "
+            "resubmission after a lost node, say) may get fewer than `nodes` and resumes at the world size it "
+            "gets. 0: exactly `nodes`.")
         .in_range(0, 100000);
     s.field("gpus_per_node", &SlurmSection::gpus_per_node,
             "GPUs per node; one rank runs per GPU. 0 for a CPU-only job.")
@@ -207,7 +207,8 @@ std::vector<SectionSpec> build_schema() {
             "requeue. Slurm may send it up to 60 s early.")
         .in_range(0, 65535);
     s.field("max_requeues", &SlurmSection::max_requeues,
-            "How many times the job requeues itself after a time limit, a preemption or a lost node.")
+            "How many times the job restarts itself: requeued after a time limit or a preemption, submitted "
+            "again after a lost node.")
         .in_range(0, 1000);
   }
   {
