@@ -10,26 +10,66 @@ namespace shardtune::common {
 
 using nlohmann::json;
 
+namespace {
+
+// nlohmann's DOM builder, watched: a key repeated in one object is noted, and nesting deeper than
+// the limit stops the parse. (A parser callback would do the same, but nlohmann 3.11's callback
+// parser rescans an array's elements at the end of each object in it: quadratic in the records of
+// a JSON-array data file.)
+class StrictSax {
+ public:
+  StrictSax(json& result, StrictJson& out, int max_depth) : dom_(result, true), out_(out), max_depth_(max_depth) {}
+
+  bool null() { return dom_.null(); }
+  bool boolean(bool v) { return dom_.boolean(v); }
+  bool number_integer(json::number_integer_t v) { return dom_.number_integer(v); }
+  bool number_unsigned(json::number_unsigned_t v) { return dom_.number_unsigned(v); }
+  bool number_float(json::number_float_t v, const json::string_t& s) { return dom_.number_float(v, s); }
+  bool string(json::string_t& v) { return dom_.string(v); }
+  bool binary(json::binary_t& v) { return dom_.binary(v); }
+  bool start_object(std::size_t n) {
+    if (!enter()) return false;
+    keys_.emplace_back();
+    return dom_.start_object(n);
+  }
+  bool key(json::string_t& k) {
+    if (!out_.duplicate && !keys_.back().insert(k).second) out_.duplicate.emplace(depth_, k);
+    return dom_.key(k);
+  }
+  bool end_object() {
+    --depth_;
+    keys_.pop_back();
+    return dom_.end_object();
+  }
+  bool start_array(std::size_t n) { return enter() && dom_.start_array(n); }
+  bool end_array() {
+    --depth_;
+    return dom_.end_array();
+  }
+  bool parse_error(std::size_t position, const std::string& token, const nlohmann::detail::exception& e) {
+    return dom_.parse_error(position, token, e);  // throws it
+  }
+
+ private:
+  bool enter() {
+    if (++depth_ <= max_depth_) return true;
+    out_.too_deep = true;
+    return false;
+  }
+
+  nlohmann::detail::json_sax_dom_parser<json> dom_;
+  StrictJson& out_;
+  int max_depth_;
+  int depth_ = 0;
+  std::vector<std::set<std::string>> keys_;  // of each open object
+};
+
+}  // namespace
+
 StrictJson parse_json_strict(const char* begin, const char* end, int max_depth) {
   StrictJson out;
-  std::vector<std::set<std::string>> open_objects;
-  json::parser_callback_t on_event = [&](int depth, json::parse_event_t event, json& parsed) {
-    const bool opens = event == json::parse_event_t::object_start || event == json::parse_event_t::array_start;
-    if (opens && depth >= max_depth) {
-      out.too_deep = true;
-      return false;  // left out, with everything inside it
-    }
-    if (event == json::parse_event_t::object_start) {
-      open_objects.emplace_back();
-    } else if (event == json::parse_event_t::object_end) {
-      if (!open_objects.empty()) open_objects.pop_back();
-    } else if (event == json::parse_event_t::key && depth <= max_depth && !open_objects.empty() && !out.duplicate) {
-      const auto& key = parsed.get_ref<const std::string&>();
-      if (!open_objects.back().insert(key).second) out.duplicate.emplace(depth, key);
-    }
-    return true;
-  };
-  out.value = json::parse(begin, end, on_event);
+  StrictSax sax(out.value, out, max_depth);
+  json::sax_parse(begin, end, &sax);
   return out;
 }
 
