@@ -8,8 +8,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <array>
-#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -39,13 +37,6 @@ int64_t mtime_ns(const fs::path& p) {
   return ec ? 0 : std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
 
-std::string unique_suffix() {
-  static std::atomic<uint64_t> counter{0};
-  std::array<char, 64> host{};
-  ::gethostname(host.data(), host.size() - 1);
-  return fmt::format("{}-{}-{}", host.data(), ::getpid(), counter++);
-}
-
 // Puts `from` in place of `to`. An existing `to` is swapped out atomically (both names exist
 // throughout) and then removed; removal failures come back as warnings.
 void rename_into_place(const std::string& from, const std::string& to, std::vector<std::string>& warnings) {
@@ -56,7 +47,7 @@ void rename_into_place(const std::string& from, const std::string& to, std::vect
   if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_EXCHANGE) != 0) {
     // A filesystem without RENAME_EXCHANGE: move the old one aside first.
     const std::string aside = fmt::format("{}/{}replaced-{}", fs::path(to).parent_path().string(), kTmpPrefix,
-                                          unique_suffix());
+                                          common::unique_suffix());
     ST_CHECK(::rename(to.c_str(), aside.c_str()) == 0, ErrorKind::kIo, "cannot move {} aside: {}", to,
              std::strerror(errno));
     ST_CHECK(::rename(from.c_str(), to.c_str()) == 0, ErrorKind::kIo, "cannot rename {} to {}: {}", from, to,
@@ -120,7 +111,7 @@ std::optional<int64_t> step_of_dir_name(const std::string& name) {
 PendingCheckpoint::PendingCheckpoint(std::string root, int64_t step)
     : root_(std::move(root)),
       step_(step),
-      dir_(fmt::format("{}/{}{}-{}", root_, kTmpPrefix, step_dir_name(step), unique_suffix())),
+      dir_(fmt::format("{}/{}{}-{}", root_, kTmpPrefix, step_dir_name(step), common::unique_suffix())),
       started_ns_(now_ns()) {
   std::error_code ec;
   fs::create_directories(dir_, ec);
@@ -145,7 +136,7 @@ PendingCheckpoint::Committed PendingCheckpoint::commit(const Manifest& manifest,
   common::kill_point("renamed", manifest.step);
   // `latest` moves atomically: a new link under a name of its own, renamed over the old one.
   try {
-    const std::string link_tmp = fmt::format("{}/{}latest-{}", root_, kTmpPrefix, unique_suffix());
+    const std::string link_tmp = fmt::format("{}/{}latest-{}", root_, kTmpPrefix, common::unique_suffix());
     fs::create_directory_symlink(step_dir_name(step_), link_tmp);
     fs::rename(link_tmp, root_ + "/latest");
     common::fsync_path(root_, true);

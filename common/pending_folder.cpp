@@ -25,14 +25,14 @@ std::string without_trailing_slash(const std::string& dir) {
   return s;
 }
 
+}  // namespace
+
 std::string unique_suffix() {
   static std::atomic<uint64_t> counter{0};
   std::array<char, 64> host{};
   ::gethostname(host.data(), host.size() - 1);
   return fmt::format("{}-{}-{}", host.data(), ::getpid(), counter++);
 }
-
-}  // namespace
 
 PendingFolder::PendingFolder(std::string final_path)
     : final_(without_trailing_slash(final_path)), tmp_(fmt::format("{}.tmp-{}", final_, unique_suffix())) {

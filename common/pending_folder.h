@@ -9,6 +9,9 @@
 
 namespace shardtune::common {
 
+// "<host>-<pid>-<n>": a part for temporary names that no other writer, on any node, uses.
+std::string unique_suffix();
+
 class PendingFolder {
  public:
   // Throws Error(kIo) when `final_path` exists and is not an empty folder, or the temporary folder
