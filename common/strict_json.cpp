@@ -46,7 +46,10 @@ class StrictSax {
     --depth_;
     return dom_.end_array();
   }
-  bool parse_error(std::size_t position, const std::string& token, const nlohmann::detail::exception& e) {
+  // A template, as nlohmann's own: the builder throws the exception as the type it is given, so a
+  // base-class parameter here would slice a parse_error into a plain exception.
+  template <class Exception>
+  bool parse_error(std::size_t position, const std::string& token, const Exception& e) {
     return dom_.parse_error(position, token, e);  // throws it
   }
 

@@ -68,7 +68,11 @@ readonly NODES=${{SLURM_JOB_NUM_NODES:-{nodes}}}
 export SRUN_CPUS_PER_TASK={cpus_per_task}
 ranks=({launcher})
 
-say() {{ echo "shardtune[batch] $(date '+%F %T'): $*"; }}
+# Bash 5.2 (Debian 12) loses a trapped signal that arrives while it expands a `$(...)`: it runs the
+# trap inside the parser that is looking for the `)`, and both fail with "unexpected EOF". Once
+# the traps are set, this script therefore runs commands for their output only in backquotes,
+# which bash extracts without its parser.
+say() {{ printf 'shardtune[batch] %(%F %T)T: %s\n' -1 "$*"; }}
 
 # Slurm's stop signal (USR1 at the time limit's lead, TERM on preemption or scancel) reaches
 # this shell; the ranks get USR1, checkpoint at their next step boundary and exit $REQUEUE_EXIT.
@@ -98,7 +102,7 @@ trap 'forward TERM' TERM
 # The step of the committed checkpoint `latest` points at; 0 when there is none.
 last_checkpoint_step() {{
   local name
-  name=$(readlink -- "$CHECKPOINT_DIR/latest" 2>/dev/null) || {{ echo 0; return; }}
+  name=`readlink -- "$CHECKPOINT_DIR/latest" 2>/dev/null` || {{ echo 0; return; }}
   name=${{name##*/}}
   name=${{name#step-}}
   if [[ "$name" =~ ^[0-9]+$ ]]; then echo $((10#$name)); else echo 0; fi
@@ -106,7 +110,7 @@ last_checkpoint_step() {{
 
 # Starts so far: Slurm's requeues of this job, and the resubmissions before it (a lost node).
 restarts=$(( ${{SHARDTUNE_RESTARTS:-0}} + ${{SLURM_RESTART_COUNT:-0}} ))
-start_step=$(last_checkpoint_step)
+start_step=`last_checkpoint_step`
 say "job ${{SLURM_JOB_ID:-?}} (start $((restarts + 1))): ${{SLURM_JOB_NUM_NODES:-?}} node(s) ${{SLURM_JOB_NODELIST:-?}}; last checkpoint: step $start_step"
 
 # One writer per output directory and per checkpoint directory: this start holds both locks until
@@ -117,13 +121,15 @@ take_lock() {{  # FD FILE DIR
   flock -n -E 200 "$1"
   local rc=$?
   if (( rc == 200 )); then
-    say "$3 is in use by $(head -n 1 "$2" | head -c 300): a second writer would corrupt its checkpoints; not starting"
+    local holder
+    holder=`head -n 1 "$2" | head -c 300`
+    say "$3 is in use by $holder: a second writer would corrupt its checkpoints; not starting"
     exit 1
   elif (( rc != 0 )); then
     say "warning: cannot lock $2 (flock exit $rc): nothing keeps a second job out of $3"
   else
-    printf 'Slurm job %s, start %s (batch script on %s pid %s), since %s\n' "${{SLURM_JOB_ID:-?}}" \
-      "$((restarts + 1))" "$(hostname)" "$$" "$(date '+%F %T')" >"$2"
+    printf 'Slurm job %s, start %s (batch script on %s pid %s), since %(%F %T)T\n' "${{SLURM_JOB_ID:-?}}" \
+      "$((restarts + 1))" "$HOSTNAME" "$$" -1 >"$2"
   fi
 }}
 mkdir -p -- "$CHECKPOINT_DIR"
@@ -149,14 +155,14 @@ while :; do
   break
 done
 rm -f -- "$READY_FILE"
-end_step=$(last_checkpoint_step)
+end_step=`last_checkpoint_step`
 
 if (( rc == 0 )); then
   say "the ranks finished; last checkpoint: step $end_step"
   exit 0
 fi
 # scancel sends TERM too: a cancelled job stays cancelled.
-job_state=$(scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null | grep -o 'JobState=[A-Z_]*')
+job_state=`scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null | grep -o 'JobState=[A-Z_]*'`
 if [[ "$job_state" == "JobState=CANCELLED" ]]; then
   say "the job was cancelled (ranks' exit $rc); last committed checkpoint: step $end_step"
   exit "$rc"
@@ -170,13 +176,14 @@ fi
 # the last one on whatever nodes it gets next (min_nodes to nodes). A rank that failed on a node
 # that is still there (a crash, a bad job) is no reason to go on: it would fail again.
 lost_nodes() {{
-  local n probes nodes
-  nodes=$(scontrol show hostnames "${{SLURM_JOB_NODELIST:-}}" 2>/dev/null)
-  probes=$(mktemp -d)
+  local n probes nodes down
+  nodes=`scontrol show hostnames "${{SLURM_JOB_NODELIST:-}}" 2>/dev/null`
+  probes=`mktemp -d`
   for n in $nodes; do
     if scontrol show node -o "$n" 2>/dev/null | grep -qE 'State=[A-Z_+]*(DOWN|NOT_RESPONDING|FAIL)'; then touch "$probes/$n"; fi
   done
-  if [[ -z "$(ls "$probes")" ]]; then
+  down=`ls "$probes"`
+  if [[ -z "$down" ]]; then
     for n in $nodes; do
       (timeout 60 srun --mpi=none --nodes=1 --ntasks=1 --nodelist="$n" true >/dev/null 2>&1 || touch "$probes/$n") &
     done
@@ -186,7 +193,7 @@ lost_nodes() {{
   rm -rf -- "$probes"
 }}
 peers_lost=""  # what the ranks saw: the watchdog's census of the ranks that never arrived
-if [[ -s "$LOST_PEERS_FILE" ]]; then peers_lost=$(head -n 1 "$LOST_PEERS_FILE" | head -c 400); fi
+if [[ -s "$LOST_PEERS_FILE" ]]; then peers_lost=`head -n 1 "$LOST_PEERS_FILE" | head -c 400`; fi
 rm -f -- "$LOST_PEERS_FILE"
 # After a stop, a rank killed once the checkpoint was committed (srun's --kill-on-bad-exit ends
 # the others as soon as the first exits, or a rank dies on its way out) loses nothing.
@@ -194,7 +201,7 @@ if (( rc != REQUEUE_EXIT )); then
   # Slurm may be ending this job for the same lost node (its TERM reaches every process of the job):
   # what is left to do here must not die of it.
   trap '' TERM
-  lost=$(lost_nodes)
+  lost=`lost_nodes`
   if [[ -n "$lost" ]]; then
     say "node(s) $lost lost (the ranks' exit $rc)${{peers_lost:+: $peers_lost}}"
     if (( restarts >= MAX_REQUEUES )); then
@@ -205,7 +212,7 @@ if (( rc != REQUEUE_EXIT )); then
     # for it: it is submitted again instead, without the lost node(s), to resume from checkpoint step
     # $end_step on the nodes it gets (min_nodes to nodes).
     exec 9>&- 8>&-  # the next start takes the locks again
-    if next=$(SHARDTUNE_RESTARTS=$((restarts + 1)) sbatch --parsable --exclude="$lost" "$SCRIPT_FILE"); then
+    if next=`SHARDTUNE_RESTARTS=$((restarts + 1)) sbatch --parsable --exclude="$lost" "$SCRIPT_FILE"`; then
       echo "${{next%%;*}}" >>"$JOB_IDS_FILE"
       say "resubmitted as Slurm job ${{next%%;*}} ($((restarts + 1)) of $MAX_REQUEUES), excluding $lost, to resume from checkpoint step $end_step"
       # If Slurm saw the node fail too, it requeues this job to wait for as many nodes as before:

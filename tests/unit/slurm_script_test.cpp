@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -78,6 +79,23 @@ TEST(SbatchScript, IsAPureFunctionOfTheJob) {
             (std::vector<std::string>{"srun", "--mpi=pmix", "--kill-on-bad-exit=1", "--nodes=2", "--ntasks-per-node=2",
                                       "--ntasks=4", "/opt/st/bin/shardtune-rank", "/scratch/runs/t/job.toml"}));
   EXPECT_NE(script.find("scontrol requeue \"$SLURM_JOB_ID\""), std::string::npos);
+}
+
+// Bash 5.2 drops a trapped signal that arrives while it expands a $(...) command substitution, so
+// the script's own code uses none (the stop signal itself is exercised by tests/cli/batch_signal_test.sh).
+TEST(SbatchScript, RunsNoDollarParenCommandSubstitution) {
+  const std::string script = sbatch_script(load("[slurm]\nnodes = 2\n"), kPaths);
+  size_t line_no = 0;
+  for (size_t at = 0; at < script.size();) {
+    const size_t nl = std::min(script.find('\n', at), script.size());
+    const std::string line = script.substr(at, nl - at);
+    ++line_no;
+    at = nl + 1;
+    if (line.find_first_not_of(' ') != std::string::npos && line[line.find_first_not_of(' ')] == '#') continue;
+    for (size_t p = line.find("$("); p != std::string::npos; p = line.find("$(", p + 2)) {
+      EXPECT_EQ(line.compare(p, 3, "$(("), 0) << "line " << line_no << ": " << line;
+    }
+  }
 }
 
 // With min_nodes, sbatch may give fewer nodes, and the ranks start on the nodes given.
