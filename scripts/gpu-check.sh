@@ -65,7 +65,8 @@ record() {
 
 # check NAME COMMAND...: runs one check, its output in logs/NAME.log; PASS on exit 0, SKIP on 77.
 # A check that runs past `limit` seconds (ST_CHECK_LIMIT_S, 300 by default; `limit=N check ...`
-# for one check) is stopped and fails, so one hung rank cannot spend a whole device call.
+# for one check) is stopped and fails, so one hung rank cannot spend a whole device call. The build
+# has 900 s (ST_BUILD_LIMIT_S), as much as one device call gives it.
 check_limit=${ST_CHECK_LIMIT_S:-300}
 check() {
   local name=$1
@@ -122,7 +123,7 @@ check configure st_with_libs cmake -S "$root" -B "$build" "${generator[@]}" -DCM
 targets=(shardtune shardtune-rank shardtune-make-model shardtune-ckpt shardtune-tokenize nccl_comm_test mpi_collectives_test
          fsdp_equivalence_test fsdp_training_test shard_loader_test device_checkpoint_test hf_model_test train_bench
          lora_fsdp_test lora_bench)
-if ! limit=900 check build st_with_libs cmake --build "$build" -j"$jobs" --target "${targets[@]}"; then
+if ! limit=${ST_BUILD_LIMIT_S:-900} check build st_with_libs cmake --build "$build" -j"$jobs" --target "${targets[@]}"; then
   python3 "$root/scripts/gpu_check_report.py" "$report" "$build_only"
   exit 1
 fi

@@ -7,7 +7,7 @@
 # scripts/gpu-check.sh --build-only builds the GPU check's programs from nothing and runs the
 # multi-rank ones on the CPU through the prefix's Open MPI. Needs root (mount) and scripts/setup.sh.
 # Shared libraries that the system's own tools load (zlib, OpenSSL, PCRE2, curl, ...) stay visible.
-# usage: scripts/gpu-env-check.sh [--jobs N] OUT_DIR      (about 5 minutes on 2 cores)
+# usage: scripts/gpu-env-check.sh [--jobs N] OUT_DIR      (11 minutes on an idle 2-core machine, about 15 beside a busy process)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 jobs=(--jobs "$(nproc)")
@@ -65,7 +65,9 @@ export ST_TORCH_DIR=${ST_TORCH_DIR:-/usr/lib/x86_64-linux-gnu/cmake/Torch}
 rm -rf "$out/prefix" "$out/build" "$out/report"
 export ST_PREFIX=$out/prefix SHARDTUNE_GPU_BUILD_DIR=$out/build
 rc=0
-bash "$root/scripts/gpu-check.sh" --build-only "${jobs[@]}" "$out/report" || rc=$?
+# The build's 900 s are a device call's; a busy 2-core machine may need twice that. What this
+# check asks is whether the build works here, not how fast.
+ST_BUILD_LIMIT_S=${ST_BUILD_LIMIT_S:-2400} bash "$root/scripts/gpu-check.sh" --build-only "${jobs[@]}" "$out/report" || rc=$?
 if [ $rc -ne 0 ]; then  # the end of each failed check's log
   awk -F'\t' '$2 == "FAIL" {print $1}' "$out/report/results.tsv" | while read -r name; do
     echo "---- $name: $out/report/logs/$name.log"
