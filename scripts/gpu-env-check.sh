@@ -7,7 +7,7 @@
 # scripts/gpu-check.sh --build-only builds the GPU check's programs from nothing and runs the
 # multi-rank ones on the CPU through the prefix's Open MPI. Needs root (mount) and scripts/setup.sh.
 # Shared libraries that the system's own tools load (zlib, OpenSSL, PCRE2, curl, ...) stay visible.
-# usage: scripts/gpu-env-check.sh [--jobs N] OUT_DIR      (11 minutes on an idle 2-core machine, about 15 beside a busy process)
+# usage: scripts/gpu-env-check.sh [--jobs N] OUT_DIR      (11 minutes on an idle 2-core machine, 19 beside a CPU-heavy process)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 jobs=(--jobs "$(nproc)")
