@@ -68,10 +68,9 @@ readonly NODES=${{SLURM_JOB_NUM_NODES:-{nodes}}}
 export SRUN_CPUS_PER_TASK={cpus_per_task}
 ranks=({launcher})
 
-# Bash 5.2 (Debian 12) loses a trapped signal that arrives while it expands a `$(...)`: it runs the
-# trap inside the parser that is looking for the `)`, and both fail with "unexpected EOF". Once
-# the traps are set, this script therefore runs commands for their output only in backquotes,
-# which bash extracts without its parser.
+# Bash 5.2 (Debian 12) loses a trapped signal that arrives while it expands a `$(...)`: the trap
+# and the expansion both fail with "unexpected EOF while looking for matching `)'". Once the traps
+# are set, this script runs commands for their output only in backquotes, which do not fail so.
 say() {{ printf 'shardtune[batch] %(%F %T)T: %s\n' -1 "$*"; }}
 
 # Slurm's stop signal (USR1 at the time limit's lead, TERM on preemption or scancel) reaches
