@@ -37,11 +37,12 @@ esac
 SH
 chmod +x "$work/bin/srun" "$work/bin/scontrol"
 
+export PATH="$work/bin:$PATH" SLURM_JOB_NUM_NODES=2 SLURM_JOB_NODELIST='n[1-2]'
 for ((i = 1; i <= runs; i++)); do
   rm -rf "$out"
   mkdir -p "$out"
   log="$work/run-$i.log"
-  export PATH="$work/bin:$PATH" SLURM_JOB_ID=$i SLURM_JOB_NUM_NODES=2 SLURM_JOB_NODELIST='n[1-2]'
+  export SLURM_JOB_ID=$i
   export OUT="$out" CK="$out/checkpoints" MARK="$work/mark-$i" REQUEUES="$work/requeues-$i"
   bash "$work/batch.sh" >"$log" 2>&1 &
   pid=$!
