@@ -24,7 +24,7 @@ cat >"$work/bin/srun" <<'SH'
 #!/bin/bash
 trap 'mkdir -p "$CK/step-0000001" && ln -sfn step-0000001 "$CK/latest" && echo stopped >"$MARK"; exit 75' USR1
 touch "$OUT/.ranks-ready-$SLURM_JOB_ID"
-for _ in $(seq 1 300); do sleep 0.05; done
+for _ in $(seq 1 1200); do sleep 0.05; done  # a minute at least, for a busy machine
 echo "never signalled" >"$MARK"
 exit 0
 SH
@@ -46,7 +46,9 @@ for ((i = 1; i <= runs; i++)); do
   export OUT="$out" CK="$out/checkpoints" MARK="$work/mark-$i" REQUEUES="$work/requeues-$i"
   bash "$work/batch.sh" >"$log" 2>&1 &
   pid=$!
-  for _ in $(seq 1 400); do grep -qs '(start 1)' "$log" && break; sleep 0.01; done
+  # Its traps are set once it announces the start; a slow machine may take a while to get there.
+  deadline=$((SECONDS + 120))
+  until grep -qs '(start 1)' "$log" || ((SECONDS > deadline)); do sleep 0.01; done
   # A moment between 0 and 60 ms after the start was announced: locks, the ranks' launch, the wait.
   sleep "0.0$((RANDOM % 60 / 10))$((RANDOM % 10))"
   kill -USR1 "$pid"
