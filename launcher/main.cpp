@@ -6,15 +6,19 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 
 #include "common/error.h"
 #include "common/subprocess.h"
 #include "common/file_io.h"
 #include "common/log.h"
+#include "common/job/job_checks.h"
 #include "common/job/job_loader.h"
+#include "common/job/schema.h"
 #include "common/job/job_writer.h"
 #include "common/exit_codes.h"
 #include "launcher/local_run.h"
+#include "launcher/memory_plan.h"
 #include "launcher/plan.h"
 #include "launcher/plot.h"
 #include "launcher/status.h"
@@ -27,12 +31,33 @@ using namespace shardtune;
 
 constexpr int kJobErrorExit = common::kExitJobError;
 
-// Loads and validates; prints warnings to stderr. Throws JobError listing every error.
-job::Job resolve(const std::string& path, const std::vector<std::string>& overrides) {
-  job::Diagnostics warnings;
-  job::Job job = job::load_job_or_throw(path, overrides, &warnings);
-  std::cerr << warnings.to_string();
-  return job;
+// The model's shape where this machine can read it: the preset's, a --model-config file, or the
+// model folder's config.json. Elsewhere (a folder only the cluster's nodes see) every rank checks
+// the same bounds before training.
+std::optional<job::ModelFacts> readable_model_facts(const job::Job& job, const std::string& model_config) {
+  std::string file = model_config;
+  if (file.empty() && job.model.preset != job::ModelPreset::kNone) {
+    return job::ModelFacts{fmt::format("preset \"{}\"", job::enum_name(job.model.preset)),
+                           launcher::job_model_config(job).num_hidden_layers};
+  }
+  if (file.empty()) file = job.model.path + "/config.json";
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(file, ec)) return std::nullopt;
+  return job::ModelFacts{file, model::LlamaConfig::from_file(file).num_hidden_layers};
+}
+
+// Loads and validates, against the model too where its config is readable; prints warnings to
+// stderr. Throws JobError listing every error.
+job::Job resolve(const std::string& path, const std::vector<std::string>& overrides,
+                 const std::string& model_config = "") {
+  job::LoadedJob loaded = job::load_job_file(path, overrides);
+  if (!loaded.diagnostics.has_errors()) {
+    if (auto facts = readable_model_facts(loaded.job, model_config))
+      job::check_against_model(loaded.job, *facts, loaded.sources, path, loaded.diagnostics);
+  }
+  if (loaded.diagnostics.has_errors()) throw job::JobError(loaded.diagnostics);
+  std::cerr << loaded.diagnostics.to_string();
+  return loaded.job;
 }
 
 int cmd_validate(const std::string& path, const std::vector<std::string>& overrides) {
@@ -84,7 +109,7 @@ int cmd_submit(const std::string& path, const std::vector<std::string>& override
 
 int cmd_plan(const std::string& path, const std::vector<std::string>& overrides, const std::string& memory_text,
              const std::string& model_config, bool as_json) {
-  const job::Job job = resolve(path, overrides);
+  const job::Job job = resolve(path, overrides, model_config);
   std::optional<double> limit;
   if (!memory_text.empty()) {
     limit = launcher::parse_memory_size(memory_text);

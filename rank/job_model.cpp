@@ -1,7 +1,11 @@
 // Building the job's model.
 #include "rank/job_model.h"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
+
+#include "common/job/job_checks.h"
+#include "common/job/schema.h"
 
 #include "checkpoint/hf/hf_model_io.h"
 #include "checkpoint/hf/peft_adapter.h"
@@ -23,6 +27,17 @@ model::LlamaConfig model_config(const job::Job& job, const std::string& tokenize
     return c;
   }
   return model::LlamaConfig::from_file(job.model.path + "/config.json");
+}
+
+bool job_fits_model(const job::Job& job, const model::LlamaConfig& config, bool reports) {
+  const std::string source = job.model.preset != job::ModelPreset::kNone
+                                 ? fmt::format("preset \"{}\"", job::enum_name(job.model.preset))
+                                 : job.model.path + "/config.json";
+  job::Diagnostics diags;
+  job::check_against_model(job, {source, config.num_hidden_layers}, {}, job.job.output_dir + "/job.toml", diags);
+  if (!diags.has_errors()) return true;
+  if (reports) fmt::print(stderr, "{}", diags.to_string());
+  return false;
 }
 
 bool streams_weights(const job::Job& job, const model::LlamaConfig& config) {

@@ -21,6 +21,11 @@ namespace shardtune::rank_program {
 // The debug preset takes its vocabulary from `tokenizer` (prepare_tokenizer's), when there is one.
 model::LlamaConfig model_config(const job::Job& job, const std::string& tokenizer);
 
+// The job's keys whose bounds depend on the model (job::check_against_model), checked on every rank
+// before anything is built: false, with the errors printed by the rank that `reports`, when the job
+// does not fit the model.
+bool job_fits_model(const job::Job& job, const model::LlamaConfig& config, bool reports);
+
 // Whether weights are streamed into shards (low_cpu_fsdp, or a model of low_cpu_fsdp_min_params
 // or more) instead of every rank loading the whole model.
 bool streams_weights(const job::Job& job, const model::LlamaConfig& config);

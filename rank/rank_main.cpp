@@ -153,9 +153,11 @@ int run_job(const job::Job& job, const dist::Topology& topo) {
   const std::string tokenizer =
       rank_program::prepare_tokenizer(job, MPI_COMM_WORLD, common::sibling_executable("shardtune-tokenize"));
   const model::LlamaConfig config = rank_program::model_config(job, tokenizer);
+  if (!rank_program::job_fits_model(job, config, topo.rank == 0)) return common::kExitJobError;
   const std::string config_json = config.to_json().dump();
-  rank_program::ShardedModel model = rank_program::build_sharded_model(job, config, topo, start.groups, start.device);
+  // The data first: its errors (a bad record, too few samples) come before any weight is read.
   const rank_program::JobData data = rank_program::load_job_data(job, config, tokenizer, data_context(topo));
+  rank_program::ShardedModel model = rank_program::build_sharded_model(job, config, topo, start.groups, start.device);
   const int64_t restarts = slurm::read_slurm_env([](const char* name) { return std::getenv(name); }).restart_count;
   const train::CheckpointHooks hooks = rank_program::checkpoint_hooks(
       job, config_json, *model.sharded, start.groups, restarts,

@@ -82,6 +82,10 @@ RankStart start_rank(const job::Job& job, const dist::Topology& topo) {
   check_placement(topo, job);
   const dist::DeviceChoice choice = choose_rank_device(job, topo);
   spdlog::info("device: {}", choice.reason);
+  ST_CHECK(choice.device >= 0 || !(job.train.use_fp16 && job.train.mixed_precision), common::ErrorKind::kConfig,
+           "[train] use_fp16 = true needs a GPU, and this rank trains on the CPU ({}): LibTorch has no fp16 matrix "
+           "products there. HINT: leave use_fp16 false (mixed precision in bf16)",
+           choice.reason);
   const at::Device device =
       choice.device >= 0 ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(choice.device)) : at::Device(at::kCPU);
   if (choice.device >= 0) dist::bind_device(choice.device);

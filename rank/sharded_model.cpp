@@ -15,7 +15,8 @@
 namespace shardtune::rank_program {
 namespace {
 
-void log_model(const job::Job& job, const ShardedModel& m, const std::set<std::string>& frozen) {
+void log_model(const job::Job& job, const ShardedModel& m, const std::set<std::string>& frozen,
+               const fsdp::FsdpOptions& options) {
   int64_t trainable = 0;
   for (const model::NamedParam& p : m.model->named_parameters())
     if (!frozen.count(p.name)) trainable += p.tensor->numel();
@@ -24,6 +25,13 @@ void log_model(const job::Job& job, const ShardedModel& m, const std::set<std::s
                static_cast<double>(m.model->config().num_parameters()) / 1e6, trainable, frozen.size(),
                lora ? fmt::format(", LoRA r = {} on {}", job.peft.lora_r, fmt::join(job.peft.target_modules, ", ")) : "",
                m.model->num_layers() + 2, m.sharded->persistent_bytes());
+  const fsdp::PrecisionPolicy& p = options.precision;
+  spdlog::info("precision: parameters {}, compute {}, gradients reduced in {}{}; activation checkpointing {}; "
+               "gradient clipping {}",
+               c10::toString(p.master), c10::toString(p.compute), c10::toString(p.reduce),
+               p.compute == at::kHalf ? " with a dynamic loss scaler" : "", options.activation_checkpointing ? "on" : "off",
+               job.train.gradient_clipping ? fmt::format("at a global norm of {}", job.train.gradient_clipping_threshold)
+                                           : std::string("off"));
 }
 
 }  // namespace
@@ -64,7 +72,7 @@ ShardedModel build_sharded_model(const job::Job& job, const model::LlamaConfig& 
                                            100.0 * digest->seconds() / seconds)
                              : "");
   }
-  log_model(job, m, frozen);
+  log_model(job, m, frozen, options);
   return m;
 }
 

@@ -3,8 +3,12 @@
 
 #include <fmt/format.h>
 
+#include <utility>
+
+#include "common/job/no_effect.h"
 #include "common/job/schema.h"
 #include "common/job/slurm_time.h"
+#include "common/prompt_template.h"
 #include "common/shell_words.h"
 
 namespace shardtune::job {
@@ -68,10 +72,10 @@ void check_slurm(const Job& job, Checker& c) {
             fmt::format("min_nodes = {} is more than nodes = {}: the job could never start", s.min_nodes, s.nodes));
   }
   if (!s.time.empty()) {
-    if (auto limit = parse_slurm_time(s.time); limit && s.signal_lead_s >= *limit) {
+    if (auto limit = parse_slurm_time(s.time); limit && !limit->unlimited && s.signal_lead_s >= limit->seconds) {
       c.error({"slurm.signal_lead_s", "slurm.time"},
-              fmt::format("signal_lead_s = {} is not shorter than the time limit \"{}\" ({} s)", s.signal_lead_s,
-                          s.time, *limit));
+              fmt::format("signal_lead_s = {} is not shorter than the time limit \"{}\" ({} s, as Slurm counts it)",
+                          s.signal_lead_s, s.time, limit->seconds));
     }
   }
 }
@@ -89,10 +93,6 @@ void check_fsdp(const Job& job, Checker& c) {
       c.warning({"fsdp.hsdp_shard_size", "fsdp.sharding_strategy"},
                 fmt::format("HYBRID_SHARD with one shard group of all {} ranks is FULL_SHARD", world));
     }
-  } else if (job.fsdp.hsdp_shard_size > 0) {
-    c.warning({"fsdp.hsdp_shard_size"},
-              fmt::format("hsdp_shard_size = {} is ignored: sharding_strategy is {}", job.fsdp.hsdp_shard_size,
-                          enum_name(job.fsdp.sharding_strategy)));
   }
 }
 
@@ -103,6 +103,11 @@ void check_train(const Job& job, Checker& c) {
   }
   if (t.use_fp16 && !t.mixed_precision) {
     c.error({"train.use_fp16", "train.mixed_precision"}, "use_fp16 = true needs mixed_precision = true");
+  }
+  if (t.use_fp16 && job.launch.device == Device::kCpu) {
+    c.error({"train.use_fp16", "launch.device"},
+            "use_fp16 = true needs a GPU, and [launch] device is \"cpu\": LibTorch has no fp16 matrix products on "
+            "the CPU. HINT: leave use_fp16 false (mixed precision in bf16), or set mixed_precision = false");
   }
   if (t.lr_scheduler == LrScheduler::kCosine && t.max_train_step > 0 && t.warmup_steps >= t.max_train_step) {
     c.warning({"train.warmup_steps"}, fmt::format("warmup_steps = {} is not below max_train_step = {}",
@@ -115,30 +120,22 @@ void check_train(const Job& job, Checker& c) {
   }
 }
 
-// A key given a value of its own (not its default) where another key makes it meaningless: a
-// warning naming both, so that nobody believes it took effect.
-void warn_if_no_effect(const Job& job, Checker& c, const char* section, const char* key, bool no_effect,
-                       const std::string& because) {
-  if (!no_effect) return;
-  const FieldSpec* field = find_field(section, key);
-  const std::string dotted = field->dotted();
-  if (c.is_set(dotted.c_str()) && field->literal(job) != field->literal(Job{}))
-    c.warning({dotted.c_str()}, fmt::format("{} = {} has no effect: {}", key, field->literal(job), because));
-}
-
+// A key given a value of its own where another key makes it meaningless (no_effect.h): a warning
+// naming both, so that nobody believes it took effect. A resolved job file spells out every key
+// with its default, and the defaults that follow from other keys (profiler_dir from output_dir):
+// those are not values of its own.
 void check_no_effect(const Job& job, Checker& c) {
-  const TrainSection& t = job.train;
-  warn_if_no_effect(job, c, "train", "warmup_steps", t.lr_scheduler == LrScheduler::kStep,
-                    "lr_scheduler is \"step\" (only \"cosine\" warms up)");
-  warn_if_no_effect(job, c, "train", "gamma", t.lr_scheduler == LrScheduler::kCosine,
-                    "lr_scheduler is \"cosine\" (gamma is StepLR's factor)");
-  warn_if_no_effect(job, c, "train", "gradient_clipping_threshold", !t.gradient_clipping,
-                    "gradient_clipping is false");
-  warn_if_no_effect(job, c, "train", "num_freeze_layers", !t.freeze_layers, "freeze_layers is false");
-  for (const char* key : {"val_batch_size", "max_eval_step"})
-    warn_if_no_effect(job, c, "train", key, !t.run_validation, "run_validation is false");
-  warn_if_no_effect(job, c, "train", "max_nonfinite_skips", t.on_nonfinite == OnNonFinite::kStop,
-                    "on_nonfinite is \"stop\" (the first non-finite step ends the run)");
+  Job defaults;
+  defaults.job = job.job;
+  resolve_defaults(defaults);
+  for (const NoEffectRule& rule : no_effect_rules()) {
+    if (!c.is_set(rule.key.c_str())) continue;
+    const size_t dot = rule.key.find('.');
+    const FieldSpec* field = find_field(rule.key.substr(0, dot), rule.key.substr(dot + 1));
+    if (field->literal(job) == field->literal(defaults)) continue;
+    if (auto because = rule.because(job))
+      c.warning({rule.key.c_str()}, fmt::format("{} = {} has no effect: {}", field->key, field->literal(job), *because));
+  }
 }
 
 // LoRA's keys mean nothing to a full fine-tune: one given a value of its own there is refused. (A
@@ -164,17 +161,7 @@ void check_metrics(const Job& job, Checker& c) {
   if (job.metrics.sample_ids && !job.metrics.jsonl)
     c.error({"metrics.sample_ids", "metrics.jsonl"},
             "sample_ids = true is recorded in metrics.jsonl, which jsonl = false turns off: set jsonl = true");
-  warn_if_no_effect(job, c, "metrics", "peak_tflops", !job.metrics.jsonl, "jsonl is false (MFU is written there)");
-  warn_if_no_effect(job, c, "launch", "gpu_memory_gib", job.launch.device == Device::kCpu,
-                    "device is \"cpu\" (the planner checks GPU memory)");
   const MetricsSection& m = job.metrics;
-  for (const char* key : {"profiler_wait_steps", "profiler_warmup_steps", "profiler_active_steps"})
-    warn_if_no_effect(job, c, "metrics", key, !m.use_profiler, "use_profiler is false");
-  // profiler_dir resolves to <output_dir>/profiler: only another path is one the user gave.
-  if (!m.use_profiler && c.is_set("metrics.profiler_dir") && m.profiler_dir != job.job.output_dir + "/profiler")
-    c.warning({"metrics.profiler_dir"},
-              fmt::format("profiler_dir = \"{}\" has no effect: use_profiler is false", m.profiler_dir));
-  warn_if_no_effect(job, c, "metrics", "flop_counter_start", !m.flop_counter, "flop_counter is false");
   // Counting FLOPs takes the profiler for its step; it cannot also be tracing then.
   const int64_t first = m.profiler_wait_steps + 1, last = m.profiler_wait_steps + m.profiler_warmup_steps + m.profiler_active_steps;
   const int64_t counted = m.flop_counter_start + 1;
@@ -185,10 +172,42 @@ void check_metrics(const Job& job, Checker& c) {
                         counted, first, last, first - 1, last - 1));
 }
 
+// Files given to a job that reads none: the user meant a format and left it out.
+void check_data_files(const Job& job, Checker& c) {
+  if (job.data.format != DataFormat::kSynthetic) return;
+  const bool format_given = c.is_set("data.format");
+  for (const auto& [key, value] : {std::pair{"data.train_file", &job.data.train_file},
+                                   std::pair{"data.val_file", &job.data.val_file},
+                                   std::pair{"data.tokenizer", &job.data.tokenizer}}) {
+    if (value->empty()) continue;
+    const std::string name = std::string(key).substr(5);
+    c.error({key}, format_given
+                       ? fmt::format("{} = \"{}\" is set, but format = \"synthetic\" generates its tokens and reads no "
+                                     "file: set the file's format (alpaca, samsum, grammar, jsonl) or remove {}",
+                                     name, *value, name)
+                       : fmt::format("{} = \"{}\" is set, but [data] format is not: without one the job trains on "
+                                     "synthetic tokens and reads no file. HINT: set [data] format = \"alpaca\", "
+                                     "\"samsum\", \"grammar\" or \"jsonl\"",
+                                     name, *value));
+  }
+}
+
 void check_data(const Job& job, Checker& c) {
-  if (job.data.format != DataFormat::kSynthetic && job.data.train_file.empty()) {
+  check_data_files(job, c);
+  if (job.data.format == DataFormat::kSynthetic) return;
+  if (job.data.train_file.empty()) {
     c.error({"data.train_file", "data.format"},
             fmt::format("format \"{}\" needs train_file", enum_name(job.data.format)));
+  }
+  if (job.data.tokenizer.empty() && job.model.preset != ModelPreset::kNone) {
+    c.error({"data.tokenizer", "data.format", "model.preset"},
+            fmt::format("format \"{}\" needs a tokenizer, and preset \"{}\" has no tokenizer files: set [data] "
+                        "tokenizer (a tokenizer.json or tokenizer.model)",
+                        enum_name(job.data.format), enum_name(job.model.preset)));
+  }
+  if (!job.data.prompt_template.empty()) {
+    const common::ParsedTemplate parsed = common::parse_prompt_template(job.data.prompt_template);
+    if (!parsed.error.empty()) c.error({"data.prompt_template"}, parsed.error);
   }
 }
 
@@ -216,6 +235,16 @@ void check_job(const Job& job, const FieldSources& sources, const std::string& f
   check_no_effect(job, c);
   check_metrics(job, c);
   check_data(job, c);
+}
+
+void check_against_model(const Job& job, const ModelFacts& model, const FieldSources& sources, const std::string& file,
+                         Diagnostics& diags) {
+  Checker c(sources, file, diags);
+  if (job.train.freeze_layers && job.train.num_freeze_layers > model.num_hidden_layers) {
+    c.error({"train.num_freeze_layers", "train.freeze_layers"},
+            fmt::format("num_freeze_layers = {} but the model has {} blocks (num_hidden_layers in {}): at most {}",
+                        job.train.num_freeze_layers, model.num_hidden_layers, model.source, model.num_hidden_layers));
+  }
 }
 
 }  // namespace shardtune::job

@@ -15,4 +15,15 @@ void resolve_defaults(Job& job);
 // Required fields and cross-field conflicts, reported at the position of the fields involved.
 void check_job(const Job& job, const FieldSources& sources, const std::string& file, Diagnostics& diags);
 
+// What the bounds of some keys depend on: the model's config.json.
+struct ModelFacts {
+  std::string source;  // where the facts come from, for the messages ("/models/x/config.json")
+  int64_t num_hidden_layers = 0;
+};
+
+// The checks that need the model's shape (num_freeze_layers against its blocks): run by the
+// launcher when it can read the model's config.json, and by every rank before training.
+void check_against_model(const Job& job, const ModelFacts& model, const FieldSources& sources, const std::string& file,
+                         Diagnostics& diags);
+
 }  // namespace shardtune::job

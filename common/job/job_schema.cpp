@@ -180,9 +180,10 @@ std::vector<SectionSpec> build_schema() {
     s.field("qos", &SlurmSection::qos, "Quality of service (--qos); empty: none.")
         .require(kSbatchWord, is_empty_or_sbatch_word);
     s.field("time", &SlurmSection::time,
-            "Time limit in a Slurm format (minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS); "
-            "empty: the partition's limit.")
-        .require("a Slurm time limit such as \"04:00:00\" or \"2-00:00:00\"",
+            "Time limit in a Slurm format (minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS; seconds count "
+            "as whole minutes, rounded up); \"0\", \"UNLIMITED\", \"INFINITE\" or \"-1\": no limit; empty: the "
+            "partition's limit.")
+        .require("a Slurm time limit such as \"04:00:00\", \"2-00:00:00\" or \"UNLIMITED\"",
                  [](const std::string& t) { return t.empty() || parse_slurm_time(t).has_value(); });
     s.field("constraint", &SlurmSection::constraint, "Node features (--constraint), e.g. \"h100\"; empty: none.")
         .require(kSbatchWord, is_empty_or_sbatch_word);
@@ -295,10 +296,12 @@ std::vector<SectionSpec> build_schema() {
     s.field("tokenizer", &DataSection::tokenizer,
             "tokenizer.json or tokenizer.model; empty: the one in the model folder.")
         .require("one line without control characters", is_one_line);
-    s.field("prompt_field", &DataSection::prompt_field, "Prompt field of jsonl records.");
+    s.field("prompt_field", &DataSection::prompt_field,
+            "Prompt field of jsonl records (without a prompt_template).");
     s.field("response_field", &DataSection::response_field, "Response field of jsonl records.");
     s.field("prompt_template", &DataSection::prompt_template,
-            "Template for the prompt, with {field} placeholders; empty: the format's own template.");
+            "Template for the prompt, with {field} placeholders ({{ and }} for braces); a record then needs the "
+            "template's fields and the response; empty: the format's own prompt.");
     s.field("on_bad_record", &DataSection::on_bad_record,
             "A malformed record stops the job (error) or is skipped and counted (skip).");
     s.field("long_examples", &DataSection::long_examples,
@@ -355,10 +358,12 @@ std::vector<SectionSpec> build_schema() {
     s.field("run_validation", &TrainSection::run_validation, "Evaluate on the validation data every epoch.");
     s.field("mixed_precision", &TrainSection::mixed_precision,
             "Compute in bf16 (or fp16 with use_fp16) with fp32 master weights in the shards.");
-    s.field("use_fp16", &TrainSection::use_fp16, "Compute in fp16 with a dynamic loss scaler instead of bf16.");
+    s.field("use_fp16", &TrainSection::use_fp16,
+            "Compute in fp16 with a dynamic loss scaler instead of bf16. GPUs only.");
     s.field("pure_bf16", &TrainSection::pure_bf16, "Keep parameters and optimizer state in bf16 too.");
     s.field("freeze_layers", &TrainSection::freeze_layers, "Freeze the first num_freeze_layers blocks.");
-    s.field("num_freeze_layers", &TrainSection::num_freeze_layers, "Blocks frozen when freeze_layers is true.")
+    s.field("num_freeze_layers", &TrainSection::num_freeze_layers,
+            "Blocks frozen when freeze_layers is true (the first ones); at most the model's num_hidden_layers.")
         .at_least(0);
     s.field("on_nonfinite", &TrainSection::on_nonfinite,
             "A step whose loss or gradient norm is not finite never updates the weights and never reaches a "

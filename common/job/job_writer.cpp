@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "common/job/no_effect.h"
 #include "common/job/schema.h"
 
 namespace shardtune::job {
@@ -44,20 +45,27 @@ std::string schema_markdown() {
       "\n## Cross-field rules\n\n"
       "- `[model]`: exactly one of `path` and `preset`; a preset has no weights, so it needs `init = \"random\"`.\n"
       "- `[slurm]`: with GPUs, `ntasks_per_node` equals `gpus_per_node` (one rank per GPU); "
-      "`signal_lead_s` is shorter than `time`; `min_nodes` is at most `nodes`.\n"
+      "`signal_lead_s` is shorter than `time` (as Slurm counts it: seconds rounded up to whole minutes); "
+      "`min_nodes` is at most `nodes`. `time` = `\"0\"`, `\"UNLIMITED\"`, `\"INFINITE\"` or `\"-1\"` asks for no "
+      "limit, as sbatch reads them.\n"
       "- `[fsdp]`: with `HYBRID_SHARD`, the shard group size (`hsdp_shard_size`, default the ranks of one "
       "node) divides the world size (`nodes` x ranks per node).\n"
-      "- `[train]`: `use_fp16` and `pure_bf16` exclude each other; `use_fp16` needs `mixed_precision`.\n"
+      "- `[train]`: `use_fp16` and `pure_bf16` exclude each other; `use_fp16` needs `mixed_precision` and a GPU "
+      "(`device = \"cpu\"` is refused; a rank that finds no GPU under `device = \"auto\"` refuses it too); "
+      "`num_freeze_layers` is at most the model's blocks (checked where its config.json can be read: by `validate`, "
+      "`run` and `submit` when the model folder is on this machine, and by every rank before training).\n"
       "- Every float key is a finite number: `inf` and `nan` are refused.\n"
-      "- `[data]`: every format but `synthetic` needs `train_file`.\n"
+      "- `[data]`: every format but `synthetic` needs `train_file`, and a tokenizer (`tokenizer`, or the model "
+      "folder's); `train_file`, `val_file` or `tokenizer` given without a format (so with synthetic data, which "
+      "reads no file) is refused; `prompt_template` must parse (`{field}` placeholders, `{{` and `}}` for braces).\n"
       "- `[peft]`: with `method = \"none\"`, the LoRA keys keep their defaults (a value of their own would be "
       "ignored, so it is refused); `freeze_layers` does not go with LoRA, which freezes the whole base.\n"
-      "- A key given its own value where another key makes it meaningless is warned about: `warmup_steps` "
-      "with the step schedule, `gamma` with cosine, `gradient_clipping_threshold` without clipping, "
-      "`num_freeze_layers` without `freeze_layers`, `val_batch_size` and `max_eval_step` without validation, "
-      "`max_nonfinite_skips` with `on_nonfinite = \"stop\"`.\n"
       "- Keys that llama-recipes or PEFT spell differently (`use_peft`, `peft_method`, `from_peft_checkpoint` "
-      "in `[train]`, `r` in `[peft]`, ...) are refused with the key to use instead.\n";
+      "in `[train]`, `r` in `[peft]`, ...) are refused with the key to use instead.\n"
+      "\n### Keys without effect\n\n"
+      "A key given a value of its own where another key makes it meaningless is warned about, naming both:\n\n"
+      "| key | has no effect with |\n|---|---|\n";
+  for (const NoEffectRule& rule : no_effect_rules()) out += fmt::format("| `{}` | {} |\n", rule.key, rule.when);
   return out;
 }
 

@@ -1,6 +1,7 @@
 // Slurm time-limit parsing.
 #include "common/job/slurm_time.h"
 
+#include <cctype>
 #include <charconv>
 #include <vector>
 
@@ -28,9 +29,7 @@ std::optional<std::vector<int64_t>> parse_colon_list(std::string_view s) {
   return parts;
 }
 
-}  // namespace
-
-std::optional<int64_t> parse_slurm_time(std::string_view text) {
+std::optional<int64_t> parse_seconds(std::string_view text) {
   const size_t dash = text.find('-');
   if (dash != std::string_view::npos) {
     auto days = parse_number(text.substr(0, dash));
@@ -51,6 +50,24 @@ std::optional<int64_t> parse_slurm_time(std::string_view text) {
     case 3: return p[0] * 3600 + p[1] * 60 + p[2];   // H:M:S
     default: return std::nullopt;
   }
+}
+
+bool equals_ignoring_case(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::toupper(static_cast<unsigned char>(a[i])) != std::toupper(static_cast<unsigned char>(b[i]))) return false;
+  return true;
+}
+
+}  // namespace
+
+std::optional<SlurmTimeLimit> parse_slurm_time(std::string_view text) {
+  if (text == "-1" || equals_ignoring_case(text, "UNLIMITED") || equals_ignoring_case(text, "INFINITE"))
+    return SlurmTimeLimit{true, 0};
+  const std::optional<int64_t> seconds = parse_seconds(text);
+  if (!seconds) return std::nullopt;
+  if (*seconds == 0) return SlurmTimeLimit{true, 0};
+  return SlurmTimeLimit{false, (*seconds + 59) / 60 * 60};
 }
 
 }  // namespace shardtune::job

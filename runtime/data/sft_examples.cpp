@@ -2,7 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "common/error.h"
+#include "common/prompt_template.h"
 #include "common/job/schema.h"
 
 namespace shardtune::data {
@@ -10,76 +13,82 @@ namespace shardtune::data {
 using common::ErrorKind;
 
 std::string fill_template(const std::string& templ, const Record& record) {
+  const common::ParsedTemplate parsed = common::parse_prompt_template(templ);
+  ST_CHECK(parsed.error.empty(), ErrorKind::kConfig, "prompt template \"{}\": {}", templ, parsed.error);
   std::string out;
-  for (size_t i = 0; i < templ.size(); ++i) {
-    const char c = templ[i];
-    if ((c == '{' || c == '}') && i + 1 < templ.size() && templ[i + 1] == c) {
-      out += c;
-      ++i;
-    } else if (c == '{') {
-      const size_t close = templ.find('}', i);
-      ST_CHECK(close != std::string::npos, ErrorKind::kConfig, "prompt template \"{}\": '{{' at {} is never closed",
-               templ, i);
-      const std::string name = templ.substr(i + 1, close - i - 1);
-      const auto it = record.fields.find(name);
-      ST_CHECK(it != record.fields.end(), ErrorKind::kConfig, "{}: the prompt template uses {{{}}}, which the record lacks",
-               record.where, name);
-      out += it->second;
-      i = close;
-    } else {
-      ST_CHECK(c != '}', ErrorKind::kConfig, "prompt template \"{}\": a lone '}}' at {} (write '}}}}')", templ, i);
-      out += c;
+  for (const common::TemplatePiece& piece : parsed.pieces) {
+    if (!piece.field) {
+      out += piece.text;
+      continue;
     }
+    const auto it = record.fields.find(piece.text);
+    ST_CHECK(it != record.fields.end(), ErrorKind::kConfig, "{}: the prompt template uses {{{}}}, which the record lacks",
+             record.where, piece.text);
+    out += it->second;
   }
   return out;
 }
 
+namespace {
+
+// A job's own template: the record needs the template's fields and the response; of those, only
+// the ones the format lets be empty may be.
+void use_template(PromptFormat& f, const std::string& templ) {
+  const common::ParsedTemplate parsed = common::parse_prompt_template(templ);
+  ST_CHECK(parsed.error.empty(), ErrorKind::kConfig, "[data] prompt_template \"{}\": {}", templ, parsed.error);
+  std::vector<std::string> required = parsed.fields();
+  if (std::find(required.begin(), required.end(), f.response_field) == required.end())
+    required.push_back(f.response_field);
+  std::vector<std::string> may_be_empty;
+  for (const std::string& name : f.may_be_empty)
+    if (std::find(required.begin(), required.end(), name) != required.end()) may_be_empty.push_back(name);
+  f.required = std::move(required);
+  f.may_be_empty = std::move(may_be_empty);
+  f.prompt = [templ](const Record& r) { return fill_template(templ, r); };
+}
+
+}  // namespace
+
 PromptFormat prompt_format(const job::DataSection& data) {
   PromptFormat f;
-  const std::string custom = data.prompt_template;
-  auto templated = [custom](std::string fallback) {
-    const std::string t = custom.empty() ? std::move(fallback) : custom;
-    return [t](const Record& r) { return fill_template(t, r); };
-  };
   switch (data.format) {
     case job::DataFormat::kAlpaca:
       f.required = {"instruction", "input", "output"};
       f.may_be_empty = {"input"};
       f.response_field = "output";
-      if (!custom.empty()) {
-        f.prompt = templated(custom);
-      } else {
-        f.prompt = [](const Record& r) {
-          const std::string& input = r.fields.at("input");
-          return input.empty()
-                     ? fill_template("Below is an instruction that describes a task. Write a response that appropriately "
-                                     "completes the request.\n\n### Instruction:\n{instruction}\n\n### Response:\n",
-                                     r)
-                     : fill_template("Below is an instruction that describes a task, paired with an input that provides "
-                                     "further context. Write a response that appropriately completes the request.\n\n"
-                                     "### Instruction:\n{instruction}\n\n### Input:\n{input}\n\n### Response:\n",
-                                     r);
-        };
-      }
+      f.prompt = [](const Record& r) {
+        const std::string& input = r.fields.at("input");
+        return input.empty()
+                   ? fill_template("Below is an instruction that describes a task. Write a response that appropriately "
+                                   "completes the request.\n\n### Instruction:\n{instruction}\n\n### Response:\n",
+                                   r)
+                   : fill_template("Below is an instruction that describes a task, paired with an input that provides "
+                                   "further context. Write a response that appropriately completes the request.\n\n"
+                                   "### Instruction:\n{instruction}\n\n### Input:\n{input}\n\n### Response:\n",
+                                   r);
+      };
       break;
     case job::DataFormat::kSamsum:
       f.required = {"dialogue", "summary"};
       f.response_field = "summary";
-      f.prompt = templated("Summarize this dialog:\n{dialogue}\n---\nSummary:\n");
+      f.prompt = [](const Record& r) { return fill_template("Summarize this dialog:\n{dialogue}\n---\nSummary:\n", r); };
       break;
     case job::DataFormat::kGrammar:
       f.required = {"input", "target"};
       f.response_field = "target";
-      f.prompt = templated("Correct this to standard English: {input}\n---\nCorrected: ");
+      f.prompt = [](const Record& r) { return fill_template("Correct this to standard English: {input}\n---\nCorrected: ", r); };
       break;
-    case job::DataFormat::kJsonl:
+    case job::DataFormat::kJsonl: {
       f.required = {data.prompt_field, data.response_field};
       f.response_field = data.response_field;
-      f.prompt = templated("{" + data.prompt_field + "}");
+      const std::string templ = "{" + data.prompt_field + "}";
+      f.prompt = [templ](const Record& r) { return fill_template(templ, r); };
       break;
+    }
     case job::DataFormat::kSynthetic:
       common::raise(ErrorKind::kInternal, "the synthetic format has no records");
   }
+  if (!data.prompt_template.empty()) use_template(f, data.prompt_template);
   return f;
 }
 

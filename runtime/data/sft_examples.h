@@ -28,7 +28,8 @@ struct PromptFormat {
   std::function<std::string(const Record&)> prompt;
 };
 
-// The format of [data]: its fields and prompt. A prompt_template overrides the format's own.
+// The format of [data]: its fields and prompt. A prompt_template overrides the format's own: a record
+// then needs the template's fields and the response field (prompt_field is not used).
 // Throws common::Error(kConfig) when the template names an unknown placeholder syntax.
 PromptFormat prompt_format(const job::DataSection& data);
 

@@ -4,10 +4,13 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
+#include "common/job/job_checks.h"
 #include "common/job/job_loader.h"
 #include "common/job/job_writer.h"
+#include "common/job/no_effect.h"
 #include "common/job/schema.h"
 #include "common/job/slurm_time.h"
 
@@ -186,7 +189,7 @@ TEST(JobSchema, WarningsDoNotFailTheJob) {
   const LoadedJob loaded = parse_job(std::string(kMinimal) + "\n[fsdp]\nhsdp_shard_size = 2\n", "job.toml");
   EXPECT_FALSE(loaded.diagnostics.has_errors());
   EXPECT_EQ(loaded.diagnostics.to_string(),
-            "job.toml:9:19: warning: fsdp.hsdp_shard_size: hsdp_shard_size = 2 is ignored: sharding_strategy is "
+            "job.toml:9:19: warning: fsdp.hsdp_shard_size: hsdp_shard_size = 2 has no effect: sharding_strategy is "
             "FULL_SHARD\n");
 }
 
@@ -241,15 +244,174 @@ TEST(JobSchema, ReferencePageIsGeneratedFromTheSchema) {
   }
 }
 
-TEST(SlurmTime, EverySlurmFormat) {
-  EXPECT_EQ(parse_slurm_time("30"), 30 * 60);
-  EXPECT_EQ(parse_slurm_time("30:15"), 30 * 60 + 15);
-  EXPECT_EQ(parse_slurm_time("04:00:00"), 4 * 3600);
-  EXPECT_EQ(parse_slurm_time("2-12"), 2 * 86400 + 12 * 3600);
-  EXPECT_EQ(parse_slurm_time("1-00:30"), 86400 + 30 * 60);
-  EXPECT_EQ(parse_slurm_time("1-02:03:04"), 86400 + 2 * 3600 + 3 * 60 + 4);
-  for (const char* bad : {"", "4 hours", "1:2:3:4", "-1", "1-", "a:b", "1-2:3:4:5", ":30", "99999999999"})
+TEST(SlurmTime, EverySlurmFormatAsSlurmReadsIt) {
+  auto seconds = [](const char* text) -> int64_t {
+    const auto limit = parse_slurm_time(text);
+    EXPECT_TRUE(limit.has_value() && !limit->unlimited) << text;
+    return limit && !limit->unlimited ? limit->seconds : -1;
+  };
+  EXPECT_EQ(seconds("30"), 30 * 60);
+  EXPECT_EQ(seconds("30:15"), 31 * 60);  // Slurm rounds seconds up to whole minutes
+  EXPECT_EQ(seconds("30:00"), 30 * 60);
+  EXPECT_EQ(seconds("0:01"), 60);
+  EXPECT_EQ(seconds("04:00:00"), 4 * 3600);
+  EXPECT_EQ(seconds("2-12"), 2 * 86400 + 12 * 3600);
+  EXPECT_EQ(seconds("1-00:30"), 86400 + 30 * 60);
+  EXPECT_EQ(seconds("1-02:03:04"), 86400 + 2 * 3600 + 4 * 60);
+  // sbatch's "no limit": the words, -1, and every spelling of zero.
+  for (const char* none : {"UNLIMITED", "unlimited", "Infinite", "INFINITE", "-1", "0", "00:00:00", "0-0", "0:0"}) {
+    const auto limit = parse_slurm_time(none);
+    EXPECT_TRUE(limit.has_value() && limit->unlimited) << none;
+  }
+  for (const char* bad : {"", "4 hours", "1:2:3:4", "-2", "1-", "a:b", "1-2:3:4:5", ":30", "99999999999", "UNLIMITEDX"})
     EXPECT_FALSE(parse_slurm_time(bad).has_value()) << bad;
+}
+
+TEST(JobSchema, NoTimeLimitNeedsNoSignalLeadAndSaysTheLeadDoesNothing) {
+  for (const char* none : {"0", "UNLIMITED", "INFINITE"})
+    EXPECT_FALSE(parse_ok(kMinimal, {std::string("slurm.time=") + none}).diagnostics.has_errors()) << none;
+  const LoadedJob lead = parse_ok(std::string(kMinimal) + "\n[slurm]\ntime = \"UNLIMITED\"\nsignal_lead_s = 600\n");
+  EXPECT_NE(lead.diagnostics.to_string().find("signal_lead_s = 600 has no effect: time = \"UNLIMITED\" asks for no "
+                                              "time limit"),
+            std::string::npos)
+      << lead.diagnostics.to_string();
+  // A limit Slurm rounds up to one minute leaves room for a 30 s lead; the lead is checked against it.
+  EXPECT_FALSE(parse_job(kMinimal, "job.toml", {"slurm.time=0:10", "slurm.signal_lead_s=30"}).diagnostics.has_errors());
+  EXPECT_TRUE(parse_job(kMinimal, "job.toml", {"slurm.time=1", "slurm.signal_lead_s=60"}).diagnostics.has_errors());
+}
+
+// Issue: a job without [data] format trained on synthetic tokens, ignoring its data file.
+TEST(JobSchema, DataFilesWithoutAFormatAreRefused) {
+  const LoadedJob unset = parse_job(kMinimal, "job.toml", {"data.train_file=a.json"});
+  EXPECT_NE(unset.diagnostics.to_string().find("error: data.train_file: train_file = \"a.json\" is set, but [data] "
+                                               "format is not: without one the job trains on synthetic tokens"),
+            std::string::npos)
+      << unset.diagnostics.to_string();
+  for (const char* key : {"data.val_file=v.json", "data.tokenizer=tokenizer.json"}) {
+    const LoadedJob synthetic = parse_job(kMinimal, "job.toml", {"data.format=synthetic", key});
+    EXPECT_NE(synthetic.diagnostics.to_string().find("is set, but format = \"synthetic\" generates its tokens and "
+                                                     "reads no file"),
+              std::string::npos)
+        << key << ": " << synthetic.diagnostics.to_string();
+  }
+  parse_ok(kMinimal, {"data.format=alpaca", "data.train_file=a.json", "data.tokenizer=t.json"});
+}
+
+TEST(JobSchema, Fp16NeedsAGpu) {
+  const LoadedJob cpu = parse_job(kMinimal, "job.toml", {"launch.device=cpu", "train.use_fp16=true"});
+  EXPECT_NE(cpu.diagnostics.to_string().find("error: train.use_fp16: use_fp16 = true needs a GPU"), std::string::npos)
+      << cpu.diagnostics.to_string();
+  parse_ok(kMinimal, {"launch.device=cuda", "train.use_fp16=true"});
+  parse_ok(kMinimal, {"launch.device=auto", "train.use_fp16=true"});  // the rank decides (fsdp_options)
+}
+
+TEST(JobSchema, APromptTemplateMustParse) {
+  const std::string jsonl = "data.format=jsonl";
+  for (const auto& [templ, want] :
+       std::vector<std::pair<std::string, std::string>>{{"Q: {question", "the '{' at character 4 is never closed"},
+                                                        {"Q: {}", "an empty placeholder '{}' at character 4"},
+                                                        {"Q: }", "a lone '}' at character 4"},
+                                                        {"Q: {a{b}", "the '{' at character 4 is never closed"}}) {
+    const LoadedJob loaded = parse_job(kMinimal, "job.toml",
+                                       {jsonl, "data.train_file=d.jsonl", "data.tokenizer=t.json",
+                                        "data.prompt_template=\"" + templ + "\""});
+    EXPECT_NE(loaded.diagnostics.to_string().find("error: data.prompt_template: " + want), std::string::npos)
+        << templ << ": " << loaded.diagnostics.to_string();
+  }
+  parse_ok(kMinimal, {jsonl, "data.train_file=d.jsonl", "data.tokenizer=t.json",
+                      "data.prompt_template=\"{{literal}} {question}\""});
+}
+
+// Every rule of no_effect.h, each with a job that meets its condition: the key given a value of
+// its own is warned about, naming the key; under the opposite condition it is not.
+TEST(JobSchema, EveryKeyWithoutEffectIsNamed) {
+  struct Case {
+    std::string set;                  // the key's own value
+    std::vector<std::string> meets;   // overrides that meet the rule's condition
+    std::vector<std::string> effect;  // overrides under which the key takes effect
+  };
+  const std::vector<std::string> alpaca = {"data.format=alpaca", "data.train_file=a.json", "data.tokenizer=t.json"};
+  auto with = [&alpaca](std::vector<std::string> more) {
+    std::vector<std::string> out = alpaca;
+    out.insert(out.end(), more.begin(), more.end());
+    return out;
+  };
+  const std::vector<Case> cases = {
+      {"slurm.min_nodes=2", {"slurm.nodes=2"}, {"slurm.nodes=3"}},
+      {"slurm.mail_user=a@b.c", {}, {"slurm.mail_type=END"}},
+      {"slurm.signal_lead_s=600", {"slurm.time=UNLIMITED"}, {"slurm.time=04:00:00"}},
+      {"launch.srun_mpi=pmi2", {"launch.launcher=mpirun"}, {}},
+      {"launch.extra_srun_options=[\"--exclusive\"]", {"launch.launcher=mpirun"}, {}},
+      {"launch.extra_mpirun_options=[\"-x\", \"A\"]", {}, {"launch.launcher=mpirun"}},
+      {"launch.gpu_memory_gib=80", {"launch.device=cpu"}, {}},
+      {"data.val_fraction=0.2", with({"data.val_file=v.json"}), alpaca},
+      {"data.val_fraction=0.2", with({"train.run_validation=false"}), alpaca},
+      {"data.val_file=v.json", with({"train.run_validation=false"}), alpaca},
+      {"data.prompt_field=q", alpaca, {"data.format=jsonl", "data.train_file=a.json", "data.tokenizer=t.json"}},
+      {"data.prompt_field=q",
+       {"data.format=jsonl", "data.train_file=a.json", "data.tokenizer=t.json", "data.prompt_template=\"{x}\""},
+       {"data.format=jsonl", "data.train_file=a.json", "data.tokenizer=t.json"}},
+      {"data.response_field=a", with({"data.format=samsum"}),
+       {"data.format=jsonl", "data.train_file=a.json", "data.tokenizer=t.json"}},
+      {"data.prompt_template=\"{instruction}\"", {}, alpaca},
+      {"data.on_bad_record=skip", {}, alpaca},
+      {"data.long_examples=truncate", {}, alpaca},
+      {"data.long_examples=truncate", with({"train.batching_strategy=padding"}), alpaca},
+      {"train.batching_strategy=padding", {}, alpaca},
+      {"train.warmup_steps=5", {}, {"train.lr_scheduler=cosine"}},
+      {"train.gamma=0.5", {"train.lr_scheduler=cosine"}, {}},
+      {"train.gamma=0.5", {"train.num_epochs=1"}, {}},
+      {"train.gradient_clipping_threshold=0.5", {}, {"train.gradient_clipping=true"}},
+      {"train.num_freeze_layers=2", {}, {"train.freeze_layers=true"}},
+      {"train.freeze_layers=true", {"train.num_freeze_layers=0"}, {}},
+      {"train.val_batch_size=2", {"train.run_validation=false"}, {}},
+      {"train.max_eval_step=2", {"train.run_validation=false"}, {}},
+      {"train.max_nonfinite_skips=2", {}, {"train.on_nonfinite=skip_step"}},
+      {"train.mixed_precision=false", {"train.pure_bf16=true"}, {}},
+      {"fsdp.hsdp_shard_size=1", {}, {"fsdp.sharding_strategy=HYBRID_SHARD"}},
+      {"fsdp.low_cpu_fsdp=true", {}, {"model.preset=none", "model.path=/m", "model.init=pretrained"}},
+      {"fsdp.low_cpu_fsdp_min_params=5", {}, {"model.preset=none", "model.path=/m", "model.init=pretrained"}},
+      {"fsdp.load_readers=rank0",
+       {"model.preset=none", "model.path=/m", "model.init=pretrained", "fsdp.low_cpu_fsdp_min_params=0"},
+       {"model.preset=none", "model.path=/m", "model.init=pretrained", "fsdp.low_cpu_fsdp=true"}},
+      {"metrics.peak_tflops=100", {"metrics.jsonl=false"}, {}},
+      {"metrics.profiler_dir=/tmp/p", {}, {"metrics.use_profiler=true"}},
+      {"metrics.profiler_wait_steps=4", {}, {"metrics.use_profiler=true"}},
+      {"metrics.profiler_warmup_steps=4", {}, {"metrics.use_profiler=true"}},
+      {"metrics.profiler_active_steps=4", {}, {"metrics.use_profiler=true"}},
+      {"metrics.flop_counter_start=4", {}, {"metrics.flop_counter=true"}},
+  };
+  std::set<std::string> covered;
+  for (const Case& c : cases) {
+    const std::string key = c.set.substr(0, c.set.find('='));
+    covered.insert(key);
+    auto warned = [&](std::vector<std::string> overrides) {
+      overrides.push_back(c.set);
+      const LoadedJob loaded = parse_job(kMinimal, "job.toml", overrides);
+      EXPECT_FALSE(loaded.diagnostics.has_errors()) << c.set << ": " << loaded.diagnostics.to_string();
+      for (const Diagnostic& d : loaded.diagnostics.all())
+        if (d.key == key && d.severity == Severity::kWarning && d.message.find("has no effect") != std::string::npos)
+          return true;
+      return false;
+    };
+    EXPECT_TRUE(warned(c.meets)) << c.set << " where it does nothing";
+    EXPECT_FALSE(warned(c.effect)) << c.set << " where it takes effect";
+  }
+  for (const NoEffectRule& rule : no_effect_rules()) EXPECT_TRUE(covered.count(rule.key)) << rule.key << " has no case";
+}
+
+TEST(JobSchema, NumFreezeLayersIsBoundByTheModel) {
+  const std::string text = std::string(kMinimal) + "\n[train]\nfreeze_layers = true\nnum_freeze_layers = 50\n";
+  const LoadedJob loaded = parse_ok(text);
+  Diagnostics diags;
+  check_against_model(loaded.job, ModelFacts{"tiny", 2}, loaded.sources, "job.toml", diags);
+  EXPECT_EQ(diags.to_string(),
+            "job.toml:10:21: error: train.num_freeze_layers: num_freeze_layers = 50 but the model has 2 blocks "
+            "(num_hidden_layers in tiny): at most 2\n");
+  Diagnostics fits;
+  check_against_model(parse_ok(kMinimal, {"train.freeze_layers=true", "train.num_freeze_layers=2"}).job,
+                      ModelFacts{"tiny", 2}, {}, "job.toml", fits);
+  EXPECT_TRUE(fits.all().empty()) << fits.to_string();
 }
 
 }  // namespace
