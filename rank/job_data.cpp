@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -21,6 +22,7 @@
 #include "common/job/schema.h"
 #include "runtime/data/packed_rows.h"
 #include "runtime/dist/agree.h"
+#include "runtime/data/token_cache.h"
 #include "runtime/data/token_file.h"
 #include "runtime/data/records.h"
 #include "runtime/data/sft_examples.h"
@@ -35,92 +37,70 @@ namespace {
 
 using common::ErrorKind;
 
-data::RecordFile read(const job::Job& job, const data::PromptFormat& format, const std::string& path) {
+// What reading and tokenizing found, logged as it happens and kept in the token files' notes for
+// the runs that map them instead.
+class Findings {
+ public:
+  void warn(std::string line) {
+    spdlog::warn("{}", line);
+    lines_.push_back(std::move(line));
+  }
+  std::string notes() const { return fmt::format("{}", fmt::join(lines_, "\n")); }
+
+ private:
+  std::vector<std::string> lines_;
+};
+
+data::RecordFile read(const job::Job& job, const data::PromptFormat& format, const std::string& path,
+                      Findings& findings) {
   data::RecordFile f =
       data::read_records(path, format.required, format.may_be_empty, job.data.on_bad_record == job::BadRecordPolicy::kSkip);
   if (f.skipped > 0) {
-    spdlog::warn("{}: skipped {} bad record(s) of {}; first: {}", path, f.skipped, f.skipped + static_cast<int64_t>(f.records.size()),
-                 f.skip_reasons.front());
+    findings.warn(fmt::format("{}: skipped {} bad record(s) of {}; first: {}", path, f.skipped,
+                              f.skipped + static_cast<int64_t>(f.records.size()), fmt::join(f.skip_reasons, "; ")));
   }
   ST_CHECK(!f.records.empty(), ErrorKind::kConfig, "{}: no usable records", path);
   return f;
 }
 
-// What a token file was made from: the data files (path, size, modification time), the tokenizer
-// file, the prompt format, the special tokens and the validation split. Any change makes another
-// file.
-std::string file_stamp(const std::string& path) {
-  namespace fs = std::filesystem;
-  if (path.empty()) return "none";
-  std::error_code ec;
-  const auto size = fs::file_size(path, ec);
-  const auto mtime = fs::last_write_time(path, ec).time_since_epoch().count();
-  return fmt::format("{} size={} mtime={}", fs::absolute(path).string(), size, mtime);
+// The tokens of the validation set: the val_file's, or a share of the training file's records
+// (val_fraction), held out only when the job validates.
+bool splits_training_file(const job::Job& job) {
+  return job.train.run_validation && job.data.val_file.empty() && job.data.val_fraction > 0;
+}
+bool wants_validation(const job::Job& job) {
+  return job.train.run_validation && (!job.data.val_file.empty() || job.data.val_fraction > 0);
 }
 
-std::string cache_key(const job::Job& job, const std::string& tokenizer, const data::ExampleOptions& options) {
+// What a token file is made from: every input that changes its tokens or its counts. A change of
+// any makes another file. kTokenRules is the version of the reading, prompting and tokenizing
+// code itself.
+constexpr int kTokenRules = 2;
+
+std::string examples_key(const job::Job& job, const std::string& tokenizer, const data::ExampleOptions& options) {
   const std::string tokenizer_bytes = common::read_file(tokenizer, ErrorKind::kConfig, "the tokenizer");
-  return fmt::format("data={}; val_file={}; tokenizer={:016x}; format={} prompt_field={} response_field={} "
-                     "template={:016x}; bos={} eos={} max_tokens={}; val_fraction={} seed={}",
-                     file_stamp(job.data.train_file), file_stamp(job.data.val_file), data::fingerprint(tokenizer_bytes),
-                     job::enum_name(job.data.format), job.data.prompt_field, job.data.response_field,
-                     data::fingerprint(job.data.prompt_template), options.bos, options.eos, options.max_tokens,
-                     job.data.val_fraction, job.train.seed);
+  return fmt::format("rules={}; tokenizer={:016x}; format={} prompt_field={} response_field={} template={:016x}; "
+                     "bos={} eos={} max_tokens={}; on_bad_record={}",
+                     kTokenRules, data::fingerprint(tokenizer_bytes), job::enum_name(job.data.format),
+                     job.data.prompt_field, job.data.response_field, data::fingerprint(job.data.prompt_template),
+                     options.bos, options.eos, options.max_tokens, job::enum_name(job.data.on_bad_record));
 }
 
-// One token file: next to the data file, or under the output directory when that folder cannot
-// be written.
-struct TokenCache {
-  std::string what, key;
-  std::vector<std::string> paths;
+std::string training_key(const job::Job& job, const std::string& examples) {
+  return fmt::format("{}; data={}; split={}", examples, data::data_file_stamp(job.data.train_file),
+                     splits_training_file(job)
+                         ? fmt::format("val_fraction={} seed={}", job.data.val_fraction, job.train.seed)
+                         : std::string("none"));
+}
 
-  TokenCache(const job::Job& job, const std::string& data_file, const std::string& key_, const char* what_)
-      : what(what_), key(key_) {
-    namespace fs = std::filesystem;
-    const std::string name = fmt::format(".{}.{}.{:016x}.tokens", fs::path(data_file).filename().string(), what,
-                                         data::fingerprint(key));
-    paths = {(fs::path(data_file).parent_path() / name).string(), job.job.output_dir + "/token-cache/" + name};
-  }
-
-  // A damaged file is reported and then made again, like a missing one. Its name follows from the
-  // data, so whoever can write the data's folder could put one there: only a file of this user
-  // that nobody else may write is trusted.
-  std::shared_ptr<const data::TokenFile> open(int64_t vocab_size) const {
-    for (const std::string& p : paths) {
-      struct stat st {};
-      if (::stat(p.c_str(), &st) == 0 && (st.st_uid != ::geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH)) != 0)) {
-        spdlog::warn("ignoring the token file {}: it belongs to user {} or others may write it, so its tokens cannot "
-                     "be trusted",
-                     p, st.st_uid);
-        continue;
-      }
-      try {
-        if (auto f = data::TokenFile::open(p, key, vocab_size)) return f;
-      } catch (const common::Error& e) {
-        spdlog::warn("{}: tokenizing again", e.what());
-      }
-    }
-    return nullptr;
-  }
-
-  void write(const std::vector<data::Example>& examples) const {
-    for (const std::string& p : paths) {
-      try {
-        std::filesystem::create_directories(std::filesystem::path(p).parent_path());
-        data::TokenFile::write(p, key, examples);
-        return;
-      } catch (const std::exception& e) {
-        spdlog::warn("cannot cache the {} tokens at {}: {}", what, p, e.what());
-      }
-    }
-    common::raise(ErrorKind::kIo, fmt::format("cannot write the tokenized {} data anywhere ({} or {})", what, paths[0],
-                                              paths[1]));
-  }
-};
+std::string validation_key(const job::Job& job, const std::string& examples) {
+  if (!job.data.val_file.empty()) return fmt::format("{}; data={}", examples, data::data_file_stamp(job.data.val_file));
+  return training_key(job, examples) + "; held out";
+}
 
 std::vector<data::Example> tokenize(const std::vector<data::Record>& records, const data::PromptFormat& format,
                                     const data::Tokenizer& tokenizer, const data::ExampleOptions& options,
-                                    const std::string& what) {
+                                    const std::string& what, Findings& findings) {
   common::Progress progress(common::logged_progress("tokenizing the " + what + " data",
                                                     static_cast<int64_t>(records.size()), common::ProgressUnit::kCount,
                                                     "examples"));
@@ -137,38 +117,48 @@ std::vector<data::Example> tokenize(const std::vector<data::Record>& records, co
   }
   progress.finish("tokenized the " + what + " data");
   if (!cut.empty())
-    spdlog::warn("{} of {} {} examples keep no learned token once cut to context_length = {} (their prompts fill it): "
-                 "they are left out: {}{}",
-                 cut.size(), records.size(), what, options.max_tokens,
-                 fmt::join(cut.begin(), cut.begin() + static_cast<std::ptrdiff_t>(std::min<size_t>(cut.size(), 10)), ", "),
-                 cut.size() > 10 ? fmt::format(" and {} more", cut.size() - 10) : "");
+    findings.warn(fmt::format(
+        "{} of {} {} examples keep no learned token once cut to context_length = {} (their prompts fill it): they are "
+        "left out: {}{}",
+        cut.size(), records.size(), what, options.max_tokens,
+        fmt::join(cut.begin(), cut.begin() + static_cast<std::ptrdiff_t>(std::min<size_t>(cut.size(), 10)), ", "),
+        cut.size() > 10 ? fmt::format(" and {} more", cut.size() - 10) : ""));
   return examples;
+}
+
+// A seeded split of the records, the same at every world size: val_fraction of them (at least
+// one) held out for validation, when there are two or more.
+std::vector<data::Record> hold_out(const job::Job& job, std::vector<data::Record>& records) {
+  std::vector<data::Record> held;
+  if (records.size() < 2) return held;
+  std::vector<size_t> order(records.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), std::mt19937_64(static_cast<uint64_t>(job.train.seed)));
+  const size_t n_val = std::max<size_t>(1, static_cast<size_t>(job.data.val_fraction * static_cast<double>(order.size())));
+  std::vector<bool> is_val(order.size(), false);
+  for (size_t i = 0; i < n_val; ++i) is_val[order[i]] = true;
+  std::vector<data::Record> kept;
+  for (size_t i = 0; i < records.size(); ++i) (is_val[i] ? held : kept).push_back(std::move(records[i]));
+  records = std::move(kept);
+  return held;
 }
 
 // Reads, splits and tokenizes the records; writes the token files.
 void build_token_files(const job::Job& job, const data::Tokenizer& tokenizer, const data::ExampleOptions& options,
-                       const TokenCache& train_cache, const TokenCache* val_cache) {
+                       const data::TokenCache& train_cache, const data::TokenCache* val_cache) {
   const data::PromptFormat format = data::prompt_format(job.data);
-  std::vector<data::Record> train_records = read(job, format, job.data.train_file).records;
+  Findings train_findings, val_findings;
+  std::vector<data::Record> train_records = read(job, format, job.data.train_file, train_findings).records;
   std::vector<data::Record> val_records;
-  if (!job.data.val_file.empty()) {
-    val_records = read(job, format, job.data.val_file).records;
-  } else if (job.data.val_fraction > 0 && train_records.size() >= 2) {
-    // A seeded split of the records: the same at every world size.
-    std::vector<size_t> order(train_records.size());
-    std::iota(order.begin(), order.end(), 0);
-    std::shuffle(order.begin(), order.end(), std::mt19937_64(static_cast<uint64_t>(job.train.seed)));
-    const size_t n_val =
-        std::max<size_t>(1, static_cast<size_t>(job.data.val_fraction * static_cast<double>(order.size())));
-    std::vector<bool> is_val(order.size(), false);
-    for (size_t i = 0; i < n_val; ++i) is_val[order[i]] = true;
-    std::vector<data::Record> kept;
-    for (size_t i = 0; i < train_records.size(); ++i)
-      (is_val[i] ? val_records : kept).push_back(std::move(train_records[i]));
-    train_records = std::move(kept);
+  if (val_cache != nullptr && !job.data.val_file.empty()) {
+    val_records = read(job, format, job.data.val_file, val_findings).records;
+  } else if (splits_training_file(job)) {
+    val_records = hold_out(job, train_records);
   }
-  train_cache.write(tokenize(train_records, format, tokenizer, options, "training"));
-  if (val_cache != nullptr) val_cache->write(tokenize(val_records, format, tokenizer, options, "validation"));
+  train_cache.write(tokenize(train_records, format, tokenizer, options, "training", train_findings),
+                    train_findings.notes());
+  if (val_cache != nullptr)
+    val_cache->write(tokenize(val_records, format, tokenizer, options, "validation", val_findings), val_findings.notes());
 }
 
 std::unique_ptr<train::Dataset> batched(std::shared_ptr<const data::TokenFile> tokens, const job::Job& job,
@@ -223,6 +213,70 @@ std::string prepare_tokenizer(const job::Job& job, MPI_Comm world, const std::st
   });
 }
 
+namespace {
+
+// The token files of the job: mapped when an earlier run made them for the same inputs, else made
+// by rank 0 and then mapped by every rank. Collective.
+struct TokenFiles {
+  std::shared_ptr<const data::TokenFile> train, val;  // val: null when the job does not validate
+  bool cached = false;
+};
+
+TokenFiles token_files(const job::Job& job, const data::Tokenizer& tokenizer, const data::ExampleOptions& options,
+                       int64_t vocab_size, const std::string& tok_path, const DataContext& context) {
+  const std::string examples = examples_key(job, tok_path, options);
+  const std::string fallback = job.job.output_dir + "/token-cache";
+  const data::TokenCache train_cache(job.data.train_file, fallback, training_key(job, examples), "training");
+  const bool want_val = wants_validation(job);
+  const data::TokenCache val_cache(job.data.val_file.empty() ? job.data.train_file : job.data.val_file, fallback,
+                                   validation_key(job, examples), "validation");
+  TokenFiles out;
+  out.train = train_cache.open(vocab_size);
+  out.val = want_val ? val_cache.open(vocab_size) : nullptr;
+  // Collective: another job may be writing the same token files right now, so ranks could see
+  // them differently; all tokenize-or-map decisions must be the same.
+  out.cached = context.all_agree(out.train != nullptr && (!want_val || out.val != nullptr));
+  if (!out.cached) {
+    // Rank 0 reads and tokenizes; every rank then maps the token files it wrote.
+    if (context.rank == 0) build_token_files(job, tokenizer, options, train_cache, want_val ? &val_cache : nullptr);
+    context.barrier();
+    out.train = train_cache.open(vocab_size);
+    out.val = want_val ? val_cache.open(vocab_size) : nullptr;
+    ST_CHECK(out.train != nullptr && (!want_val || out.val != nullptr), ErrorKind::kIo,
+             "rank {} cannot read the token files rank 0 wrote (under {} or {})", context.rank,
+             std::filesystem::path(train_cache.paths()[0]).parent_path().string(), fallback);
+  } else if (context.rank == 0) {
+    for (const auto& f : {out.train, out.val})
+      if (f && !f->notes().empty()) spdlog::warn("from the token cache: {}", f->notes());
+  }
+  if (context.rank == 0) {
+    // Token files of other settings that no job has used for a day: the three most recent stay.
+    for (const data::TokenCache* cache : {&train_cache, &val_cache})
+      for (const std::string& removed : cache->remove_stale(3, std::chrono::hours(24)))
+        spdlog::info("removed the token file {}: made for other data or settings, unused for a day", removed);
+  }
+  return out;
+}
+
+// A validation set that evaluates nothing would report a perfect or an undefined loss: an error
+// before training, naming where its records come from.
+void check_validation(const job::Job& job, const TokenFiles& tokens, const train::Dataset* val) {
+  if (tokens.val == nullptr) return;
+  const std::string source = job.data.val_file.empty()
+                                 ? fmt::format("{} (val_fraction = {})", job.data.train_file, job.data.val_fraction)
+                                 : job.data.val_file;
+  ST_CHECK(tokens.val->num_examples() > 0, ErrorKind::kConfig,
+           "no validation record: {} holds out none of {}, which has fewer than two usable records. HINT: give "
+           "[data] val_file, or set [train] run_validation = false",
+           source, job.data.train_file);
+  ST_CHECK(val != nullptr && val->size() > 0, ErrorKind::kConfig,
+           "no validation example of {} keeps a learned token: cut to [train] context_length = {} tokens, every "
+           "response is lost behind its prompt. HINT: raise context_length, or give another val_file",
+           source, job.train.context_length);
+}
+
+}  // namespace
+
 JobData load_job_data(const job::Job& job, const model::LlamaConfig& config, const std::string& tok_path,
                       const DataContext& context) {
   const int world_size = context.world_size;
@@ -231,8 +285,9 @@ JobData load_job_data(const job::Job& job, const model::LlamaConfig& config, con
   if (job.data.format == job::DataFormat::kSynthetic) {
     out.train = std::make_unique<train::SyntheticCopyDataset>(1 << 16, t.context_length, config.vocab_size,
                                                               static_cast<uint64_t>(t.seed));
-    out.val = std::make_unique<train::SyntheticCopyDataset>(t.val_batch_size * world_size * 8, t.context_length,
-                                                            config.vocab_size, static_cast<uint64_t>(t.seed) + 1);
+    // The same rows at every world size.
+    out.val = std::make_unique<train::SyntheticCopyDataset>(t.val_batch_size * 8, t.context_length, config.vocab_size,
+                                                            static_cast<uint64_t>(t.seed) + 1);
     return out;
   }
   ST_CHECK(!tok_path.empty(), ErrorKind::kConfig, "[data] format \"{}\" needs a tokenizer: set [data] tokenizer",
@@ -247,33 +302,16 @@ JobData load_job_data(const job::Job& job, const model::LlamaConfig& config, con
   const bool padding = t.batching_strategy == job::BatchingStrategy::kPadding;
   if (padding || job.data.long_examples == job::LongExamples::kTruncate) options.max_tokens = t.context_length;
 
-  const std::string key = cache_key(job, tok_path, options);
-  const TokenCache train_cache(job, job.data.train_file, key, "training");
-  const bool want_val = !job.data.val_file.empty() || job.data.val_fraction > 0;
-  const TokenCache val_cache(job, job.data.val_file.empty() ? job.data.train_file : job.data.val_file, key, "validation");
-  std::shared_ptr<const data::TokenFile> train_tokens = train_cache.open(config.vocab_size);
-  std::shared_ptr<const data::TokenFile> val_tokens = want_val ? val_cache.open(config.vocab_size) : nullptr;
-  // Collective: another job may be writing the same token files right now, so ranks could see
-  // them differently; all tokenize-or-map decisions must be the same.
-  const bool cached = context.all_agree(train_tokens != nullptr && (!want_val || val_tokens != nullptr));
-  if (!cached) {
-    // Rank 0 reads and tokenizes; every rank then maps the token files it wrote.
-    if (context.rank == 0) build_token_files(job, tokenizer, options, train_cache, want_val ? &val_cache : nullptr);
-    context.barrier();
-    train_tokens = train_cache.open(config.vocab_size);
-    val_tokens = want_val ? val_cache.open(config.vocab_size) : nullptr;
-    ST_CHECK(train_tokens != nullptr && (!want_val || val_tokens != nullptr), ErrorKind::kIo,
-             "rank {} cannot read the token files rank 0 wrote (under {} or {})", context.rank,
-             std::filesystem::path(train_cache.paths[0]).parent_path().string(), job.job.output_dir + "/token-cache");
-  }
-  out.train = batched(train_tokens, job, options, "training", cached);
+  const TokenFiles tokens = token_files(job, tokenizer, options, config.vocab_size, tok_path, context);
+  out.train = batched(tokens.train, job, options, "training", tokens.cached);
   ST_CHECK(out.train->size() > 0, ErrorKind::kConfig,
            "no training example of {} keeps a learned token: cut to [train] context_length = {} tokens, every "
            "response is lost behind its prompt. HINT: raise [train] context_length, or use batching_strategy = "
            "\"packing\" with [data] long_examples = \"split\"",
            job.data.train_file, t.context_length);
-  if (val_tokens != nullptr && val_tokens->num_examples() > 0)
-    out.val = batched(val_tokens, job, options, "validation", cached);
+  if (tokens.val != nullptr && tokens.val->num_examples() > 0)
+    out.val = batched(tokens.val, job, options, "validation", tokens.cached);
+  check_validation(job, tokens, out.val.get());
 
   const int64_t global_batch = t.batch_size_training * world_size * t.gradient_accumulation_steps;
   ST_CHECK(out.train->size() >= global_batch, ErrorKind::kConfig,

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string_view>
@@ -57,7 +58,8 @@ class Collector {
         return bad(r.where, fmt::format("field \"{}\" is empty", f));
     }
     for (const auto& [k, v] : r.fields)
-      if (!is_valid_utf8(v)) return bad(r.where, fmt::format("field \"{}\" is not UTF-8", k));
+      if (!is_valid_utf8(k) || !is_valid_utf8(v))
+        return bad(r.where, fmt::format("field {} is not UTF-8", common::json_quoted(k)));
     out.records.push_back(std::move(r));
   }
 
@@ -109,6 +111,28 @@ std::vector<std::pair<size_t, size_t>> array_elements(const std::string& text) {
       if (!starts.empty() && out.size() < starts.size()) out.emplace_back(starts.back(), i);
       expect = true;
     }
+  }
+  return out;
+}
+
+// A JSON array's elements, with those that hold bytes of invalid UTF-8 (which nlohmann refuses,
+// failing the whole file) overwritten in `text` by a 0 and spaces, newlines kept, so that the
+// rest parses, every line stays where it was, and each such element is a bad record of its own.
+struct NotUtf8Elements {
+  std::vector<std::pair<size_t, size_t>> elements;            // byte ranges of the array's elements
+  std::map<size_t, std::pair<unsigned char, size_t>> bad;     // element -> (first bad byte, its offset)
+};
+
+NotUtf8Elements blank_not_utf8_elements(std::string& text) {
+  NotUtf8Elements out{array_elements(text), {}};
+  if (is_valid_utf8(text)) return out;
+  for (size_t i = 0; i < out.elements.size(); ++i) {
+    const auto [begin, end] = out.elements[i];
+    const size_t at = first_invalid_utf8(std::string_view(text).substr(begin, end - begin));
+    if (at == std::string_view::npos) continue;
+    out.bad[i] = {static_cast<unsigned char>(text[begin + at]), begin + at};
+    for (size_t k = begin; k < end; ++k)
+      if (text[k] != '\n') text[k] = k == begin ? '0' : ' ';
   }
   return out;
 }
@@ -195,6 +219,7 @@ RecordFile read_records(const std::string& path, const std::vector<std::string>&
   Collector c(required, may_be_empty, skip_bad);
   switch (record_format_of(path)) {
     case RecordFormat::kJson: {
+      const NotUtf8Elements not_utf8 = blank_not_utf8_elements(text);
       json all;
       bool duplicate = false;
       try {
@@ -204,14 +229,20 @@ RecordFile read_records(const std::string& path, const std::vector<std::string>&
         duplicate = parsed.duplicate.has_value();
         all = std::move(parsed.value);
       } catch (const json::parse_error& e) {
-        common::raise(ErrorKind::kConfig, fmt::format("{}:{}: not valid JSON: {}", path, lines.line_of(e.byte), e.what()));
+        common::raise(ErrorKind::kConfig,
+                      fmt::format("{}:{}: not valid JSON: {}", path, lines.line_of(e.byte), escaped(e.what())));
       } catch (const json::exception& e) {  // a number out of range, like 1e400
-        common::raise(ErrorKind::kConfig, fmt::format("{}: not valid JSON: {}", path, e.what()));
+        common::raise(ErrorKind::kConfig, fmt::format("{}: not valid JSON: {}", path, escaped(e.what())));
       }
       ST_CHECK(all.is_array(), ErrorKind::kConfig, "{}: expected a JSON array of records, found {}", path, all.type_name());
-      const std::vector<std::pair<size_t, size_t>> elements = array_elements(text);
+      const std::vector<std::pair<size_t, size_t>>& elements = not_utf8.elements;
       for (size_t i = 0; i < all.size(); ++i) {
         const std::string where = fmt::format("{}:{}", path, i < elements.size() ? lines.line_of(elements[i].first) : 0);
+        if (auto bad = not_utf8.bad.find(i); bad != not_utf8.bad.end()) {
+          c.bad(where, fmt::format("the record is not UTF-8 (byte \\x{:02X} on line {})", bad->second.first,
+                                   lines.line_of(bad->second.second)));
+          continue;
+        }
         // Only when the file repeats a key somewhere: which records do.
         const std::optional<std::string> key =
             duplicate && i < elements.size()
@@ -245,7 +276,7 @@ RecordFile read_records(const std::string& path, const std::vector<std::string>&
               else
                 c.add_object(parsed.value, where);
             } catch (const json::exception& e) {  // syntax, or a number out of range (1e400)
-              c.bad(where, fmt::format("not valid JSON ({})", e.what()));
+              c.bad(where, fmt::format("not valid JSON ({})", escaped(e.what())));
             }
           }
         }

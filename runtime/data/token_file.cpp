@@ -18,12 +18,19 @@ namespace {
 
 using common::ErrorKind;
 
-constexpr char kMagic[8] = {'S', 'T', 'T', 'O', 'K', 'v', '2', '\n'};
-constexpr char kMagicV1[8] = {'S', 'T', 'T', 'O', 'K', 'v', '1', '\n'};
+constexpr char kMagic[8] = {'S', 'T', 'T', 'O', 'K', 'v', '3', '\n'};
+constexpr char kOlderMagics[2][8] = {{'S', 'T', 'T', 'O', 'K', 'v', '1', '\n'}, {'S', 'T', 'T', 'O', 'K', 'v', '2', '\n'}};
 
-// Layout: magic[8], key length u64, key bytes padded to 8, examples u64, tokens u64, checksum
-// u64 (of the arrays), offsets i64[examples + 1], ids i32[tokens], labels i32[tokens]. The
-// arrays are whole 8-byte words (ids and labels together: 8 bytes per token).
+bool older_magic(const char* base) {
+  for (const auto& m : kOlderMagics)
+    if (std::memcmp(base, m, sizeof m) == 0) return true;
+  return false;
+}
+
+// Layout: magic[8], key length u64, key bytes padded to 8, notes length u64, notes bytes padded
+// to 8, examples u64, tokens u64, checksum u64 (of the arrays), offsets i64[examples + 1], ids
+// i32[tokens], labels i32[tokens]. The arrays are whole 8-byte words (ids and labels together: 8
+// bytes per token).
 size_t padded(size_t n) { return (n + 7) / 8 * 8; }
 
 // FNV-1a over 8-byte words: several GB/s, enough to notice a damaged file (not an adversary).
@@ -48,16 +55,30 @@ uint64_t fingerprint(std::string_view bytes, uint64_t seed) {
   return h;
 }
 
-void TokenFile::write(const std::string& path, const std::string& key, const std::vector<Example>& examples) {
+bool is_older_token_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char magic[8] = {};
+  const bool older = ::pread(fd, magic, sizeof magic, 0) == static_cast<ssize_t>(sizeof magic) && older_magic(magic);
+  ::close(fd);
+  return older;
+}
+
+void TokenFile::write(const std::string& path, const std::string& key, const std::vector<Example>& examples,
+                      const std::string& notes) {
   std::vector<int64_t> offsets{0};
   for (const Example& e : examples) offsets.push_back(offsets.back() + static_cast<int64_t>(e.ids.size()));
   common::write_file_atomically(path, [&](int fd, const std::string& tmp) {
     common::write_all(fd, kMagic, sizeof kMagic, tmp);
     const uint64_t header[1] = {key.size()};
     common::write_all(fd, header, sizeof header, tmp);
-    std::string k = key;
-    k.resize(padded(key.size()), '\0');
-    common::write_all(fd, k.data(), k.size(), tmp);
+    for (const std::string* text : {&key, &notes}) {
+      const uint64_t length[1] = {text->size()};
+      if (text == &notes) common::write_all(fd, length, sizeof length, tmp);
+      std::string t = *text;
+      t.resize(padded(text->size()), '\0');
+      common::write_all(fd, t.data(), t.size(), tmp);
+    }
     std::string arrays(reinterpret_cast<const char*>(offsets.data()), offsets.size() * sizeof(int64_t));
     for (const Example& e : examples) arrays.append(reinterpret_cast<const char*>(e.ids.data()), e.ids.size() * 4);
     for (const Example& e : examples) arrays.append(reinterpret_cast<const char*>(e.labels.data()), e.labels.size() * 4);
@@ -90,15 +111,21 @@ std::shared_ptr<const TokenFile> TokenFile::open(const std::string& path, const 
     common::raise(ErrorKind::kIo, fmt::format("{} is damaged: {}: delete it to tokenize again", path, why));
   };
   need(16, "header");
-  if (std::memcmp(base, kMagicV1, sizeof kMagicV1) == 0) return nullptr;  // an older format: tokenize again
+  if (older_magic(base)) return nullptr;  // an older format: tokenize again
   ST_CHECK(std::memcmp(base, kMagic, sizeof kMagic) == 0, ErrorKind::kIo,
            "{} is not a shardtune token file: delete it to tokenize again", path);
   uint64_t key_size = 0;
   std::memcpy(&key_size, base + 8, 8);
   if (key_size > size) damaged(fmt::format("its key length {} exceeds its size", key_size));
-  need(16 + padded(key_size) + 24, "header");
+  need(16 + padded(key_size) + 8, "header");
   if (std::string_view(base + 16, key_size) != key) return nullptr;  // made for other data or settings
   size_t at = 16 + padded(key_size);
+  uint64_t notes_size = 0;
+  std::memcpy(&notes_size, base + at, 8);
+  if (notes_size > size) damaged(fmt::format("its notes length {} exceeds its size", notes_size));
+  need(at + 8 + padded(notes_size) + 24, "header");
+  f->notes_.assign(base + at + 8, notes_size);
+  at += 8 + padded(notes_size);
   uint64_t counts[3];
   std::memcpy(counts, base + at, sizeof counts);
   at += sizeof counts;

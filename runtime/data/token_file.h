@@ -17,9 +17,12 @@ namespace shardtune::data {
 
 class TokenFile {
  public:
-  // Writes atomically (temporary file, fsync, rename). `key` identifies what was tokenized.
-  static void write(const std::string& path, const std::string& key, const std::vector<Example>& examples);
-  // nullptr when the file is missing, of an older format, or made for another key. Throws
+  // Writes atomically (temporary file, fsync, rename). `key` identifies what was tokenized;
+  // `notes` says what reading and tokenizing found (records skipped, examples cut), for the runs
+  // that map the file instead of reading the data again.
+  static void write(const std::string& path, const std::string& key, const std::vector<Example>& examples,
+                    const std::string& notes = "");
+  // nullptr when the file is missing, of an older format (is_older_format), or made for another key. Throws
   // common::Error(kIo) when it is damaged: a size its counts do not make (checked without
   // overflow), a checksum that does not match, offsets that go backwards, or an id or label
   // outside 0..vocab_size-1 (labels may also be kIgnoreLabel).
@@ -31,6 +34,7 @@ class TokenFile {
   TokenFile(const TokenFile&) = delete;
   TokenFile& operator=(const TokenFile&) = delete;
 
+  const std::string& notes() const { return notes_; }
   int64_t num_examples() const { return static_cast<int64_t>(offsets_.size()) - 1; }
   int64_t num_tokens() const { return offsets_.empty() ? 0 : offsets_.back(); }
   std::span<const int32_t> ids() const { return ids_; }
@@ -46,7 +50,11 @@ class TokenFile {
   std::vector<int64_t> owned_offsets_;
   std::span<const int32_t> ids_, labels_;
   std::span<const int64_t> offsets_;
+  std::string notes_;
 };
+
+// Whether the file at `path` is a token file of a format this build no longer reads.
+bool is_older_token_file(const std::string& path);
 
 // 64-bit FNV-1a: a stable fingerprint for cache keys.
 uint64_t fingerprint(std::string_view bytes, uint64_t seed = 1469598103934665603ull);

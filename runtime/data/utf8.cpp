@@ -43,6 +43,44 @@ bool is_valid_utf8(std::string_view text) {
   return true;
 }
 
+size_t first_invalid_utf8(std::string_view text) {
+  for (size_t pos = 0; pos < text.size();) {
+    const int n = sequence_length(text, pos);
+    if (n < 0) return pos;
+    pos += static_cast<size_t>(n);
+  }
+  return std::string_view::npos;
+}
+
+std::string escaped(std::string_view text) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(text.size());
+  auto hex = [&out](unsigned char c) {
+    out += "\\x";
+    out += kHex[c >> 4];
+    out += kHex[c & 15];
+  };
+  for (size_t pos = 0; pos < text.size();) {
+    const int n = sequence_length(text, pos);
+    const auto c = static_cast<unsigned char>(text[pos]);
+    if (n < 0) {
+      for (int k = 0; k < -n; ++k) hex(static_cast<unsigned char>(text[pos + static_cast<size_t>(k)]));
+      pos += static_cast<size_t>(-n);
+    } else if (n == 1 && (c < 0x20 || c == 0x7F)) {
+      if (c == '\n') out += "\\n";
+      else if (c == '\r') out += "\\r";
+      else if (c == '\t') out += "\\t";
+      else hex(c);
+      ++pos;
+    } else {
+      out.append(text.substr(pos, static_cast<size_t>(n)));
+      pos += static_cast<size_t>(n);
+    }
+  }
+  return out;
+}
+
 std::string repair_utf8(std::string_view text) {
   if (is_valid_utf8(text)) return std::string(text);
   std::string out;

@@ -14,6 +14,13 @@ std::string repair_utf8(std::string_view text);
 
 bool is_valid_utf8(std::string_view text);
 
+// Offset of the first byte that does not start a valid sequence, or npos when `text` is valid.
+size_t first_invalid_utf8(std::string_view text);
+
+// Text safe to print in a log line or an error: valid UTF-8 stays as it is, except control
+// characters, written as \n, \r, \t or \xNN; every byte of an invalid sequence is written \xNN.
+std::string escaped(std::string_view text);
+
 // Appends the UTF-8 encoding of a code point (<= 0x10FFFF, not a surrogate).
 void append_utf8(std::string& out, char32_t cp);
 

@@ -6,13 +6,25 @@
 
 namespace shardtune::model {
 
-at::Tensor causal_lm_loss(const at::Tensor& logits, const at::Tensor& labels) {
+namespace {
+
+at::Tensor shifted_cross_entropy(const at::Tensor& logits, const at::Tensor& labels, at::Reduction::Reduction reduction) {
   const int64_t t = logits.size(1), v = logits.size(2);
   // Half-precision logits are upcast (as transformers does); fp64 stays fp64 for gradient checks.
   const at::ScalarType dtype = logits.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   at::Tensor shifted_logits = logits.narrow(1, 0, t - 1).to(dtype).reshape({-1, v});
   at::Tensor shifted_labels = labels.narrow(1, 1, t - 1).reshape({-1});
-  return at::cross_entropy_loss(shifted_logits, shifted_labels, {}, at::Reduction::Mean, kIgnoreIndex);
+  return at::cross_entropy_loss(shifted_logits, shifted_labels, {}, reduction, kIgnoreIndex);
+}
+
+}  // namespace
+
+at::Tensor causal_lm_loss(const at::Tensor& logits, const at::Tensor& labels) {
+  return shifted_cross_entropy(logits, labels, at::Reduction::Mean);
+}
+
+at::Tensor causal_lm_loss_sum(const at::Tensor& logits, const at::Tensor& labels) {
+  return shifted_cross_entropy(logits, labels, at::Reduction::Sum);
 }
 
 }  // namespace shardtune::model

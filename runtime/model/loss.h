@@ -11,4 +11,9 @@ constexpr int64_t kIgnoreIndex = -100;
 // logits (B, T, V) in any float dtype (computed in fp32, or fp64 for fp64 logits), labels (B, T) int64.
 at::Tensor causal_lm_loss(const at::Tensor& logits, const at::Tensor& labels);
 
+// The same losses summed instead of averaged: sums over several batches divided by their learned
+// tokens give the mean over all of them, whatever the batches' sizes (and 0, not NaN, for a batch
+// without a learned token).
+at::Tensor causal_lm_loss_sum(const at::Tensor& logits, const at::Tensor& labels);
+
 }  // namespace shardtune::model

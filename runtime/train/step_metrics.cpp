@@ -73,7 +73,8 @@ std::string jsonl_line(const StepRecord& r) {
 std::string jsonl_line(const EvalRecord& r) {
   Fields f;
   f.add("eval_epoch", r.epoch).add("after_step", r.after_step).real("val_loss", r.loss);
-  f.real("val_perplexity", std::exp(r.loss)).add("val_batches", r.batches);
+  f.real("val_perplexity", std::exp(r.loss)).add("val_batches", r.batches).add("val_rows", r.rows);
+  f.add("val_tokens", r.tokens);
   return f.line();
 }
 

@@ -41,8 +41,10 @@ struct StepRecord {
 struct EvalRecord {
   int64_t epoch = 0;       // the epoch this validation ended
   int64_t after_step = 0;  // optimizer steps taken before it
-  double loss = 0;         // mean validation loss over the batches of every rank
-  int64_t batches = 0;     // per rank
+  double loss = 0;         // mean validation loss over every learned token of every row evaluated
+  int64_t batches = 0;     // global batches (val_batch_size rows per rank)
+  int64_t rows = 0;        // rows evaluated, over every rank
+  int64_t tokens = 0;      // learned tokens in them
 };
 
 // One line of metrics.jsonl (ending in '\n'). A loss that is not finite is written as null.

@@ -21,6 +21,7 @@
 #include "runtime/model/loss.h"
 #include "runtime/train/collate.h"
 #include "runtime/train/data_order.h"
+#include "runtime/train/evaluate.h"
 #include "runtime/train/metrics_log.h"
 #include "runtime/train/nonfinite_guard.h"
 #include "runtime/train/prefetch.h"
@@ -367,37 +368,19 @@ void Trainer::log_progress(Run& run, const StepSpan& span, double loss) {
 
 void Trainer::validate_epoch(Run& run, int64_t epoch) {
   if (!run.validates) return;
-  Validation v;
+  Evaluation v;
   {
     RECORD_USER_SCOPE("validation");
-    v = validate();
+    v = evaluate(model_, *val_, options_.train.val_batch_size, options_.train.max_eval_step, *groups_.world);
   }
   run.summary.last_val_loss = v.loss;
-  run.metrics->write(jsonl_line(EvalRecord{epoch + 1, run.steps_taken, v.loss, v.batches}));
+  run.metrics->write(jsonl_line(EvalRecord{epoch + 1, run.steps_taken, v.loss, v.batches, v.rows, v.tokens}));
   run.metrics->write_recipes();
-  spdlog::info("epoch {} validation: loss {:.4f}, perplexity {:.3f} ({} batch(es) of {} row(s) per rank{})", epoch + 1,
-               v.loss, std::exp(v.loss), v.batches, options_.train.val_batch_size,
-               options_.train.max_eval_step > 0 ? fmt::format(", max_eval_step = {}", options_.train.max_eval_step)
-                                                : "");
-}
-
-Trainer::Validation Trainer::validate() {
-  at::NoGradGuard no_grad;
-  const int ranks = groups_.world->size(), rank = groups_.world->rank();
-  const int64_t per_rank = options_.train.val_batch_size;
-  int64_t batches = val_->size() / (per_rank * ranks);
-  if (options_.train.max_eval_step > 0) batches = std::min(batches, options_.train.max_eval_step);
-  double sum = 0;
-  for (int64_t b = 0; b < batches; ++b) {
-    std::vector<int64_t> indices;
-    for (int64_t i = 0; i < per_rank; ++i) indices.push_back((b * ranks + rank) * per_rank + i);
-    const Batch batch = collate(*val_, indices);
-    sum += model::causal_lm_loss(model_.forward(batch.input_ids, batch.position_ids), batch.labels.to(model_.device()))
-               .item<double>();
-  }
-  at::Tensor mean = at::full({1}, batches > 0 ? sum / static_cast<double>(batches) : 0.0, at::kDouble);
-  groups_.world->all_reduce(mean, dist::ReduceOp::kAvg);
-  return {mean.item<double>(), batches};
+  spdlog::info("epoch {} validation: loss {:.4f}, perplexity {:.3f} ({} batch(es) of {} row(s) per rank{}: {} of {} "
+               "row(s), {} learned token(s))",
+               epoch + 1, v.loss, std::exp(v.loss), v.batches, options_.train.val_batch_size,
+               options_.train.max_eval_step > 0 ? fmt::format(", max_eval_step = {}", options_.train.max_eval_step) : "",
+               v.rows, val_->size(), v.tokens);
 }
 
 }  // namespace shardtune::train

@@ -78,11 +78,6 @@ class Trainer {
   void record_step(Run& run, const StepSpan& span, const Outcome& out);
   void log_progress(Run& run, const StepSpan& span, double loss);
   void validate_epoch(Run& run, int64_t epoch);
-  struct Validation {
-    double loss = 0;
-    int64_t batches = 0;  // per rank
-  };
-  Validation validate();
 
   const TrainerOptions options_;
   dist::ProcessGroups& groups_;

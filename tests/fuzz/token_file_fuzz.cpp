@@ -1,5 +1,5 @@
 // libFuzzer target for token files. The first byte chooses what the fuzzer controls: odd, the
-// whole file as it is; even, everything after a valid magic, key and checksum (the two counts and
+// whole file as it is; even, everything after a valid magic, key, notes and checksum (the two counts and
 // the arrays), so that mutations get past the checksum to the size, offset and id checks. A file
 // that opens must hold exactly what the reader promises: offsets from 0 rising to the token count,
 // ids in the vocabulary, labels in it or ignored.
@@ -31,10 +31,11 @@ uint64_t words_checksum(const char* p, size_t bytes) {
 }
 
 std::string with_valid_header(const uint8_t* data, size_t size) {
-  std::string file("STTOKv2\n", 8);
-  const uint64_t key_size = 4;
+  std::string file("STTOKv3\n", 8);
+  const uint64_t key_size = 4, notes_size = 0;
   file.append(reinterpret_cast<const char*>(&key_size), 8);
   file.append("fuzz\0\0\0\0", 8);
+  file.append(reinterpret_cast<const char*>(&notes_size), 8);
   const size_t counts = size < 16 ? size : 16;
   std::string c(reinterpret_cast<const char*>(data), counts);
   c.resize(16, '\0');

@@ -15,6 +15,7 @@
 #include "runtime/data/tokenizer.h"
 #include "runtime/data/records.h"
 #include "runtime/data/sft_examples.h"
+#include "runtime/data/utf8.h"
 #include "error_text.h"
 
 namespace shardtune::data {
@@ -131,6 +132,41 @@ TEST(Records, RepeatedCsvHeaderNamesAreRefusedAndAByteOrderMarkIsNotPartOfTheFir
   EXPECT_EQ(read_records(bom_json, {"prompt", "response"}, {}, false).records.size(), 1u);
 }
 
+// One bad byte used to fail a whole JSON array, whatever on_bad_record said, and reached the log raw.
+TEST(Records, NotUtf8RecordsOfAJsonArrayAreNamedAndSkippedAndNeverPrintedRaw) {
+  const std::string path = write("not_utf8.json",
+                                 "[\n  {\"instruction\": \"a\", \"input\": \"\", \"output\": \"b\"},\n"
+                                 "  {\"instruction\": \"x\xff\", \"input\": \"\",\n   \"output\": \"y\"},\n"
+                                 "  {\"instruction\": \"c\", \"input\": \"\", \"output\": \"d\"}\n]\n");
+  const std::vector<std::string> fields = {"instruction", "input", "output"};
+  const std::string error = error_of([&] { read_records(path, fields, {"input"}, false); });
+  EXPECT_NE(error.find(path + ":3: the record is not UTF-8 (byte \\xFF on line 3)"), std::string::npos) << error;
+  EXPECT_TRUE(is_valid_utf8(error)) << error;
+  const RecordFile f = read_records(path, fields, {"input"}, true);
+  ASSERT_EQ(f.records.size(), 2u);
+  EXPECT_EQ(f.skipped, 1);
+  EXPECT_EQ(f.records[1].where, path + ":5");
+  EXPECT_EQ(f.records[1].fields.at("output"), "d");
+  // A bad byte outside every record is the file's syntax, named escaped.
+  const std::string outside = write("not_utf8_outside.json", "[\n  {\"output\": \"b\"}\xfe\n]\n");
+  const std::string syntax = error_of([&] { read_records(outside, {"output"}, {}, true); });
+  EXPECT_NE(syntax.find(outside + ":2: not valid JSON"), std::string::npos) << syntax;
+  EXPECT_TRUE(is_valid_utf8(syntax)) << syntax;
+  // A CSV header's bad bytes are quoted, not copied.
+  const std::string csv = write("not_utf8.csv", "input,tar\xffget\nhe go,he goes\n");
+  const RecordFile rows = read_records(csv, {"input"}, {}, true);
+  ASSERT_EQ(rows.skip_reasons.size(), 1u);
+  EXPECT_TRUE(is_valid_utf8(rows.skip_reasons[0])) << rows.skip_reasons[0];
+}
+
+TEST(Utf8, EscapedKeepsValidTextAndNamesEveryOtherByte) {
+  EXPECT_EQ(escaped("caf\xc3\xa9 ok"), "caf\xc3\xa9 ok");
+  EXPECT_EQ(escaped("a\nb\tc\x01"), "a\\nb\\tc\\x01");
+  EXPECT_EQ(escaped("x\xff\xe2\x82y"), "x\\xFF\\xE2\\x82y");
+  EXPECT_EQ(first_invalid_utf8("ab\xc3\xa9\xffz"), 4u);
+  EXPECT_EQ(first_invalid_utf8("fine"), std::string_view::npos);
+}
+
 TEST(Prompts, TemplatesFillFieldsAndFormatsPickTheirs) {
   Record r{{{"instruction", "Add 2 and 3"}, {"input", ""}, {"output", "5"}}, "f.json:4"};
   EXPECT_EQ(fill_template("Q: {instruction} {{literal}}", r), "Q: Add 2 and 3 {literal}");
@@ -144,13 +180,23 @@ TEST(Prompts, TemplatesFillFieldsAndFormatsPickTheirs) {
   EXPECT_EQ(alpaca.prompt(r).find("### Input:"), std::string::npos);
   r.fields["input"] = "ctx";
   EXPECT_NE(alpaca.prompt(r).find("### Input:\nctx\n\n### Response:\n"), std::string::npos);
+  // A template names the prompt's fields: prompt_field (left at its default here) is not needed.
   d.format = job::DataFormat::kJsonl;
-  d.prompt_field = "q";
   d.response_field = "a";
-  d.prompt_template = "Question: {q}\nAnswer: ";
+  d.prompt_template = "Question: {question}\nAnswer: ";
   const PromptFormat custom = prompt_format(d);
-  EXPECT_EQ(custom.required, (std::vector<std::string>{"q", "a"}));
-  EXPECT_EQ(custom.prompt(Record{{{"q", "why"}, {"a", "because"}}, ""}), "Question: why\nAnswer: ");
+  EXPECT_EQ(custom.required, (std::vector<std::string>{"question", "a"}));
+  EXPECT_TRUE(custom.may_be_empty.empty());
+  EXPECT_EQ(custom.prompt(Record{{{"question", "why"}, {"a", "because"}}, ""}), "Question: why\nAnswer: ");
+  // alpaca with a template that leaves out {input}: records need no input field; one that uses it may
+  // leave it empty, as alpaca's own prompt does.
+  d.format = job::DataFormat::kAlpaca;
+  d.prompt_template = "Do: {instruction}";
+  EXPECT_EQ(prompt_format(d).required, (std::vector<std::string>{"instruction", "output"}));
+  d.prompt_template = "{instruction} / {input}";
+  EXPECT_EQ(prompt_format(d).required, (std::vector<std::string>{"instruction", "input", "output"}));
+  EXPECT_EQ(prompt_format(d).may_be_empty, (std::vector<std::string>{"input"}));
+  d.format = job::DataFormat::kJsonl;
   d.prompt_template.clear();
   d.format = job::DataFormat::kSamsum;
   const PromptFormat samsum = prompt_format(d);
