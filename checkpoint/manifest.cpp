@@ -210,6 +210,7 @@ std::string manifest_text(const Manifest& m) {
             {"tensors", tensors},
             {"slices", slices}};
   if (!m.model_config.is_null()) j["model_config"] = m.model_config;
+  if (!m.moment_steps.empty()) j["moment_steps"] = m.moment_steps;
   if (m.adapter) {
     const AdapterRecord& a = *m.adapter;
     j["adapter"] = {{"method", a.method},
@@ -269,6 +270,16 @@ Manifest parse_manifest(const std::string& text, const std::string& where) {
   m.validation_pending = f.boolean(j, "validation_pending", where, false);
   m.optimizer_step = f.integer(j, "optimizer_step", where, 0, 0, false);
   m.has_optimizer = f.boolean(j, "has_optimizer", where);
+  if (const json* steps = f.get(j, "moment_steps", where, false)) {
+    bool ok = steps->is_object();
+    if (ok) {
+      for (const auto& [name, n] : steps->items()) {
+        ok = ok && n.is_number_integer() && n.get<int64_t>() >= 0;
+        if (ok) m.moment_steps[name] = n.get<int64_t>();
+      }
+    }
+    if (!ok) f.problem(fmt::format("{}: moment_steps is not a map of tensor names to steps", where));
+  }
   m.world_size = f.integer(j, "world_size", where, 1, 1, v3);
   m.shard_group_size = f.integer(j, "shard_group_size", where, 1, 1, v3);
   m.job_toml = f.string(j, "job", where, false);

@@ -67,6 +67,9 @@ struct Manifest {
   int64_t reference_batch = 0;     // the global batch step-counted keys mean (0: not recorded)
   bool validation_pending = false;  // the epoch ending at the cursor was not validated before the save
   int64_t optimizer_step = 0;
+  // AdamW's own step of each tensor whose count differs from optimizer_step (layers unfrozen on a
+  // resume started theirs later); empty in most checkpoints.
+  std::map<std::string, int64_t> moment_steps;
   bool has_optimizer = false;
   int64_t world_size = 1;
   int64_t shard_group_size = 1;

@@ -96,6 +96,20 @@ std::vector<fsdp::FlatParam*> saved_flats(fsdp::FsdpLlama& model, bool adapters_
   return out;
 }
 
+// AdamW's own step of each trainable tensor whose count is not the optimizer's (a layer that
+// started training after the others), for the manifest.
+std::map<std::string, int64_t> moment_steps(fsdp::FsdpLlama& model, const fsdp::AdamW& optimizer, bool adapters_only) {
+  std::map<std::string, int64_t> out;
+  size_t index = 0;
+  for (fsdp::FlatParam* f : saved_flats(model, adapters_only)) {
+    if (!f->trainable()) continue;
+    if (index < optimizer.size() && optimizer.param_step(index) != optimizer.step_count())
+      for (const fsdp::ParamSpan& p : f->layout().params()) out[p.name] = optimizer.param_step(index);
+    ++index;
+  }
+  return out;
+}
+
 // Writes this rank's slices; returns their records.
 std::vector<ManifestSlice> write_rank_file(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, bool adapters_only,
                                            const std::string& path, const std::string& file_name) {
@@ -265,6 +279,7 @@ std::string save_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, cons
       m.adapter = state.adapter;
       for (fsdp::FlatParam* f : saved_flats(model, adapters_only))
         for (const fsdp::ParamSpan& p : f->layout().params()) m.tensors[p.name] = {p.shape, "F32"};
+      if (optimizer != nullptr) m.moment_steps = moment_steps(model, *optimizer, adapters_only);
       for (const std::string& r : all)
         if (!r.empty())
           for (ManifestSlice& s : parse_slices_text(r)) m.slices.push_back(std::move(s));
@@ -280,6 +295,33 @@ std::string save_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, cons
 }
 
 namespace {
+
+// Whether a checkpoint holds AdamW's moments of a flat parameter's tensors: all of them or none
+// (tensors frozen when it was saved have none; anything between is damage), and their own step.
+struct MomentsOf {
+  bool saved = false;
+  std::optional<int64_t> step;      // the manifest's moment_steps entry, when the tensors have one
+  std::vector<std::string> names;   // the flat parameter's tensors
+};
+
+MomentsOf moments_of(const CheckpointReader& reader, const fsdp::FlatParam& f) {
+  MomentsOf out;
+  size_t with = 0;
+  for (const fsdp::ParamSpan& p : f.layout().params()) {
+    out.names.push_back(p.name);
+    const bool avg = reader.has("exp_avg", p.name), sq = reader.has("exp_avg_sq", p.name);
+    ST_CHECK(avg == sq, ErrorKind::kIo, "{} holds {} of {} but not {}", reader.dir(), avg ? "exp_avg" : "exp_avg_sq",
+             p.name, avg ? "exp_avg_sq" : "exp_avg");
+    with += avg ? 1 : 0;
+    if (auto it = reader.manifest().moment_steps.find(p.name); it != reader.manifest().moment_steps.end())
+      out.step = it->second;
+  }
+  ST_CHECK(with == 0 || with == out.names.size(), ErrorKind::kIo,
+           "{} holds optimizer moments of {} of the {} tensors that train together with {}: damaged", reader.dir(), with,
+           out.names.size(), out.names.front());
+  out.saved = with > 0;
+  return out;
+}
 
 // This rank's part of a load: no collectives, so that a rank that fails cannot leave the others
 // waiting (load_sharded_checkpoint agrees on the outcome).
@@ -318,9 +360,23 @@ TrainingState load_shards_of(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, con
   ST_CHECK(problems.empty(), ErrorKind::kConfig, "{} does not fit the model: {}", dir, fmt::join(problems, "; "));
 
   const bool load_optimizer = optimizer != nullptr && manifest.has_optimizer;
+  TrainingState state;
+  if (load_optimizer) optimizer->set_step_count(manifest.optimizer_step);
   size_t trainable_index = 0;
   for (fsdp::FlatParam* f : saved_flats(model, adapters_only)) {
+    const size_t index = trainable_index;
     auto targets = state_of(f, load_optimizer ? optimizer : nullptr, trainable_index);
+    if (load_optimizer && targets.size() > 1) {
+      const MomentsOf moments = moments_of(reader, *f);
+      if (!moments.saved) state.fresh_moments.insert(state.fresh_moments.end(), moments.names.begin(), moments.names.end());
+      optimizer->set_param_step(index, !moments.saved ? 0 : moments.step.value_or(manifest.optimizer_step));
+      if (!moments.saved) {  // they start fresh
+        for (size_t k = 1; k < targets.size(); ++k) targets[k].second.zero_();
+        targets.resize(1);
+      }
+    } else if (load_optimizer && !f->trainable() && moments_of(reader, *f).saved) {
+      for (const fsdp::ParamSpan& p : f->layout().params()) state.unused_moments.push_back(p.name);
+    }
     for (const fsdp::ShardPiece& piece : f->layout().pieces_in_shard(f->shard_rank())) {
       const fsdp::ParamSpan& p = f->layout().params()[piece.param];
       for (auto& [kind, target] : targets) {
@@ -332,8 +388,6 @@ TrainingState load_shards_of(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, con
     }
   }
   for (fsdp::FlatParam* f : model.flat_params()) f->reshard();  // written through their raw data
-  if (load_optimizer) optimizer->set_step_count(manifest.optimizer_step);
-  TrainingState state;
   state.step = manifest.step;
   state.epoch = manifest.epoch;
   state.sample_in_epoch = manifest.sample_in_epoch;
@@ -342,6 +396,7 @@ TrainingState load_shards_of(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, con
   state.validation_pending = manifest.validation_pending;
   state.job_toml = manifest.job_toml;
   state.adapter = manifest.adapter;
+  state.has_optimizer = manifest.has_optimizer;
   return state;
 }
 

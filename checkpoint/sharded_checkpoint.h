@@ -31,6 +31,11 @@ struct TrainingState {
   std::string model_config;     // the model's config.json, so the checkpoint converts to HF alone
   // LoRA: the checkpoint holds only the trainable flat parameters (the adapters), and records this.
   std::optional<AdapterRecord> adapter{};
+  // On a load with the optimizer: tensors that train now but were frozen when the checkpoint was
+  // saved (their moments and their AdamW step start at zero), and tensors frozen now whose saved
+  // moments are not used.
+  std::vector<std::string> fresh_moments, unused_moments;
+  bool has_optimizer = false;  // the checkpoint holds AdamW's state
 };
 
 // Collective over the groups' world. Writes <root>/step-NNNNNNN, points <root>/latest at it, then

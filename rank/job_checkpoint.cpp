@@ -120,9 +120,40 @@ void set_aside(const std::vector<std::string>& damaged) {
   }
 }
 
+// "model.layers.0.* (9 tensors), model.layers.1.* (9 tensors)": tensor names grouped by block.
+std::string by_block(const std::vector<std::string>& names) {
+  constexpr std::string_view kLayers = "model.layers.";
+  std::vector<std::pair<std::string, int>> groups;
+  for (const std::string& name : names) {
+    const size_t dot = name.rfind(kLayers, 0) == 0 ? name.find('.', kLayers.size()) : std::string::npos;
+    const std::string block = dot == std::string::npos ? name : name.substr(0, dot) + ".*";
+    if (groups.empty() || groups.back().first != block) groups.emplace_back(block, 0);
+    ++groups.back().second;
+  }
+  std::vector<std::string> parts;
+  for (const auto& [block, n] : groups) parts.push_back(n > 1 ? fmt::format("{} ({} tensors)", block, n) : block);
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
+
+// What a resume did with AdamW's state: a checkpoint saved without it, or layers frozen or
+// unfrozen since it was saved.
+void log_optimizer_state(const std::string& dir, const checkpoint::TrainingState& state, bool job_saves_optimizer) {
+  if (!state.has_optimizer && job_saves_optimizer)
+    spdlog::warn("{} holds no optimizer state ([fsdp] save_optimizer was false when it was saved): AdamW starts "
+                 "fresh, its moments at zero",
+                 dir);
+  if (!state.fresh_moments.empty())
+    spdlog::info("optimizer state starts fresh for {} tensor(s) that were frozen when {} was saved: {}",
+                 state.fresh_moments.size(), dir, by_block(state.fresh_moments));
+  if (!state.unused_moments.empty())
+    spdlog::info("{} tensor(s) are frozen now: their optimizer state in {} is not used: {}", state.unused_moments.size(),
+                 dir, by_block(state.unused_moments));
+}
+
 // Loads checkpoint `dir` into every rank, or throws the same error on every rank.
 train::ResumePoint load(const std::string& dir, fsdp::FsdpLlama& model, fsdp::AdamW& optimizer,
-                        dist::Communicator& world, const std::optional<checkpoint::AdapterRecord>& adapter) {
+                        dist::Communicator& world, const std::optional<checkpoint::AdapterRecord>& adapter,
+                        bool job_saves_optimizer) {
   dist::decide_on_root(world, [&] {
     const checkpoint::Manifest manifest = checkpoint::read_manifest(dir);
     if (manifest.adapter && adapter) {
@@ -138,6 +169,7 @@ train::ResumePoint load(const std::string& dir, fsdp::FsdpLlama& model, fsdp::Ad
            "the ranks loaded different steps from {} ({} to {}): the checkpoint changed while they read it", dir,
            lowest, highest);
   spdlog::info("loaded checkpoint {}", dir);
+  log_optimizer_state(dir, state, job_saves_optimizer);
   return {state.step, {state.epoch, state.sample_in_epoch}, state.loss_scale, state.reference_batch,
           state.validation_pending};
 }
@@ -164,7 +196,7 @@ train::CheckpointHooks checkpoint_hooks(const job::Job& job, const std::string& 
     std::vector<std::string> skipped, why;
     for (const std::string& dir : candidates) {
       try {
-        const train::ResumePoint at = load(dir, model, optimizer, world, adapter);
+        const train::ResumePoint at = load(dir, model, optimizer, world, adapter, job.fsdp.save_optimizer);
         if (world.rank() == 0) set_aside(skipped);
         return at;
       } catch (const common::Error& e) {

@@ -16,6 +16,7 @@
 #include "checkpoint/h5_range.h"
 #include "checkpoint/hf/hf_tensor_source.h"
 #include "checkpoint/hf/hf_folder.h"
+#include "checkpoint/hf/hf_model_io.h"
 #include "checkpoint/hf/safetensors_stream_writer.h"
 #include "checkpoint/hf/safetensors_torch.h"
 #include "checkpoint/commit.h"
@@ -27,6 +28,7 @@
 #include "common/process_memory.h"
 #include "runtime/fsdp/llama_units.h"
 #include "runtime/fsdp/shard_layout.h"
+#include "runtime/fsdp/shard_loader.h"
 #include "runtime/model/llama.h"
 #include "runtime/model/lora.h"
 #include "tools/tool_progress.h"
@@ -162,10 +164,18 @@ void reshard(const std::string& src, const std::string& out, int world_size) {
     layouts.emplace_back(entries, world_size);
     total += static_cast<uint64_t>(layouts.back().numel()) * 4;
   }
+  // The state kinds of each tensor: frozen tensors (freeze_layers) have no optimizer moments while
+  // the others do, so the kinds are looked up tensor by tensor.
   std::vector<std::string> kinds;
+  total = 0;
   for (const char* kind : checkpoint::kStateKinds)
-    if (reader.has(kind, layouts.front().params().front().name)) kinds.emplace_back(kind);
-  common::Progress progress(tool_progress("resharding", static_cast<int64_t>(total * kinds.size())));
+    for (const fsdp::FlatLayout& layout : layouts)
+      for (const fsdp::ParamSpan& p : layout.params())
+        if (reader.has(kind, p.name)) {
+          if (kinds.empty() || kinds.back() != kind) kinds.emplace_back(kind);
+          total += static_cast<uint64_t>(p.numel) * 4;
+        }
+  common::Progress progress(tool_progress("resharding", static_cast<int64_t>(total)));
   // Every rank's file open at once, so each tensor is read once, front to back, and its pieces go
   // to their ranks' files as it streams by.
   struct RankFile {
@@ -201,6 +211,7 @@ void reshard(const std::string& src, const std::string& out, int world_size) {
       for (int r = 0; r < world_size; ++r) by_rank.push_back(layout.pieces_in_shard(r));
       for (size_t param = 0; param < layout.params().size(); ++param) {
         const fsdp::ParamSpan& p = layout.params()[param];
+        if (!reader.has(kind, p.name)) continue;
         std::vector<Out> outs;  // in rank order, which is element order
         for (int r = 0; r < world_size; ++r)
           for (const fsdp::ShardPiece& sp : by_rank[static_cast<size_t>(r)]) {
@@ -312,10 +323,12 @@ void import_hf(const std::string& hf_dir, const std::string& out) {
   checkpoint::Manifest manifest;  // step 0, no optimizer, as if saved by one rank
   manifest.model_config = cfg.to_json();
   model::LlamaForCausalLM skeleton(cfg, at::TensorOptions().device(at::kMeta));
+  // What training would refuse, refused here too, before anything is written: missing, extra or
+  // misshapen tensors, and integer or quantised ones (their raw values are not weights).
+  const std::vector<std::string> ignored = checkpoint::check_hf_weights(skeleton, folder);
+  if (!ignored.empty()) fmt::print(stderr, "{}: {}\n", hf_dir, fsdp::ignored_tensors_note(ignored));
   uint64_t total = 0;
   for (const model::NamedParam& p : skeleton.named_parameters()) {
-    ST_CHECK(folder.info(p.name).shape == std::vector<int64_t>(p.tensor->sizes().begin(), p.tensor->sizes().end()),
-             ErrorKind::kConfig, "{}: {} does not have the shape config.json implies", hf_dir, p.name);
     manifest.tensors[p.name] = {p.tensor->sizes().vec(), "F32"};
     total += static_cast<uint64_t>(p.tensor->numel()) * 4;
   }

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
 
 #include "checkpoint/hf/hf_tensor_source.h"
 #include "checkpoint/hf/hf_writer.h"
@@ -18,15 +19,18 @@ model::LlamaConfig read_hf_config(const HfFolder& folder) {
   return model::LlamaConfig::from_json(folder.config(), folder.dir() + "/config.json");
 }
 
-void check_hf_weights(model::LlamaForCausalLM& model, const HfFolder& folder) {
-  const std::vector<std::string> problems = fsdp::weight_mismatches(model, HfTensorSource(folder.dir()));
+std::vector<std::string> check_hf_weights(model::LlamaForCausalLM& model, const HfFolder& folder) {
+  std::vector<std::string> ignored;
+  const std::vector<std::string> problems = fsdp::weight_mismatches(model, HfTensorSource(folder.dir()), &ignored);
   if (!problems.empty())
     common::raise(ErrorKind::kConfig, fmt::format("{} does not match its config.json ({} problem(s)):\n  {}",
                                                   folder.dir(), problems.size(), fmt::join(problems, "\n  ")));
+  return ignored;
 }
 
 void load_hf_weights(model::LlamaForCausalLM& model, const HfFolder& folder, WeightsDigest* digest) {
-  check_hf_weights(model, folder);
+  const std::vector<std::string> ignored = check_hf_weights(model, folder);
+  if (!ignored.empty()) spdlog::info("{}: {}", folder.dir(), fsdp::ignored_tensors_note(ignored));
   for (const model::NamedParam& p : model.named_parameters()) {
     if (model::is_adapter_parameter(p.name)) continue;  // LoRA adapters are not base weights
     ST_CHECK(!p.tensor->is_meta(), ErrorKind::kInternal, "load_hf_weights: {} has no storage (materialize first)", p.name);

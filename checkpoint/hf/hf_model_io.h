@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "checkpoint/hf/hf_folder.h"
 #include "checkpoint/hf/weights_digest.h"
@@ -18,8 +19,9 @@ model::LlamaConfig read_hf_config(const HfFolder& folder);
 
 // Throws common::Error(kConfig) listing every tensor the model needs but the folder lacks, every
 // tensor the folder has that the model does not, every shape that differs from config.json and
-// every dtype that is not a float type. Checks only headers: no weight is read.
-void check_hf_weights(model::LlamaForCausalLM& model, const HfFolder& folder);
+// every dtype that is not a float type. Checks only headers: no weight is read. Returns the
+// tensors it ignores, as transformers does (model::is_ignored_checkpoint_tensor).
+std::vector<std::string> check_hf_weights(model::LlamaForCausalLM& model, const HfFolder& folder);
 
 // check_hf_weights, then copies every tensor into the model's parameters (which must have
 // storage), converted to each parameter's dtype. LoRA adapters are not base weights: untouched.

@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include "common/error.h"
+#include "runtime/model/llama_config.h"
 
 namespace shardtune::checkpoint {
 
@@ -16,7 +17,7 @@ std::vector<std::string> identity_tensors(const HfFolder& folder) {
   const bool tied = folder.config().value("tie_word_embeddings", false);
   std::vector<std::string> out;
   for (const std::string& name : folder.tensor_names())
-    if (!(tied && name == "lm_head.weight")) out.push_back(name);
+    if (!(tied && name == "lm_head.weight") && !model::is_ignored_checkpoint_tensor(name)) out.push_back(name);
   return out;
 }
 

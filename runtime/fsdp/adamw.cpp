@@ -17,19 +17,26 @@ void AdamW::add(at::Tensor param, at::Tensor grad) {
   grads_.push_back(grad);
   exp_avg_.push_back(at::zeros_like(param));
   exp_avg_sq_.push_back(at::zeros_like(param));
+  steps_.push_back(step_);
+}
+
+void AdamW::set_step_count(int64_t step) {
+  step_ = step;
+  std::fill(steps_.begin(), steps_.end(), step);
 }
 
 void AdamW::step(double lr) {
   at::NoGradGuard no_grad;
   ++step_;
   const double b1 = config_.beta1, b2 = config_.beta2;
-  const double bias_correction1 = 1 - std::pow(b1, static_cast<double>(step_));
-  const double bias_correction2_sqrt = std::sqrt(1 - std::pow(b2, static_cast<double>(step_)));
-  const double step_size = lr / bias_correction1;
   // Element by element, so a tensor can be updated a piece at a time: the temporaries (the
   // denominator, a gradient of another dtype) then stay at one piece each, where a whole
   // 1B-parameter shard on one GPU would add 10 GB at every step. Same results either way.
   for (size_t i = 0; i < params_.size(); ++i) {
+    const auto step = static_cast<double>(++steps_[i]);
+    const double bias_correction1 = 1 - std::pow(b1, step);
+    const double bias_correction2_sqrt = std::sqrt(1 - std::pow(b2, step));
+    const double step_size = lr / bias_correction1;
     at::Tensor& p = params_[i];
     const bool flat = p.is_contiguous() && grads_[i].is_contiguous() && exp_avg_[i].is_contiguous() &&
                       exp_avg_sq_[i].is_contiguous();
@@ -51,6 +58,7 @@ void AdamW::step(double lr) {
 
 void AdamW::reset_state() {
   step_ = 0;
+  std::fill(steps_.begin(), steps_.end(), 0);
   for (size_t i = 0; i < params_.size(); ++i) {
     exp_avg_[i].zero_();
     exp_avg_sq_[i].zero_();

@@ -28,8 +28,13 @@ class AdamW {
   // Contiguous tensors are updated in pieces of this many elements (64 MiB of fp32).
   static constexpr int64_t kPieceElements = int64_t{1} << 24;
 
+  // Steps taken. Each parameter also counts its own (its bias correction's step), as
+  // torch.optim.AdamW keeps state['step'] per parameter: a parameter that starts training later
+  // (layers unfrozen on a resume) starts its count, and its fresh moments, at 0.
   int64_t step_count() const { return step_; }
-  void set_step_count(int64_t step) { step_ = step; }  // when resuming from a checkpoint
+  void set_step_count(int64_t step);  // when resuming from a checkpoint: the run's and every parameter's
+  int64_t param_step(size_t i) const { return steps_.at(i); }
+  void set_param_step(size_t i, int64_t step) { steps_.at(i) = step; }
   // Moments to zero and no step taken, as when the parameters were added.
   void reset_state();
   int64_t state_bytes() const;
@@ -42,6 +47,7 @@ class AdamW {
  private:
   AdamWConfig config_;
   int64_t step_ = 0;
+  std::vector<int64_t> steps_;  // per parameter
   std::vector<at::Tensor> params_, grads_, exp_avg_, exp_avg_sq_;
 };
 

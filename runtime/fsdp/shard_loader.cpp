@@ -71,7 +71,8 @@ void recv_bytes(char* data, int64_t bytes, int source, MPI_Comm comm) {
 
 }  // namespace
 
-std::vector<std::string> weight_mismatches(model::LlamaForCausalLM& model, const TensorSource& source) {
+std::vector<std::string> weight_mismatches(model::LlamaForCausalLM& model, const TensorSource& source,
+                                           std::vector<std::string>* ignored) {
   std::map<std::string, SourceTensor> have;
   for (const SourceTensor& t : source.tensors()) have.emplace(t.name, t);
   auto where = [&](const std::string& name) {
@@ -97,15 +98,30 @@ std::vector<std::string> weight_mismatches(model::LlamaForCausalLM& model, const
                                      "(quantized checkpoints are not supported)",
                                      p.name, it->second.stored_dtype, where(p.name)));
   }
-  for (const auto& [name, t] : have)
-    if (!needed.count(name) && !(name == "lm_head.weight" && model.config().tie_word_embeddings))
-      problems.push_back(fmt::format("unexpected tensor {}{} (not part of this Llama config)", name, where(name)));
+  for (const auto& [name, t] : have) {
+    if (needed.count(name) || (name == "lm_head.weight" && model.config().tie_word_embeddings)) continue;
+    if (model::is_ignored_checkpoint_tensor(name)) {
+      if (ignored != nullptr) ignored->push_back(name);
+      continue;
+    }
+    problems.push_back(fmt::format("unexpected tensor {}{} (not part of this Llama config)", name, where(name)));
+  }
   return problems;
+}
+
+std::string ignored_tensors_note(const std::vector<std::string>& ignored) {
+  if (ignored.empty()) return "";
+  return fmt::format("ignoring {} tensor(s) that transformers does not load either (RoPE frequencies, computed from "
+                     "config.json): {}{}",
+                     ignored.size(), fmt::join(ignored.begin(), ignored.begin() + std::min<size_t>(ignored.size(), 3), ", "),
+                     ignored.size() > 3 ? fmt::format(" and {} more", ignored.size() - 3) : "");
 }
 
 void validate_source(model::LlamaForCausalLM& model, const SourceFactory& open_source, MPI_Comm world) {
   dist::decide_on_root(world, [&] {
-    const std::vector<std::string> problems = weight_mismatches(model, *open_source());
+    std::vector<std::string> ignored;
+    const std::vector<std::string> problems = weight_mismatches(model, *open_source(), &ignored);
+    if (!ignored.empty()) spdlog::info("{}", ignored_tensors_note(ignored));
     ST_CHECK(problems.empty(), ErrorKind::kConfig, "the weights do not match the model ({} problem(s)):\n  {}",
              problems.size(), fmt::join(problems, "\n  "));
     return std::string();

@@ -35,13 +35,19 @@ struct LoadStats {
 using SourceFactory = std::function<std::unique_ptr<TensorSource>()>;
 
 // Every way the source's tensors differ from the model's parameters: missing, misshapen, of a dtype
-// that cannot be trained, or extra (an lm_head.weight beside tied embeddings is allowed). Each
-// names the tensor and, where the source can say, its file. Empty when they match.
-std::vector<std::string> weight_mismatches(model::LlamaForCausalLM& model, const TensorSource& source);
+// that cannot be trained, or extra (an lm_head.weight beside tied embeddings is allowed, and the
+// tensors transformers ignores, model::is_ignored_checkpoint_tensor, go to `ignored`). Each names
+// the tensor and, where the source can say, its file. Empty when they match.
+std::vector<std::string> weight_mismatches(model::LlamaForCausalLM& model, const TensorSource& source,
+                                           std::vector<std::string>* ignored = nullptr);
+
+// The log line for the tensors weight_mismatches ignored; empty when there are none.
+std::string ignored_tensors_note(const std::vector<std::string>& ignored);
 
 // Collective over `world`, before anything is allocated: world rank 0 opens the source and checks
 // it against the model's parameters (every missing, extra or misshapen tensor, every non-float
-// dtype); every rank throws the same common::Error(kConfig) when anything is wrong.
+// dtype); every rank throws the same common::Error(kConfig) when anything is wrong. Rank 0 logs the
+// tensors it ignores.
 void validate_source(model::LlamaForCausalLM& model, const SourceFactory& open_source, MPI_Comm world);
 
 // Collective over `world`. `open_source` is called only on reading ranks. The source should have

@@ -225,4 +225,10 @@ int64_t LlamaConfig::num_parameters() const {
   return embed + num_hidden_layers * block + hidden_size + (tie_word_embeddings ? 0 : embed);
 }
 
+bool is_ignored_checkpoint_tensor(std::string_view name) {
+  constexpr std::string_view kSuffix = "rotary_emb.inv_freq";
+  return name.size() >= kSuffix.size() && name.substr(name.size() - kSuffix.size()) == kSuffix &&
+         (name.size() == kSuffix.size() || name[name.size() - kSuffix.size() - 1] == '.');
+}
+
 }  // namespace shardtune::model

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace shardtune::model {
@@ -49,5 +50,10 @@ struct LlamaConfig {
   // Parameters of the model, counted from the shapes.
   int64_t num_parameters() const;
 };
+
+// Tensors some Hugging Face Llama folders store that are not weights, which transformers does not
+// load either: the RoPE frequencies older conversions saved per block
+// (model.layers.N.self_attn.rotary_emb.inv_freq), computed from config.json instead.
+bool is_ignored_checkpoint_tensor(std::string_view name);
 
 }  // namespace shardtune::model
