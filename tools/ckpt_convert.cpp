@@ -3,13 +3,16 @@
 
 #include <ATen/ops/from_blob.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/checkpoint_reader.h"
+#include "checkpoint/adapter_base.h"
 #include "checkpoint/block_crc.h"
 #include "checkpoint/h5_check.h"
 #include "checkpoint/h5_handle.h"
@@ -24,6 +27,7 @@
 #include "common/atomic_file.h"
 #include "common/error.h"
 #include "common/file_io.h"
+#include "common/job/job_loader.h"
 #include "common/pending_folder.h"
 #include "common/process_memory.h"
 #include "runtime/fsdp/llama_units.h"
@@ -258,6 +262,39 @@ void reshard(const std::string& src, const std::string& out, int world_size) {
   progress.finish("resharded", peak_memory_note());
 }
 
+namespace {
+
+struct ExportDtype {
+  common::Dtype dtype;
+  const char* name;        // as --dtype spells it
+  const char* torch_name;  // as config.json spells it
+  std::string why;
+};
+
+ExportDtype dtype_named(const std::string& name, std::string why) {
+  if (name == "bf16") return {common::Dtype::kBF16, "bf16", "bfloat16", std::move(why)};
+  if (name == "fp16") return {common::Dtype::kF16, "fp16", "float16", std::move(why)};
+  return {common::Dtype::kF32, "fp32", "float32", std::move(why)};
+}
+
+// --dtype, or by default the narrowest dtype that holds the checkpoint's weights exactly: bf16
+// when they are bf16 values (trained with pure_bf16, or imported from a bf16 folder), else fp32
+// (the master weights of mixed precision, which bf16 would round).
+ExportDtype export_dtype(const checkpoint::Manifest& manifest, const model::LlamaConfig& cfg, const std::string& asked) {
+  if (asked != "auto") return dtype_named(asked, "as --dtype asks");
+  if (manifest.job_toml.empty()) {  // imported: the weights are the folder's
+    if (cfg.torch_dtype == "bfloat16") return dtype_named("bf16", "the dtype of the folder it was imported from");
+    if (cfg.torch_dtype == "float16") return dtype_named("fp16", "the dtype of the folder it was imported from");
+    return dtype_named("fp32", "its weights as stored (--dtype bf16 halves the folder, rounding them)");
+  }
+  const job::LoadedJob job = job::parse_job(manifest.job_toml, "the job recorded in the manifest");
+  if (!job.diagnostics.has_errors() && job.job.train.pure_bf16)
+    return dtype_named("bf16", "the job trained bf16 weights (pure_bf16), which bf16 holds exactly");
+  return dtype_named("fp32", "its weights are fp32 master weights (--dtype bf16 halves the folder, rounding them)");
+}
+
+}  // namespace
+
 void export_hf(const std::string& src, const std::string& out, const std::string& dtype, uint64_t max_shard_bytes,
                const std::string& tokenizer_dir) {
   checkpoint::CheckpointReader reader(src);
@@ -269,8 +306,11 @@ void export_hf(const std::string& src, const std::string& out, const std::string
            "{} records no model config.json, so it cannot become a Hugging Face folder", src);
   json config = reader.manifest().model_config;
   const model::LlamaConfig cfg = model::LlamaConfig::from_json(config, src + "/manifest.json model_config");
-  const common::Dtype st = dtype == "bf16" ? common::Dtype::kBF16 : common::Dtype::kF32;
-  config["torch_dtype"] = dtype == "bf16" ? "bfloat16" : "float32";
+  const ExportDtype chosen = export_dtype(reader.manifest(), cfg, dtype);
+  fmt::print(stderr, "exporting as {}: {}\n", chosen.name, chosen.why);
+  const common::Dtype st = chosen.dtype;
+  config["torch_dtype"] = chosen.torch_name;
+  if (config.contains("dtype")) config["dtype"] = chosen.torch_name;  // transformers 5's spelling
   // Shards in Hugging Face's parameter order, each at most max_shard_bytes (a larger tensor alone).
   model::LlamaForCausalLM skeleton(cfg, at::TensorOptions().device(at::kMeta));
   std::vector<std::vector<checkpoint::StreamedTensor>> shards(1);
@@ -350,45 +390,106 @@ void import_hf(const std::string& hf_dir, const std::string& out) {
   progress.finish("imported", peak_memory_note());
 }
 
-double diff(const std::string& a, const std::string& b) {
-  checkpoint::CheckpointReader ra(a), rb(b);
+namespace {
+
+// Streams one (kind, tensor) of both checkpoints; prints its largest absolute and relative
+// difference; true when they differ.
+bool diff_tensor(checkpoint::CheckpointReader& ra, checkpoint::CheckpointReader& rb, const std::string& kind,
+                 const std::string& name) {
   std::vector<float> x(static_cast<size_t>(kPiece)), y(static_cast<size_t>(kPiece));
-  double worst = 0;
-  for (const std::string& name : ra.tensor_names()) {
-    if (!rb.has("param", name)) {
-      fmt::print("{}: only in {}\n", name, a);
-      worst = std::numeric_limits<double>::infinity();
-      continue;
+  checkpoint::CheckpointReader::Stream sa = ra.stream(kind, name), sb = rb.stream(kind, name);
+  double abs_diff = 0, largest = 0;
+  for (int64_t n; (n = sa.read(x.data(), kPiece)) > 0;) {
+    read_exactly(sb, y.data(), n);
+    for (int64_t i = 0; i < n; ++i) {
+      const double u = x[static_cast<size_t>(i)], v = y[static_cast<size_t>(i)];
+      abs_diff = std::isnan(u) != std::isnan(v) ? std::numeric_limits<double>::infinity()
+                                                 : std::max(abs_diff, std::abs(u - v));
+      largest = std::max(largest, std::abs(v));
     }
-    if (ra.shape(name) != rb.shape(name)) {
-      fmt::print("{}: shapes differ\n", name);
-      worst = std::numeric_limits<double>::infinity();
-      continue;
-    }
-    checkpoint::CheckpointReader::Stream sa = ra.stream("param", name), sb = rb.stream("param", name);
-    double abs_diff = 0, largest = 0;
-    for (int64_t n; (n = sa.read(x.data(), kPiece)) > 0;) {
-      read_exactly(sb, y.data(), n);
-      for (int64_t i = 0; i < n; ++i) {
-        const double u = x[static_cast<size_t>(i)], v = y[static_cast<size_t>(i)];
-        abs_diff = std::isnan(u) != std::isnan(v) ? std::numeric_limits<double>::infinity()
-                                                   : std::max(abs_diff, std::abs(u - v));
-        largest = std::max(largest, std::abs(v));
+  }
+  const double rel = abs_diff / std::max(largest, 1e-30);
+  const std::string label = kind == checkpoint::kParamKind ? name : kind + " " + name;
+  fmt::print("{:<56} max abs {:.3e}  max rel {:.3e}\n", label, abs_diff, rel);
+  return abs_diff != 0;
+}
+
+// The training state of two manifests, field by field: one line per difference.
+int diff_state(const checkpoint::Manifest& a, const checkpoint::Manifest& b) {
+  int differences = 0;
+  auto field = [&](const char* key, const auto& x, const auto& y) {
+    if (x == y) return;
+    fmt::print("state {}: {} vs {}\n", key, x, y);
+    ++differences;
+  };
+  field("step", a.step, b.step);
+  field("epoch", a.epoch, b.epoch);
+  field("sample_in_epoch", a.sample_in_epoch, b.sample_in_epoch);
+  field("optimizer_step", a.optimizer_step, b.optimizer_step);
+  field("has_optimizer", a.has_optimizer, b.has_optimizer);
+  field("loss_scale", a.loss_scale, b.loss_scale);
+  field("reference_batch", a.reference_batch, b.reference_batch);
+  field("validation_pending", a.validation_pending, b.validation_pending);
+  if (a.moment_steps != b.moment_steps) {
+    fmt::print("state moment_steps: {} vs {}\n", json(a.moment_steps).dump(), json(b.moment_steps).dump());
+    ++differences;
+  }
+  if (a.model_config != b.model_config) {
+    std::vector<std::string> keys;
+    for (const json* c : {&a.model_config, &b.model_config})
+      if (c->is_object())
+        for (const auto& [key, value] : c->items())
+          if (std::find(keys.begin(), keys.end(), key) == keys.end() &&
+              a.model_config.value(key, json()) != b.model_config.value(key, json()))
+            keys.push_back(key);
+    fmt::print("model config: {} differ\n", keys.empty() ? std::string("they") : fmt::format("{}", fmt::join(keys, ", ")));
+    ++differences;
+  }
+  if (a.adapter.has_value() != b.adapter.has_value() ||
+      (a.adapter && (a.adapter->r != b.adapter->r || a.adapter->alpha != b.adapter->alpha ||
+                     a.adapter->target_modules != b.adapter->target_modules ||
+                     checkpoint::base_mismatch(*a.adapter, *b.adapter)))) {
+    fmt::print("adapter: {}\n", a.adapter.has_value() != b.adapter.has_value() ? "only one holds LoRA adapters"
+                                                                               : "their LoRA settings or base models differ");
+    ++differences;
+  }
+  return differences;
+}
+
+}  // namespace
+
+bool diff(const std::string& a, const std::string& b, bool params_only) {
+  checkpoint::CheckpointReader ra(a), rb(b);
+  int differences = params_only ? 0 : diff_state(ra.manifest(), rb.manifest());
+  const std::vector<std::string> kinds =
+      params_only ? std::vector<std::string>{checkpoint::kParamKind}
+                  : std::vector<std::string>(std::begin(checkpoint::kStateKinds), std::end(checkpoint::kStateKinds));
+  for (const std::string& kind : kinds) {
+    for (const std::string& name : ra.tensor_names()) {
+      const bool in_a = ra.has(kind, name), in_b = rb.has(kind, name);
+      const std::string label = kind == checkpoint::kParamKind ? name : kind + " " + name;
+      if (!in_a && !in_b) continue;
+      if (in_a != in_b) {
+        fmt::print("{}: only in {}\n", label, in_a ? a : b);
+        ++differences;
+      } else if (ra.shape(name) != rb.shape(name)) {
+        fmt::print("{}: shapes differ\n", label);
+        ++differences;
+      } else {
+        differences += diff_tensor(ra, rb, kind, name) ? 1 : 0;
       }
     }
-    const double rel = abs_diff / std::max(largest, 1e-30);
-    fmt::print("{:<56} max abs {:.3e}  max rel {:.3e}\n", name, abs_diff, rel);
-    worst = std::max(worst, abs_diff);
+    for (const std::string& name : rb.tensor_names())
+      if (rb.has(kind, name) && ra.manifest().tensors.count(name) == 0) {
+        fmt::print("{}: only in {}\n", kind == checkpoint::kParamKind ? name : kind + " " + name, b);
+        ++differences;
+      }
   }
-  for (const std::string& name : rb.tensor_names())
-    if (!ra.has("param", name)) {
-      fmt::print("{}: only in {}\n", name, b);
-      worst = std::numeric_limits<double>::infinity();
-    }
-  fmt::print(stderr, "compared {:.2f} GB, peak memory {:.0f} MiB\n",
+  fmt::print(stderr, "compared {}: {} difference(s); {:.2f} GB read, peak memory {:.0f} MiB\n",
+             params_only ? "the weights" : "the weights, optimizer state and training state", differences,
              static_cast<double>(ra.bytes_read() + rb.bytes_read()) / 1e9,
              static_cast<double>(common::peak_resident_bytes()) / (1 << 20));
-  return worst;
+  return differences > 0;
 }
 
 }  // namespace shardtune::tools

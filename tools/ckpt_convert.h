@@ -15,8 +15,13 @@ void reshard(const std::string& src, const std::string& out, int world_size);
 void export_hf(const std::string& src, const std::string& out, const std::string& dtype, uint64_t max_shard_bytes,
                const std::string& tokenizer_dir);
 void import_hf(const std::string& hf_dir, const std::string& out);
-// Prints the largest absolute and relative difference of every parameter; returns the largest
-// absolute difference over all (infinity when the tensor sets or shapes differ).
-double diff(const std::string& a, const std::string& b);
+// Compares two checkpoints: the training state (step, cursor, optimizer step, loss scale, reference
+// batch, pending validation), the model config and the adapter record, one line per difference,
+// and every tensor's weights and AdamW moments, one line each with its largest absolute and
+// relative difference (a tensor or moment only one holds is a difference). Not compared: the
+// layout and world size (reshard and consolidate change them, not the values) and the recorded
+// job file (it names each run's own paths). `params_only`: the weights alone. True when anything
+// compared differs.
+bool diff(const std::string& a, const std::string& b, bool params_only);
 
 }  // namespace shardtune::tools

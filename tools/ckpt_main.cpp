@@ -88,7 +88,7 @@ int main(int argc, char** argv) {
   ins->add_option("dir", dir, "Checkpoint directory (step-NNNNNNN)")->required();
   auto* ver = app.add_subcommand("verify", "Read every slice back and check its CRC-32");
   ver->add_option("dir", dir, "Checkpoint directory (step-NNNNNNN)")->required();
-  std::string out, dtype = "bf16", tokenizer, other;
+  std::string out, dtype = "auto", tokenizer, other;
   uint64_t max_shard_bytes = 5'000'000'000;
   auto* con = app.add_subcommand("consolidate", "Sharded checkpoint -> full checkpoint (one file)");
   con->add_option("dir", dir, "Checkpoint directory")->required();
@@ -101,15 +101,21 @@ int main(int argc, char** argv) {
   auto* exp = app.add_subcommand("export-hf", "Checkpoint -> Hugging Face safetensors folder");
   exp->add_option("dir", dir, "Checkpoint directory")->required();
   exp->add_option("out", out, "New folder")->required();
-  exp->add_option("--dtype", dtype, "Stored dtype")->check(CLI::IsMember({"bf16", "fp32"}));
+  exp->add_option("--dtype", dtype,
+                  "Stored dtype (default auto: the checkpoint's own, fp32 for mixed-precision master weights, bf16 "
+                  "for pure_bf16 ones or a bf16 import)")
+      ->check(CLI::IsMember({"auto", "bf16", "fp16", "fp32"}));
   exp->add_option("--max-shard-bytes", max_shard_bytes, "Largest safetensors file (default 5 GB)");
   exp->add_option("--tokenizer", tokenizer, "Folder whose tokenizer files are copied along");
   auto* imp = app.add_subcommand("import-hf", "Hugging Face folder -> full checkpoint (weights, step 0)");
   imp->add_option("dir", dir, "Hugging Face model folder")->required();
   imp->add_option("out", out, "New checkpoint directory")->required();
-  auto* dif = app.add_subcommand("diff", "Largest absolute and relative difference of every tensor");
+  bool params_only = false;
+  auto* dif = app.add_subcommand(
+      "diff", "Compare two checkpoints: training state, model config, weights and optimizer moments; exit 1 when they differ");
   dif->add_option("a", dir, "Checkpoint directory")->required();
   dif->add_option("b", other, "Checkpoint directory")->required();
+  dif->add_flag("--params-only", params_only, "Compare the weights alone");
   auto* peft = app.add_subcommand("export-peft", "LoRA adapter checkpoint -> PEFT adapter folder");
   peft->add_option("dir", dir, "Checkpoint directory")->required();
   peft->add_option("out", out, "New folder")->required();
@@ -126,7 +132,7 @@ int main(int argc, char** argv) {
     if (res->parsed()) return (tools::reshard(dir, out, world_size), 0);
     if (exp->parsed()) return (tools::export_hf(dir, out, dtype, max_shard_bytes, tokenizer), 0);
     if (imp->parsed()) return (tools::import_hf(dir, out), 0);
-    if (dif->parsed()) return tools::diff(dir, other) == 0.0 ? 0 : 1;
+    if (dif->parsed()) return tools::diff(dir, other, params_only) ? 1 : 0;
     if (peft->parsed()) return (tools::export_peft(dir, out), 0);
     if (merge->parsed()) return (tools::merge_lora(dir, base, out), 0);
     return verify(dir);

@@ -2,8 +2,10 @@
 #include "runtime/model/llama_config.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <fstream>
+#include <vector>
 #include <iterator>
 #include <nlohmann/json.hpp>
 
@@ -65,6 +67,21 @@ void read_rope(const json& obj, const std::string& source, const std::string& wh
   ST_CHECK(s.type.empty() || s.type == "linear" || s.type == "llama3", ErrorKind::kConfig,
            "{}: rope type \"{}\" is not supported; Llama uses \"llama3\" (3.1, 3.2), \"linear\" or none", source,
            s.type);
+  // The keys transformers requires of each type (rope_config_validation raises without them),
+  // checked where this object names its type: a rope_parameters holding only rope_theta keeps the
+  // scaling rope_scaling gave.
+  if (obj.contains("type") || obj.contains("rope_type")) {
+    std::vector<std::string> required;
+    if (s.type == "linear") required = {"factor"};
+    if (s.type == "llama3")
+      required = {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"};
+    std::vector<std::string> missing;
+    for (const std::string& key : required)
+      if (!obj.contains(key) || obj.at(key).is_null()) missing.push_back(key);
+    ST_CHECK(missing.empty(), ErrorKind::kConfig,
+             "{}: rope type \"{}\" needs {}; missing: {} (transformers refuses this config too)", named, s.type,
+             fmt::join(required, ", "), fmt::join(missing, ", "));
+  }
   r.get("factor", s.factor);
   r.get("low_freq_factor", s.low_freq_factor);
   r.get("high_freq_factor", s.high_freq_factor);

@@ -135,6 +135,39 @@ TEST(LlamaConfig, ErrorsNameTheFileAndKey) {
   EXPECT_NE(error_of(R"({"num_hidden_layers": 0})").find("'num_hidden_layers' must be positive"), std::string::npos);
 }
 
+// transformers refuses a llama3 or linear scaling without its keys (rope_config_validation); these
+// used to take shardtune's defaults silently (original_max_position_embeddings 8192, factor 1).
+TEST(LlamaConfig, RopeScalingWithoutItsKeysIsRefusedAsTransformersRefusesIt) {
+  auto error_of = [](const std::string& text) {
+    try {
+      LlamaConfig::from_json(nlohmann::json::parse(text), "m/config.json");
+    } catch (const common::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string full = R"("factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0)";
+  EXPECT_NE(error_of(R"({"rope_scaling": {"rope_type": "llama3", )" + full + "}}")
+                .find("m/config.json rope_scaling: rope type \"llama3\" needs factor, low_freq_factor, "
+                      "high_freq_factor, original_max_position_embeddings; missing: original_max_position_embeddings"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"rope_scaling": {"type": "llama3", "original_max_position_embeddings": 8192}})")
+                .find("missing: factor, low_freq_factor, high_freq_factor"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"rope_scaling": {"rope_type": "linear"}})").find("rope type \"linear\" needs factor; missing: factor"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"rope_parameters": {"rope_type": "llama3", "rope_theta": 5e5, "factor": null, )"
+                     R"("low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}})")
+                .find("missing: factor"),
+            std::string::npos);
+  const LlamaConfig ok = LlamaConfig::from_json(
+      nlohmann::json::parse(R"({"rope_scaling": {"type": "llama3", )" + full +
+                            R"(, "original_max_position_embeddings": 4096}, "rope_parameters": {"rope_theta": 1e6}})"),
+      "ok");
+  EXPECT_EQ(ok.rope_scaling.original_max_position_embeddings, 4096);
+  EXPECT_EQ(ok.rope_theta, 1e6);
+}
+
 TEST(LlamaConfig, FilesTooDeepOrOutOfRangeAreRefusedByName) {
   const auto dir = std::filesystem::temp_directory_path() / ("shardtune_config_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
