@@ -62,22 +62,49 @@ void rename_into_place(const std::string& from, const std::string& to, std::vect
   if (ec) warnings.push_back(fmt::format("could not remove the replaced checkpoint (now {}): {}", from, ec.message()));
 }
 
-struct Committed {
+struct CommittedDir {
   std::string name;
   int64_t step;
+  int64_t commit;  // the manifest's commit number, or the step (older checkpoints, damaged manifests)
 };
 
-// Directories named step-N with a manifest file, lowest step first.
-std::vector<Committed> committed_dirs(const std::string& root) {
-  std::vector<Committed> out;
+// Directories named step-N with a manifest file, newest first: by commit number, then by step.
+std::vector<CommittedDir> committed_dirs(const std::string& root) {
+  std::vector<CommittedDir> out;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(root, ec)) {
     const std::string name = e.path().filename().string();
     const auto step = step_of_dir_name(name);
-    if (step && fs::exists(e.path() / kManifestFile)) out.push_back({name, *step});
+    if (!step || !fs::exists(e.path() / kManifestFile)) continue;
+    int64_t commit = *step;
+    try {
+      const Manifest m = read_manifest(e.path().string());
+      if (m.commit > 0) commit = m.commit;
+    } catch (const common::Error&) {  // a damaged manifest: resuming it reports the damage
+    }
+    out.push_back({name, *step, commit});
   }
-  std::sort(out.begin(), out.end(), [](const Committed& a, const Committed& b) { return a.step < b.step; });
+  std::sort(out.begin(), out.end(), [](const CommittedDir& a, const CommittedDir& b) {
+    return a.commit != b.commit ? a.commit > b.commit : a.step > b.step;
+  });
   return out;
+}
+
+// Committed checkpoints of steps above `step` belong to a history a rollback left (a run resumed
+// from an older checkpoint and saved again): they are set aside, never deleted, so that no later
+// start resumes them. Returns where each went.
+std::vector<std::string> set_aside_later_steps(const std::string& root, int64_t step, std::vector<std::string>& warnings) {
+  std::vector<std::string> moved;
+  for (const CommittedDir& c : committed_dirs(root)) {
+    if (c.step <= step) continue;
+    const std::string from = root + "/" + c.name;
+    const std::string to = fmt::format("{}.abandoned-{}", from, common::unique_suffix());
+    std::error_code ec;
+    fs::rename(from, to, ec);
+    if (ec) warnings.push_back(fmt::format("could not set aside {}, of a step past the new one: {}", from, ec.message()));
+    else moved.push_back(fmt::format("{} (now {})", from, to));
+  }
+  return moved;
 }
 
 // Validates the manifest by reading it back as text, then writes it last and durably.
@@ -126,7 +153,10 @@ PendingCheckpoint::~PendingCheckpoint() {
 
 PendingCheckpoint::Committed PendingCheckpoint::commit(const Manifest& manifest, int64_t keep_last) {
   ST_CHECK(!committed_, ErrorKind::kInternal, "{} committed twice", dir_);
-  write_manifest(dir_, manifest);
+  Manifest numbered = manifest;
+  numbered.commit = 1;
+  for (const CommittedDir& c : committed_dirs(root_)) numbered.commit = std::max(numbered.commit, c.commit + 1);
+  write_manifest(dir_, numbered);
   common::kill_point("manifest-written", manifest.step);
   const std::string final_dir = root_ + "/" + step_dir_name(step_);
   Committed out{final_dir, {}};
@@ -144,6 +174,7 @@ PendingCheckpoint::Committed PendingCheckpoint::commit(const Manifest& manifest,
     out.warnings.push_back(fmt::format("could not point {}/latest at {}: {}", root_, step_dir_name(step_), e.what()));
   }
   common::kill_point("latest-updated", manifest.step);
+  out.set_aside = set_aside_later_steps(root_, step_, out.warnings);
   if (keep_last > 0) {
     std::vector<std::string> pruned = prune_checkpoints(root_, keep_last, step_dir_name(step_), started_ns_);
     out.warnings.insert(out.warnings.end(), pruned.begin(), pruned.end());
@@ -161,12 +192,13 @@ void PendingDirectory::commit(const Manifest& manifest) {
 std::vector<std::string> prune_checkpoints(const std::string& root, int64_t keep_last, const std::string& keep,
                                            int64_t older_than_ns) {
   std::vector<std::string> problems;
-  const std::vector<Committed> all = committed_dirs(root);
+  std::vector<CommittedDir> all = committed_dirs(root);
+  std::sort(all.begin(), all.end(), [](const CommittedDir& a, const CommittedDir& b) { return a.step < b.step; });
   const std::optional<int64_t> kept_step = step_of_dir_name(keep);
   // Only checkpoints of a lower step than the one just committed may go, lowest first, while more
   // than keep_last remain. A higher step belongs to another run of this directory: never touched.
   size_t remaining = all.size();
-  for (const Committed& c : all) {
+  for (const CommittedDir& c : all) {
     if (remaining <= static_cast<size_t>(keep_last) || !kept_step || c.step >= *kept_step) break;
     std::error_code ec;
     fs::remove_all(fs::path(root) / c.name, ec);
@@ -192,17 +224,12 @@ std::vector<std::string> committed_checkpoints(const std::string& root) {
   std::error_code ec;
   if (!fs::is_directory(root, ec)) return {};
   std::vector<std::string> out;
-  const std::vector<Committed> all = committed_dirs(root);
-  for (auto it = all.rbegin(); it != all.rend(); ++it) out.push_back(root + "/" + it->name);
+  for (const CommittedDir& c : committed_dirs(root)) out.push_back(root + "/" + c.name);
   return out;
 }
 
 std::optional<std::string> find_latest_checkpoint(const std::string& root) {
-  std::error_code ec;
-  if (!fs::is_directory(root, ec)) return std::nullopt;
-  std::vector<Committed> all = committed_dirs(root);
-  for (auto it = all.rbegin(); it != all.rend(); ++it) {
-    const std::string dir = root + "/" + it->name;
+  for (const std::string& dir : committed_checkpoints(root)) {
     try {
       read_manifest(dir);
       return dir;
@@ -211,6 +238,17 @@ std::optional<std::string> find_latest_checkpoint(const std::string& root) {
     }
   }
   return std::nullopt;
+}
+
+CheckpointPosition newest_position(const std::string& root) {
+  for (const std::string& dir : committed_checkpoints(root)) {
+    try {
+      const Manifest m = read_manifest(dir);
+      return {dir, m.step, m.commit > 0 ? m.commit : m.step};
+    } catch (const common::Error&) {
+    }
+  }
+  return {};
 }
 
 }  // namespace shardtune::checkpoint

@@ -5,6 +5,13 @@
 // then removed); `latest` moves to it atomically; then older checkpoints are pruned. A crash at any
 // point leaves either the new checkpoint committed or the previous state intact. Failures after
 // the rename (pruning, cleaning up) do not undo the commit: they come back as warnings.
+//
+// A directory holds one history, and its newest checkpoint is the one committed last. Each commit
+// is numbered in its manifest, one more than any checkpoint committed in the directory before it;
+// committing step N sets aside (renames, never deletes) committed checkpoints of steps above N, the
+// history a rollback left (a run resumed from an older checkpoint). The ranks resume the newest
+// first (committed_checkpoints), and the batch script counts a start as progress when the newest
+// commit number grew (newest_position, through `shardtune checkpoint-position`): one rule, here.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +44,7 @@ class PendingCheckpoint {
   struct Committed {
     std::string dir;                    // <root>/step-NNNNNNN
     std::vector<std::string> warnings;  // what went wrong after the commit (pruning, cleanup)
+    std::vector<std::string> set_aside;  // checkpoints of later steps set aside, and where they went
   };
   // Writes the manifest, fsyncs, renames into place, moves `latest`, prunes to `keep_last`
   // committed checkpoints (0: none pruned). Throws common::Error(kIo) if nothing was committed.
@@ -70,11 +78,20 @@ std::vector<std::string> prune_checkpoints(const std::string& root, int64_t keep
                                            int64_t older_than_ns);
 
 // The most recently committed checkpoint under `root` whose manifest is sound (others are
-// skipped with a warning), or nullopt. Steps compare as numbers, not as names.
+// skipped with a warning), or nullopt.
 std::optional<std::string> find_latest_checkpoint(const std::string& root);
 
-// Every committed checkpoint under `root` (a directory step-N holding a manifest), newest (highest
-// step) first; manifests are not read.
+// Every committed checkpoint under `root` (a directory step-N holding a manifest), newest first:
+// by commit number (a checkpoint from before commit numbers, or one whose manifest does not read,
+// counts its step), then by step.
 std::vector<std::string> committed_checkpoints(const std::string& root);
+
+struct CheckpointPosition {
+  std::string dir;     // empty when there is none
+  int64_t step = 0;
+  int64_t commit = 0;  // 0 when there is none
+};
+// The newest committed checkpoint whose manifest reads: what a start resumes.
+CheckpointPosition newest_position(const std::string& root);
 
 }  // namespace shardtune::checkpoint

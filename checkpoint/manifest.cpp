@@ -211,6 +211,7 @@ std::string manifest_text(const Manifest& m) {
             {"slices", slices}};
   if (!m.model_config.is_null()) j["model_config"] = m.model_config;
   if (!m.moment_steps.empty()) j["moment_steps"] = m.moment_steps;
+  if (m.commit > 0) j["commit"] = m.commit;
   if (m.adapter) {
     const AdapterRecord& a = *m.adapter;
     j["adapter"] = {{"method", a.method},
@@ -262,6 +263,7 @@ Manifest parse_manifest(const std::string& text, const std::string& where) {
   if (m.layout.empty()) m.layout = "sharded";
   if (m.layout != "sharded" && m.layout != "full") f.problem(fmt::format("{}: layout \"{}\" is not sharded or full", where, m.layout));
   m.step = f.integer(j, "step", where, 0);
+  m.commit = f.integer(j, "commit", where, 0, 0, false);
   const bool v3 = m.version >= 3;  // earlier versions did not always record the layout and cursor
   m.epoch = f.integer(j, "epoch", where, 0, 0, v3);
   m.sample_in_epoch = f.integer(j, "sample_in_epoch", where, 0, 0, v3);

@@ -61,6 +61,9 @@ struct Manifest {
   int version = kManifestVersion;
   std::string layout = "sharded";  // "sharded": a file per writing rank; "full": model.h5
   int64_t step = 0;                // optimizer steps taken
+  // Its place in the directory's history: one more than any checkpoint committed there before it
+  // (checkpoint/commit.h). 0 in checkpoints from before commit numbers: their step stands in.
+  int64_t commit = 0;
   int64_t epoch = 0;               // the epoch the next step belongs to
   int64_t sample_in_epoch = 0;     // samples of that epoch's global order already trained on
   double loss_scale = 0;           // fp16 loss scale (0 when unused)

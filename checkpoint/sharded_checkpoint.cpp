@@ -285,6 +285,10 @@ std::string save_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, cons
           for (ManifestSlice& s : parse_slices_text(r)) m.slices.push_back(std::move(s));
       const PendingCheckpoint::Committed done = pending->commit(m, keep_last);
       for (const std::string& w : done.warnings) spdlog::warn("checkpoint {} is committed, but {}", done.dir, w);
+      for (const std::string& a : done.set_aside)
+        spdlog::warn("set aside {}: a later step of the history this run rolled back from (it resumed an older "
+                     "checkpoint); kept, never resumed",
+                     a);
     } catch (const std::exception& e) {
       common::raise(ErrorKind::kIo,
                     fmt::format("checkpoint at step {} could not be committed: {}", state.step, e.what()));

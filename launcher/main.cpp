@@ -8,6 +8,7 @@
 #include <iostream>
 #include <optional>
 
+#include "checkpoint/commit.h"
 #include "common/error.h"
 #include "common/subprocess.h"
 #include "common/file_io.h"
@@ -104,7 +105,8 @@ int cmd_run(const std::string& path, std::vector<std::string> overrides, int ran
 
 int cmd_submit(const std::string& path, const std::vector<std::string>& overrides, bool dry_run) {
   const job::Job job = launcher::with_absolute_paths(resolve(path, overrides), std::filesystem::current_path().string());
-  return launcher::submit(job, {common::sibling_executable("shardtune-rank"), dry_run});
+  return launcher::submit(job, {common::sibling_executable("shardtune-rank"), common::sibling_executable("shardtune"),
+                                dry_run});
 }
 
 int cmd_plan(const std::string& path, const std::vector<std::string>& overrides, const std::string& memory_text,
@@ -176,6 +178,12 @@ int main(int argc, char** argv) {
 
   auto* schema = app.add_subcommand("schema", "Print the job-file reference (docs/job-file.md)");
 
+  // For the batch script: the newest committed checkpoint of a directory as the ranks resume it,
+  // "<commit number> <step>" ("0 0" when there is none). A start made progress when the number grew.
+  std::string position_dir;
+  auto* position = app.add_subcommand("checkpoint-position", "")->group("");
+  position->add_option("dir", position_dir, "Checkpoint directory")->required();
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (validate->parsed()) return cmd_validate(path, overrides);
@@ -188,6 +196,11 @@ int main(int argc, char** argv) {
     if (plan->parsed()) return cmd_plan(path, overrides, memory_text, model_config, as_json);
     if (plot->parsed()) {
       for (const std::string& png : launcher::plot_runs(plot_options)) std::cout << png << "\n";
+      return 0;
+    }
+    if (position->parsed()) {
+      const checkpoint::CheckpointPosition newest = checkpoint::newest_position(position_dir);
+      std::cout << newest.commit << " " << newest.step << "\n";
       return 0;
     }
     if (schema->parsed()) {

@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "common/error.h"
+#include "checkpoint/commit.h"
 #include "common/job/job_loader.h"
 #include "launcher/submit.h"
 #include "slurm/job_state.h"
@@ -62,11 +63,11 @@ std::pair<std::string, std::string> last_metrics(const std::string& output_dir) 
   return out;
 }
 
+// The checkpoint a start would resume (checkpoint/commit.h's rule, as the ranks apply it).
 std::string last_checkpoint(const std::string& checkpoint_dir) {
-  std::error_code ec;
-  const fs::path target = fs::read_symlink(fs::path(checkpoint_dir) / "latest", ec);
-  if (ec) return fmt::format("none under {}", checkpoint_dir);
-  return (fs::path(checkpoint_dir) / target).lexically_normal().string();
+  const checkpoint::CheckpointPosition newest = checkpoint::newest_position(checkpoint_dir);
+  if (newest.dir.empty()) return fmt::format("none under {}", checkpoint_dir);
+  return fmt::format("{} (step {})", fs::path(newest.dir).lexically_normal().string(), newest.step);
 }
 
 // A path of the resolved job file, as the job meant it: relative paths were relative to the folder

@@ -78,7 +78,7 @@ void warn_if_it_cannot_fit(const job::Job& job) {
 
 int submit(const job::Job& job, const SubmitOptions& options) {
   warn_if_it_cannot_fit(job);
-  const std::string script = slurm::sbatch_script(job, {options.rank_exe, resolved_job_path(job)});
+  const std::string script = slurm::sbatch_script(job, {options.rank_exe, resolved_job_path(job), options.launcher_exe});
   const std::vector<std::string> argv = slurm::sbatch_argv(script_path(job));
   if (options.dry_run) {
     std::cout << script << "\n# sbatch argv, one element per line:\n";

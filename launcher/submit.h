@@ -11,7 +11,8 @@
 namespace shardtune::launcher {
 
 struct SubmitOptions {
-  std::string rank_exe;  // absolute path of shardtune-rank
+  std::string rank_exe;      // absolute path of shardtune-rank
+  std::string launcher_exe;  // absolute path of shardtune (the batch script asks it for the newest checkpoint)
   bool dry_run = false;  // print the script and the sbatch argv; write nothing, submit nothing
 };
 

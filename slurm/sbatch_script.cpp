@@ -54,6 +54,7 @@ std::string launcher_words(const job::Job& job, const ScriptPaths& paths) {
 constexpr const char* kBody = R"SH(set -uo pipefail
 
 readonly CHECKPOINT_DIR={checkpoint_dir}
+readonly SHARDTUNE={launcher_exe}
 readonly OUTPUT_DIR={output_dir}
 readonly READY_FILE={output_dir}/{ready_prefix}"${{SLURM_JOB_ID:-0}}"
 readonly LOCK_FILE={output_dir}/{lock_name}
@@ -98,18 +99,20 @@ forward() {{
 trap 'forward USR1' USR1
 trap 'forward TERM' TERM
 
-# The step of the committed checkpoint `latest` points at; 0 when there is none.
-last_checkpoint_step() {{
-  local name
-  name=`readlink -- "$CHECKPOINT_DIR/latest" 2>/dev/null` || {{ echo 0; return; }}
-  name=${{name##*/}}
-  name=${{name#step-}}
-  if [[ "$name" =~ ^[0-9]+$ ]]; then echo $((10#$name)); else echo 0; fi
+# The newest committed checkpoint as the ranks resume it: "<commit number> <step>", "0 0" when
+# there is none. A start made progress when the commit number grew (a run that rolled back to an
+# older checkpoint commits lower steps, under higher numbers). The rule lives in shardtune.
+checkpoint_position() {{
+  local out
+  out=`"$SHARDTUNE" checkpoint-position -- "$CHECKPOINT_DIR" 2>/dev/null` || out="0 0"
+  [[ "$out" =~ ^[0-9]+\ [0-9]+$ ]] || out="0 0"
+  echo "$out"
 }}
 
 # Starts so far: Slurm's requeues of this job, and the resubmissions before it (a lost node).
 restarts=$(( ${{SHARDTUNE_RESTARTS:-0}} + ${{SLURM_RESTART_COUNT:-0}} ))
-start_step=`last_checkpoint_step`
+position=`checkpoint_position`
+start_commit=${{position% *}} start_step=${{position#* }}
 say "job ${{SLURM_JOB_ID:-?}} (start $((restarts + 1))): ${{SLURM_JOB_NUM_NODES:-?}} node(s) ${{SLURM_JOB_NODELIST:-?}}; last checkpoint: step $start_step"
 
 # One writer per output directory and per checkpoint directory: this start holds both locks until
@@ -154,7 +157,8 @@ while :; do
   break
 done
 rm -f -- "$READY_FILE"
-end_step=`last_checkpoint_step`
+position=`checkpoint_position`
+end_commit=${{position% *}} end_step=${{position#* }}
 
 if (( rc == 0 )); then
   say "the ranks finished; last checkpoint: step $end_step"
@@ -221,14 +225,14 @@ if (( rc != REQUEUE_EXIT )); then
     fi
     say "sbatch failed: not resubmitting"
     exit "$rc"
-  elif (( stop_sent && end_step > start_step )); then
+  elif (( stop_sent && end_commit > start_commit )); then
     say "the ranks ended with exit $rc after the stop signal, but checkpoint step $end_step is committed: requeueing as stopped"
   else
     say "the ranks failed (exit $rc); last committed checkpoint: step $end_step; not requeueing"
     exit "$rc"
   fi
 fi
-if (( end_step <= start_step )); then
+if (( end_commit <= start_commit )); then
   say "the ranks stopped without a new checkpoint (still step $start_step): not requeueing"
   exit "$rc"
 fi
@@ -295,6 +299,7 @@ std::string sbatch_script(const job::Job& job, const ScriptPaths& paths) {
   require_absolute("[checkpoint] dir", job.checkpoint.dir);
   require_absolute("the shardtune-rank executable", paths.rank_exe);
   require_absolute("the resolved job file", paths.job_file);
+  require_absolute("the shardtune executable", paths.launcher_exe);
   ST_CHECK(common::is_sbatch_path(job.job.output_dir), ErrorKind::kConfig,
            "[job] output_dir \"{}\" cannot be given to sbatch: use printable ASCII without spaces, quotes, '\\', "
            "'#', '$', '`' or '%'",
@@ -320,7 +325,8 @@ std::string sbatch_script(const job::Job& job, const ScriptPaths& paths) {
                         fmt::arg("job_ids_name", kJobIdsName),
                         fmt::arg("nodes", job.slurm.nodes),
                         fmt::arg("cpus_per_task", job.slurm.cpus_per_task),
-                        fmt::arg("launcher", launcher_words(job, paths)));
+                        fmt::arg("launcher", launcher_words(job, paths)),
+                        fmt::arg("launcher_exe", shell_quote(paths.launcher_exe)));
   return script;
 }
 

@@ -12,8 +12,9 @@
 namespace shardtune::slurm {
 
 struct ScriptPaths {
-  std::string rank_exe;  // absolute path of shardtune-rank
-  std::string job_file;  // absolute path of the resolved job file the ranks read
+  std::string rank_exe;      // absolute path of shardtune-rank
+  std::string job_file;      // absolute path of the resolved job file the ranks read
+  std::string launcher_exe;  // absolute path of shardtune: `checkpoint-position` names the newest checkpoint
 };
 
 // Throws common::Error(kConfig) if a value cannot be written safely (the job schema already

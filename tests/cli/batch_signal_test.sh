@@ -4,7 +4,11 @@
 # USR1 reaches the batch shell at a random moment (as `scancel --signal=USR1 --batch` sends it).
 # Every run must pass the stop on to the ranks, requeue from their checkpoint, and print no shell
 # error. (Bash 5.2 drops a trap that fires while it expands a `$(...)`: a script using them fails
-# here within a few runs.)
+# here within a few runs.) The stand-in ranks commit real checkpoints, made beforehand by a short
+# run: the script judges progress by the newest commit (`shardtune checkpoint-position`), as the
+# ranks choose what to resume. A last run rolls back: the ranks commit a lower step than the one
+# they started from, under a higher commit number, and the job must requeue (counting steps, it
+# would not).
 # usage: batch_signal_test.sh SHARDTUNE SOURCE_DIR [RUNS]
 set -u
 st=$1 src=$2 runs=${3:-40}
@@ -12,6 +16,24 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# Real checkpoints: steps 1-4 of a run (commits 1-4), then a run resumed from step 1 that commits
+# steps 2 and 3 again (commits 5 and 6) and sets the abandoned step 4 aside.
+made="$work/made"
+run_tiny() {
+  (cd "$src" && "$st" run configs/tiny-cpu.toml -n 1 --set "job.output_dir=$made" --set checkpoint.every_steps=1 \
+    --set train.run_validation=false --set metrics.log_every_steps=1 "$@") >>"$work/made.log" 2>&1 ||
+    { echo "FAIL: the run making checkpoints failed:"; tail -20 "$work/made.log"; exit 1; }
+}
+run_tiny --set train.max_train_step=4 --set checkpoint.keep_last=10
+cp -r "$made/checkpoints/step-0000001" "$work/template-step-1"
+cp -r "$made/checkpoints/step-0000004" "$work/template-step-4"
+run_tiny --set train.max_train_step=3 --set checkpoint.keep_last=10 --set "checkpoint.resume=$made/checkpoints/step-0000001"
+[[ "$("$st" checkpoint-position "$made/checkpoints")" == "6 3" ]] ||
+  fail "after the rollback the newest checkpoint is not step 3, commit 6: $("$st" checkpoint-position "$made/checkpoints")"
+ls -d "$made"/checkpoints/step-0000004.abandoned-* >/dev/null 2>&1 || fail "the abandoned step 4 was not set aside"
+cp -r "$made/checkpoints/step-0000003" "$work/template-step-3-rollback"
+export TEMPLATE="$work/template-step-1"
 
 out="$work/out"
 "$st" submit --dry-run "$src/tests/slurm/tiny-2x2.toml" --set "job.output_dir=$out" >"$work/batch.sh" 2>"$work/err" ||
@@ -22,7 +44,13 @@ out="$work/out"
 mkdir -p "$work/bin"
 cat >"$work/bin/srun" <<'SH'
 #!/bin/bash
-trap 'mkdir -p "$CK/step-0000001" && ln -sfn step-0000001 "$CK/latest" && echo stopped >"$MARK"; exit 75' USR1
+stop() {
+  if [[ -n "${ROLLBACK:-}" ]]; then mv "$CK/step-0000004" "$CK/step-0000004.abandoned-test"; fi
+  cp -r "$TEMPLATE" "$CK/$(basename "$TEMPLATE" | sed 's/template-step-\([0-9]*\).*/step-000000\1/')"
+  echo stopped >"$MARK"
+  exit 75
+}
+trap stop USR1
 touch "$OUT/.ranks-ready-$SLURM_JOB_ID"
 for _ in $(seq 1 1200); do sleep 0.05; done  # a minute at least, for a busy machine
 echo "never signalled" >"$MARK"
@@ -65,5 +93,23 @@ for ((i = 1; i <= runs; i++)); do
     sed 's/^/    /' "$log"
   fi
 done
-((failures == 0)) && echo "batch script: the stop signal reached the ranks in $runs of $runs runs"
+
+# The rollback: the job starts from step 4 (commit 4); its ranks commit step 3 as commit 6.
+rm -rf "$out"
+mkdir -p "$out/checkpoints"
+cp -r "$work/template-step-4" "$out/checkpoints/step-0000004"
+export SLURM_JOB_ID=1000 MARK="$work/mark-rollback" REQUEUES="$work/requeues-rollback" ROLLBACK=1
+export TEMPLATE="$work/template-step-3-rollback"
+log="$work/run-rollback.log"
+bash "$work/batch.sh" >"$log" 2>&1 &
+pid=$!
+deadline=$((SECONDS + 120))
+until grep -qs '(start 1)' "$log" || ((SECONDS > deadline)); do sleep 0.01; done
+sleep 0.5
+kill -USR1 "$pid"
+wait "$pid"
+grep -q 'last checkpoint: step 4' "$log" || fail "rollback: the start did not see step 4"
+[[ "$(cat "$REQUEUES" 2>/dev/null)" == "requeue 1000" ]] ||
+  { fail "rollback: a start that committed step 3 after step 4 was not requeued"; sed 's/^/    /' "$log"; }
+((failures == 0)) && echo "batch script: the stop signal reached the ranks in $runs of $runs runs, and a rollback requeues"
 exit $((failures > 0))

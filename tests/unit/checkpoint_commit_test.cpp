@@ -147,15 +147,56 @@ TEST(Commit, LatestSkipsADamagedNewestCheckpoint) {
   EXPECT_EQ(find_latest_checkpoint(root.path().string()), root.file("step-0000010"));
 }
 
-TEST(Commit, PruneNeverTouchesTheNewCheckpointOrANewerOne) {
-  // A second run in the same directory, at lower steps than the first run left.
+// The rollback: steps 1-4, then a run resumed from step 1 commits 2 and 3 again. The newest
+// checkpoint is step 3, which every reader of the rule finds (the ranks' candidates, the batch
+// script's position); step 4 of the abandoned history is set aside, not deleted, and never resumed.
+TEST(Commit, ARollbackMakesTheNewestCommitTheResumedOneAndSetsTheAbandonedHistoryAside) {
   TempDir root;
   const std::string r = root.path().string();
-  commit_step(r, 200, 0);
+  for (int64_t step = 1; step <= 4; ++step) commit_step(r, step, 0);
+  EXPECT_EQ(newest_position(r).step, 4);
+  EXPECT_EQ(newest_position(r).commit, 4);
+  commit_step(r, 2, 0);
+  commit_step(r, 3, 0);
+  const CheckpointPosition newest = newest_position(r);
+  EXPECT_EQ(newest.step, 3);
+  EXPECT_EQ(newest.commit, 6);
+  EXPECT_EQ(read_manifest(root.file("step-0000002")).commit, 5);
+  EXPECT_EQ(committed_checkpoints(r), (std::vector<std::string>{root.file("step-0000003"), root.file("step-0000002"),
+                                                                root.file("step-0000001")}));
+  EXPECT_EQ(find_latest_checkpoint(r), root.file("step-0000003"));
+  EXPECT_EQ(fs::read_symlink(root.file("latest")).string(), "step-0000003");
+  int abandoned = 0;
+  for (const std::string& e : entries(r)) abandoned += e.rfind("step-0000004.abandoned-", 0) == 0 ? 1 : 0;
+  EXPECT_EQ(abandoned, 1) << testing::PrintToString(entries(r));
+  EXPECT_EQ(read_manifest(r + "/" + entries(r).back()).step, 4);  // kept whole
+}
+
+// A crash after the rename and before `latest` moved: the commit numbers still name the newest.
+TEST(Commit, TheNewestFollowsCommitNumbersNotTheLatestLink) {
+  TempDir root;
+  const std::string r = root.path().string();
+  commit_step(r, 10, 0);
+  commit_step(r, 20, 0);
+  fs::remove(root.file("latest"));
+  fs::create_directory_symlink("step-0000010", root.file("latest"));
+  EXPECT_EQ(newest_position(r).dir, root.file("step-0000020"));
+  // A checkpoint from before commit numbers counts its step.
+  Manifest old = small_manifest(30);
+  EXPECT_EQ(old.commit, 0);
+  fs::create_directories(root.file("step-0000030"));
+  for (const char* f : {"rank-00000.h5", "rank-00001.h5"}) std::ofstream(root.file(std::string("step-0000030/") + f)).put('x');
+  std::ofstream(root.file("step-0000030/manifest.json")) << manifest_text(old);
+  EXPECT_EQ(newest_position(r).step, 30);
+  EXPECT_EQ(newest_position(r).commit, 30);
+}
+
+TEST(Commit, PruneNeverTouchesTheNewCheckpoint) {
+  TempDir root;
+  const std::string r = root.path().string();
   commit_step(r, 50, 0);
   commit_step(r, 100, 1);
-  EXPECT_EQ(entries(r), (std::vector<std::string>{"latest", "step-0000100", "step-0000200"}));
-  EXPECT_EQ(fs::read_symlink(root.file("latest")).string(), "step-0000100");
+  EXPECT_EQ(entries(r), (std::vector<std::string>{"latest", "step-0000100"}));
   EXPECT_EQ(read_manifest(root.file("latest")).step, 100);
 }
 

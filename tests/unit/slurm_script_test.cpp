@@ -27,7 +27,7 @@ job::Job load(const std::string& extra) {
   return loaded.job;
 }
 
-const ScriptPaths kPaths{"/opt/st/bin/shardtune-rank", "/scratch/runs/t/job.toml"};
+const ScriptPaths kPaths{"/opt/st/bin/shardtune-rank", "/scratch/runs/t/job.toml", "/opt/st/bin/shardtune"};
 
 TEST(SbatchScript, OptionsComeFromTheSlurmSectionInOrder) {
   const job::Job job = load(
