@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "common/cpu_affinity.h"
 #include "common/error.h"
 #include "common/job/schema.h"
 #include "rank/preflight.h"
@@ -58,6 +59,15 @@ void log_shard_groups(const dist::GroupLayout& layout, const dist::Topology& top
   }
 }
 
+// The CPUs the launcher bound this rank to: LibTorch's and OpenMP's threads run on them.
+void log_cpu_affinity(const job::Job& job) {
+  const common::CpuAffinity cpus = common::cpu_affinity();
+  spdlog::info("CPU affinity: {} CPU(s) ({})", cpus.cpus.size(), cpus.list());
+  if (slurm_env().in_job && static_cast<int64_t>(cpus.cpus.size()) < job.slurm.cpus_per_task)
+    spdlog::warn("this rank may run on {} CPU(s), but [slurm] cpus_per_task = {}: its threads share them",
+                 cpus.cpus.size(), job.slurm.cpus_per_task);
+}
+
 // The device of this rank: the job's [launch] device against what this node and build offer.
 dist::DeviceChoice choose_rank_device(const job::Job& job, const dist::Topology& topo) {
   const dist::DeviceRequest request = job.launch.device == job::Device::kCuda  ? dist::DeviceRequest::kCuda
@@ -82,6 +92,7 @@ RankStart start_rank(const job::Job& job, const dist::Topology& topo) {
   check_placement(topo, job);
   const dist::DeviceChoice choice = choose_rank_device(job, topo);
   spdlog::info("device: {}", choice.reason);
+  log_cpu_affinity(job);
   ST_CHECK(choice.device >= 0 || !(job.train.use_fp16 && job.train.mixed_precision), common::ErrorKind::kConfig,
            "[train] use_fp16 = true needs a GPU, and this rank trains on the CPU ({}): LibTorch has no fp16 matrix "
            "products there. HINT: leave use_fp16 false (mixed precision in bf16)",

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <initializer_list>
+#include <string_view>
+
 #include "common/dir_lock.h"
 #include "common/error.h"
 #include "common/exit_codes.h"
@@ -29,6 +32,27 @@ constexpr const char* kLostPeersPrefix = ".peers-lost-";
 constexpr const char* kScriptName = "shardtune.sbatch";
 constexpr const char* kJobIdsName = "slurm-job-ids";
 
+// Whether the user's mpirun options choose the mapping or the binding themselves.
+bool sets_option(const std::vector<std::string>& options, std::initializer_list<std::string_view> names) {
+  for (const std::string& o : options)
+    for (std::string_view name : names)
+      if (o == name || o.rfind(std::string(name) + "=", 0) == 0) return true;
+  return false;
+}
+
+// mpirun's placement: `per_node` ranks on each node, each bound to cpus_per_task cores of its own
+// (Open MPI binds to a single core, or to a whole socket shared by every rank, when told nothing).
+// Options of the user's that map or bind replace these (Open MPI refuses two policies).
+std::string mpirun_placement(const job::Job& job, int64_t per_node) {
+  const std::vector<std::string>& user = job.launch.extra_mpirun_options;
+  if (sets_option(user, {"--map-by", "-map-by", "--cpus-per-proc", "-cpus-per-proc", "--npernode", "-npernode"}))
+    return "";
+  if (sets_option(user, {"--bind-to", "-bind-to"})) return fmt::format(" --map-by ppr:{}:node", per_node);
+  const int64_t cpus = job.slurm.cpus_per_task;
+  return fmt::format(" --map-by ppr:{}:node{} --bind-to core --report-bindings", per_node,
+                     cpus > 1 ? fmt::format(":PE={}", cpus) : "");
+}
+
 // The command line that starts every rank, as bash array elements: one rank per task on each of the
 // $NODES nodes this start was given (from min_nodes to nodes).
 std::string launcher_words(const job::Job& job, const ScriptPaths& paths) {
@@ -42,12 +66,21 @@ std::string launcher_words(const job::Job& job, const ScriptPaths& paths) {
           fmt::format(" \"--nodes=$NODES\" --ntasks-per-node={} \"--ntasks={}\"", per_node, ranks);
     extra = job.launch.extra_srun_options;
   } else {
-    out = fmt::format(" mpirun -np \"{}\" --map-by ppr:{}:node", ranks, per_node);
+    out = fmt::format(" mpirun -np \"{}\"{}", ranks, mpirun_placement(job, per_node));
     extra = job.launch.extra_mpirun_options;
   }
   extra.push_back(paths.rank_exe);
   extra.push_back(paths.job_file);  // absolute (required above): never read as an option
   return out + quoted_words(extra);
+}
+
+// srun takes cpus_per_task from the environment (Slurm 22.05 no longer passes sbatch's on). Under
+// mpirun it must not: Open MPI starts its daemons with an srun of one task per node, which would
+// then get only cpus_per_task CPUs of each node for all of that node's ranks.
+std::string cpus_env(const job::Job& job) {
+  if (job.launch.launcher == job::Launcher::kSrun)
+    return fmt::format("export SRUN_CPUS_PER_TASK={}", job.slurm.cpus_per_task);
+  return "unset SRUN_CPUS_PER_TASK  # mpirun's daemons take the job's CPUs; mpirun binds the ranks";
 }
 
 // The script's body: plain bash, the job's values only as single-quoted words or integers.
@@ -66,7 +99,7 @@ readonly MAX_REQUEUES={max_requeues}
 readonly REQUEUE_EXIT={requeue_exit}
 readonly DIVERGED_EXIT={diverged_exit}
 readonly NODES=${{SLURM_JOB_NUM_NODES:-{nodes}}}
-export SRUN_CPUS_PER_TASK={cpus_per_task}
+{cpus_env}
 ranks=({launcher})
 
 # Bash 5.2 (Debian 12) loses a trapped signal that arrives while it expands a `$(...)`: the trap
@@ -324,7 +357,7 @@ std::string sbatch_script(const job::Job& job, const ScriptPaths& paths) {
                         fmt::arg("script_name", kScriptName),
                         fmt::arg("job_ids_name", kJobIdsName),
                         fmt::arg("nodes", job.slurm.nodes),
-                        fmt::arg("cpus_per_task", job.slurm.cpus_per_task),
+                        fmt::arg("cpus_env", cpus_env(job)),
                         fmt::arg("launcher", launcher_words(job, paths)),
                         fmt::arg("launcher_exe", shell_quote(paths.launcher_exe)));
   return script;

@@ -2,6 +2,8 @@
 # End-to-end tests of `shardtune submit` on the real Slurm cluster of cluster.sh (2 nodes).
 # usage: e2e_test.sh SCENARIO CLUSTER_DIR WORK_DIR SHARDTUNE SOURCE_DIR
 #   srun_2x2 | mpirun_2x2   2 nodes x 2 ranks complete; loss falls; a sharded checkpoint is committed
+#   mpirun_affinity         mpirun binds each rank to cpus_per_task cores of its own: 2 nodes x 1 rank x 2
+#                           CPUs, then 2 nodes x 2 ranks x 1 CPU (the affinity each rank logs)
 #   hsdp                    HYBRID_SHARD with one shard group per node
 #   requeue                 USR1 -> checkpoint -> requeue -> resume -> finish, bitwise equal to a straight run
 #   time_limit              a real 1-minute limit: Slurm's USR1 lead signal, requeue, resume, completion
@@ -191,6 +193,38 @@ srun_2x2 | mpirun_2x2)
   check_completed "$out" "$job" 4 "2 node(s) (n1, n2)"
   [[ $scenario == mpirun_2x2 ]] && ! grep -q "starting the ranks: mpirun" "$out/slurm-$job.out" && fail "not started by mpirun"
   [[ $scenario == srun_2x2 ]] && ! grep -q "starting the ranks: srun --mpi=pmix" "$out/slurm-$job.out" && fail "not started by srun"
+  ;;
+
+mpirun_affinity)
+  # Open MPI told nothing pins each of 2 ranks to a single core (and more to a shared socket). Every
+  # node of this cluster sees the machine's cores: 2 CPUs per rank needs 2 of them.
+  (($(nproc) >= 2)) || { echo "SKIP: $(nproc) CPU(s) on this machine, the test needs 2"; exit 0; }
+  lo='launch.extra_mpirun_options=["--mca","btl","self,vader,tcp","--mca","btl_tcp_if_include","lo","--mca","oob_tcp_if_include","lo"]'
+  affinity() { grep -o 'CPU affinity: [0-9]* CPU(s) ([0-9,-]*)' "$1" | tail -1 | sed 's/.*(\(.*\))/\1/'; }
+  for layout in "1 2" "2 1"; do
+    read -r per_node cpus <<<"$layout"
+    out="$out_root/run-$per_node-$cpus"
+    job=$(submit "$out" --set launch.launcher=mpirun --set "$lo" --set slurm.ntasks_per_node="$per_node" \
+      --set slurm.cpus_per_task="$cpus" --set train.max_train_step=10 --set checkpoint.every_steps=0) ||
+      { fail "submit failed: $(cat "$out_root/submit.err")"; continue; }
+    wait_state "$job" 300 COMPLETED FAILED CANCELLED TIMEOUT || true
+    [[ "$(state "$job")" == COMPLETED ]] || { fail "$layout: job $job ended $(state "$job")"; show_log "$out/slurm-$job.out"; continue; }
+    want="--map-by ppr:$per_node:node$( ((cpus > 1)) && echo ":PE=$cpus") --bind-to core"
+    grep -q -- "starting the ranks: mpirun .*$want" "$out/slurm-$job.out" || fail "$layout: the launch line lacks $want"
+    grep -q "MCW rank 0 bound to" "$out/slurm-$job.out" || fail "$layout: Open MPI did not report the bindings"
+    declare -A seen=()
+    for ((r = 0; r < 2 * per_node; r++)); do
+      log=$(printf '%s/logs/rank-%05d.log' "$out" "$r")
+      got=$(affinity "$log")
+      n=$(grep -o 'CPU affinity: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*$')
+      [[ "$n" == "$cpus" ]] || fail "$layout: rank $r may run on ${n:-?} CPU(s) ($got), not cpus_per_task = $cpus"
+      node=$((r / per_node))
+      [[ -z "${seen[$node:$got]:-}" ]] || fail "$layout: ranks ${seen[$node:$got]} and $r share CPUs $got on one node"
+      seen[$node:$got]=$r
+    done
+    unset seen
+    echo "$per_node rank(s) per node x $cpus CPU(s): $(for ((r = 0; r < 2 * per_node; r++)); do printf 'rank %d on %s; ' "$r" "$(affinity "$(printf '%s/logs/rank-%05d.log' "$out" "$r")")"; done)"
+  done
   ;;
 
 hsdp)
