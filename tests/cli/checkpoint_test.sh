@@ -6,7 +6,10 @@
 #    with losses within 1e-5 of the uninterrupted run;
 #  - files are plain HDF5 that h5py reads, with checksums that are zlib's CRC-32;
 #  - a corrupt slice is refused with the file named; uncommitted directories are never resumed;
-#  - an explicit resume path is used by the first start only, not again by a requeued one.
+#  - an explicit resume path is used by the first start only, not again by a requeued one;
+#  - diff compares the training state and the optimizer moments too; export-hf keeps the
+#    checkpoint's dtype unless asked; import-hf refuses integer (quantised) tensors as training
+#    does, and ignores RoPE frequency tensors as transformers does, on every path.
 # usage: checkpoint_test.sh SHARDTUNE SOURCE_DIR SHARDTUNE_CKPT
 set -u
 st=$1 src=$2 ckpt=$3
@@ -178,8 +181,93 @@ with h5py.File(full + "/model.h5", "r") as f:
 print("export-hf:", len(index), "tensors equal to the checkpoint")
 PY
 "$ckpt" import-hf "$tmp/hf" "$tmp/imported" 2>/dev/null || fail "import-hf failed"
-"$ckpt" diff "$tmp/imported" "$c20" >/dev/null || fail "import-hf of the export differs from the checkpoint"
+"$ckpt" diff --params-only "$tmp/imported" "$c20" >/dev/null || fail "import-hf of the export differs from the checkpoint"
+# The whole diff sees what import-hf cannot bring back: the step, the cursor and AdamW's moments.
+"$ckpt" diff "$tmp/imported" "$c20" >"$tmp/diff" 2>/dev/null && fail "diff found nothing between an import (step 0) and step 20"
+grep -q "^state step: 0 vs 20" "$tmp/diff" || fail "diff does not name the steps: $(head -3 "$tmp/diff")"
+grep -q "^exp_avg model.norm.weight: only in $c20" "$tmp/diff" || fail "diff does not name the moments only one holds"
 "$ckpt" diff "$tmp/straight/checkpoints/step-0000010" "$c20" >/dev/null && fail "diff found no difference between steps 10 and 20"
+# Same weights, other moments: a difference (diff once compared the weights alone).
+moments="$tmp/moments" && cp -r "$c20" "$moments"
+$py - "$moments" <<'PY'
+import json, sys, h5py
+d = sys.argv[1]
+m = json.load(open(d + "/manifest.json"))
+s = next(s for s in m["slices"] if s["kind"] == "exp_avg")
+with h5py.File(f"{d}/{s['file']}", "r+") as f:
+    ds = f[f"/exp_avg/{s['dataset']}"]
+    v = ds[()]
+    v[0] += 1.0
+    ds[...] = v
+PY
+"$ckpt" diff --params-only "$c20" "$moments" >/dev/null 2>&1 || fail "--params-only compared more than the weights"
+"$ckpt" diff "$c20" "$moments" >"$tmp/diff" 2>&1 && fail "diff missed a changed optimizer moment"
+# (The change also breaks the slice's checksum, which diff reports: either way it read the moments.)
+grep -q "^exp_avg .* max abs 1.000e+00\|exp_avg of .* fails its checksum" "$tmp/diff" ||
+  fail "the changed moment is not named: $(grep -v 'max abs 0.000e+00' "$tmp/diff" | head -3)"
+# export-hf keeps the checkpoint's dtype: fp32 master weights stay fp32 unless --dtype asks.
+"$ckpt" export-hf "$c20" "$tmp/hfdefault" 2>"$tmp/err" || fail "export-hf with the default dtype failed"
+grep -q "exporting as fp32" "$tmp/err" || fail "export-hf does not say its dtype: $(cat "$tmp/err")"
+$py - "$tmp/hfdefault" <<'PY' || fail "the default export is not fp32"
+import json, struct, sys
+d = sys.argv[1]
+raw = open(d + "/model.safetensors", "rb").read(8 + 100000)
+header = json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]])
+dtypes = {v["dtype"] for k, v in header.items() if k != "__metadata__"}
+assert dtypes == {"F32"}, dtypes
+assert json.load(open(d + "/config.json"))["torch_dtype"] == "float32"
+PY
+"$ckpt" export-hf "$c20" "$tmp/hfbf16" --dtype bf16 2>/dev/null && "$ckpt" import-hf "$tmp/hfbf16" "$tmp/importedbf16" 2>/dev/null ||
+  fail "bf16 export and import"
+"$ckpt" export-hf "$tmp/importedbf16" "$tmp/hfbf16again" 2>"$tmp/err" || fail "export of a bf16 import"
+grep -q "exporting as bf16: the dtype of the folder it was imported from" "$tmp/err" || fail "a bf16 import exports as $(cat "$tmp/err")"
+
+# Integer (quantised) tensors are refused by import-hf as by training, naming the tensor; nothing is
+# written. RoPE frequency tensors (older Llama 2 conversions) are ignored with a note, by import-hf
+# and by training, whole or streamed, LoRA's base identity included.
+for kind in int8 inv_freq; do
+  cp -r "$tmp/hf" "$tmp/hf-$kind"
+  $py - "$tmp/hf-$kind" "$kind" <<'PY'
+import json, struct, sys
+import numpy
+d, kind = sys.argv[1], sys.argv[2]
+index = json.load(open(d + "/model.safetensors.index.json"))
+name = "model.norm.weight"
+file = index["weight_map"][name]
+raw = open(f"{d}/{file}", "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+header = json.loads(raw[8:8 + n])
+tensors = {k: (v, raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]) for k, v in header.items() if k != "__metadata__"}
+if kind == "int8":
+    meta, data = tensors[name]
+    tensors[name] = (dict(meta, dtype="I8"), numpy.frombuffer(data, "<f4").astype(numpy.int8).tobytes())
+else:
+    for l in range(2):
+        extra = f"model.layers.{l}.self_attn.rotary_emb.inv_freq"
+        tensors[extra] = ({"dtype": "F32", "shape": [4]}, numpy.ones(4, "<f4").tobytes())
+        index["weight_map"][extra] = file
+    json.dump(index, open(d + "/model.safetensors.index.json", "w"))
+out_header, blob = {}, b""
+for k, (meta, data) in tensors.items():
+    out_header[k] = {"dtype": meta["dtype"], "shape": meta["shape"], "data_offsets": [len(blob), len(blob) + len(data)]}
+    blob += data
+h = json.dumps(out_header).encode()
+h += b" " * (-len(h) % 8)
+open(f"{d}/{file}", "wb").write(struct.pack("<Q", len(h)) + h + blob)
+PY
+done
+"$ckpt" import-hf "$tmp/hf-int8" "$tmp/imported-int8" 2>"$tmp/err" && fail "import-hf accepted an I8 tensor"
+grep -q "model.norm.weight is stored as I8" "$tmp/err" || fail "import-hf does not name the I8 tensor: $(cat "$tmp/err")"
+[[ -e "$tmp/imported-int8" ]] && fail "a refused import left $tmp/imported-int8"
+"$ckpt" import-hf "$tmp/hf-inv_freq" "$tmp/imported-inv_freq" 2>"$tmp/err" || fail "import-hf refused rotary_emb.inv_freq: $(cat "$tmp/err")"
+grep -q "ignoring 2 tensor(s) that transformers does not load either" "$tmp/err" || fail "import-hf does not note the ignored tensors"
+"$ckpt" diff "$tmp/imported" "$tmp/imported-inv_freq" >/dev/null || fail "the inv_freq folder imported other weights"
+for how in "fsdp.low_cpu_fsdp=false" "fsdp.low_cpu_fsdp=true" "peft.method=lora"; do
+  "$st" run "$src/configs/tiny-cpu.toml" -n 2 --set model.preset=none --set "model.path=$tmp/hf-inv_freq" \
+    --set model.init=pretrained --set train.max_train_step=2 --set "job.output_dir=$tmp/invfreq-${how%%=*}" --set "$how" \
+    >"$tmp/log" 2>&1 || fail "training from a folder with inv_freq ($how): $(grep -m2 -i error "$tmp/log")"
+  grep -q "ignoring 2 tensor(s) that transformers does not load either" "$tmp/log" || fail "$how: no note of the ignored tensors"
+done
 # reshard 4 -> 1, 2, 3, 8: M files, the same tensors to the byte (parameters and moments).
 for m in 1 2 3 8; do
   "$ckpt" reshard "$c20" "$tmp/reshard$m" -w "$m" 2>/dev/null || fail "reshard to $m failed"

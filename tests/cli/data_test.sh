@@ -3,7 +3,13 @@
 #  - the tiny example fine-tunes on its alpaca file (configs/data) and the loss falls;
 #  - a tokenizer.model is converted and used;
 #  - a bad record stops the job before training with file:line named, or is skipped and counted
-#    with on_bad_record = "skip".
+#    with on_bad_record = "skip"; the token cache never carries a run's policy over to another, and
+#    says what it skipped when it is used;
+#  - a jsonl prompt_template names the fields a record needs (prompt_field is not), and a record
+#    lacking one is a bad record like any other, reported before any weight is read;
+#  - token files of other settings that no job used for a day are removed, the newest kept;
+#  - validation: rows without a learned token never make it NaN, and a validation set that would
+#    evaluate nothing is an error before training, naming where its records come from.
 # usage: data_test.sh SHARDTUNE SOURCE_DIR
 set -u
 st=$1 src=$2
@@ -106,6 +112,84 @@ grep -q "bad record at $tmp/bad.jsonl:3: not valid JSON" "$tmp/log" || fail "the
 "$st" run configs/tiny-alpaca.toml -n 2 --set "job.output_dir=$tmp/skip" "${common[@]}" --set data.on_bad_record=skip \
   >"$tmp/log" 2>&1 || fail "skip: the job failed: $(tail -3 "$tmp/log")"
 grep -q "skipped 1 bad record(s) of 203" "$tmp/log" || fail "skip: the skipped record is not counted"
+
+# The token cache's key includes on_bad_record: after the skip run, the same data with "error" is
+# read again and refused, and the skip run's count comes back with its cached tokens.
+if "$st" run configs/tiny-alpaca.toml -n 2 --set "job.output_dir=$tmp/bad2" "${common[@]}" >"$tmp/log" 2>&1; then
+  fail "after a skip run, on_bad_record = \"error\" trained from the skip run's cached tokens"
+fi
+grep -q "bad record at $tmp/bad.jsonl:3" "$tmp/log" || fail "error after skip: $(grep -m1 rror "$tmp/log")"
+"$st" run configs/tiny-alpaca.toml -n 2 --set "job.output_dir=$tmp/skip2" "${common[@]}" --set data.on_bad_record=skip \
+  >"$tmp/log" 2>&1 || fail "skip again: the job failed: $(tail -3 "$tmp/log")"
+grep -q "from the token cache: $tmp/bad.jsonl: skipped 1 bad record(s) of 203" "$tmp/log" ||
+  fail "the cached tokens lost their skip count: $(grep -m2 'token cache\|skipped' "$tmp/log")"
+
+# The README's template: jsonl records {question, response}, no prompt_field. A record without
+# {question} is a bad record (skipped and counted, or an error naming its line before the model).
+for i in $(seq 1 120); do echo "{\"question\": \"What is $i plus 1?\", \"response\": \"$((i + 1))\"}"; done >"$tmp/qa.jsonl"
+echo '{"query": "no question here", "response": "x"}' >>"$tmp/qa.jsonl"
+qa=(--set data.format=jsonl --set "data.train_file=$tmp/qa.jsonl" --set data.val_fraction=0.1
+    --set 'data.prompt_template="Question: {question}\nAnswer: "' --set train.context_length=32
+    --set data.tokenizer=configs/data/tiny-tokenizer/tokenizer.json --set train.max_train_step=2)
+"$st" run configs/tiny-alpaca.toml -n 2 --set "job.output_dir=$tmp/qa" "${qa[@]}" --set data.on_bad_record=skip \
+  >"$tmp/log" 2>&1 || fail "the README's prompt template did not train: $(grep -m2 -i error "$tmp/log")"
+grep -q "skipped 1 bad record(s) of 121; first: $tmp/qa.jsonl:121: no field \"question\"" "$tmp/log" ||
+  fail "a record without the template's field was not skipped: $(grep -m1 skipped "$tmp/log")"
+if "$st" run configs/tiny-alpaca.toml -n 2 --set "job.output_dir=$tmp/qa-error" "${qa[@]}" >"$tmp/log" 2>&1; then
+  fail "a record without the template's field did not stop the job"
+fi
+grep -q "bad record at $tmp/qa.jsonl:121: no field \"question\"" "$tmp/log" || fail "qa error: $(grep -m1 rror "$tmp/log")"
+grep -q "model: " "$tmp/log" && fail "the model was built before the data error"
+
+# Token files of other keys beside the data, unused for two days: the newest two stay beside the
+# one in use; those used within the day (the runs above) are not touched.
+for k in 1 2 3 4; do
+  f=$(printf '%s/.train.json.training.%016x.tokens' "$tmp" "$k")
+  echo "a token file of other settings" >"$f"
+  touch -d '2 days ago' "$f"
+done
+"$st" run configs/tiny-alpaca.toml -n 2 --set "job.output_dir=$tmp/clean" "${again[@]}" >"$tmp/log" 2>&1 || fail "cleanup run"
+left=$(ls "$tmp"/.train.json.training.000000000000000[1-4].tokens 2>/dev/null | wc -l)
+[[ $left -eq 2 ]] || fail "$left of 4 stale token files left, not 2"
+[[ $(grep -c "removed the token file" "$tmp/log") -eq 2 ]] || fail "the removals were not logged: $(grep -c removed "$tmp/log")"
+
+# Validation rows: a record longer than the context splits into rows, one of them prompt only; that
+# row is left out, and the loss stays finite.
+/usr/bin/python3 - "$tmp/long-val.json" <<'PY'
+import json, sys
+words = " ".join(f"word{i}" for i in range(40))
+json.dump([{"instruction": f"Repeat these words: {words}", "input": "", "output": "ok"}] * 3, open(sys.argv[1], "w"))
+PY
+"$st" run configs/tiny-alpaca.toml -n 2 --set "job.output_dir=$tmp/long" --set "data.val_file=$tmp/long-val.json" \
+  --set train.context_length=64 --set train.max_train_step=2 --set train.num_epochs=1 >"$tmp/log" 2>&1 ||
+  fail "long validation records: $(tail -3 "$tmp/log")"
+/usr/bin/python3 - "$tmp/long/metrics.jsonl" <<'PY' || fail "validation is not finite with prompt-only rows"
+import json, math, sys
+evals = [json.loads(l) for l in open(sys.argv[1]) if '"val_loss"' in l]
+steps = [json.loads(l) for l in open(sys.argv[1]) if '"step":' in l]
+ok = evals and all(isinstance(e["val_loss"], float) and math.isfinite(e["val_loss"]) for e in evals)
+ok = ok and all(isinstance(s["loss"], float) and math.isfinite(s["loss"]) for s in steps)
+print("long rows:", [e["val_loss"] for e in evals], [e["val_rows"] for e in evals])
+sys.exit(0 if ok else 1)
+PY
+grep -q "validation data: .*row(s) left out, they hold only prompt tokens" "$tmp/log" || fail "no prompt-only row was left out"
+
+# A validation set that evaluates nothing: one record cannot be split off; one whose only response
+# is cut away leaves no learned token. Both stop the job before training, naming the file.
+printf '[{"instruction": "a", "input": "", "output": "b"}]\n' >"$tmp/one.json"
+if "$st" run configs/tiny-alpaca.toml -n 1 --set "job.output_dir=$tmp/one" --set "data.train_file=$tmp/one.json" \
+  --set train.batch_size_training=1 >"$tmp/log" 2>&1; then
+  fail "a validation split of one record trained"
+fi
+grep -q "no validation record: $tmp/one.json (val_fraction = 0.05) holds out none" "$tmp/log" ||
+  fail "no validation record: $(grep -m1 rror "$tmp/log")"
+if "$st" run configs/tiny-alpaca.toml -n 2 --set "job.output_dir=$tmp/cut" --set "data.val_file=$tmp/long-val.json" \
+  --set train.batching_strategy=padding --set train.context_length=64 >"$tmp/log" 2>&1; then
+  fail "a validation set without a learned token trained"
+fi
+grep -q "no validation example of $tmp/long-val.json keeps a learned token" "$tmp/log" ||
+  fail "no learned validation token: $(grep -m1 rror "$tmp/log")"
+[[ -f "$tmp/cut/metrics.jsonl" ]] && fail "the job without validation tokens trained a step"
 
 ((failures == 0)) && echo "PASS"
 exit $((failures > 0))

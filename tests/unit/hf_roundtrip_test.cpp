@@ -1,8 +1,11 @@
 // Hugging Face folders in and out: load → save reloads bit-identically (fixture folders and a
 // random Llama 3.2-like model, sharded), and folders that disagree with config.json are refused
 // with every problem named.
+#include <ATen/ops/arange.h>
 #include <ATen/ops/equal.h>
+#include <ATen/ops/ones.h>
 #include <ATen/ops/zeros.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -11,6 +14,7 @@
 
 #include "checkpoint/hf/hf_model_io.h"
 #include "checkpoint/hf/safetensors_torch.h"
+#include "checkpoint/hf/weights_digest.h"
 #include "common/error.h"
 #include "runtime/model/init.h"
 
@@ -125,6 +129,42 @@ TEST(HfRoundTrip, MismatchesAreAllNamedBeforeAnyWeightIsRead) {
     EXPECT_NE(what.find("model.layers.0.input_layernorm.weight is stored as I32"), std::string::npos) << what;
     EXPECT_NE(what.find("unexpected tensor model.layers.7.mlp.up_proj.weight"), std::string::npos) << what;
   }
+  fs::remove_all(dir);
+}
+
+// Older Llama 2 conversions store each block's RoPE frequencies (rotary_emb.inv_freq), which
+// transformers ignores: such a folder loads (whole, streamed into shards, and in the base
+// identity) and its model gives the same logits, bit for bit, as the folder without them.
+TEST(HfRoundTrip, AFolderWithRotaryFrequenciesLoadsAndGivesTheSameLogits) {
+  const fs::path dir = temp_dir("inv_freq");
+  model::LlamaForCausalLM m(llama32_like(), at::TensorOptions().dtype(at::kFloat));
+  model::init_weights(m, 7);
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  for (const model::NamedParam& p : m.named_parameters()) tensors.emplace_back(p.name, p.tensor->detach());
+  const int64_t half = m.config().head_dim / 2;
+  for (int64_t l = 0; l < m.config().num_hidden_layers; ++l)
+    tensors.emplace_back(fmt::format("model.layers.{}.self_attn.rotary_emb.inv_freq", l), at::ones({half}));
+  for (const char* name : {"plain", "hub"}) {
+    fs::create_directories(dir / name);
+    std::ofstream(dir / name / "config.json") << m.config().to_json().dump();
+  }
+  write_safetensors((dir / "hub" / "model.safetensors").string(), tensors);
+  tensors.resize(tensors.size() - static_cast<size_t>(m.config().num_hidden_layers));
+  write_safetensors((dir / "plain" / "model.safetensors").string(), tensors);
+
+  const HfFolder hub = HfFolder::open((dir / "hub").string());
+  EXPECT_EQ(check_hf_weights(m, hub).size(), static_cast<size_t>(m.config().num_hidden_layers));
+  const at::Tensor ids = at::arange(12, at::kLong).reshape({2, 6});
+  std::vector<at::Tensor> logits;
+  for (const char* name : {"plain", "hub"}) {
+    const HfFolder folder = HfFolder::open((dir / name).string());
+    model::LlamaForCausalLM loaded(read_hf_config(folder), at::TensorOptions().dtype(at::kFloat));
+    WeightsDigest digest(folder);
+    load_hf_weights(loaded, folder, &digest);
+    EXPECT_EQ(digest.hex().size(), 64u) << name;  // every identity tensor read, the frequencies not among them
+    logits.push_back(loaded.forward(ids));
+  }
+  EXPECT_TRUE(at::equal(logits[0], logits[1]));
   fs::remove_all(dir);
 }
 

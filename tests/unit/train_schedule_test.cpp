@@ -5,11 +5,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
+#include <cstdint>
+#include <vector>
 #include <set>
 
 #include "runtime/train/data_order.h"
 #include "runtime/train/dataset.h"
+#include "runtime/train/evaluate.h"
 #include "runtime/train/flops.h"
 #include "runtime/train/run_schedule.h"
 
@@ -180,6 +184,36 @@ TEST(SyntheticCopyDataset, TheSecondHalfCopiesTheFirstAndOnlyItCounts) {
   }
   EXPECT_EQ(data.get(4).input_ids, s.input_ids);  // a function of the index
   EXPECT_NE(data.get(5).input_ids, s.input_ids);
+}
+
+// Validation's rows: every row in exactly one batch of one rank, whatever the set's size, the
+// batch and the rank count; a batch's shares differ by at most one row; ceil(n / global batch)
+// batches, the last one short.
+TEST(EvalRows, EveryRowOnceAtAnyWorldSize) {
+  for (int64_t n = 0; n <= 40; ++n)
+    for (int64_t per_rank = 1; per_rank <= 5; ++per_rank)
+      for (int ranks = 1; ranks <= 4; ++ranks) {
+        SCOPED_TRACE(testing::Message() << n << " rows, " << per_rank << " per rank, " << ranks << " ranks");
+        const int64_t batches = eval_batches(n, per_rank, ranks);
+        EXPECT_EQ(batches, (n + per_rank * ranks - 1) / (per_rank * ranks));
+        std::vector<int> seen(static_cast<size_t>(n), 0);
+        for (int64_t b = 0; b < batches; ++b) {
+          size_t fewest = SIZE_MAX, most = 0;
+          for (int r = 0; r < ranks; ++r) {
+            const std::vector<int64_t> rows = eval_rows(n, per_rank, b, r, ranks);
+            EXPECT_LE(static_cast<int64_t>(rows.size()), per_rank);
+            fewest = std::min(fewest, rows.size());
+            most = std::max(most, rows.size());
+            for (int64_t row : rows) {
+              ASSERT_TRUE(row >= 0 && row < n) << row;
+              ++seen[static_cast<size_t>(row)];
+            }
+          }
+          EXPECT_LE(most - fewest, 1u);
+        }
+        EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](int k) { return k == 1; }));
+        EXPECT_TRUE(eval_rows(n, per_rank, batches, 0, ranks).empty());
+      }
 }
 
 }  // namespace
