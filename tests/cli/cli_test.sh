@@ -135,5 +135,40 @@ strip() { sed 's/, "step_seconds".*//' "$1"; }
 [ -s "$tmp/whole/metrics.jsonl" ] && [ "$(strip "$tmp/whole/metrics.jsonl")" = "$(strip "$tmp/streamed/metrics.jsonl")" ] \
   || fail "streamed and whole-model loading gave different losses"
 
+# init = "random" needs only the folder's config.json: no weight file, no tokenizer (synthetic data),
+# whole and streamed, full fine-tuning and LoRA.
+mkdir -p "$tmp/configonly" && cp "$tmp/model/config.json" "$tmp/configonly/"
+for how in "fsdp.low_cpu_fsdp=false" "fsdp.low_cpu_fsdp=true" "peft.method=lora"; do
+  "$st" run "$src/configs/tiny-cpu.toml" -n 2 --set model.preset=none --set "model.path=$tmp/configonly" \
+    --set model.init=random --set train.max_train_step=2 --set "$how" --set "job.output_dir=$tmp/configonly-${how%%=*}" \
+    >"$tmp/log" 2>&1 || fail "init = random on a folder with config.json alone ($how): $(grep -m2 -i error "$tmp/log")"
+done
+
+# Bounds that need the model, checked before anything runs: 50 frozen blocks of a 3-block model
+# (validate reads the folder's config.json; a rank checks again where the login node cannot).
+"$st" validate "$src/configs/tiny-cpu.toml" --set model.preset=none --set "model.path=$tmp/model" \
+  --set model.init=pretrained --set train.freeze_layers=true --set train.num_freeze_layers=50 >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] || fail "num_freeze_layers = 50 of 3 blocks passed validate"
+grep -q "train.num_freeze_layers: num_freeze_layers = 50 but the model has 3 blocks (num_hidden_layers in $tmp/model/config.json)" \
+  "$tmp/err" || fail "num_freeze_layers: $(cat "$tmp/err")"
+mkdir -p "$tmp/freeze50"
+"$st" validate "$src/configs/tiny-cpu.toml" --set "job.output_dir=$tmp/freeze50" --set train.freeze_layers=true --set slurm.ntasks_per_node=2 \
+  >"$tmp/freeze50/job.toml" 2>/dev/null || fail "validate of a freeze_layers job"
+sed -i 's/^num_freeze_layers = .*/num_freeze_layers = 50/' "$tmp/freeze50/job.toml"
+mpirun --allow-run-as-root --oversubscribe -np 2 --mca btl self,vader,tcp --mca btl_tcp_if_include lo \
+  --mca oob_tcp_if_include lo "$(dirname "$st")/shardtune-rank" "$tmp/freeze50/job.toml" >"$tmp/log" 2>&1
+[ $? -eq 2 ] || fail "a rank trained a job freezing 50 of 2 blocks: $(tail -3 "$tmp/log")"
+grep -q 'num_freeze_layers = 50 but the model has 2 blocks (num_hidden_layers in preset "tiny")' "$tmp/log" ||
+  fail "the rank does not name num_freeze_layers: $(tail -3 "$tmp/log")"
+# fp16 needs a GPU: refused by validate for device = "cpu", and by the ranks that find none.
+"$st" validate "$src/configs/tiny-cpu.toml" --set train.mixed_precision=true --set train.use_fp16=true >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && grep -q "train.use_fp16: use_fp16 = true needs a GPU" "$tmp/err" || fail "fp16 on the CPU: $(cat "$tmp/err")"
+if [ -z "$(ls /dev/nvidia[0-9]* 2>/dev/null)" ]; then
+  "$st" run "$src/configs/tiny-cpu.toml" -n 2 --set launch.device=auto --set train.mixed_precision=true \
+    --set train.use_fp16=true --set "job.output_dir=$tmp/fp16auto" >"$tmp/log" 2>&1 && fail "fp16 trained on the CPU"
+  grep -q "use_fp16 = true needs a GPU, and this rank trains on the CPU" "$tmp/log" || fail "fp16 under auto: $(tail -3 "$tmp/log")"
+  grep -q '"step":' "$tmp/fp16auto/metrics.jsonl" 2>/dev/null && fail "fp16 under auto took a step"
+fi
+
 if [ "$failures" -eq 0 ]; then echo "cli_test: all checks passed"; else echo "cli_test: $failures failure(s)"; fi
 [ "$failures" -eq 0 ]
