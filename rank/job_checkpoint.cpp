@@ -189,7 +189,11 @@ train::CheckpointHooks checkpoint_hooks(const job::Job& job, const std::string& 
       return fmt::format("{}", fmt::join(resume_candidates(job.checkpoint, restart_count), "\n"));
     }));
     if (candidates.empty()) {
-      spdlog::info("no checkpoint under {}: starting fresh", job.checkpoint.dir);
+      if (job.checkpoint.resume == "none")
+        spdlog::info("starting fresh: [checkpoint] resume = \"none\" (checkpoints under {} are not resumed)",
+                     job.checkpoint.dir);
+      else
+        spdlog::info("no checkpoint under {}: starting fresh", job.checkpoint.dir);
       return std::nullopt;
     }
     const bool fall_back = job.checkpoint.resume == "auto" || restart_count > 0;

@@ -61,8 +61,9 @@ ShardedModel build_sharded_model(const job::Job& job, const model::LlamaConfig& 
     const fsdp::LoadStats load = fsdp::load_shards(*m.sharded, source, MPI_COMM_WORLD,
                                                    {job.fsdp.load_readers == job::LoadReaders::kNode});
     seconds = load.seconds;
-    spdlog::info("streamed the weights into shards in {:.1f} s{}", load.seconds,
-                 load.reader ? fmt::format(" ({:.2f} GB read by this rank)", static_cast<double>(load.bytes_read) / 1e9)
+    spdlog::info("streamed the weights into shards in {:.1f} s, read by {}{}", load.seconds,
+                 job.fsdp.load_readers == job::LoadReaders::kNode ? "one rank per node" : "world rank 0 for every rank",
+                 load.reader ? fmt::format(" ({:.2f} GB by this rank)", static_cast<double>(load.bytes_read) / 1e9)
                              : "");
   }
   if (digest) {
