@@ -43,11 +43,12 @@ std::string data_file_stamp(const std::string& path) {
   if (path.empty()) return "none";
   struct stat st {};
   std::error_code ec;
-  const fs::path canonical = fs::weakly_canonical(path, ec);
-  if (::stat(path.c_str(), &st) != 0) return fmt::format("{} missing", ec ? path : canonical.string());
-  return fmt::format("{} size={} mtime={}.{:09d} inode={}:{} ctime={}.{:09d}", canonical.string(), st.st_size,
-                     st.st_mtim.tv_sec, st.st_mtim.tv_nsec, st.st_dev, st.st_ino, st.st_ctim.tv_sec,
-                     st.st_ctim.tv_nsec);
+  // What every node of a job sees alike: the path as given (made absolute), not the device
+  // number (an NFS mount's differs between nodes) nor symlinks resolved (mounts may differ).
+  const std::string where = fs::absolute(path, ec).string();
+  if (::stat(path.c_str(), &st) != 0) return fmt::format("{} missing", ec ? path : where);
+  return fmt::format("{} size={} mtime={}.{:09d} inode={} ctime={}.{:09d}", ec ? path : where, st.st_size,
+                     st.st_mtim.tv_sec, st.st_mtim.tv_nsec, st.st_ino, st.st_ctim.tv_sec, st.st_ctim.tv_nsec);
 }
 
 TokenCache::TokenCache(const std::string& data_file, const std::string& fallback_dir, std::string key, std::string what)

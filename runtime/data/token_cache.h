@@ -15,9 +15,9 @@
 
 namespace shardtune::data {
 
-// What identifies a data file's content for a cache key: its canonical path, size, modification
+// What identifies a data file's content for a cache key: its absolute path, size, modification
 // time, inode and change time (which no one can set back, so an edit that restores the
-// modification time still shows).
+// modification time still shows); the same on every node that mounts the file.
 std::string data_file_stamp(const std::string& path);
 
 class TokenCache {
