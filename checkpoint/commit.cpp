@@ -68,6 +68,17 @@ struct CommittedDir {
   int64_t commit;  // the manifest's commit number, or the step (older checkpoints, damaged manifests)
 };
 
+// A checkpoint directory's commit number: its manifest's, or its step (checkpoints from before
+// commit numbers; a damaged manifest, which resuming it reports).
+int64_t commit_of(const fs::path& dir, int64_t step) {
+  try {
+    const Manifest m = read_manifest(dir.string());
+    if (m.commit > 0) return m.commit;
+  } catch (const common::Error&) {
+  }
+  return step;
+}
+
 // Directories named step-N with a manifest file, newest first: by commit number, then by step.
 std::vector<CommittedDir> committed_dirs(const std::string& root) {
   std::vector<CommittedDir> out;
@@ -76,18 +87,26 @@ std::vector<CommittedDir> committed_dirs(const std::string& root) {
     const std::string name = e.path().filename().string();
     const auto step = step_of_dir_name(name);
     if (!step || !fs::exists(e.path() / kManifestFile)) continue;
-    int64_t commit = *step;
-    try {
-      const Manifest m = read_manifest(e.path().string());
-      if (m.commit > 0) commit = m.commit;
-    } catch (const common::Error&) {  // a damaged manifest: resuming it reports the damage
-    }
-    out.push_back({name, *step, commit});
+    out.push_back({name, *step, commit_of(e.path(), *step)});
   }
   std::sort(out.begin(), out.end(), [](const CommittedDir& a, const CommittedDir& b) {
     return a.commit != b.commit ? a.commit > b.commit : a.step > b.step;
   });
   return out;
+}
+
+// The highest commit number in the directory, counting checkpoints set aside (damaged or
+// abandoned, step-N.*) too: numbers only grow, so a start that set the newest aside and then
+// committed is seen to have made progress.
+int64_t highest_commit(const std::string& root) {
+  int64_t highest = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const std::string name = e.path().filename().string();
+    const auto step = step_of_dir_name(name.substr(0, name.find('.')));
+    if (step && fs::exists(e.path() / kManifestFile)) highest = std::max(highest, commit_of(e.path(), *step));
+  }
+  return highest;
 }
 
 // Committed checkpoints of steps above `step` belong to a history a rollback left (a run resumed
@@ -154,8 +173,7 @@ PendingCheckpoint::~PendingCheckpoint() {
 PendingCheckpoint::Committed PendingCheckpoint::commit(const Manifest& manifest, int64_t keep_last) {
   ST_CHECK(!committed_, ErrorKind::kInternal, "{} committed twice", dir_);
   Manifest numbered = manifest;
-  numbered.commit = 1;
-  for (const CommittedDir& c : committed_dirs(root_)) numbered.commit = std::max(numbered.commit, c.commit + 1);
+  numbered.commit = highest_commit(root_) + 1;
   write_manifest(dir_, numbered);
   common::kill_point("manifest-written", manifest.step);
   const std::string final_dir = root_ + "/" + step_dir_name(step_);

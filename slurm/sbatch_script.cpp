@@ -40,17 +40,18 @@ bool sets_option(const std::vector<std::string>& options, std::initializer_list<
   return false;
 }
 
-// mpirun's placement: `per_node` ranks on each node, each bound to cpus_per_task cores of its own
+// mpirun's placement: `per_node` ranks on each node, each bound to cpus_per_task CPUs of its own
 // (Open MPI binds to a single core, or to a whole socket shared by every rank, when told nothing).
-// Options of the user's that map or bind replace these (Open MPI refuses two policies).
+// CPUs as Slurm counts them: hardware threads (--use-hwthread-cpus), so that on nodes with two
+// threads per core a rank of cpus_per_task = 8 takes 4 cores, as Slurm allocated them. Options of
+// the user's that map or bind replace these (Open MPI refuses two policies).
 std::string mpirun_placement(const job::Job& job, int64_t per_node) {
   const std::vector<std::string>& user = job.launch.extra_mpirun_options;
   if (sets_option(user, {"--map-by", "-map-by", "--cpus-per-proc", "-cpus-per-proc", "--npernode", "-npernode"}))
     return "";
   if (sets_option(user, {"--bind-to", "-bind-to"})) return fmt::format(" --map-by ppr:{}:node", per_node);
-  const int64_t cpus = job.slurm.cpus_per_task;
-  return fmt::format(" --map-by ppr:{}:node{} --bind-to core --report-bindings", per_node,
-                     cpus > 1 ? fmt::format(":PE={}", cpus) : "");
+  return fmt::format(" --map-by ppr:{}:node:PE={} --use-hwthread-cpus --bind-to hwthread --report-bindings", per_node,
+                     job.slurm.cpus_per_task);
 }
 
 // The command line that starts every rank, as bash array elements: one rank per task on each of the

@@ -171,7 +171,8 @@ std::vector<SectionSpec> build_schema() {
             "Ranks per node. 0: one per GPU, or 1 on a CPU-only job. With GPUs it must equal gpus_per_node.")
         .in_range(0, 1024);
     s.field("cpus_per_task", &SlurmSection::cpus_per_task,
-            "CPU cores per rank (data loading threads run on them). Exported as SRUN_CPUS_PER_TASK.")
+            "CPUs per rank, as Slurm counts them (data loading threads run on them). srun gets it as "
+            "SRUN_CPUS_PER_TASK; mpirun binds each rank to that many CPUs of its own.")
         .in_range(1, 1024);
     s.field("partition", &SlurmSection::partition, "Partition (--partition); empty: the cluster's default.")
         .require(kSbatchWord, is_empty_or_sbatch_word);

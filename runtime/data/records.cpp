@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -83,18 +84,25 @@ class Collector {
   bool skip_bad_;
 };
 
-// Byte ranges [start, end) of each top-level element of a JSON array (to name its line).
+// Byte ranges [start, end) of each top-level element of a JSON array (to name its line): from its
+// first byte to the end of its value (a closing brace, bracket or quote, or a bare scalar's last
+// character), so that what stands between a value and the next comma is not part of it.
 std::vector<std::pair<size_t, size_t>> array_elements(const std::string& text) {
   std::vector<std::pair<size_t, size_t>> out;
   std::vector<size_t> starts;
+  size_t value_end = 0;
   int depth = 0;
   bool in_string = false, escaped = false, expect = false;
+  auto close_element = [&] {
+    if (!starts.empty() && out.size() < starts.size()) out.emplace_back(starts.back(), std::max(value_end, starts.back()));
+  };
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
     if (in_string) {
       if (escaped) escaped = false;
       else if (c == '\\') escaped = true;
       else if (c == '"') in_string = false;
+      if (!in_string && depth == 1) value_end = i + 1;
       continue;
     }
     if (c == ' ' || c == '\n' || c == '\r' || c == '\t') continue;
@@ -102,14 +110,18 @@ std::vector<std::pair<size_t, size_t>> array_elements(const std::string& text) {
       starts.push_back(i);
       expect = false;
     }
-    if (c == '"') in_string = true;
-    else if (c == '[' || c == '{') {
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
       if (++depth == 1 && c == '[') expect = true;
     } else if (c == ']' || c == '}') {
-      if (--depth == 0 && !starts.empty() && out.size() < starts.size()) out.emplace_back(starts.back(), i);
+      if (--depth == 1) value_end = i + 1;
+      if (depth == 0) close_element();
     } else if (c == ',' && depth == 1) {
-      if (!starts.empty() && out.size() < starts.size()) out.emplace_back(starts.back(), i);
+      close_element();
       expect = true;
+    } else if (depth == 1 && (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '+' || c == '-')) {
+      value_end = i + 1;  // a bare scalar: number, true, false, null
     }
   }
   return out;

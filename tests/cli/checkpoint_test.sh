@@ -264,7 +264,7 @@ grep -q "ignoring 2 tensor(s) that transformers does not load either" "$tmp/err"
 "$ckpt" diff "$tmp/imported" "$tmp/imported-inv_freq" >/dev/null || fail "the inv_freq folder imported other weights"
 for how in "fsdp.low_cpu_fsdp=false" "fsdp.low_cpu_fsdp=true" "peft.method=lora"; do
   "$st" run "$src/configs/tiny-cpu.toml" -n 2 --set model.preset=none --set "model.path=$tmp/hf-inv_freq" \
-    --set model.init=pretrained --set train.max_train_step=2 --set "job.output_dir=$tmp/invfreq-${how%%=*}" --set "$how" \
+    --set model.init=pretrained --set train.max_train_step=2 --set "job.output_dir=$tmp/invfreq-${how//[.=]/-}" --set "$how" \
     >"$tmp/log" 2>&1 || fail "training from a folder with inv_freq ($how): $(grep -m2 -i error "$tmp/log")"
   grep -q "ignoring 2 tensor(s) that transformers does not load either" "$tmp/log" || fail "$how: no note of the ignored tensors"
 done

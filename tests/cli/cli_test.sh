@@ -140,7 +140,7 @@ strip() { sed 's/, "step_seconds".*//' "$1"; }
 mkdir -p "$tmp/configonly" && cp "$tmp/model/config.json" "$tmp/configonly/"
 for how in "fsdp.low_cpu_fsdp=false" "fsdp.low_cpu_fsdp=true" "peft.method=lora"; do
   "$st" run "$src/configs/tiny-cpu.toml" -n 2 --set model.preset=none --set "model.path=$tmp/configonly" \
-    --set model.init=random --set train.max_train_step=2 --set "$how" --set "job.output_dir=$tmp/configonly-${how%%=*}" \
+    --set model.init=random --set train.max_train_step=2 --set "$how" --set "job.output_dir=$tmp/configonly-${how//[.=]/-}" \
     >"$tmp/log" 2>&1 || fail "init = random on a folder with config.json alone ($how): $(grep -m2 -i error "$tmp/log")"
 done
 

@@ -2,7 +2,7 @@
 # End-to-end tests of `shardtune submit` on the real Slurm cluster of cluster.sh (2 nodes).
 # usage: e2e_test.sh SCENARIO CLUSTER_DIR WORK_DIR SHARDTUNE SOURCE_DIR
 #   srun_2x2 | mpirun_2x2   2 nodes x 2 ranks complete; loss falls; a sharded checkpoint is committed
-#   mpirun_affinity         mpirun binds each rank to cpus_per_task cores of its own: 2 nodes x 1 rank x 2
+#   mpirun_affinity         mpirun binds each rank to cpus_per_task CPUs of its own: 2 nodes x 1 rank x 2
 #                           CPUs, then 2 nodes x 2 ranks x 1 CPU (the affinity each rank logs)
 #   hsdp                    HYBRID_SHARD with one shard group per node
 #   requeue                 USR1 -> checkpoint -> requeue -> resume -> finish, bitwise equal to a straight run
@@ -209,7 +209,7 @@ mpirun_affinity)
       { fail "submit failed: $(cat "$out_root/submit.err")"; continue; }
     wait_state "$job" 300 COMPLETED FAILED CANCELLED TIMEOUT || true
     [[ "$(state "$job")" == COMPLETED ]] || { fail "$layout: job $job ended $(state "$job")"; show_log "$out/slurm-$job.out"; continue; }
-    want="--map-by ppr:$per_node:node$( ((cpus > 1)) && echo ":PE=$cpus") --bind-to core"
+    want="--map-by ppr:$per_node:node:PE=$cpus --use-hwthread-cpus --bind-to hwthread"
     grep -q -- "starting the ranks: mpirun .*$want" "$out/slurm-$job.out" || fail "$layout: the launch line lacks $want"
     grep -q "MCW rank 0 bound to" "$out/slurm-$job.out" || fail "$layout: Open MPI did not report the bindings"
     declare -A seen=()

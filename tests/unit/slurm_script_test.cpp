@@ -118,21 +118,23 @@ TEST(SbatchScript, MpirunLaunchPlacesRanksPerNode) {
                             "extra_mpirun_options = [\"--mca\", \"btl_tcp_if_include\", \"ib0\"]\n");
   const std::string script = sbatch_script(job, kPaths);
   EXPECT_EQ(rank_words(script, 3),
-            (std::vector<std::string>{"mpirun", "-np", "12", "--map-by", "ppr:4:node", "--bind-to", "core",
-                                      "--report-bindings", "--mca", "btl_tcp_if_include", "ib0",
+            (std::vector<std::string>{"mpirun", "-np", "12", "--map-by", "ppr:4:node:PE=1", "--use-hwthread-cpus",
+                                      "--bind-to", "hwthread", "--report-bindings", "--mca", "btl_tcp_if_include", "ib0",
                                       "/opt/st/bin/shardtune-rank", "/scratch/runs/t/job.toml"}));
   // Open MPI starts its daemons with an srun of its own, which must not be held to cpus_per_task.
   EXPECT_EQ(script.find("export SRUN_CPUS_PER_TASK"), std::string::npos);
   EXPECT_NE(script.find("unset SRUN_CPUS_PER_TASK"), std::string::npos);
 }
 
-// Each rank bound to cpus_per_task cores of its own (Open MPI alone binds 2 ranks to one core each,
-// or more to a shared socket); the user's own mapping or binding replaces shardtune's.
+// Each rank bound to cpus_per_task CPUs (hardware threads, as Slurm counts them) of its own (Open
+// MPI alone binds 2 ranks to one core each, or more to a shared socket); the user's own mapping or
+// binding replaces shardtune's.
 TEST(SbatchScript, MpirunBindsEachRankToItsCpusPerTask) {
   const std::string base = "[slurm]\nnodes = 2\nntasks_per_node = 2\ncpus_per_task = 8\n[launch]\nlauncher = \"mpirun\"\n";
   EXPECT_EQ(rank_words(sbatch_script(load(base), kPaths), 2),
-            (std::vector<std::string>{"mpirun", "-np", "4", "--map-by", "ppr:2:node:PE=8", "--bind-to", "core",
-                                      "--report-bindings", "/opt/st/bin/shardtune-rank", "/scratch/runs/t/job.toml"}));
+            (std::vector<std::string>{"mpirun", "-np", "4", "--map-by", "ppr:2:node:PE=8", "--use-hwthread-cpus",
+                                      "--bind-to", "hwthread", "--report-bindings", "/opt/st/bin/shardtune-rank",
+                                      "/scratch/runs/t/job.toml"}));
   EXPECT_EQ(rank_words(sbatch_script(load(base + "extra_mpirun_options = [\"--bind-to\", \"none\"]\n"), kPaths), 2),
             (std::vector<std::string>{"mpirun", "-np", "4", "--map-by", "ppr:2:node", "--bind-to", "none",
                                       "/opt/st/bin/shardtune-rank", "/scratch/runs/t/job.toml"}));
