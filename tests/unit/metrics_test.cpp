@@ -75,7 +75,9 @@ TEST(StepMetrics, Fp16AndGpuFieldsAndANonFiniteLoss) {
 }
 
 TEST(StepMetrics, EvaluationRecordHasPerplexity) {
-  const nlohmann::json j = nlohmann::json::parse(jsonl_line(EvalRecord{3, 120, 0.75, 4}));
+  const nlohmann::json j = nlohmann::json::parse(jsonl_line(EvalRecord{3, 120, 0.75, 4, 30, 412}));
+  EXPECT_EQ(j["val_rows"], 30);
+  EXPECT_EQ(j["val_tokens"], 412);
   EXPECT_EQ(j["eval_epoch"], 3);
   EXPECT_EQ(j["after_step"], 120);
   EXPECT_DOUBLE_EQ(j["val_loss"].get<double>(), 0.75);
