@@ -1,6 +1,7 @@
 // shardtune: the command users type on a login node. Never links LibTorch, MPI or CUDA.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -66,6 +67,27 @@ int cmd_validate(const std::string& path, const std::vector<std::string>& overri
   return 0;
 }
 
+// `run` starts the ranks on this machine with mpirun: the keys only a submitted job uses (the
+// allocation, srun) are named once, so that nobody believes they took effect.
+void note_submit_only_keys(const job::Job& job) {
+  const job::Job defaults;
+  std::vector<std::string> keys;
+  for (const char* section : {"slurm", "launch"}) {
+    for (const job::FieldSpec& f : job::find_section(section)->fields) {
+      const std::string dotted = f.dotted();
+      const bool submit_only = std::string(section) == "slurm"
+                                   ? dotted != "slurm.nodes" && dotted != "slurm.ntasks_per_node" &&
+                                         dotted != "slurm.gpus_per_node" && dotted != "slurm.cpus_per_task"
+                                   : dotted == "launch.launcher" || dotted == "launch.srun_mpi" ||
+                                         dotted == "launch.extra_srun_options";
+      if (submit_only && f.literal(job) != f.literal(defaults)) keys.push_back(dotted);
+    }
+  }
+  if (!keys.empty())
+    std::cerr << fmt::format("shardtune: note: run starts the ranks on this machine with mpirun; only submit uses {}\n",
+                             fmt::join(keys, ", "));
+}
+
 int cmd_run(const std::string& path, std::vector<std::string> overrides, int ranks, bool dry_run) {
   if (ranks > 0) {
     // -n decides the world: one node of `ranks` ranks, after the job file and its overrides.
@@ -80,6 +102,7 @@ int cmd_run(const std::string& path, std::vector<std::string> overrides, int ran
   // The resolved job names its files absolutely, as a submitted one does: `status` and the tools
   // then find them from any directory.
   job = launcher::with_absolute_paths(std::move(job), std::filesystem::current_path().string());
+  if (!dry_run) note_submit_only_keys(job);
   // Absolute, so that an output_dir such as "-x" never reads as an option of mpirun or the rank.
   const std::string resolved_path = (std::filesystem::absolute(job.job.output_dir) / "job.toml").string();
   launcher::LocalRunOptions options{common::sibling_executable("shardtune-rank"), resolved_path, ::geteuid() == 0};
