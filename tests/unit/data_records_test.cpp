@@ -312,7 +312,8 @@ TEST(TokenFile, DamageIsFoundWithoutOverflowAndNamed) {
     }
   const std::string path = write("d.tokens", "");
   const std::string key = "k";
-  const size_t counts_at = 16 + 8, offsets_at = counts_at + 24;  // the key "k" pads to 8 bytes
+  // The key "k" pads to 8 bytes; then the notes' length (no notes).
+  const size_t counts_at = 16 + 8 + 8, offsets_at = counts_at + 24;
   auto patched = [&](size_t at, uint64_t value) {
     TokenFile::write(path, key, examples);
     std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
