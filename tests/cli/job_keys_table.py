@@ -66,7 +66,8 @@ def sh(args, **kw):
 
 
 def make_inputs():
-    r = sh([os.path.join(BIN, "shardtune-make-model"), FOLDER, "--layers", "2", "--dtype", "fp32"])
+    # Not the tiny preset, nor its initialisation: a job that ignored model.path or model.init would show.
+    r = sh([os.path.join(BIN, "shardtune-make-model"), FOLDER, "--layers", "3", "--seed", "4242", "--dtype", "fp32"])
     assert r.returncode == 0, r.stderr
     records = json.load(open(os.path.join(SRC, ALPACA)))
     json.dump(records + [{"instruction": "no output", "input": ""}], open(ALPACA_BAD, "w"))
