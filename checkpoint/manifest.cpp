@@ -226,6 +226,8 @@ std::string manifest_text(const Manifest& m) {
                       {"weights_hash", "all-bytes"},
                       {"weights_sha256", a.base_weights_sha256},
                       {"weights_sample_sha256", a.base_weights_sample_sha256}}}};
+    if (a.method == "qlora")
+      j["adapter"]["quantization"] = {{"type", "nf4"}, {"block_size", a.nf4_block_size}, {"double_quant", a.nf4_double_quant}};
   }
   j[kChecksumKey] = checksum_of(j);
   return j.dump(1);
@@ -290,7 +292,19 @@ Manifest parse_manifest(const std::string& text, const std::string& where) {
     const std::string at = where + ": adapter";
     AdapterRecord r;
     r.method = f.string(*a, "method", at);
-    if (r.method != "lora") f.problem(fmt::format("{}: method {} is not lora", at, json_quoted(r.method)));
+    if (r.method != "lora" && r.method != "qlora")
+      f.problem(fmt::format("{}: method {} is not lora or qlora", at, json_quoted(r.method)));
+    if (r.method == "qlora") {
+      if (const json* q = f.get(*a, "quantization", at)) {
+        const std::string qat = at + ".quantization";
+        if (f.string(*q, "type", qat) != "nf4") f.problem(fmt::format("{}: type is not nf4", qat));
+        r.nf4_block_size = f.integer(*q, "block_size", qat, 32);
+        if (const json* d = f.get(*q, "double_quant", qat)) {
+          if (!d->is_boolean()) f.problem(fmt::format("{}: double_quant {} is not true or false", qat, d->dump()));
+          r.nf4_double_quant = d->is_boolean() && d->get<bool>();
+        }
+      }
+    }
     r.r = f.integer(*a, "r", at, 1);
     r.alpha = f.number(*a, "alpha", at);
     r.dropout = f.number(*a, "dropout", at);

@@ -45,7 +45,9 @@ struct ManifestSlice {
 // A LoRA checkpoint holds only the adapters (and their AdamW moments): this records how they were
 // made and the base model they adapt, which a resume and the tools compare with theirs.
 struct AdapterRecord {
-  std::string method = "lora";
+  std::string method = "lora";              // or "qlora": the base's projections in NF4
+  int64_t nf4_block_size = 0;               // qlora: the NF4 format the adapters were trained on
+  bool nf4_double_quant = false;
   int64_t r = 0;
   double alpha = 0;
   double dropout = 0;

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "common/lora_targets.h"
+#include "runtime/quant/nf4.h"
 
 namespace shardtune::launcher {
 namespace {
@@ -21,6 +22,8 @@ struct Shapes {
   double d, kv, q, f, v, layers, heads;
   double embed, block, head;  // parameters per FSDP unit (head: its norm and, untied, lm_head)
   double adapters_per_block = 0, adapters_head = 0;
+  double projections = 0;     // weights of a block's seven projections
+  double nf4_block = 0;       // QLoRA: their NF4 records' bytes, each tensor in whole records
 };
 
 Shapes shapes_of(const model::LlamaConfig& c, const job::PeftSection& peft) {
@@ -37,7 +40,13 @@ Shapes shapes_of(const model::LlamaConfig& c, const job::PeftSection& peft) {
   if (c.attention_bias) s.block += s.q + 2 * s.kv + s.d;
   if (c.mlp_bias) s.block += 2 * s.f + s.d;
   s.head = s.d + (c.tie_word_embeddings ? 0 : s.embed);
-  if (peft.method == job::PeftMethod::kLora) {
+  s.projections = 2 * s.d * s.q + 2 * s.d * s.kv + 3 * s.d * s.f;
+  if (peft.method == job::PeftMethod::kQlora) {
+    const quant::Nf4Format nf4{peft.nf4_block_size, peft.nf4_double_quant};
+    for (double n : {s.d * s.q, s.d * s.kv, s.d * s.kv, s.d * s.q, s.d * s.f, s.d * s.f, s.d * s.f})
+      s.nf4_block += static_cast<double>(nf4.records(static_cast<int64_t>(n)) * nf4.record_bytes());
+  }
+  if (peft.adapters()) {
     const double r = static_cast<double>(peft.lora_r);
     auto targeted = [&](std::string_view m) {
       return std::find(peft.target_modules.begin(), peft.target_modules.end(), m) != peft.target_modules.end() ||
@@ -65,7 +74,7 @@ model::LlamaConfig job_model_config(const job::Job& job) {
 
 MemoryPlan plan_memory(const job::Job& job, const model::LlamaConfig& config) {
   const job::TrainSection& t = job.train;
-  const bool lora = job.peft.method == job::PeftMethod::kLora;
+  const bool lora = job.peft.adapters();
   const Shapes s = shapes_of(config, job.peft);
   MemoryPlan plan;
   plan.cuda = job.launch.device == job::Device::kCuda ||
@@ -96,7 +105,17 @@ MemoryPlan plan_memory(const job::Job& job, const model::LlamaConfig& config) {
     plan.total_bytes += bytes;
   };
   const std::string over = plan.shard_size > 1 ? fmt::format("sharded over {} ranks", plan.shard_size) : "unsharded";
-  if (lora) {
+  // QLoRA: the blocks' projections in NF4 records, the rest of the frozen base in the frozen dtype.
+  const bool qlora = job.peft.method == job::PeftMethod::kQlora;
+  const double nf4_bytes = s.layers * s.nf4_block;
+  const double plain_base = qlora ? base - s.layers * s.projections : base;
+  if (qlora) {
+    add("parameters",
+        fmt::format("{}: the blocks' projections in NF4 records ({:.3f} bytes per weight), the rest of the frozen "
+                    "base in {}, adapters in {}",
+                    over, s.nf4_block / s.projections, dtype_name(frozen), dtype_name(master)),
+        plain_base / shards * frozen + nf4_bytes / shards + adapters / shards * master);
+  } else if (lora) {
     add("parameters", fmt::format("{}: frozen base in {}, adapters in {}", over, dtype_name(frozen), dtype_name(master)),
         base / shards * frozen + adapters / shards * master);
   } else {
@@ -111,7 +130,7 @@ MemoryPlan plan_memory(const job::Job& job, const model::LlamaConfig& config) {
   const bool strategy_reshards = job.fsdp.sharding_strategy == job::ShardingStrategy::kFullShard ||
                                  job.fsdp.sharding_strategy == job::ShardingStrategy::kHybridShard;
   const bool tied = config.tie_word_embeddings;
-  const bool base_aliased = plan.shard_size == 1 && compute == frozen;
+  const bool base_aliased = !qlora && plan.shard_size == 1 && compute == frozen;
   if (!base_aliased) {
     double gathered = 0;
     std::string detail;
@@ -126,6 +145,13 @@ MemoryPlan plan_memory(const job::Job& job, const model::LlamaConfig& config) {
       detail = fmt::format("every unit stays gathered between forward and backward, {}", dtype_name(compute));
     }
     add("gathered parameters", detail, gathered);
+  }
+  if (qlora) {
+    // A unit's records, gathered packed, live until they are dequantised, 4 Mi weights at a time
+    // (their codes as indices, two lookups, the fp32 products).
+    constexpr double kChunk = 4 << 20;
+    add("NF4 dequantisation", "one unit's gathered records and the scratch of dequantising them",
+        (plan.shard_size > 1 ? s.nf4_block : 0) + std::min(kChunk, s.projections) * 16);
   }
   // Unsharded gradients of the units whose reduction is in flight (the head's and the last
   // block's at the start of backward), in the reduce dtype, and the compute-dtype gradients
@@ -165,11 +191,18 @@ MemoryPlan plan_memory(const job::Job& job, const model::LlamaConfig& config) {
                         (job.fsdp.low_cpu_fsdp ||
                          (job.fsdp.low_cpu_fsdp_min_params > 0 &&
                           plan.parameters >= static_cast<double>(job.fsdp.low_cpu_fsdp_min_params)));
-  if (streamed) {
+  const double shards_held = qlora ? plain_base / shards * frozen + nf4_bytes / shards + adapters / shards * master
+                                   : plan.parameters / shards * master;
+  if (streamed && qlora) {
+    // A unit's projections staged (this rank's part, the frozen dtype) until they are quantised.
+    plan.loading_bytes = std::max({s.embed, s.block, s.head}) * 4 + shards_held + s.projections / shards * frozen;
+    plan.loading_detail = "streamed (low_cpu_fsdp): one unit at a time in fp32, the rank's part of its projections "
+                          "until quantised, and the rank's shards";
+  } else if (streamed) {
     plan.loading_bytes = std::max({s.embed, s.block, s.head}) * 4 + plan.parameters / shards * master;
     plan.loading_detail = "streamed (low_cpu_fsdp): one unit at a time in fp32, and the rank's shards";
   } else {
-    plan.loading_bytes = plan.parameters * 4 + plan.parameters / shards * master;
+    plan.loading_bytes = plan.parameters * 4 + shards_held;
     plan.loading_detail = "every rank builds the whole model in fp32, then keeps its shards (low_cpu_fsdp streams it)";
   }
   if (!plan.cuda) plan.loading_bytes += kCpuRuntimeBytes;

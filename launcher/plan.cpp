@@ -57,6 +57,9 @@ std::vector<Candidate> candidates(const job::Job& job) {
   if (job.peft.method == job::PeftMethod::kNone && !t.freeze_layers)
     out.push_back({"LoRA (the base frozen; adapters on q_proj and v_proj, r = 8)", {"peft.method=lora"},
                    [](job::Job& j) { j.peft.method = job::PeftMethod::kLora; }});
+  if (job.peft.method != job::PeftMethod::kQlora && !t.freeze_layers)
+    out.push_back({"QLoRA (the base's projections in 4-bit NF4, frozen; adapters as LoRA's)", {"peft.method=qlora"},
+                   [](job::Job& j) { j.peft.method = job::PeftMethod::kQlora; }});
   if (strategy == job::ShardingStrategy::kFullShard || strategy == job::ShardingStrategy::kShardGradOp)
     for (int64_t factor : {2, 4, 8})
       out.push_back({fmt::format("{} nodes (sharding over {} ranks)", job.slurm.nodes * factor, job.slurm.world_size() * factor),

@@ -58,6 +58,11 @@ std::optional<checkpoint::AdapterRecord> adapter_record(const job::Job& job, con
   const std::optional<model::LoraSpec> spec = lora_spec(job);
   if (!spec) return std::nullopt;
   checkpoint::AdapterRecord r;
+  if (job.peft.method == job::PeftMethod::kQlora) {
+    r.method = "qlora";
+    r.nf4_block_size = job.peft.nf4_block_size;
+    r.nf4_double_quant = job.peft.nf4_double_quant;
+  }
   r.r = spec->r;
   r.alpha = spec->alpha;
   r.dropout = spec->dropout;
@@ -87,6 +92,15 @@ std::vector<std::string> adapter_mismatches(const checkpoint::AdapterRecord& sav
   std::vector<std::string> out;
   if (const std::optional<std::string> base = checkpoint::base_mismatch(saved, job))
     out.push_back(*base + ": adapters only resume on the base model they were trained on");
+  auto base_kind = [](const checkpoint::AdapterRecord& a) {
+    return a.method == "qlora" ? fmt::format("an NF4 base (qlora, blocks of {}, {})", a.nf4_block_size,
+                                             a.nf4_double_quant ? "double-quantised scales" : "fp32 scales")
+                               : std::string("an unquantised base (lora)");
+  };
+  if (base_kind(saved) != base_kind(job))
+    out.push_back(fmt::format("its adapters were trained on {}, this job has {}: [peft] method, nf4_block_size and "
+                              "nf4_double_quant must be the checkpoint's",
+                              base_kind(saved), base_kind(job)));
   if (saved.r != job.r) out.push_back(fmt::format("its LoRA rank is {}, [peft] lora_r is {}", saved.r, job.r));
   if (saved.alpha != job.alpha)
     out.push_back(fmt::format("its lora_alpha is {}, [peft] lora_alpha is {}", saved.alpha, job.alpha));

@@ -58,7 +58,7 @@ std::unique_ptr<model::LlamaForCausalLM> build_model(const job::Job& job, const 
 }
 
 std::optional<model::LoraSpec> lora_spec(const job::Job& job) {
-  if (job.peft.method != job::PeftMethod::kLora) return std::nullopt;
+  if (!job.peft.adapters()) return std::nullopt;
   const job::PeftSection& p = job.peft;
   return model::LoraSpec{p.lora_r, p.lora_alpha, p.lora_dropout, model::expand_lora_targets(p.target_modules)};
 }
@@ -75,7 +75,7 @@ void add_job_adapters(const job::Job& job, model::LlamaForCausalLM& model) {
 
 std::set<std::string> frozen_parameters(const job::Job& job, model::LlamaForCausalLM& model) {
   std::set<std::string> out;
-  if (job.peft.method == job::PeftMethod::kLora) {
+  if (job.peft.adapters()) {
     for (const model::NamedParam& p : model.named_parameters())
       if (!model::is_adapter_parameter(p.name)) out.insert(p.name);
     return out;

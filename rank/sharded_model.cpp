@@ -20,11 +20,26 @@ void log_model(const job::Job& job, const ShardedModel& m, const std::set<std::s
   int64_t trainable = 0;
   for (const model::NamedParam& p : m.model->named_parameters())
     if (!frozen.count(p.name)) trainable += p.tensor->numel();
-  const bool lora = job.peft.method == job::PeftMethod::kLora;
+  const bool lora = job.peft.adapters();
   spdlog::info("model: {:.1f}M parameters, {} trainable ({} frozen tensors{}), {} units; {} bytes of shards per rank",
                static_cast<double>(m.model->config().num_parameters()) / 1e6, trainable, frozen.size(),
-               lora ? fmt::format(", LoRA r = {} on {}", job.peft.lora_r, fmt::join(job.peft.target_modules, ", ")) : "",
+               lora ? fmt::format(", {} r = {} on {}", job.peft.method == job::PeftMethod::kQlora ? "QLoRA" : "LoRA",
+                                  job.peft.lora_r, fmt::join(job.peft.target_modules, ", "))
+                    : "",
                m.model->num_layers() + 2, m.sharded->persistent_bytes());
+  if (options.nf4_base) {
+    int64_t packed = 0, weights = 0;
+    for (fsdp::FlatParam* f : m.sharded->flat_params())
+      if (f->nf4()) {
+        packed += f->shard().nbytes();
+        weights += f->layout().numel();
+      }
+    spdlog::info("QLoRA: {} block projections' weights in NF4 (blocks of {}, scales {}), {} bytes of records on this "
+                 "rank; embeddings, norms and the head in {}",
+                 weights, options.nf4_base->block_size,
+                 options.nf4_base->double_quant ? "double-quantised" : "in fp32", packed,
+                 c10::toString(options.precision.frozen));
+  }
   const fsdp::PrecisionPolicy& p = options.precision;
   spdlog::info("precision: parameters {}, compute {}, gradients reduced in {}{}; activation checkpointing {}; "
                "gradient clipping {}",
@@ -38,7 +53,7 @@ void log_model(const job::Job& job, const ShardedModel& m, const std::set<std::s
 
 ShardedModel build_sharded_model(const job::Job& job, const model::LlamaConfig& config, const dist::Topology& topo,
                                  dist::ProcessGroups& groups, const at::Device& device) {
-  const bool lora = job.peft.method == job::PeftMethod::kLora;
+  const bool lora = job.peft.adapters();
   const bool stream = streams_weights(job, config);
   std::optional<checkpoint::WeightsDigest> digest;
   if (lora && topo.rank == 0 && job.model.init == job::ModelInit::kPretrained && !job.model.path.empty())
@@ -52,8 +67,9 @@ ShardedModel build_sharded_model(const job::Job& job, const model::LlamaConfig& 
     return digest ? checkpoint::digesting_source(std::move(s), *digest) : std::move(s);
   };
   if (stream) fsdp::validate_source(*m.model, source, MPI_COMM_WORLD);
-  const fsdp::FsdpOptions options =
-      fsdp::fsdp_options(job.fsdp, job.train, topo.world_size, topo.local_size, device, lora);
+  fsdp::FsdpOptions options = fsdp::fsdp_options(job.fsdp, job.train, topo.world_size, topo.local_size, device, lora);
+  if (job.peft.method == job::PeftMethod::kQlora)
+    options.nf4_base = quant::Nf4Format{job.peft.nf4_block_size, job.peft.nf4_double_quant};
   const std::set<std::string> frozen = frozen_parameters(job, *m.model);
   m.sharded = std::make_unique<fsdp::FsdpLlama>(*m.model, groups, options, frozen);
   double seconds = 0;

@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/adapter_base.h"
@@ -23,6 +24,8 @@
 #include "common/file_io.h"
 #include "common/pending_folder.h"
 #include "common/process_memory.h"
+#include "runtime/fsdp/nf4_storage.h"
+#include "runtime/quant/nf4.h"
 #include "tools/tool_progress.h"
 
 namespace shardtune::tools {
@@ -33,6 +36,51 @@ using common::ErrorKind;
 
 // Rows of a weight merged at a time: at most this many elements (32 MiB of float32).
 constexpr int64_t kMergeElements = int64_t(8) << 20;
+
+// One NF4 projection of a QLoRA base, merged as training computed with it: quantised to NF4 and
+// dequantised (fp32), plus scale · B·A when it has an adapter, written in the stored dtype. Two
+// passes over the tensor, whole records at a time: the blocks' maxima (the tensor's offset), then
+// the records, each read once more and fed to the digest in order.
+void merge_nf4_tensor(const checkpoint::SafetensorsFile& file, const checkpoint::TensorInfo& t, int64_t cols,
+                      const quant::Nf4Format& nf4, const std::pair<at::Tensor, at::Tensor>* adapter, double scale,
+                      checkpoint::WeightsDigest& digest, checkpoint::SafetensorsStreamWriter& writer,
+                      common::Progress& progress) {
+  const int64_t element = static_cast<int64_t>(common::element_size(t.dtype));
+  const int64_t numel = static_cast<int64_t>(t.nbytes) / element, per = nf4.record_elements();
+  const int64_t chunk = std::max<int64_t>(1, kMergeElements / per) * per;
+  std::vector<std::byte> raw;
+  auto read = [&](int64_t first, int64_t n) {
+    raw.resize(static_cast<size_t>(n * element));
+    file.read_bytes(t, static_cast<uint64_t>(first * element), raw.size(), raw.data());
+    return at::from_blob(raw.data(), {n}, checkpoint::to_scalar_type(t.dtype)).to(at::kFloat).contiguous();
+  };
+  quant::ExactSum sum;
+  std::vector<float> absmax(static_cast<size_t>(chunk / nf4.block_size));
+  for (int64_t first = 0; first < numel; first += chunk) {
+    const int64_t n = std::min(chunk, numel - first);
+    const at::Tensor x = read(first, n);
+    fsdp::check_finite(x, t.name, first);
+    quant::block_absmax(x.data_ptr<float>(), n, nf4, absmax.data(), &sum);
+  }
+  const float offset = quant::mean_absmax(sum, (numel + nf4.block_size - 1) / nf4.block_size);
+  std::vector<uint8_t> records(static_cast<size_t>(chunk / per * nf4.record_bytes()));
+  std::vector<float> values(static_cast<size_t>(chunk));
+  for (int64_t first = 0; first < numel; first += chunk) {
+    const int64_t n = std::min(chunk, numel - first), count = (n + per - 1) / per;
+    const at::Tensor x = read(first, n);
+    digest.add(t.name, static_cast<uint64_t>(first * element), raw.data(), raw.size());
+    quant::quantize_records(x.data_ptr<float>(), n, count, offset, nf4, records.data());
+    quant::dequantize_records(records.data(), count, nf4, values.data());
+    at::Tensor part = at::from_blob(values.data(), {n}, at::kFloat);
+    if (adapter != nullptr) {  // the rows this range touches, then the range itself
+      const int64_t r0 = first / cols, r1 = (first + n + cols - 1) / cols;
+      const at::Tensor delta = at::matmul(adapter->second.narrow(0, r0, r1 - r0), adapter->first).reshape({-1});
+      part = part + delta.narrow(0, first - r0 * cols, n) * scale;
+    }
+    writer.append_elements(part);
+    progress.add(n * element);
+  }
+}
 
 const checkpoint::AdapterRecord& adapter_of(const checkpoint::CheckpointReader& reader, const char* instead) {
   ST_CHECK(reader.manifest().adapter.has_value(), ErrorKind::kConfig,
@@ -97,8 +145,11 @@ void merge_lora(const std::string& src, const std::string& base_dir, const std::
   }
 
   // Every file of the base rewritten with the same tensors, in the same order and dtypes; a
-  // targeted weight gets W + scale · B·A, in fp32, a block of rows at a time.
-  size_t merged = 0;
+  // targeted weight gets W + scale · B·A, in fp32, a block of rows at a time. QLoRA: the blocks'
+  // projections are first what training computed with, their NF4 values.
+  std::optional<quant::Nf4Format> nf4;
+  if (a.method == "qlora") nf4 = quant::Nf4Format{a.nf4_block_size, a.nf4_double_quant};
+  size_t merged = 0, dequantized = 0;
   uint64_t total = 0;
   for (const checkpoint::SafetensorsFile& file : base.files())
     for (const checkpoint::TensorInfo& t : file.tensors()) total += t.nbytes;
@@ -116,6 +167,13 @@ void merge_lora(const std::string& src, const std::string& base_dir, const std::
       const int64_t cols = t.shape.empty() ? 1 : std::max<int64_t>(t.shape.back(), 1);
       const int64_t rows = static_cast<int64_t>(t.nbytes) / element / cols;
       const auto adapter = adapters.find(t.name);
+      if (nf4 && quant::is_nf4_weight(t.name)) {
+        merge_nf4_tensor(file, t, cols, *nf4, adapter != adapters.end() ? &adapter->second : nullptr, scale, digest,
+                         writer, progress);
+        if (adapter != adapters.end()) ++merged;
+        ++dequantized;
+        continue;
+      }
       const int64_t block = std::max<int64_t>(1, kMergeElements / cols);
       for (int64_t r0 = 0; r0 < rows; r0 += block) {
         const int64_t n = std::min(block, rows - r0);
@@ -147,8 +205,12 @@ void merge_lora(const std::string& src, const std::string& base_dir, const std::
                                 common::read_file((fs::path(base_dir) / "config.json").string()));
   for (const std::string& f : base.tokenizer_files()) fs::copy_file(fs::path(base_dir) / f, dir / f);
   pending.commit();
-  progress.finish("merged", fmt::format(", {} adapters (scale {}) into {} tensors of {}: {}{}", merged, scale,
-                                       weight_map.size(), base_dir, out, peak_memory_note()));
+  progress.finish("merged", fmt::format(", {} adapters (scale {}) into {} tensors of {}{}: {}{}", merged, scale,
+                                       weight_map.size(), base_dir,
+                                       nf4 ? fmt::format(" ({} projections as their NF4 values, blocks of {})",
+                                                         dequantized, nf4->block_size)
+                                           : "",
+                                       out, peak_memory_note()));
 }
 
 }  // namespace shardtune::tools

@@ -15,7 +15,7 @@ enum class Launcher { kSrun, kMpirun };
 enum class Device { kAuto, kCuda, kCpu };
 enum class ModelInit { kPretrained, kRandom };
 enum class ModelPreset { kNone, kTiny };
-enum class PeftMethod { kNone, kLora };
+enum class PeftMethod { kNone, kLora, kQlora };
 enum class DataFormat { kSynthetic, kAlpaca, kSamsum, kGrammar, kJsonl };
 enum class BadRecordPolicy { kError, kSkip };
 enum class LongExamples { kSplit, kTruncate };
@@ -77,6 +77,9 @@ struct PeftSection {
   double lora_dropout = 0.05;
   std::vector<std::string> target_modules = {"q_proj", "v_proj"};
   std::string from_peft_checkpoint;
+  int64_t nf4_block_size = 64;  // QLoRA: the NF4 base's block size
+  bool nf4_double_quant = true;  // QLoRA: the block scales double-quantised
+  bool adapters() const { return method != PeftMethod::kNone; }  // LoRA or QLoRA
 };
 
 struct DataSection {

@@ -115,8 +115,9 @@ void check_train(const Job& job, Checker& c) {
   }
   if (t.freeze_layers && job.peft.method != PeftMethod::kNone) {
     c.error({"train.freeze_layers", "peft.method"},
-            "freeze_layers = true with [peft] method = \"lora\": LoRA freezes the whole base model already and "
-            "trains only the adapters; remove freeze_layers");
+            fmt::format("freeze_layers = true with [peft] method = \"{}\": LoRA freezes the whole base model already "
+                        "and trains only the adapters; remove freeze_layers",
+                        enum_name(job.peft.method)));
   }
 }
 
@@ -141,8 +142,18 @@ void check_no_effect(const Job& job, Checker& c) {
 // LoRA's keys mean nothing to a full fine-tune: one given a value of its own there is refused. (A
 // resolved job file spells out every key with its default; those are not refused.)
 void check_peft(const Job& job, Checker& c) {
-  if (job.peft.method != PeftMethod::kNone) return;
   const Job defaults;
+  if (job.peft.method != PeftMethod::kQlora)
+    for (const char* key : {"nf4_block_size", "nf4_double_quant"}) {
+      const FieldSpec* field = find_field("peft", key);
+      const std::string dotted = field->dotted();
+      if (c.is_set(dotted.c_str()) && field->literal(job) != field->literal(defaults))
+        c.error({dotted.c_str(), "peft.method"},
+                fmt::format("{} = {} is set but [peft] method is \"{}\", whose base is not quantised: set method = "
+                            "\"qlora\" or remove it",
+                            key, field->literal(job), enum_name(job.peft.method)));
+    }
+  if (job.peft.method != PeftMethod::kNone) return;
   for (const char* key : {"lora_r", "lora_alpha", "lora_dropout", "target_modules", "from_peft_checkpoint"}) {
     const FieldSpec* field = find_field("peft", key);
     const std::string dotted = field->dotted();

@@ -34,8 +34,8 @@ struct EnumNames<ModelPreset> {
 };
 template <>
 struct EnumNames<PeftMethod> {
-  static constexpr std::array<std::pair<PeftMethod, std::string_view>, 2> kNames{
-      {{PeftMethod::kNone, "none"}, {PeftMethod::kLora, "lora"}}};
+  static constexpr std::array<std::pair<PeftMethod, std::string_view>, 3> kNames{
+      {{PeftMethod::kNone, "none"}, {PeftMethod::kLora, "lora"}, {PeftMethod::kQlora, "qlora"}}};
 };
 template <>
 struct EnumNames<DataFormat> {
@@ -256,8 +256,10 @@ std::vector<SectionSpec> build_schema() {
     SectionBuilder<PeftSection> s(schema, "peft", "Parameter-efficient fine-tuning.", &Job::peft);
     s.field("method", &PeftSection::method,
             "none: full fine-tuning; lora: low-rank adapters on the target modules, the base model frozen "
-            "(no gradient, no optimizer state, held in the compute dtype). Checkpoints then hold only the "
-            "adapters and name the base model they need.");
+            "(no gradient, no optimizer state, held in the compute dtype); qlora: the same on a base whose "
+            "block projections are held in 4-bit NF4 as bitsandbytes stores it (docs/qlora.md), sharded and "
+            "all-gathered packed, dequantised per unit. Checkpoints then hold only the adapters and name the "
+            "base model (and its quantisation) they need.");
     s.field("lora_r", &PeftSection::lora_r, "LoRA rank r.").in_range(1, 4096);
     s.field("lora_alpha", &PeftSection::lora_alpha, "LoRA scaling numerator: adapters add (alpha / r) B A x.")
         .positive();
@@ -275,6 +277,14 @@ std::vector<SectionSpec> build_schema() {
                    return !v.empty() &&
                           std::all_of(v.begin(), v.end(), [](const std::string& m) { return common::is_lora_target_name(m); });
                  });
+    s.field("nf4_block_size", &PeftSection::nf4_block_size,
+            "QLoRA: elements per NF4 block, each with its own scale (bitsandbytes' blocksize; transformers "
+            "always uses 64).")
+        .require("32, 64, 128, 256, 512, 1024, 2048 or 4096",
+                 [](int64_t b) { return b >= 32 && b <= 4096 && (b & (b - 1)) == 0; });
+    s.field("nf4_double_quant", &PeftSection::nf4_double_quant,
+            "QLoRA: quantise the block scales again, to 8 bits in blocks of 256 (bitsandbytes' "
+            "bnb_4bit_use_double_quant): 0.516 instead of 0.5625 bytes per weight.");
     s.field("from_peft_checkpoint", &PeftSection::from_peft_checkpoint,
             "A PEFT adapter folder (adapter_config.json, adapter_model.safetensors) whose adapters training "
             "starts from, instead of fresh ones; its r, lora_alpha and target_modules must be this section's. "
@@ -500,6 +510,13 @@ std::optional<std::string> foreign_key_hint(std::string_view section, std::strin
       {"train", "profiler_dir", "llama-recipes' profiler_dir is [metrics] profiler_dir here"},
       {"train", "flop_counter", "llama-recipes' flop_counter is [metrics] flop_counter here"},
       {"train", "flop_counter_start", "llama-recipes' flop_counter_start is [metrics] flop_counter_start here"},
+      {"train", "quantization", "llama-recipes' quantization = \"4bit\" is [peft] method = \"qlora\" here"},
+      {"peft", "load_in_4bit", "bitsandbytes' 4-bit base is [peft] method = \"qlora\" here"},
+      {"peft", "bnb_4bit_quant_type", "the 4-bit type is always nf4 here: remove the key"},
+      {"peft", "bnb_4bit_use_double_quant", "bitsandbytes' bnb_4bit_use_double_quant is [peft] nf4_double_quant here"},
+      {"peft", "bnb_4bit_compute_dtype", "the compute dtype follows [train] mixed_precision and pure_bf16 here"},
+      {"peft", "bnb_4bit_quant_storage",
+       "NF4 is stored as byte records that FSDP shards whatever their dtype: there is no storage dtype to choose"},
       {"peft", "use_peft", "llama-recipes' use_peft is [peft] method here: method = \"lora\" (or \"none\")"},
       {"peft", "peft_method", "llama-recipes' peft_method is [peft] method here (\"lora\" or \"none\")"},
       {"peft", "r", "PEFT's r is [peft] lora_r here"},

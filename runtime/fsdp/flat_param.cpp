@@ -7,7 +7,11 @@
 #include <c10/core/StorageImpl.h>
 #include <sys/mman.h>
 
+#include <algorithm>
+#include <cstring>
+
 #include "common/error.h"
+#include "runtime/fsdp/nf4_storage.h"
 
 namespace shardtune::fsdp {
 namespace {
@@ -43,22 +47,34 @@ void restore_storage(at::Tensor& t) {
 }  // namespace
 
 FlatParam::FlatParam(FlatLayout layout, std::vector<at::Tensor*> slots, bool trainable, const FsdpOptions& options,
-                     int shard_rank)
+                     int shard_rank, std::optional<quant::Nf4Format> nf4)
     : layout_(std::move(layout)), slots_(std::move(slots)), trainable_(trainable), options_(options),
-      shard_rank_(shard_rank) {
+      shard_rank_(shard_rank), nf4_(nf4) {
   ST_CHECK(slots_.size() == layout_.params().size(), common::ErrorKind::kInternal, "flat param: {} slots for {} params",
            slots_.size(), layout_.params().size());
+  ST_CHECK(!nf4_ || (!trainable_ && layout_.align() == nf4_->record_elements()), common::ErrorKind::kInternal,
+           "an NF4 flat parameter must be frozen and aligned to its records");
   const at::ScalarType master_dtype = trainable_ ? options_.precision.master : options_.precision.frozen;
   const at::TensorOptions master = at::TensorOptions().dtype(master_dtype).device(options_.device);
-  shard_ = zeros_on_huge_pages(layout_.shard_numel(), master);  // padding stays zero
   // Slots on the meta device have no values: the shard is filled later by a loader.
   const bool have_values = !slots_.empty() && !slots_.front()->is_meta();
-  for (const ShardPiece& piece : have_values ? layout_.pieces_in_shard(shard_rank_) : std::vector<ShardPiece>{}) {
-    const at::Tensor src = slots_[piece.param]->detach().reshape({-1}).narrow(0, piece.param_offset, piece.length);
-    shard_.narrow(0, piece.shard_offset, piece.length).copy_(src);
+  if (nf4_) {
+    // Quantised from the frozen dtype's values, as a loader stages them (and as bitsandbytes
+    // quantises a model loaded in its torch_dtype).
+    std::vector<at::Tensor> values;
+    if (have_values)
+      for (at::Tensor* slot : slots_) values.push_back(slot->detach().to(options_.precision.frozen));
+    shard_ = have_values ? quantize_shard(layout_, shard_rank_, values, *nf4_).to(options_.device)
+                         : padding_records(layout_.shard_numel() / nf4_->record_elements(), *nf4_, master);
+  } else {
+    shard_ = zeros_on_huge_pages(layout_.shard_numel(), master);  // padding stays zero
+    for (const ShardPiece& piece : have_values ? layout_.pieces_in_shard(shard_rank_) : std::vector<ShardPiece>{}) {
+      const at::Tensor src = slots_[piece.param]->detach().reshape({-1}).narrow(0, piece.param_offset, piece.length);
+      shard_.narrow(0, piece.shard_offset, piece.length).copy_(src);
+    }
   }
   for (at::Tensor* slot : slots_) *slot = at::Tensor();
-  alias_full_to_shard_ = layout_.shard_count() == 1 && options_.precision.compute == master_dtype;
+  alias_full_to_shard_ = !nf4_ && layout_.shard_count() == 1 && options_.precision.compute == master_dtype;
   if (alias_full_to_shard_) {
     full_ = shard_;
     gathered_ = true;
@@ -80,9 +96,21 @@ void FlatParam::start_gather(dist::Communicator& shard_group) {
   // A copy kept gathered (NO_SHARD, SHARD_GRAD_OP within a step) is stale once the shard changed:
   // the optimizer's in-place update moves the shard's version on.
   if (gathered_ && !alias_full_to_shard_ && shard_._version() != gathered_version_) gathered_ = false;
-  if (gathered_ || gather_work_) return;
+  if (gathered_ || gather_work_ || dequantize_pending_) return;
   ST_CHECK(shard_group.size() == layout_.shard_count(), common::ErrorKind::kInternal,
            "flat param sharded {} ways gathered over a group of {}", layout_.shard_count(), shard_group.size());
+  if (nf4_) {
+    // The records travel packed; finish_gather dequantises them.
+    ST_CHECK(!provisional_ && !staging_.defined(), common::ErrorKind::kInternal,
+             "an NF4 flat parameter gathered before its quantisation finished");
+    gathered_version_ = shard_._version();
+    dequantize_pending_ = true;
+    if (shard_group.size() == 1) return;
+    packed_full_ = at::empty({shard_.numel() * shard_group.size()}, shard_.options());
+    wire_.gathered += static_cast<int64_t>(packed_full_.nbytes());
+    gather_work_ = shard_group.start_all_gather(shard_, packed_full_);
+    return;
+  }
   restore_storage(full_);
   // Raw writes into storage that autograd leaves (saved for backward) view: through an alias
   // with its own version counter, so autograd does not take the refill for a modification.
@@ -96,10 +124,81 @@ void FlatParam::start_gather(dist::Communicator& shard_group) {
 }
 
 void FlatParam::finish_gather() {
-  if (!gather_work_) return;
-  gather_work_->wait();
-  gather_work_.reset();
+  if (gather_work_) {
+    gather_work_->wait();
+    gather_work_.reset();
+    gathered_ = true;
+  }
+  if (!dequantize_pending_) return;
+  restore_storage(full_);
+  at::NoGradGuard no_grad;
+  at::Tensor full = full_.variable_data();
+  dequantize_into(packed_full_.defined() ? packed_full_ : shard_, *nf4_, full);
+  packed_full_ = at::Tensor();
+  dequantize_pending_ = false;
   gathered_ = true;
+}
+
+at::Tensor& FlatParam::load_target() {
+  if (!nf4_) return shard_;
+  if (!staging_.defined()) staging_ = at::zeros({layout_.shard_numel()}, at::TensorOptions().dtype(options_.precision.frozen));
+  return staging_;
+}
+
+void FlatParam::loaded() {
+  if (!nf4_ || !staging_.defined()) return;
+  const quant::Nf4Format single{nf4_->block_size, false};
+  const int64_t per = nf4_->record_elements();
+  at::Tensor records = padding_records(layout_.shard_numel() / per, single, at::TensorOptions());
+  sums_.assign(layout_.params().size(), quant::ExactSum());
+  const int64_t chunk = std::max<int64_t>(1, (int64_t{1} << 22) / per);  // records converted to fp32 at a time
+  for (const ShardPiece& piece : layout_.pieces_in_shard(shard_rank_)) {
+    const ParamSpan& p = layout_.params()[piece.param];
+    for (int64_t first = 0; first * per < piece.length; first += chunk) {
+      const int64_t begin = first * per, valid = std::min(chunk * per, piece.length - begin);
+      const at::Tensor x = staging_.narrow(0, piece.shard_offset + begin, valid).to(at::kFloat).contiguous();
+      check_finite(x, p.name, piece.param_offset + begin);
+      std::vector<float> absmax(static_cast<size_t>((valid + nf4_->block_size - 1) / nf4_->block_size));
+      quant::block_absmax(x.data_ptr<float>(), valid, *nf4_, absmax.data(), &sums_[piece.param]);
+      quant::quantize_records(x.data_ptr<float>(), valid, (valid + per - 1) / per, 0.0f, single,
+                              records.data_ptr<uint8_t>() + (piece.shard_offset + begin) / per * single.record_bytes());
+    }
+  }
+  staging_ = at::Tensor();
+  shard_ = records.to(options_.device);
+  provisional_ = true;
+}
+
+void FlatParam::finish_quantization(dist::Communicator& shard_group) {
+  if (!nf4_ || !provisional_) return;
+  const auto params = static_cast<int64_t>(layout_.params().size());
+  at::Tensor bins = at::empty({params, quant::ExactSum::kBins}, at::TensorOptions().dtype(at::kLong));
+  for (int64_t i = 0; i < params; ++i)
+    std::memcpy(bins[i].data_ptr<int64_t>(), sums_[static_cast<size_t>(i)].bins(), sizeof(int64_t) * quant::ExactSum::kBins);
+  if (shard_group.size() > 1) {
+    at::Tensor on_device = bins.to(options_.device);
+    shard_group.all_reduce(on_device, dist::ReduceOp::kSum);
+    bins = on_device.to(at::kCPU);
+  }
+  sums_.clear();
+  provisional_ = false;
+  if (!nf4_->double_quant) return;  // the fp32 scales are the format's own
+  const quant::Nf4Format single{nf4_->block_size, false};
+  const int64_t per = nf4_->record_elements();
+  const at::Tensor host = shard_.to(at::kCPU);
+  at::Tensor out = padding_records(layout_.shard_numel() / per, *nf4_, at::TensorOptions());
+  for (const ShardPiece& piece : layout_.pieces_in_shard(shard_rank_)) {
+    const ParamSpan& p = layout_.params()[piece.param];
+    quant::ExactSum total;
+    std::memcpy(total.bins(), bins[static_cast<int64_t>(piece.param)].data_ptr<int64_t>(),
+                sizeof(int64_t) * quant::ExactSum::kBins);
+    const float offset = quant::mean_absmax(total, (p.numel + nf4_->block_size - 1) / nf4_->block_size);
+    const int64_t record = piece.shard_offset / per;
+    quant::double_quantize_records(host.data_ptr<uint8_t>() + record * single.record_bytes(), piece.length,
+                                   (piece.length + per - 1) / per, offset, *nf4_,
+                                   out.data_ptr<uint8_t>() + record * nf4_->record_bytes());
+  }
+  shard_ = out.to(options_.device);
 }
 
 void FlatParam::reshard() {

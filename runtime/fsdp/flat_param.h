@@ -13,11 +13,13 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <optional>
 #include <vector>
 
 #include "runtime/dist/communicator.h"
 #include "runtime/fsdp/fsdp_options.h"
 #include "runtime/fsdp/shard_layout.h"
+#include "runtime/quant/nf4.h"
 
 namespace shardtune::fsdp {
 
@@ -27,13 +29,28 @@ class FlatParam {
   // group, on any device); this rank's shard is copied out of them onto options.device. Slots on
   // the meta device give a zero shard for a loader to fill. The slots are then emptied: until
   // gathered, a slot holds an undefined tensor.
+  //
+  // `nf4` (frozen flats only; the layout aligned to its records): the shard holds NF4 records
+  // (runtime/quant/nf4.h) instead of values, the all-gather moves them packed, and gathering
+  // dequantises them into the full buffer (compute dtype).
   FlatParam(FlatLayout layout, std::vector<at::Tensor*> slots, bool trainable, const FsdpOptions& options,
-            int shard_rank);
+            int shard_rank, std::optional<quant::Nf4Format> nf4 = std::nullopt);
 
   const FlatLayout& layout() const { return layout_; }
   int shard_rank() const { return shard_rank_; }
   bool trainable() const { return trainable_; }
-  at::Tensor& shard() { return shard_; }  // (shard_numel,) master (or frozen) dtype, on the device
+  // (shard_numel,) master (or frozen) dtype, on the device; NF4: uint8 records.
+  at::Tensor& shard() { return shard_; }
+  const std::optional<quant::Nf4Format>& nf4() const { return nf4_; }
+
+  // Loading. A loader writes this rank's part of every parameter into load_target(): the shard,
+  // or for NF4 a staging buffer of values on the host (shard_numel, the frozen dtype), which
+  // loaded() quantises once the flat is complete (per-block scales; the staging is freed).
+  // finish_quantization (collective over the shard group, after every flat has loaded) gives
+  // each NF4 tensor its offset from all of its blocks and double-quantises the scales.
+  at::Tensor& load_target();
+  void loaded();
+  void finish_quantization(dist::Communicator& shard_group);
   // (shard_numel,), allocated at first use (loading needs none); undefined when frozen. Throws
   // while a gradient reduction into it is still in flight.
   at::Tensor& grad_shard();
@@ -105,6 +122,13 @@ class FlatParam {
   dist::WorkHandle reduce_work_;
   bool all_reducing_ = false;  // reduce_work_ is the all-reduce across replicas
   WireBytes wire_;
+  // NF4 storage.
+  std::optional<quant::Nf4Format> nf4_;
+  at::Tensor packed_full_;             // every shard's records, while gathered from other ranks
+  at::Tensor staging_;                 // values being loaded (host)
+  bool provisional_ = false;           // records with fp32 scales until finish_quantization
+  bool dequantize_pending_ = false;    // gathering: the records still to be dequantised
+  std::vector<quant::ExactSum> sums_;  // per parameter: this rank's block maxima, while provisional
 };
 
 }  // namespace shardtune::fsdp

@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "runtime/fsdp/llama_units.h"
+#include "runtime/fsdp/nf4_storage.h"
 
 namespace shardtune::fsdp {
 
@@ -28,18 +29,26 @@ FsdpLlama::FsdpLlama(model::LlamaForCausalLM& model, dist::ProcessGroups& groups
   auto make_unit = [&](const std::string& name, const std::vector<model::NamedParam>& params) {
     auto unit = std::make_unique<FsdpUnit>(name, &context_, context_.order.size());
     context_.order.push_back(unit.get());
-    for (bool trainable : {true, false}) {
+    // Trainable parameters, frozen ones, and (QLoRA) frozen ones stored in NF4: a flat of each.
+    enum Kind { kTrainable, kFrozen, kNf4 };
+    auto kind_of = [&](const std::string& name) {
+      if (frozen.count(name) == 0) return kTrainable;
+      return options.nf4_base && quant::is_nf4_weight(name) ? kNf4 : kFrozen;
+    };
+    for (Kind kind : {kTrainable, kFrozen, kNf4}) {
       std::vector<FlatLayout::Entry> entries;
       std::vector<at::Tensor*> slots;
       for (const model::NamedParam& p : params) {
-        if ((frozen.count(p.name) == 0) != trainable) continue;
+        if (kind_of(p.name) != kind) continue;
         entries.push_back({p.name, std::vector<int64_t>(p.tensor->sizes().begin(), p.tensor->sizes().end())});
         slots.push_back(p.tensor);
       }
       if (entries.empty()) continue;
-      FlatLayout layout(entries, options.shard_size);
+      const std::optional<quant::Nf4Format> nf4 = kind == kNf4 ? options.nf4_base : std::nullopt;
+      FlatLayout layout(entries, options.shard_size, nf4 ? nf4->record_elements() : 1);
       padding_ += layout.padding();
-      unit->flats().push_back(std::make_unique<FlatParam>(std::move(layout), slots, trainable, options, shard_rank));
+      unit->flats().push_back(
+          std::make_unique<FlatParam>(std::move(layout), slots, kind == kTrainable, options, shard_rank, nf4));
     }
     return unit;
   };
@@ -74,6 +83,10 @@ at::Tensor FsdpLlama::forward(const at::Tensor& input_ids, const at::Tensor& pos
     });
   }
   return head_->run(h, [this, dropout](const at::Tensor& x) { return model_.head(x, dropout); });
+}
+
+void FsdpLlama::finish_loading() {
+  for (FlatParam* f : flat_params()) f->finish_quantization(*context_.shard_group);
 }
 
 std::vector<FlatParam*> FsdpLlama::flat_params() {
@@ -120,8 +133,13 @@ std::map<std::string, at::Tensor> FsdpLlama::gather_full_parameters() {
   std::map<std::string, at::Tensor> out;
   for (FlatParam* f : flat_params()) {
     const FlatLayout& layout = f->layout();
-    at::Tensor full = at::empty({layout.padded_numel()}, f->shard().options());
+    at::Tensor full = at::empty({f->shard().numel() * groups_.shard->size()}, f->shard().options());
     groups_.shard->all_gather(f->shard(), full);
+    if (f->nf4()) {  // every rank's records, dequantised as a gather does
+      at::Tensor values = at::empty({layout.padded_numel()}, full.options().dtype(context_.options.precision.frozen));
+      dequantize_into(full, *f->nf4(), values);
+      full = values;
+    }
     for (const ParamSpan& p : layout.params())
       out[p.name] = full.narrow(0, p.offset, p.numel).view(p.shape).to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
   }

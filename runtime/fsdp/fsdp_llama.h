@@ -41,6 +41,10 @@ class FsdpLlama {
   // call this after a backward that was not started by loss.backward() on this model's output.
   void finish_grad_sync() { context_.finish_reductions(); }
 
+  // After a loader has filled every shard: NF4 flats give each tensor its offset from all of its
+  // blocks (collective over the shard group; FlatParam::finish_quantization).
+  void finish_loading();
+
   // Every flat parameter (trainable and frozen), for the optimizer and for checkpoints.
   std::vector<FlatParam*> flat_params();
 

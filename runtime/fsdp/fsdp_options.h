@@ -4,7 +4,11 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <optional>
+#include <string>
+
 #include "common/job/job.h"
+#include "runtime/quant/nf4.h"
 
 namespace shardtune::fsdp {
 
@@ -28,7 +32,11 @@ struct FsdpOptions {
   // collective completes before the computation that follows it (for tests and benchmarks).
   bool overlap = true;
   PrecisionPolicy precision;
+  // QLoRA: the frozen projections of every block (q, k, v, o, gate, up, down; bitsandbytes leaves
+  // embeddings, norms and the head as they are) are stored in NF4 records of this format.
+  std::optional<quant::Nf4Format> nf4_base;
 };
+
 
 // llama-recipes' semantics: mixed_precision computes in bf16 (fp16 with use_fp16) over fp32
 // masters; pure_bf16 keeps masters in bf16 too; reduce_dtype picks the gradient wire type.

@@ -7,18 +7,25 @@
 
 namespace shardtune::fsdp {
 
-FlatLayout::FlatLayout(const std::vector<Entry>& entries, int shard_count) : shard_count_(shard_count) {
-  ST_CHECK(shard_count >= 1, common::ErrorKind::kInternal, "flat layout over {} shards", shard_count);
+FlatLayout::FlatLayout(const std::vector<Entry>& entries, int shard_count, int64_t align)
+    : shard_count_(shard_count), align_(align) {
+  ST_CHECK(shard_count >= 1 && align >= 1, common::ErrorKind::kInternal, "flat layout over {} shards aligned to {}",
+           shard_count, align);
+  auto align_up = [align](int64_t n) { return (n + align - 1) / align * align; };
+  int64_t end = 0;
   for (const Entry& e : entries) {
     int64_t n = 1;
     for (int64_t d : e.shape) {
       ST_CHECK(d >= 0, common::ErrorKind::kInternal, "parameter {} has a negative dimension", e.name);
       n *= d;
     }
-    params_.push_back({e.name, e.shape, n, numel_});
+    const int64_t offset = align_up(end);
+    params_.push_back({e.name, e.shape, n, offset});
+    end = offset + n;
     numel_ += n;
   }
-  shard_numel_ = (numel_ + shard_count - 1) / shard_count;
+  const int64_t units = align_up(end) / align;
+  shard_numel_ = (units + shard_count - 1) / shard_count * align;
 }
 
 std::vector<ShardPiece> FlatLayout::pieces_in_shard(int shard) const {

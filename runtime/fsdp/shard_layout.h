@@ -31,12 +31,16 @@ class FlatLayout {
     std::vector<int64_t> shape;
   };
   // Parameters are laid out in the given order; the total is padded with zeros up to a multiple
-  // of shard_count. Throws common::Error(kInternal) for shard_count < 1 or negative dimensions.
-  FlatLayout(const std::vector<Entry>& entries, int shard_count);
+  // of shard_count. With `align` > 1, every parameter starts at a multiple of `align` elements and
+  // every shard holds a whole number of them (zeros fill the gaps): quantised storage, whose
+  // records of `align` elements belong to one parameter and one shard. Throws
+  // common::Error(kInternal) for shard_count < 1, align < 1 or negative dimensions.
+  FlatLayout(const std::vector<Entry>& entries, int shard_count, int64_t align = 1);
 
   const std::vector<ParamSpan>& params() const { return params_; }
   int shard_count() const { return shard_count_; }
-  int64_t numel() const { return numel_; }                  // without padding
+  int64_t numel() const { return numel_; }                  // the parameters' elements, without padding
+  int64_t align() const { return align_; }
   int64_t padded_numel() const { return shard_numel_ * shard_count_; }
   int64_t padding() const { return padded_numel() - numel_; }
   int64_t shard_numel() const { return shard_numel_; }
@@ -48,6 +52,7 @@ class FlatLayout {
  private:
   std::vector<ParamSpan> params_;
   int shard_count_;
+  int64_t align_;
   int64_t numel_ = 0;
   int64_t shard_numel_ = 0;
 };

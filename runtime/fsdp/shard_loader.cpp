@@ -436,7 +436,7 @@ void ShardLoader::fill(size_t k) {
 // parts through a pinned host buffer of at most 4 Mi elements, copied up piece by piece.
 void ShardLoader::take(size_t k, const char* src, bool packed) {
   const auto [f, r] = rounds_[k];
-  at::Tensor& shard = flats_[f]->shard();
+  at::Tensor& shard = flats_[f]->load_target();
   const int64_t esize = static_cast<int64_t>(shard.element_size());
   if (r == 0) {  // padding stays zero
     const std::vector<ShardPiece> mine = flats_[f]->layout().pieces_in_shard(plan_.shard);
@@ -463,6 +463,7 @@ void ShardLoader::take(size_t k, const char* src, bool packed) {
     }
     at += t.length * in_size;
   }
+  if (k + 1 == rounds_.size() || rounds_[k + 1].first != f) flats_[f]->loaded();  // NF4: quantised now
 }
 
 void ShardLoader::send_remote(size_t k) {
@@ -534,7 +535,9 @@ LoadStats ShardLoader::run() {
 }  // namespace
 
 LoadStats load_shards(FsdpLlama& model, const SourceFactory& open_source, MPI_Comm world, const LoadOptions& options) {
-  return ShardLoader(model, open_source, world, options).run();
+  const LoadStats stats = ShardLoader(model, open_source, world, options).run();
+  model.finish_loading();
+  return stats;
 }
 
 }  // namespace shardtune::fsdp

@@ -5,6 +5,9 @@
       The merged model (shardtune-ckpt merge-lora) computes the logits of the base model with the
       adapter folder applied (shardtune-ckpt export-peft), both evaluated by the plain-PyTorch
       Llama of tools/reference in float64 from the stored weights: relative error below 1e-5.
+  lora_check.py merge BASE PEFT MERGED --nf4 BLOCK_SIZE DOUBLE_QUANT
+      QLoRA: the same, on the base whose block projections are first quantised to NF4 and
+      dequantised by the numpy reference (tools/reference/nf4_reference.py).
   lora_check.py peft BASE PEFT
       Hugging Face peft loads the exported adapter folder onto transformers' Llama, and its
       logits equal the plain-PyTorch reference's of base + adapters (fp32, relative error below
@@ -17,7 +20,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "reference"))
-from llama_torch_reference import forward, read_folder, read_safetensors  # noqa: E402
+from llama_torch_reference import forward, nf4_roundtrip, read_folder, read_safetensors  # noqa: E402
 
 SKIPPED = 77
 
@@ -35,8 +38,10 @@ def config_of(cfg):
     return cfg
 
 
-def adapted_logits(base, peft):
+def adapted_logits(base, peft, nf4=None):
     cfg, weights = read_folder(base)
+    if nf4 is not None:
+        weights = nf4_roundtrip(weights, nf4)
     cfg = config_of(cfg)
     with open(os.path.join(peft, "adapter_config.json")) as f:
         adapter = json.load(f)
@@ -54,8 +59,8 @@ def relative_error(a, b):
     return ((a.double() - b.double()).abs().max() / b.double().abs().max()).item()
 
 
-def check_merge(base, peft, merged):
-    cfg, ids, want, adapters = adapted_logits(base, peft)
+def check_merge(base, peft, merged, nf4=None):
+    cfg, ids, want, adapters = adapted_logits(base, peft, nf4)
     merged_cfg, merged_weights = read_folder(merged)
     got = forward(config_of(merged_cfg), {n: t.double() for n, t in merged_weights.items()}, ids,
                   torch.arange(ids.shape[1]).expand_as(ids))
@@ -97,6 +102,9 @@ if __name__ == "__main__":
     mode = sys.argv[1] if len(sys.argv) > 1 else ""
     if mode == "merge" and len(sys.argv) == 5:
         sys.exit(check_merge(*sys.argv[2:]))
+    if mode == "merge" and len(sys.argv) == 8 and sys.argv[5] == "--nf4":
+        nf4 = dict(block_size=int(sys.argv[6]), double_quant=sys.argv[7] == "true")
+        sys.exit(check_merge(*sys.argv[2:5], nf4=nf4))
     if mode == "peft" and len(sys.argv) == 4:
         sys.exit(check_peft(*sys.argv[2:]))
     sys.exit(__doc__)

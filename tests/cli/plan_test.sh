@@ -3,7 +3,7 @@
 #  - its parts, for the tiny Llama of configs/data/tiny-llama at 4 ranks, equal the arithmetic done
 #    here from config.json: parameters, gradients and AdamW's moments of a full fine-tune sharded 4
 #    ways in fp32, and of LoRA (adapters counted module by module; the base in bf16 under mixed
-#    precision);
+#    precision), and of QLoRA (NF4 records per projection, each tensor in whole records);
 #  - Llama 3.1 70B over 32 GPUs does not fit 40 GiB: every change it lists, applied with its own
 #    --set overrides, is planned again and fits;
 #  - a real 2-rank run's largest per-step peak RSS is within 15% of the plan;
@@ -67,6 +67,26 @@ lp = lora["parts_bytes"]
 assert math.isclose(lp["parameters"], P / 4 * 2 + adapters / 4 * 4), lp
 assert math.isclose(lp["optimizer states"], 2 * adapters / 4 * 4), lp
 print(f"plan arithmetic: {P} parameters, LoRA {adapters} trainable")
+PY
+# QLoRA: the blocks' projections as NF4 records (256 blocks of 64 per record of 8,456 bytes with
+# double quantisation, each tensor in whole records), the rest of the base in bf16.
+"$st" plan "$tmp/job.toml" --json --set peft.method=qlora --set train.mixed_precision=true \
+  --set 'peft.target_modules=["q_proj", "down_proj"]' --set peft.lora_r=4 >"$tmp/qlora.json" || fail "plan of QLoRA failed"
+$py - "$tmp/lora.json" "$tmp/qlora.json" configs/data/tiny-llama/config.json <<'PY' || fail "the QLoRA plan is not the arithmetic"
+import json, math, sys
+lora, qlora, c = (json.load(open(p)) for p in sys.argv[1:4])
+d, L, V, F = c["hidden_size"], c["num_hidden_layers"], c["vocab_size"], c["intermediate_size"]
+q, kv = c["num_attention_heads"] * c["head_dim"], c["num_key_value_heads"] * c["head_dim"]
+tensors = [d * q, d * kv, d * kv, q * d, d * F, d * F, F * d]
+records = sum(math.ceil(n / (64 * 256)) for n in tensors) * (64 * 256 // 2 + 256 + 8)
+projections = sum(tensors)
+P = lora["parameters"]
+adapters = lora["trainable"]
+assert qlora["parameters"] == P and qlora["trainable"] == adapters, qlora
+want = (P - adapters - L * projections) / 4 * 2 + L * records / 4 + adapters / 4 * 4
+assert math.isclose(qlora["parts_bytes"]["parameters"], want), (qlora["parts_bytes"]["parameters"], want)
+assert "NF4 dequantisation" in qlora["parts_bytes"], qlora["parts_bytes"]
+print(f"QLoRA plan: {L * records} bytes of NF4 records for {L * projections} projection weights")
 PY
 
 "$st" plan configs/llama3-70b-fsdp.toml --model-config tests/fixtures/hf_configs/llama-3.1-70b.json --gpu-memory 40GiB \

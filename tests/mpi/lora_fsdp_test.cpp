@@ -42,7 +42,9 @@ std::vector<fs::path> lora_folders() {
   std::vector<fs::path> out;
   if (root == nullptr) return out;
   for (const auto& e : fs::directory_iterator(root))
-    if (fs::exists(e.path() / "adapter") && fs::exists(e.path() / "reference.safetensors")) out.push_back(e.path());
+    if (fs::exists(e.path() / "adapter") && fs::exists(e.path() / "reference.safetensors") &&
+        !fs::exists(e.path() / "qlora.json"))  // QLoRA's are qlora_fsdp_test's
+      out.push_back(e.path());
   std::sort(out.begin(), out.end());
   return out;
 }

@@ -28,6 +28,7 @@
 #   lora                    configs/tiny-lora.toml (2 nodes x 2 ranks): USR1 -> adapter checkpoint -> requeue ->
 #                           resume, adapters and moments bitwise equal to a straight run; then resumed by
 #                           1 node x 3 ranks; its checkpoints export to PEFT and merge
+#   qlora                   the same with configs/tiny-qlora.toml (the base's projections in NF4)
 set -u
 scenario=$1 cluster=$2 work=$3 st=$4 src=$5
 source "$cluster/run/cluster.env" || { echo "FAIL: no cluster in $cluster (cluster.sh start)"; exit 1; }
@@ -84,10 +85,10 @@ submit() {  # submit OUT [--set ...]: prints the job id
   "$st" submit "$src/tests/slurm/tiny-2x2.toml" --set "job.output_dir=$out" "$@" 2>>"$out_root/submit.err"
 }
 
-submit_lora() {  # submit_lora OUT [--set ...]: configs/tiny-lora.toml on both nodes; prints the job id
+submit_lora() {  # submit_lora OUT [--set ...]: configs/tiny-$scenario.toml (lora, qlora) on both nodes; prints the job id
   local out=$1
   shift
-  (cd "$src" && "$st" submit configs/tiny-lora.toml --set "job.output_dir=$out" --set launch.launcher=srun \
+  (cd "$src" && "$st" submit "configs/tiny-$scenario.toml" --set "job.output_dir=$out" --set launch.launcher=srun \
     --set slurm.nodes=2 --set slurm.ntasks_per_node=2 --set train.run_validation=false \
     --set checkpoint.every_steps=0 --set train.lr_scheduler=step "$@" 2>>"$out_root/submit.err")
 }
@@ -504,11 +505,11 @@ stream)
   echo "whole, per-node and rank-0 loading: $(wc -l <"$out_root/whole/metrics.jsonl") identical steps"
   ;;
 
-lora)
+lora | qlora)
   straight=$(submit_lora "$out_root/straight" --set train.max_train_step=100) || fail "submit failed: $(cat "$out_root/submit.err")"
   wait_state "$straight" 300 COMPLETED FAILED CANCELLED || true
   [[ "$(state "$straight")" == COMPLETED ]] || { fail "the straight run ended $(state "$straight")"; show_log "$out_root/straight/slurm-$straight.out"; }
-  grep -q "job 'tiny-lora': 4 ranks on 2 node(s) (n1, n2)" "$out_root/straight/slurm-$straight.out" || fail "not 4 ranks on n1, n2"
+  grep -q "job 'tiny-$scenario': 4 ranks on 2 node(s) (n1, n2)" "$out_root/straight/slurm-$straight.out" || fail "not 4 ranks on n1, n2"
 
   out="$out_root/stopped"
   job=$(submit_lora "$out" --set train.max_train_step=100) || fail "submit failed"
@@ -531,7 +532,7 @@ lora)
     fail "resubmit failed: $(tail -3 "$out_root/submit.err")"
   wait_state "$job2" 300 COMPLETED FAILED CANCELLED || true
   [[ "$(state "$job2")" == COMPLETED ]] || { fail "the 3-rank job ended $(state "$job2")"; show_log "$out/slurm-$job2.out"; }
-  grep -q "job 'tiny-lora': 3 ranks on 1 node(s)" "$out/slurm-$job2.out" || fail "not 3 ranks on 1 node"
+  grep -q "job 'tiny-$scenario': 3 ranks on 1 node(s)" "$out/slurm-$job2.out" || fail "not 3 ranks on 1 node"
   grep -q "resuming at step 100 " "$out/slurm-$job2.out" || fail "3 ranks did not resume from step 100"
   "$ckpt_tool" export-peft "$out/checkpoints/latest" "$out_root/peft" 2>/dev/null || fail "export-peft failed"
   "$ckpt_tool" merge-lora "$out/checkpoints/latest" "$src/configs/data/tiny-llama" "$out_root/merged" 2>/dev/null ||

@@ -78,6 +78,31 @@ TEST(Manifest, ReadsBackWhatWasWritten) {
   EXPECT_EQ(r.tensors.at("w").shape, (std::vector<int64_t>{2, 3}));
 }
 
+// A QLoRA adapter record keeps its quantisation; a LoRA record has none; a bad one is named.
+TEST(Manifest, AdapterRecordsKeepTheirQuantisation) {
+  Manifest m = small_manifest(3);
+  AdapterRecord a;
+  a.method = "qlora";
+  a.nf4_block_size = 128;
+  a.nf4_double_quant = true;
+  a.r = 4;
+  a.alpha = 8;
+  a.target_modules = {"q_proj"};
+  a.base_path = "base";
+  m.adapter = a;
+  const Manifest r = parse_manifest(manifest_text(m), "m.json");
+  ASSERT_TRUE(r.adapter.has_value());
+  EXPECT_EQ(r.adapter->method, "qlora");
+  EXPECT_EQ(r.adapter->nf4_block_size, 128);
+  EXPECT_TRUE(r.adapter->nf4_double_quant);
+  m.adapter->method = "lora";
+  const std::string lora_text = manifest_text(m);
+  EXPECT_FALSE(has(lora_text, "quantization")) << lora_text;
+  EXPECT_EQ(parse_manifest(lora_text, "m.json").adapter->nf4_block_size, 0);
+  m.adapter->method = "dora";
+  EXPECT_TRUE(has(error_of([&] { parse_manifest(manifest_text(m), "m.json"); }), "method \"dora\" is not lora or qlora"));
+}
+
 TEST(Manifest, SlicesMustTileEachTensorExactly) {
   // One offset off by one: a gap at 4 and an element past the end. The sum of lengths is right.
   Manifest gap = small_manifest(1);

@@ -36,7 +36,8 @@ std::vector<fs::path> reference_folders(const fs::path& root, bool lora = false)
   std::vector<fs::path> out;
   if (fs::exists(root))
     for (const auto& e : fs::directory_iterator(root))
-      if (fs::exists(e.path() / "reference.safetensors") && fs::exists(e.path() / (lora ? "adapter" : "config.json")))
+      if (fs::exists(e.path() / "reference.safetensors") && fs::exists(e.path() / (lora ? "adapter" : "config.json")) &&
+          !fs::exists(e.path() / "qlora.json"))  // LoRA on an NF4 base: qlora_fsdp_test's
         out.push_back(e.path());
   std::sort(out.begin(), out.end());
   return out;

@@ -109,6 +109,47 @@ TEST(JobSchema, LoraKeysWithoutLoraAreRefusedAndLlamaRecipesSpellingsNameTheKeyT
             std::string::npos) << out;
 }
 
+// QLoRA: method = "qlora" with its NF4 keys; those keys under another method, block sizes
+// bitsandbytes does not have, and bitsandbytes' own spellings are refused naming the key to use.
+TEST(JobSchema, QloraKeysTakeEffectOnlyWithQlora) {
+  const LoadedJob q = parse_ok(std::string(kMinimal) + "\n[peft]\nmethod = \"qlora\"\nnf4_block_size = 128\n"
+                                                       "nf4_double_quant = false\n");
+  EXPECT_EQ(q.job.peft.method, PeftMethod::kQlora);
+  EXPECT_TRUE(q.job.peft.adapters());
+  EXPECT_EQ(q.job.peft.nf4_block_size, 128);
+  EXPECT_FALSE(q.job.peft.nf4_double_quant);
+  const LoadedJob defaults = parse_ok(std::string(kMinimal) + "\n[peft]\nmethod = \"qlora\"\n");
+  EXPECT_EQ(defaults.job.peft.nf4_block_size, 64);
+  EXPECT_TRUE(defaults.job.peft.nf4_double_quant);
+
+  for (const char* method : {"lora", "none"}) {
+    const LoadedJob other = parse_job(std::string(kMinimal) + "\n[peft]\nmethod = \"" + method +
+                                          "\"\nnf4_block_size = 128\n",
+                                      "job.toml", {});
+    const std::string out = other.diagnostics.to_string();
+    EXPECT_TRUE(other.diagnostics.has_errors()) << method;
+    EXPECT_NE(out.find(std::string("nf4_block_size = 128 is set but [peft] method is \"") + method), std::string::npos)
+        << out;
+  }
+  const LoadedJob odd =
+      parse_job(std::string(kMinimal) + "\n[peft]\nmethod = \"qlora\"\nnf4_block_size = 48\n", "job.toml", {});
+  EXPECT_NE(odd.diagnostics.to_string().find("32, 64, 128, 256, 512, 1024, 2048 or 4096"), std::string::npos)
+      << odd.diagnostics.to_string();
+  const LoadedJob bnb = parse_job(std::string(kMinimal) + "\n[peft]\nmethod = \"qlora\"\nload_in_4bit = true\n"
+                                                          "bnb_4bit_use_double_quant = true\n[train]\nquantization = \"4bit\"\n",
+                                  "job.toml", {});
+  const std::string out = bnb.diagnostics.to_string();
+  EXPECT_NE(out.find("peft.load_in_4bit: unknown key in [peft]: bitsandbytes' 4-bit base is [peft] method = \"qlora\""),
+            std::string::npos) << out;
+  EXPECT_NE(out.find("is [peft] nf4_double_quant here"), std::string::npos) << out;
+  EXPECT_NE(out.find("llama-recipes' quantization = \"4bit\" is [peft] method = \"qlora\" here"), std::string::npos)
+      << out;
+  const LoadedJob frozen = parse_job(std::string(kMinimal) + "\n[peft]\nmethod = \"qlora\"\n[train]\nfreeze_layers = true\n",
+                                     "job.toml", {});
+  EXPECT_NE(frozen.diagnostics.to_string().find("with [peft] method = \"qlora\": LoRA freezes"), std::string::npos)
+      << frozen.diagnostics.to_string();
+}
+
 // A key set where another key makes it meaningless is warned about, naming both; the job still loads.
 TEST(JobSchema, KeysWithoutEffectAreWarnedAbout) {
   const LoadedJob loaded = parse_job(std::string(kMinimal) +

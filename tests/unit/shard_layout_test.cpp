@@ -68,6 +68,42 @@ TEST(FlatLayout, ShardsTileEveryParameterExactlyOnce) {
   }
 }
 
+// Aligned layouts (quantised storage): every parameter starts on a unit of `align` elements, every
+// shard holds whole units, elements still lie in exactly one piece, and the padding is the least
+// that does so: the gaps to each next unit, then whole units up to a multiple of the shard count.
+TEST(FlatLayout, AlignedShardsHoldWholeUnitsOfOneParameter) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 200; ++trial) {
+    const auto entries = random_entries(rng);
+    for (int64_t align : {2, 5, 16}) {
+      for (int shards = 1; shards <= 9; ++shards) {
+        const FlatLayout layout(entries, shards, align);
+        EXPECT_EQ(layout.shard_numel() % align, 0);
+        int64_t end = 0, numel = 0;
+        for (const ParamSpan& p : layout.params()) {
+          EXPECT_EQ(p.offset % align, 0) << p.name;
+          EXPECT_EQ(p.offset, (end + align - 1) / align * align) << p.name;
+          end = p.offset + p.numel;
+          numel += p.numel;
+        }
+        EXPECT_EQ(layout.numel(), numel);
+        const int64_t units = (end + align - 1) / align;
+        EXPECT_EQ(layout.padded_numel(), (units + shards - 1) / shards * shards * align);
+        std::vector<int> seen(static_cast<size_t>(layout.padded_numel()), 0);
+        for (int s = 0; s < shards; ++s)
+          for (const ShardPiece& piece : layout.pieces_in_shard(s)) {
+            const ParamSpan& p = layout.params()[piece.param];
+            EXPECT_EQ(layout.shard_begin(s) + piece.shard_offset, p.offset + piece.param_offset);
+            for (int64_t k = 0; k < piece.length; ++k) ++seen[static_cast<size_t>(p.offset + piece.param_offset + k)];
+          }
+        for (const ParamSpan& p : layout.params())
+          for (int64_t k = 0; k < p.numel; ++k) ASSERT_EQ(seen[static_cast<size_t>(p.offset + k)], 1) << p.name;
+      }
+    }
+  }
+  EXPECT_THROW(FlatLayout({{"a", {3}}}, 2, 0), common::Error);
+}
+
 TEST(FlatLayout, HandWorkedExample) {
   // a: 2x3 (6), b: 5, c: scalar (1) -> 12 elements; over 5 shards: shard size 3, padding 3.
   const FlatLayout layout({{"a", {2, 3}}, {"b", {5}}, {"c", {}}}, 5);

@@ -23,6 +23,10 @@ tests/unit/hf_reference_test.cpp (TorchReference) matches shardtune against thes
 folders made by transformers itself (make_llama_fixtures.py) are the primary reference, this
 is a cross-check that needs only Debian's python3-torch.
 
+QLoRA (qlora-<config>/, with qlora.json giving the NF4 format): the same on the base's block
+projections quantised to NF4 by nf4_reference.py and dequantised; reference.safetensors also holds
+dequantized.<name>, those weights as QLoRA computes with them.
+
 LoRA (lora-<config>/): PEFT's lora.Linear written out, y = W x + b + (alpha / r) B A x on the
 targeted projections and the head, the base frozen. Each folder holds base/ (the base model),
 adapter/ (a PEFT adapter folder as peft's save_pretrained writes it) and reference.safetensors with
@@ -287,7 +291,29 @@ LORA_CASES = {
     # Adapters on two projections and a tied head, on bf16 weights in shards.
     "lora-llama32-tied": dict(config="llama32-tied", r=2, alpha=5.0, targets=["q_proj", "v_proj", "lm_head"]),
 }
+# QLoRA: the same, on the base's projections quantised to NF4 (nf4_reference.py) and dequantised.
+# Blocks of 32 make the MLP's projections two records each, which shards split.
+LORA_CASES["qlora-llama-bias-linear"] = dict(config="llama-bias-linear", r=4, alpha=8.0,
+                                             targets=["q_proj", "v_proj", "gate_proj", "down_proj"],
+                                             nf4=dict(block_size=32, double_quant=True))
 LORA_ROWS = 12  # rows of the reference batch: 1, 2, 3 and 4 ranks take equal shares
+NF4_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def nf4_roundtrip(weights, nf4):
+    """The base as QLoRA computes with it: every projection of every block quantised to NF4 and
+    dequantised (float32), the rest as stored."""
+    import numpy as np
+    import nf4_reference
+    out = dict(weights)
+    for name, t in weights.items():
+        parts = name.split(".")
+        if name.startswith("model.layers.") and parts[-1] == "weight" and parts[-2] in NF4_PROJECTIONS:
+            x = t.float().numpy().reshape(-1)
+            q = nf4_reference.quantize(x, nf4["block_size"], nf4["double_quant"])
+            deq = nf4_reference.dequantize(q, x.size, nf4["block_size"], nf4["double_quant"])
+            out[name] = torch.from_numpy(np.ascontiguousarray(deq)).view(t.shape)
+    return out
 
 
 def lora_names(cfg, targets):
@@ -336,7 +362,11 @@ def make_lora(folder, case):
     ids_generator = torch.Generator().manual_seed(SEED + 2)
     input_ids = torch.randint(3, v, (LORA_ROWS, 16), generator=ids_generator)
     position_ids = torch.arange(16).expand_as(input_ids)
-    exact = {n: t.double() for n, t in weights.items()}
+    computed = nf4_roundtrip(weights, case["nf4"]) if "nf4" in case else weights
+    if "nf4" in case:
+        with open(os.path.join(folder, "qlora.json"), "w") as f:
+            json.dump(case["nf4"], f)
+    exact = {n: t.double() for n, t in computed.items()}
     exact.update({n: t.double().requires_grad_(True) for n, t in adapters.items()})
     logits = forward(cfg, exact, input_ids, position_ids, lora_scale=case["alpha"] / case["r"])
     loss = causal_lm_loss(logits, input_ids)  # every token counted: any split of the rows averages alike
@@ -344,6 +374,8 @@ def make_lora(folder, case):
     tensors = {"input_ids": input_ids.contiguous(), "labels": input_ids.contiguous(),
                "logits": logits.detach().float(), "loss": loss.detach().float().reshape(())}
     tensors.update({"grad." + n: exact[n].grad.float() for n in adapters})
+    if "nf4" in case:
+        tensors.update({"dequantized." + n: t.contiguous() for n, t in computed.items() if not torch.equal(t, weights[n])})
     write_safetensors(os.path.join(folder, "reference.safetensors"), tensors)
     print(f"{folder}: loss {loss.item():.6f}, {len(adapters)} adapter tensors")
 

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# configs/tiny-qlora.toml end to end, through `shardtune run` (LoRA on an NF4 base):
+#  - its loss falls; the log shows the NF4 base; checkpoints hold only the adapters and record the
+#    quantisation (manifest, read back by python);
+#  - the base streamed into shards (each rank quantising its own records) gives bitwise the same
+#    losses as one quantised from the whole model;
+#  - a checkpoint of 2 ranks resumes at 3 ranks and continues to the same sample;
+#  - resuming with another quantisation (LoRA, or another block size) is refused with the reason;
+#  - export-peft writes a PEFT adapter folder; merge-lora writes a merged model whose logits equal
+#    the numpy-NF4-dequantised base + adapters (tests/cli/lora_check.py --nf4);
+#  - bitsandbytes' spellings are refused naming the key to use.
+# usage: qlora_test.sh SHARDTUNE SOURCE_DIR SHARDTUNE_CKPT
+set -u
+st=$1 src=$2 ckpt=$3
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+py=/usr/bin/python3
+export PYTHONDONTWRITEBYTECODE=1
+cd "$src" || exit 1
+
+run() {  # run OUT RANKS STEPS [extra --set ...]: the tiny-qlora job, validation off
+  local out=$1 ranks=$2 steps=$3
+  shift 3
+  "$st" run configs/tiny-qlora.toml -n "$ranks" --set "job.output_dir=$out" --set train.max_train_step="$steps" \
+    --set train.run_validation=false --set checkpoint.every_steps=20 "$@" >"$tmp/log" 2>&1
+}
+losses() { grep '"step":' "$1/metrics.jsonl" | sed 's/.*"loss": \([^,]*\),.*/\1/'; }
+
+run "$tmp/a" 2 60 || { fail "tiny-qlora failed"; tail -20 "$tmp/log"; }
+grep -q "trainable (.*QLoRA r = 8 on all-linear, lm_head)" "$tmp/log" || fail "the log does not show the QLoRA model"
+grep -q "QLoRA: .* in NF4 (blocks of 32, scales double-quantised)" "$tmp/log" || fail "the log does not show the NF4 base"
+$py - "$tmp/a/metrics.jsonl" <<'PY' || fail "the loss did not fall"
+import json, sys
+losses = [json.loads(l)["loss"] for l in open(sys.argv[1]) if '"step":' in l]
+first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
+print(f"tiny-qlora: loss {first:.3f} -> {last:.3f} over {len(losses)} steps")
+sys.exit(0 if last < 0.75 * first else 1)
+PY
+$py - "$tmp/a/checkpoints/step-0000060" <<'PY' || fail "the adapter checkpoint does not record the quantisation"
+import json, sys
+m = json.load(open(sys.argv[1] + "/manifest.json"))
+a = m["adapter"]
+assert a["method"] == "qlora" and a["quantization"] == {"type": "nf4", "block_size": 32, "double_quant": True}, a
+assert all(".lora_A." in n or ".lora_B." in n for n in m["tensors"]), sorted(m["tensors"])[:3]
+print("QLoRA checkpoint:", a["quantization"])
+PY
+
+# Streamed (low_cpu_fsdp): each rank quantises only its own records.
+run "$tmp/stream" 2 10 --set fsdp.low_cpu_fsdp=true || fail "the streamed run failed: $(tail -3 "$tmp/log")"
+grep -q "streamed the weights into shards" "$tmp/log" || fail "the base was not streamed"
+[[ "$(losses "$tmp/stream")" == "$(losses "$tmp/a" | head -10)" ]] || fail "streaming the base changed the losses"
+
+# Another world size: 2 ranks' checkpoint resumed by 3, to the sample 80 steps of 2 ranks reach.
+run "$tmp/a" 3 80 || { fail "the resume at 3 ranks failed"; tail -20 "$tmp/log"; }
+grep -q "resuming at step 60 " "$tmp/log" || fail "3 ranks did not resume from step 60"
+$py - "$tmp/a/metrics.jsonl" <<'PY' || fail "3 ranks did not stop where 80 steps of 2 ranks do"
+import json, sys
+r = [json.loads(l) for l in open(sys.argv[1]) if '"step":' in l]
+width = r[0]["samples"][1] - r[0]["samples"][0]
+assert r[-1]["samples"][1] == 80 * width, (r[-1]["samples"], width)
+PY
+
+# Another quantisation: refused, the checkpoints untouched.
+latest=$(readlink "$tmp/a/checkpoints/latest")
+run "$tmp/a" 2 100 --set peft.method=lora && fail "resuming QLoRA adapters as LoRA exited 0"
+grep -q "its adapters were trained on an NF4 base (qlora, blocks of 32, double-quantised scales), this job has an unquantised base (lora)" \
+  "$tmp/log" || fail "LoRA on a QLoRA checkpoint was not refused with the reason: $(grep -m1 -i error "$tmp/log")"
+run "$tmp/a" 2 100 --set peft.nf4_block_size=64 && fail "resuming with another block size exited 0"
+grep -q "this job has an NF4 base (qlora, blocks of 64" "$tmp/log" || fail "another block size was not refused"
+[[ "$(readlink "$tmp/a/checkpoints/latest")" == "$latest" ]] || fail "a refused resume changed the checkpoints"
+
+# PEFT out; merged onto the dequantised base.
+c=$tmp/a/checkpoints/$latest
+"$ckpt" export-peft "$c" "$tmp/peft" 2>"$tmp/log" || fail "export-peft failed: $(cat "$tmp/log")"
+"$ckpt" merge-lora "$c" configs/data/tiny-llama "$tmp/merged" 2>"$tmp/log" || fail "merge-lora failed: $(cat "$tmp/log")"
+grep -q "14 projections as their NF4 values, blocks of 32" "$tmp/log" || fail "merge-lora did not dequantise: $(cat "$tmp/log")"
+$py tests/cli/lora_check.py merge configs/data/tiny-llama "$tmp/peft" "$tmp/merged" --nf4 32 true ||
+  fail "the merged logits differ from the NF4 base + adapters"
+
+# bitsandbytes' and llama-recipes' spellings.
+"$st" validate configs/tiny-qlora.toml --set peft.bnb_4bit_use_double_quant=true >"$tmp/log" 2>&1 && fail "bnb_4bit_use_double_quant was accepted"
+grep -q "is \[peft\] nf4_double_quant here" "$tmp/log" || fail "bnb_4bit_use_double_quant: $(cat "$tmp/log")"
+"$st" validate configs/tiny-lora.toml --set peft.nf4_block_size=128 >"$tmp/log" 2>&1 && fail "nf4_block_size with lora was accepted"
+grep -q "nf4_block_size = 128 is set but \[peft\] method is \"lora\"" "$tmp/log" || fail "nf4_block_size with lora: $(cat "$tmp/log")"
+"$st" validate configs/tiny-qlora.toml --set peft.nf4_block_size=48 >"$tmp/log" 2>&1 && fail "nf4_block_size = 48 was accepted"
+
+echo "qlora_test: $failures failure(s)"
+[[ $failures -eq 0 ]]
