@@ -64,7 +64,7 @@ PY
 
 # Another quantisation: refused, the checkpoints untouched.
 latest=$(readlink "$tmp/a/checkpoints/latest")
-run "$tmp/a" 2 100 --set peft.method=lora && fail "resuming QLoRA adapters as LoRA exited 0"
+run "$tmp/a" 2 100 --set peft.method=lora --set peft.nf4_block_size=64 && fail "resuming QLoRA adapters as LoRA exited 0"
 grep -q "its adapters were trained on an NF4 base (qlora, blocks of 32, double-quantised scales), this job has an unquantised base (lora)" \
   "$tmp/log" || fail "LoRA on a QLoRA checkpoint was not refused with the reason: $(grep -m1 -i error "$tmp/log")"
 run "$tmp/a" 2 100 --set peft.nf4_block_size=64 && fail "resuming with another block size exited 0"
