@@ -148,10 +148,10 @@ MemoryPlan plan_memory(const job::Job& job, const model::LlamaConfig& config) {
   }
   if (qlora) {
     // A unit's records, gathered packed, live until they are dequantised, 4 Mi weights at a time
-    // (their codes as indices, two lookups, the fp32 products).
+    // through a kept workspace (each code byte as an int64 index, each weight's fp32 value).
     constexpr double kChunk = 4 << 20;
-    add("NF4 dequantisation", "one unit's gathered records and the scratch of dequantising them",
-        (plan.shard_size > 1 ? s.nf4_block : 0) + std::min(kChunk, s.projections) * 16);
+    add("NF4 dequantisation", "one unit's gathered records and the workspace of dequantising them",
+        (plan.shard_size > 1 ? s.nf4_block : 0) + std::min(kChunk, s.projections) * 8);
   }
   // Unsharded gradients of the units whose reduction is in flight (the head's and the last
   // block's at the start of backward), in the reduce dtype, and the compute-dtype gradients

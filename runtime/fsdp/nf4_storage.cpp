@@ -3,10 +3,13 @@
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
-#include <ATen/ops/stack.h>
+#include <ATen/ops/index_select.h>
+#include <ATen/ops/mul.h>
 #include <ATen/core/grad_mode.h>
 
 #include <algorithm>
+#include <array>
+#include <map>
 #include <cmath>
 #include <cstring>
 
@@ -15,23 +18,33 @@
 namespace shardtune::fsdp {
 namespace {
 
-// Lookup tables on `device`: the fp32 value of a code byte's high and low nibble, and the 8-bit map.
-struct Tables {
-  at::Tensor high, low, map;
+// What dequantising needs on one device, kept between calls: the fp32 values of every code byte
+// (its high nibble's, then its low nibble's), the 8-bit map, and scratch for a chunk of codes as
+// indices and their values. Dequantising every unit at every gather would otherwise allocate and
+// free tens of MiB each time, which the host allocator keeps resident.
+struct Workspace {
+  at::Tensor pairs, map;     // (256, 2) and (256,) fp32
+  at::Tensor index, values;  // grown to the largest chunk: int64 per code byte, fp32 per weight
 };
 
-Tables tables(const at::Device& device) {
-  std::array<float, 256> high{}, low{};
-  const std::array<float, 16>& nf4 = quant::nf4_values();
-  for (size_t b = 0; b < 256; ++b) {
-    high[b] = nf4[b >> 4];
-    low[b] = nf4[b & 15];
+Workspace& workspace(const at::Device& device) {
+  static thread_local std::map<std::string, Workspace> by_device;
+  Workspace& w = by_device[device.str()];
+  if (!w.pairs.defined()) {
+    std::array<float, 512> pairs{};
+    const std::array<float, 16>& nf4 = quant::nf4_values();
+    for (size_t b = 0; b < 256; ++b) {
+      pairs[2 * b] = nf4[b >> 4];
+      pairs[2 * b + 1] = nf4[b & 15];
+    }
+    const at::TensorOptions f32 = at::TensorOptions().dtype(at::kFloat);
+    auto upload = [&](const float* data, at::IntArrayRef shape) {
+      return at::from_blob(const_cast<float*>(data), shape, f32).to(f32.device(device), /*non_blocking=*/false, /*copy=*/true);
+    };
+    w.pairs = upload(pairs.data(), {256, 2});
+    w.map = upload(quant::dynamic_map().data(), {256});
   }
-  const at::TensorOptions f32 = at::TensorOptions().dtype(at::kFloat);
-  auto table = [&](const float* data) {
-    return at::from_blob(const_cast<float*>(data), {256}, f32).to(f32.device(device), /*non_blocking=*/false, /*copy=*/true);
-  };
-  return {table(high.data()), table(low.data()), table(quant::dynamic_map().data())};
+  return w;
 }
 
 }  // namespace
@@ -81,26 +94,33 @@ void dequantize_into(const at::Tensor& records, const quant::Nf4Format& format, 
   const int64_t count = records.numel() / bytes;
   ST_CHECK(records.numel() == count * bytes && out.numel() == count * per, common::ErrorKind::kInternal,
            "dequantising {} bytes of records of {} into {} elements", records.numel(), bytes, out.numel());
-  const Tables t = tables(records.device());
+  Workspace& w = workspace(records.device());
+  const int64_t chunk = std::min(count, std::max<int64_t>(1, (int64_t{1} << 22) / per));  // about 4 Mi weights
+  if (!w.index.defined() || w.index.numel() < chunk * code_bytes) {
+    w.index = at::empty({chunk * code_bytes}, records.options().dtype(at::kLong));
+    w.values = at::empty({chunk * code_bytes, 2}, records.options().dtype(at::kFloat));
+  }
   const at::Tensor all = records.view({count, bytes});
-  const int64_t chunk = std::max<int64_t>(1, (int64_t{1} << 22) / per);  // about 4 Mi elements at a time
   for (int64_t first = 0; first < count; first += chunk) {
     const int64_t c = std::min(chunk, count - first);
     const at::Tensor r = all.narrow(0, first, c);
-    const at::Tensor codes = r.narrow(1, 0, code_bytes).to(at::kLong).reshape({-1});
-    // Each byte's two values, the high nibble's first: (c, 256 blocks, block_size).
-    const at::Tensor values =
-        at::stack({t.high.index_select(0, codes), t.low.index_select(0, codes)}, 1).view({c, quant::kNestedBlock, -1});
+    // Each code byte's two values, the high nibble's first: (c, 256 blocks, block_size) in fp32.
+    at::Tensor index = w.index.narrow(0, 0, c * code_bytes);
+    index.view({c, code_bytes}).copy_(r.narrow(1, 0, code_bytes));
+    at::Tensor values = w.values.narrow(0, 0, c * code_bytes);
+    at::index_select_out(values, w.pairs, 0, index);
     at::Tensor absmax;
     if (format.double_quant) {
       const at::Tensor q = r.narrow(1, code_bytes, quant::kNestedBlock).to(at::kLong).reshape({-1});
       const at::Tensor tail = r.narrow(1, code_bytes + quant::kNestedBlock, 8).contiguous().view(at::kFloat);  // (c, 2)
       // Two operations, two roundings: map[q] * absmax2, then + offset.
-      absmax = t.map.index_select(0, q).view({c, quant::kNestedBlock}).mul(tail.narrow(1, 0, 1)).add(tail.narrow(1, 1, 1));
+      absmax = w.map.index_select(0, q).view({c, quant::kNestedBlock}).mul(tail.narrow(1, 0, 1)).add(tail.narrow(1, 1, 1));
     } else {
       absmax = r.narrow(1, code_bytes, quant::kNestedBlock * 4).contiguous().view(at::kFloat);
     }
-    out.narrow(0, first * per, c * per).view({c, quant::kNestedBlock, -1}).copy_(values.mul(absmax.unsqueeze(-1)));
+    // The fp32 product, rounded once more to out's dtype on the way out.
+    at::Tensor target = out.narrow(0, first * per, c * per).view({c, quant::kNestedBlock, format.block_size});
+    at::mul_out(target, values.view({c, quant::kNestedBlock, format.block_size}), absmax.unsqueeze(-1));
   }
 }
 
