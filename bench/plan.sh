@@ -70,6 +70,10 @@ cpu_configs=(
   "0.1B, LoRA all-linear|mid|2|peft.method=lora peft.target_modules=[\"all-linear\"] peft.lora_r=16 train.batch_size_training=2 train.context_length=256"
   "0.63B, FULL_SHARD|big|4|train.batch_size_training=1 train.context_length=64"
   "0.63B, LoRA|big|2|peft.method=lora train.batch_size_training=1 train.context_length=64"
+  "0.1B, QLoRA all-linear|mid|2|peft.method=qlora peft.target_modules=[\"all-linear\"] peft.lora_r=16 train.batch_size_training=2 train.context_length=256"
+  "0.1B, QLoRA, 3 ranks, blocks of 128, fp32 scales|mid|3|peft.method=qlora peft.nf4_block_size=128 peft.nf4_double_quant=false train.batch_size_training=2 train.context_length=256"
+  "0.1B, QLoRA, SHARD_GRAD_OP, no activation checkpointing|mid|2|peft.method=qlora fsdp.sharding_strategy=SHARD_GRAD_OP fsdp.activation_checkpointing=false train.batch_size_training=1 train.context_length=256"
+  "0.63B, QLoRA|big|2|peft.method=qlora train.batch_size_training=1 train.context_length=64"
 )
 bf16="train.mixed_precision=true train.context_length=2048"
 cuda_configs=(
@@ -77,6 +81,7 @@ cuda_configs=(
   "1.2B, FULL_SHARD, no activation checkpointing|1b|1|$bf16 fsdp.activation_checkpointing=false train.batch_size_training=2"
   "1.2B, pure_bf16|1b|1|$bf16 train.pure_bf16=true train.batch_size_training=4"
   "1.2B, LoRA|1b|1|$bf16 peft.method=lora train.batch_size_training=4"
+  "1.2B, QLoRA|1b|1|$bf16 peft.method=qlora train.batch_size_training=4"
   "0.63B, FULL_SHARD, 2 ranks on the GPU|big|2|$bf16 train.batch_size_training=2"
   "0.63B, SHARD_GRAD_OP, 2 ranks on the GPU|big|2|$bf16 fsdp.sharding_strategy=SHARD_GRAD_OP train.batch_size_training=2"
   "0.1B, NO_SHARD, fp32, 2 ranks on the GPU|mid|2|train.context_length=2048 fsdp.sharding_strategy=NO_SHARD train.batch_size_training=2"

@@ -66,10 +66,10 @@ ShardedModel build_sharded_model(const job::Job& job, const model::LlamaConfig& 
     std::unique_ptr<fsdp::TensorSource> s = checkpoint::HfFolderSourceFactory{job.model.path}();
     return digest ? checkpoint::digesting_source(std::move(s), *digest) : std::move(s);
   };
-  if (stream) fsdp::validate_source(*m.model, source, MPI_COMM_WORLD);
   fsdp::FsdpOptions options = fsdp::fsdp_options(job.fsdp, job.train, topo.world_size, topo.local_size, device, lora);
   if (job.peft.method == job::PeftMethod::kQlora)
     options.nf4_base = quant::Nf4Format{job.peft.nf4_block_size, job.peft.nf4_double_quant};
+  if (stream) fsdp::validate_source(*m.model, source, MPI_COMM_WORLD, options.nf4_base);
   const std::set<std::string> frozen = frozen_parameters(job, *m.model);
   m.sharded = std::make_unique<fsdp::FsdpLlama>(*m.model, groups, options, frozen);
   double seconds = 0;
@@ -83,6 +83,7 @@ ShardedModel build_sharded_model(const job::Job& job, const model::LlamaConfig& 
                              : "");
   }
   if (digest) {
+    digest->complete(checkpoint::HfFolder::open(job.model.path));  // what no read passed by (NF4 storage)
     m.weights_sha256 = digest->hex();
     spdlog::info("base model identity: SHA-256 of every weight byte, {:.2f} s of hashing{}", digest->seconds(),
                  seconds > 0 ? fmt::format(" within the {:.2f} s load ({:.0f}%)", seconds,

@@ -14,6 +14,7 @@
 
 #include "checkpoint/adapter_base.h"
 #include "checkpoint/checkpoint_reader.h"
+#include "checkpoint/hf/bnb_nf4.h"
 #include "checkpoint/hf/model_identity.h"
 #include "checkpoint/hf/weights_digest.h"
 #include "checkpoint/hf/hf_folder.h"
@@ -109,6 +110,10 @@ void merge_lora(const std::string& src, const std::string& base_dir, const std::
   checkpoint::CheckpointReader reader(src);
   const checkpoint::AdapterRecord& a = adapter_of(reader, "there is nothing to merge");
   const checkpoint::HfFolder base = checkpoint::HfFolder::open(base_dir);
+  ST_CHECK(!checkpoint::is_bnb_4bit(base), ErrorKind::kConfig,
+           "{} stores its projections in 4 bits (a bitsandbytes folder), which merge-lora does not read yet: export "
+           "the adapters with export-peft instead",
+           base_dir);
   // The config, the tensor index and each tensor's first bytes now; every byte as the merge reads it.
   checkpoint::AdapterRecord here = a;
   here.base_path = base_dir;

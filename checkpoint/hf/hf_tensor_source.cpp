@@ -26,7 +26,23 @@ constexpr uint64_t kChunkBytes = 16u << 20;
 
 }  // namespace
 
-HfTensorSource::HfTensorSource(const std::string& dir) : folder_(HfFolder::open(dir)) {}
+HfTensorSource::HfTensorSource(const std::string& dir) : folder_(HfFolder::open(dir)) {
+  if (is_bnb_4bit(folder_)) nf4_ = read_bnb_nf4_weights(folder_);
+}
+
+std::map<std::string, fsdp::Nf4Stored> HfTensorSource::nf4_weights() const {
+  std::map<std::string, fsdp::Nf4Stored> out;
+  for (const auto& [name, w] : nf4_) out.emplace(name, fsdp::Nf4Stored{w.shape, w.format});
+  return out;
+}
+
+void HfTensorSource::read_nf4_records(const std::string& name, int64_t first, int64_t count, uint8_t* out) {
+  const auto it = nf4_.find(name);
+  ST_CHECK(it != nf4_.end(), ErrorKind::kInternal, "{} is not stored in NF4 in {}", name, folder_.dir());
+  read_bnb_records(folder_, it->second, first, count, out, &bytes_read_);
+}
+
+bool HfTensorSource::nf4_storage(const std::string& name) const { return !nf4_.empty() && is_bnb_storage_tensor(name); }
 
 HfTensorSource::~HfTensorSource() {
   for (auto& [path, fd] : fds_) ::close(fd);

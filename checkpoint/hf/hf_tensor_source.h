@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 
+#include "checkpoint/hf/bnb_nf4.h"
 #include "checkpoint/hf/hf_folder.h"
 #include "runtime/fsdp/tensor_source.h"
 
@@ -27,12 +28,17 @@ class HfTensorSource final : public fsdp::TensorSource {
   void prefetch(const std::vector<fsdp::ReadRequest>& requests) override;
   uint64_t bytes_read() const override { return bytes_read_; }
   std::string location(const std::string& name) const override { return folder_.file_of(name).path(); }
+  // A bitsandbytes 4-bit folder's weights (checkpoint/hf/bnb_nf4.h), checked when it is opened.
+  std::map<std::string, fsdp::Nf4Stored> nf4_weights() const override;
+  void read_nf4_records(const std::string& name, int64_t first, int64_t count, uint8_t* out) override;
+  bool nf4_storage(const std::string& name) const override;
 
  private:
   int fd_of(const std::string& path);
   void pread_exactly(int fd, const std::string& path, uint64_t offset, uint64_t length, void* dst);
 
   HfFolder folder_;
+  std::map<std::string, BnbNf4Weight> nf4_;
   std::map<std::string, int> fds_;
   std::vector<char> chunk_;  // conversion buffer, kept: a fresh one per read costs page faults
   uint64_t bytes_read_ = 0;

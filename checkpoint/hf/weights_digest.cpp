@@ -38,6 +38,18 @@ void WeightsDigest::add(const std::string& name, uint64_t offset, const void* da
   seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+void WeightsDigest::complete(const HfFolder& folder) {
+  std::vector<std::byte> buffer;
+  for (auto& [name, t] : tensors_) {
+    while (t.done < t.size) {
+      const uint64_t n = std::min<uint64_t>(t.size - t.done, uint64_t{16} << 20);
+      buffer.resize(n);
+      folder.file_of(name).read_bytes(folder.info(name), t.done, n, buffer.data());
+      add(name, t.done, buffer.data(), n);
+    }
+  }
+}
+
 std::string WeightsDigest::hex() {
   std::string lines;
   for (auto& [name, t] : tensors_) {
@@ -70,6 +82,12 @@ class DigestingSource final : public fsdp::TensorSource {
   void prefetch(const std::vector<fsdp::ReadRequest>& requests) override { inner_->prefetch(requests); }
   std::string location(const std::string& name) const override { return inner_->location(name); }
   uint64_t bytes_read() const override { return inner_->bytes_read(); }
+  // NF4 records are regrouped bytes of several tensors: WeightsDigest::complete hashes those.
+  std::map<std::string, fsdp::Nf4Stored> nf4_weights() const override { return inner_->nf4_weights(); }
+  void read_nf4_records(const std::string& name, int64_t first, int64_t count, uint8_t* out) override {
+    inner_->read_nf4_records(name, first, count, out);
+  }
+  bool nf4_storage(const std::string& name) const override { return inner_->nf4_storage(name); }
 
  private:
   void pass_on(const std::string& name, int64_t offset, int64_t count, at::ScalarType dtype, const void* dst) {

@@ -24,6 +24,9 @@ class WeightsDigest {
   // The next `size` bytes of tensor `name`, from byte `offset`: each tensor's pieces arrive in order,
   // end to end. Bytes of a tensor the digest does not cover are ignored.
   void add(const std::string& name, uint64_t offset, const void* data, uint64_t size);
+  // Reads and adds what no read has passed by yet, in a pass of its own: the storage of weights
+  // a rank reads as NF4 records (a bitsandbytes 4-bit folder), which no single reader sees whole.
+  void complete(const HfFolder& folder);
   // The digest as hex. Throws common::Error(kInternal) naming a tensor that was not seen whole.
   std::string hex();
   double seconds() const { return seconds_; }  // spent hashing so far

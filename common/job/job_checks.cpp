@@ -139,30 +139,29 @@ void check_no_effect(const Job& job, Checker& c) {
   }
 }
 
-// LoRA's keys mean nothing to a full fine-tune: one given a value of its own there is refused. (A
-// resolved job file spells out every key with its default; those are not refused.)
-void check_peft(const Job& job, Checker& c) {
+// [peft] keys the method ignores: one given a value of its own is refused, saying why and which
+// method uses it (`needs`). A resolved job file spells out every key with its default; those are
+// not refused.
+void refuse_unused_peft_keys(const Job& job, Checker& c, std::initializer_list<const char*> keys, const std::string& why,
+                             const char* needs) {
   const Job defaults;
-  if (job.peft.method != PeftMethod::kQlora)
-    for (const char* key : {"nf4_block_size", "nf4_double_quant"}) {
-      const FieldSpec* field = find_field("peft", key);
-      const std::string dotted = field->dotted();
-      if (c.is_set(dotted.c_str()) && field->literal(job) != field->literal(defaults))
-        c.error({dotted.c_str(), "peft.method"},
-                fmt::format("{} = {} is set but [peft] method is \"{}\", whose base is not quantised: set method = "
-                            "\"qlora\" or remove it",
-                            key, field->literal(job), enum_name(job.peft.method)));
-    }
-  if (job.peft.method != PeftMethod::kNone) return;
-  for (const char* key : {"lora_r", "lora_alpha", "lora_dropout", "target_modules", "from_peft_checkpoint"}) {
+  for (const char* key : keys) {
     const FieldSpec* field = find_field("peft", key);
     const std::string dotted = field->dotted();
     if (c.is_set(dotted.c_str()) && field->literal(job) != field->literal(defaults))
       c.error({dotted.c_str(), "peft.method"},
-              fmt::format("{} = {} is set but [peft] method is \"none\" (full fine-tuning), which would ignore it: "
-                          "set method = \"lora\" or remove it",
-                          key, field->literal(job)));
+              fmt::format("{} = {} is set but [peft] method is \"{}\", {}: set method = \"{}\" or remove it", key,
+                          field->literal(job), enum_name(job.peft.method), why, needs));
   }
+}
+
+// LoRA's keys mean nothing to a full fine-tune, the NF4 keys nothing without QLoRA.
+void check_peft(const Job& job, Checker& c) {
+  if (job.peft.method != PeftMethod::kQlora)
+    refuse_unused_peft_keys(job, c, {"nf4_block_size", "nf4_double_quant"}, "whose base is not quantised", "qlora");
+  if (job.peft.method == PeftMethod::kNone)
+    refuse_unused_peft_keys(job, c, {"lora_r", "lora_alpha", "lora_dropout", "target_modules", "from_peft_checkpoint"},
+                            "full fine-tuning, which would ignore it", "lora");
 }
 
 void check_metrics(const Job& job, Checker& c) {

@@ -169,6 +169,18 @@ void FlatParam::loaded() {
   provisional_ = true;
 }
 
+void FlatParam::load_records(const RecordReader& read) {
+  ST_CHECK(nf4_.has_value(), common::ErrorKind::kInternal, "records loaded into a flat parameter without NF4");
+  const int64_t per = nf4_->record_elements();
+  at::Tensor records = padding_records(layout_.shard_numel() / per, *nf4_, at::TensorOptions());
+  for (const ShardPiece& piece : layout_.pieces_in_shard(shard_rank_))
+    read(layout_.params()[piece.param].name, piece.param_offset / per, (piece.length + per - 1) / per,
+         records.data_ptr<uint8_t>() + piece.shard_offset / per * nf4_->record_bytes());
+  staging_ = at::Tensor();
+  shard_ = records.to(options_.device);
+  provisional_ = false;
+}
+
 void FlatParam::finish_quantization(dist::Communicator& shard_group) {
   if (!nf4_ || !provisional_) return;
   const auto params = static_cast<int64_t>(layout_.params().size());

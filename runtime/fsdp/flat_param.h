@@ -13,7 +13,9 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "runtime/dist/communicator.h"
@@ -51,6 +53,10 @@ class FlatParam {
   at::Tensor& load_target();
   void loaded();
   void finish_quantization(dist::Communicator& shard_group);
+  // NF4 weights stored in NF4 already: `read(name, first, count, out)` writes that parameter's
+  // records [first, first + count) to `out` (host); called for this rank's records only.
+  using RecordReader = std::function<void(const std::string&, int64_t, int64_t, uint8_t*)>;
+  void load_records(const RecordReader& read);
   // (shard_numel,), allocated at first use (loading needs none); undefined when frozen. Throws
   // while a gradient reduction into it is still in flight.
   at::Tensor& grad_shard();

@@ -71,10 +71,17 @@ void recv_bytes(char* data, int64_t bytes, int source, MPI_Comm comm) {
 
 }  // namespace
 
+void TensorSource::read_nf4_records(const std::string& name, int64_t, int64_t, uint8_t*) {
+  common::raise(ErrorKind::kInternal, fmt::format("{} is not stored in NF4 by this source", name));
+}
+
 std::vector<std::string> weight_mismatches(model::LlamaForCausalLM& model, const TensorSource& source,
-                                           std::vector<std::string>* ignored) {
+                                           std::vector<std::string>* ignored,
+                                           const std::optional<quant::Nf4Format>& nf4_base) {
   std::map<std::string, SourceTensor> have;
   for (const SourceTensor& t : source.tensors()) have.emplace(t.name, t);
+  const std::map<std::string, Nf4Stored> nf4 = source.nf4_weights();
+  size_t projections = 0;
   auto where = [&](const std::string& name) {
     const std::string file = source.location(name);
     return file.empty() ? std::string() : " in " + file;
@@ -85,6 +92,27 @@ std::vector<std::string> weight_mismatches(model::LlamaForCausalLM& model, const
     if (model::is_adapter_parameter(p.name)) continue;  // LoRA adapters are not part of the base weights
     const std::vector<int64_t> shape(p.tensor->sizes().begin(), p.tensor->sizes().end());
     needed.insert(p.name);
+    projections += quant::is_nf4_weight(p.name) ? 1 : 0;
+    if (const auto q = nf4.find(p.name); q != nf4.end()) {
+      if (!nf4_base) {
+        problems.push_back(fmt::format("{} is stored in NF4 (a bitsandbytes 4-bit folder){}: only [peft] method = "
+                                       "\"qlora\" trains on such a base",
+                                       p.name, where(p.name)));
+      } else if (q->second.format.block_size != nf4_base->block_size ||
+                 q->second.format.double_quant != nf4_base->double_quant) {
+        problems.push_back(fmt::format(
+            "{} is stored in NF4 blocks of {} with {} scales{}, but [peft] nf4_block_size = {} and nf4_double_quant = {}",
+            p.name, q->second.format.block_size, q->second.format.double_quant ? "double-quantised" : "fp32", where(p.name),
+            nf4_base->block_size, nf4_base->double_quant));
+      } else if (!quant::is_nf4_weight(p.name)) {
+        problems.push_back(fmt::format("{} is stored in NF4{}, but QLoRA keeps only the blocks' projections in NF4",
+                                       p.name, where(p.name)));
+      }
+      if (q->second.shape != shape)
+        problems.push_back(fmt::format("{} has shape [{}] in its NF4 state{}, but config.json implies [{}]", p.name,
+                                       fmt::join(q->second.shape, ", "), where(p.name), fmt::join(shape, ", ")));
+      continue;
+    }
     auto it = have.find(p.name);
     if (it == have.end()) {
       problems.push_back(fmt::format("missing tensor {} (shape [{}])", p.name, fmt::join(shape, ", ")));
@@ -98,8 +126,12 @@ std::vector<std::string> weight_mismatches(model::LlamaForCausalLM& model, const
                                      "(quantized checkpoints are not supported)",
                                      p.name, it->second.stored_dtype, where(p.name)));
   }
+  if (!nf4.empty() && nf4.size() != projections)
+    problems.push_back(fmt::format("{} of the {} block projections are stored in NF4: QLoRA needs all of them or none",
+                                   nf4.size(), projections));
   for (const auto& [name, t] : have) {
     if (needed.count(name) || (name == "lm_head.weight" && model.config().tie_word_embeddings)) continue;
+    if (source.nf4_storage(name)) continue;
     if (model::is_ignored_checkpoint_tensor(name)) {
       if (ignored != nullptr) ignored->push_back(name);
       continue;
@@ -117,10 +149,11 @@ std::string ignored_tensors_note(const std::vector<std::string>& ignored) {
                      ignored.size() > 3 ? fmt::format(" and {} more", ignored.size() - 3) : "");
 }
 
-void validate_source(model::LlamaForCausalLM& model, const SourceFactory& open_source, MPI_Comm world) {
+void validate_source(model::LlamaForCausalLM& model, const SourceFactory& open_source, MPI_Comm world,
+                     const std::optional<quant::Nf4Format>& nf4_base) {
   dist::decide_on_root(world, [&] {
     std::vector<std::string> ignored;
-    const std::vector<std::string> problems = weight_mismatches(model, *open_source(), &ignored);
+    const std::vector<std::string> problems = weight_mismatches(model, *open_source(), &ignored, nf4_base);
     if (!ignored.empty()) spdlog::info("{}", ignored_tensors_note(ignored));
     ST_CHECK(problems.empty(), ErrorKind::kConfig, "the weights do not match the model ({} problem(s)):\n  {}",
              problems.size(), fmt::join(problems, "\n  "));
@@ -329,10 +362,12 @@ void convert(const char* in, at::ScalarType from, char* out, const at::TensorOpt
   }
 }
 
-// The flat parameters of the base model: LoRA adapters hold their initial values already.
-std::vector<FlatParam*> base_flats(FsdpLlama& model) {
+// The flat parameters of the base model the rounds stream: LoRA adapters hold their initial values
+// already, and NF4 flats of a source that stores them in NF4 read their records themselves.
+std::vector<FlatParam*> base_flats(FsdpLlama& model, bool nf4_stored) {
   std::vector<FlatParam*> out;
   for (FlatParam* f : model.flat_params()) {
+    if (nf4_stored && f->nf4()) continue;
     size_t adapters = 0;
     for (const ParamSpan& p : f->layout().params()) adapters += model::is_adapter_parameter(p.name) ? 1 : 0;
     ST_CHECK(adapters == 0 || adapters == f->layout().params().size(), ErrorKind::kInternal,
@@ -350,7 +385,8 @@ namespace {
 // MPI resource it makes is the plan's, freed on every path out.
 class ShardLoader {
  public:
-  ShardLoader(FsdpLlama& model, const SourceFactory& open_source, MPI_Comm world, const LoadOptions& options);
+  ShardLoader(FsdpLlama& model, const SourceFactory& open_source, MPI_Comm world, const LoadOptions& options,
+              bool nf4_stored);
   LoadStats run();
 
  private:
@@ -379,8 +415,8 @@ class ShardLoader {
 };
 
 ShardLoader::ShardLoader(FsdpLlama& model, const SourceFactory& open_source, MPI_Comm world,
-                         const LoadOptions& options)
-    : flats_(base_flats(model)), plan_(join_groups(flats_, world, options)) {
+                         const LoadOptions& options, bool nf4_stored)
+    : flats_(base_flats(model, nf4_stored)), plan_(join_groups(flats_, world, options)) {
   ST_MPI_CHECK(MPI_Comm_rank(world, &world_rank_));
   if (plan_.reader) source_ = open_source();
   agree_storage(plan_, flats_, source_.get(), world);
@@ -535,7 +571,25 @@ LoadStats ShardLoader::run() {
 }  // namespace
 
 LoadStats load_shards(FsdpLlama& model, const SourceFactory& open_source, MPI_Comm world, const LoadOptions& options) {
-  const LoadStats stats = ShardLoader(model, open_source, world, options).run();
+  bool has_nf4 = false;
+  for (FlatParam* f : model.flat_params()) has_nf4 = has_nf4 || f->nf4().has_value();
+  // Whether the source holds the projections in NF4 already (world rank 0 asks it for everyone).
+  const bool nf4_stored =
+      has_nf4 && dist::decide_on_root(world, [&] { return std::string(open_source()->nf4_weights().empty() ? "" : "nf4"); }) ==
+                     "nf4";
+  LoadStats stats = ShardLoader(model, open_source, world, options, nf4_stored).run();
+  if (nf4_stored) {
+    // Each rank reads its own records: bitsandbytes' bytes regrouped, nothing converted.
+    const auto start = Clock::now();
+    const std::unique_ptr<TensorSource> source = open_source();
+    for (FlatParam* f : model.flat_params())
+      if (f->nf4())
+        f->load_records([&](const std::string& name, int64_t first, int64_t count, uint8_t* out) {
+          source->read_nf4_records(name, first, count, out);
+        });
+    stats.seconds += std::chrono::duration<double>(Clock::now() - start).count();
+    stats.bytes_read += source->bytes_read();
+  }
   model.finish_loading();
   return stats;
 }

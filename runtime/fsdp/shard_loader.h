@@ -10,6 +10,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 
 #include "runtime/fsdp/fsdp_llama.h"
 #include "runtime/fsdp/tensor_source.h"
@@ -37,9 +38,12 @@ using SourceFactory = std::function<std::unique_ptr<TensorSource>()>;
 // Every way the source's tensors differ from the model's parameters: missing, misshapen, of a dtype
 // that cannot be trained, or extra (an lm_head.weight beside tied embeddings is allowed, and the
 // tensors transformers ignores, model::is_ignored_checkpoint_tensor, go to `ignored`). Each names
-// the tensor and, where the source can say, its file. Empty when they match.
+// the tensor and, where the source can say, its file. Empty when they match. Weights the source
+// stores in NF4 (a bitsandbytes 4-bit folder) match only a QLoRA model (`nf4_base`) of their
+// format, and only where QLoRA keeps NF4 (every block projection, or none).
 std::vector<std::string> weight_mismatches(model::LlamaForCausalLM& model, const TensorSource& source,
-                                           std::vector<std::string>* ignored = nullptr);
+                                           std::vector<std::string>* ignored = nullptr,
+                                           const std::optional<quant::Nf4Format>& nf4_base = std::nullopt);
 
 // The log line for the tensors weight_mismatches ignored; empty when there are none.
 std::string ignored_tensors_note(const std::vector<std::string>& ignored);
@@ -48,10 +52,12 @@ std::string ignored_tensors_note(const std::vector<std::string>& ignored);
 // it against the model's parameters (every missing, extra or misshapen tensor, every non-float
 // dtype); every rank throws the same common::Error(kConfig) when anything is wrong. Rank 0 logs the
 // tensors it ignores.
-void validate_source(model::LlamaForCausalLM& model, const SourceFactory& open_source, MPI_Comm world);
+void validate_source(model::LlamaForCausalLM& model, const SourceFactory& open_source, MPI_Comm world,
+                     const std::optional<quant::Nf4Format>& nf4_base = std::nullopt);
 
-// Collective over `world`. `open_source` is called only on reading ranks. The source should have
-// passed validate_source.
+// Collective over `world`. `open_source` is called only on reading ranks, except for a source that
+// stores the base's projections in NF4 already: every rank then opens it to read its own records
+// (no conversion, no quantising). The source should have passed validate_source.
 LoadStats load_shards(FsdpLlama& model, const SourceFactory& open_source, MPI_Comm world,
                       const LoadOptions& options = {});
 

@@ -5,7 +5,10 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "runtime/quant/nf4.h"
+
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -17,6 +20,13 @@ struct SourceTensor {
   std::string stored_dtype;                  // as the storage names it ("BF16", "F8_E4M3", "I64"): for messages
   std::optional<at::ScalarType> trainable;   // the floating type it loads as; nullopt when it cannot be trained
   std::vector<int64_t> shape;
+};
+
+// A weight stored already quantised to NF4 (a bitsandbytes 4-bit folder): its logical shape and
+// format. Its storage is several tensors of the source (codes, scales, maps, quantisation state).
+struct Nf4Stored {
+  std::vector<int64_t> shape;
+  quant::Nf4Format format;
 };
 
 // One range of a tensor to read: elements [offset, offset + count) of `name`, as `dtype`, to `dst`.
@@ -52,6 +62,13 @@ class TensorSource {
   virtual std::string location(const std::string& name) const { return {}; }
   // Bytes read from storage so far.
   virtual uint64_t bytes_read() const = 0;
+
+  // Weights stored in NF4, by name; empty for a source of plain tensors. Their records (runtime/
+  // quant/nf4.h) [first, first + count) read straight from storage into `out`, and whether a
+  // tensor of the source is part of such a weight's storage rather than a weight of its own.
+  virtual std::map<std::string, Nf4Stored> nf4_weights() const { return {}; }
+  virtual void read_nf4_records(const std::string& name, int64_t first, int64_t count, uint8_t* out);
+  virtual bool nf4_storage(const std::string& name) const { return false; }
 };
 
 }  // namespace shardtune::fsdp

@@ -173,6 +173,8 @@ ROWS = [
     ("peft.lora_dropout", "0.5", "differs", ("lora_dropout", "lora")),
     ("peft.target_modules", '["q_proj", "k_proj", "v_proj"]', "plan", ["peft.method=lora"]),
     ("peft.from_peft_checkpoint", PEFT, "log", ("from_peft", "LoRA adapters from " + re.escape(PEFT))),
+    ("peft.nf4_block_size", "128", "plan", ["peft.method=qlora"]),
+    ("peft.nf4_double_quant", "false", "plan", ["peft.method=qlora"]),
     ("data.format", "alpaca", "log", ("alpaca", r"training data: \d+ examples")),
     ("data.train_file", "a.json", "error", []),
     ("data.val_file", ALPACA, "log", ("alpaca_valfile", r"validation data: 2000 examples")),

@@ -5,7 +5,8 @@
 #    ways in fp32, and of LoRA (adapters counted module by module; the base in bf16 under mixed
 #    precision), and of QLoRA (NF4 records per projection, each tensor in whole records);
 #  - Llama 3.1 70B over 32 GPUs does not fit 40 GiB: every change it lists, applied with its own
-#    --set overrides, is planned again and fits;
+#    --set overrides, is planned again and fits; Llama 2 70B LoRA on 4 x 24 GB does not fit, and
+#    QLoRA is listed as a change that does (and fits when applied);
 #  - a real 2-rank run's largest per-step peak RSS is within 15% of the plan;
 #  - `shardtune submit --dry-run` warns about a GPU job that will not fit ([launch] gpu_memory_gib);
 #  - a --gpu-memory that is not a size, and a model without config.json, are clear errors.
@@ -109,6 +110,16 @@ while read -r sets; do
   grep -q "^fits: " "$tmp/changed.txt" || fail "the suggested $sets does not fit: $(tail -3 "$tmp/changed.txt")"
 done <"$tmp/changes"
 echo "70B on 40 GiB: $(wc -l <"$tmp/changes") change(s) listed, each planned again and fitting"
+
+# Llama 2 70B LoRA on one node of 4 x 24 GB: the bf16 base does not fit, and QLoRA is what makes it.
+"$st" plan configs/llama3-70b-qlora.toml --model-config tests/fixtures/hf_configs/llama-2-70b.json --set peft.method=lora \
+  --set slurm.nodes=1 --set slurm.gpus_per_node=4 --gpu-memory 24GiB >"$tmp/qlora70b.txt" 2>&1 || fail "plan of 70B LoRA failed"
+grep -q "^does not fit: " "$tmp/qlora70b.txt" || fail "70B LoRA on 4 x 24 GB fits: $(tail -5 "$tmp/qlora70b.txt")"
+grep -q "QLoRA (the base's projections in 4-bit NF4.*(--set peft.method=qlora)" "$tmp/qlora70b.txt" ||
+  fail "QLoRA was not suggested for 70B LoRA on 4 x 24 GB: $(tail -5 "$tmp/qlora70b.txt")"
+"$st" plan configs/llama3-70b-qlora.toml --model-config tests/fixtures/hf_configs/llama-2-70b.json \
+  --set slurm.nodes=1 --set slurm.gpus_per_node=4 --gpu-memory 24GiB >"$tmp/qlora70b.txt" 2>&1
+grep -q "^fits: " "$tmp/qlora70b.txt" || fail "the suggested QLoRA does not fit: $(tail -3 "$tmp/qlora70b.txt")"
 
 # The plan against a real run.
 "$st" run "$tmp/job.toml" -n 2 --set "job.output_dir=$tmp/run" >"$tmp/run.log" 2>&1 || fail "the run failed: $(tail -5 "$tmp/run.log")"

@@ -3,7 +3,9 @@
 #  - its loss falls; the log shows the NF4 base; checkpoints hold only the adapters and record the
 #    quantisation (manifest, read back by python);
 #  - the base streamed into shards (each rank quantising its own records) gives bitwise the same
-#    losses as one quantised from the whole model;
+#    losses as one quantised from the whole model, and so does the same base stored in 4 bits as
+#    bitsandbytes writes it (tools/reference/make_bnb_folder.py), each rank reading its records;
+#    such a folder with another method or block size, another 8-bit map, or FP4 is refused, named;
 #  - a checkpoint of 2 ranks resumes at 3 ranks and continues to the same sample;
 #  - resuming with another quantisation (LoRA, or another block size) is refused with the reason;
 #  - export-peft writes a PEFT adapter folder; merge-lora writes a merged model whose logits equal
@@ -51,6 +53,44 @@ PY
 run "$tmp/stream" 2 10 --set fsdp.low_cpu_fsdp=true || fail "the streamed run failed: $(tail -3 "$tmp/log")"
 grep -q "streamed the weights into shards" "$tmp/log" || fail "the base was not streamed"
 [[ "$(losses "$tmp/stream")" == "$(losses "$tmp/a" | head -10)" ]] || fail "streaming the base changed the losses"
+
+# A folder stored in 4 bits as bitsandbytes writes it, made from the same base by the numpy
+# reference: each rank reads its records as stored, and training is bitwise the same as on the
+# original quantised by shardtune.
+$py tools/reference/make_bnb_folder.py configs/data/tiny-llama "$tmp/bnb" 32 true >/dev/null ||
+  fail "make_bnb_folder.py failed"
+run "$tmp/prequantised" 2 10 --set "model.path=$tmp/bnb" || fail "the pre-quantised run failed: $(tail -3 "$tmp/log")"
+[[ "$(losses "$tmp/prequantised")" == "$(losses "$tmp/a" | head -10)" ]] ||
+  fail "the pre-quantised folder trained otherwise than quantising its original"
+run "$tmp/bnb-lora" 2 1 --set "model.path=$tmp/bnb" --set peft.method=lora --set peft.nf4_block_size=64 &&
+  fail "LoRA on a 4-bit folder exited 0"
+grep -q "model.layers.0.self_attn.q_proj.weight is stored in NF4 (a bitsandbytes 4-bit folder).*only \[peft\] method = \"qlora\"" \
+  "$tmp/log" || fail "LoRA on a 4-bit folder: $(grep -m2 -i error "$tmp/log")"
+run "$tmp/bnb-64" 2 1 --set "model.path=$tmp/bnb" --set peft.nf4_block_size=64 && fail "another block size on a 4-bit folder exited 0"
+grep -q "is stored in NF4 blocks of 32 with double-quantised scales.*but \[peft\] nf4_block_size = 64" "$tmp/log" ||
+  fail "the block size of a 4-bit folder: $(grep -m2 -i error "$tmp/log")"
+# Maps other than bitsandbytes' own (as its CPU quantisation before 0.50 stored), and FP4: refused, named.
+$py - "$tmp/bnb" "$tmp/bnb-map" "$tmp/bnb-fp4" <<'PY'
+import json, shutil, struct, sys
+src, bad_map, fp4 = sys.argv[1:4]
+for out in (bad_map, fp4):
+    shutil.copytree(src, out)
+path = bad_map + "/model.safetensors"
+data = bytearray(open(path, "rb").read())
+n = struct.unpack("<Q", data[:8])[0]
+header = json.loads(data[8:8 + n])
+begin, _ = header["model.layers.1.mlp.up_proj.weight.nested_quant_map"]["data_offsets"]
+data[8 + n + begin:8 + n + begin + 4] = struct.pack("<f", -1.0)
+open(path, "wb").write(bytes(data))
+path = fp4 + "/model.safetensors"
+data = open(path, "rb").read().replace(b"bitsandbytes__nf4", b"bitsandbytes__fp4")
+open(path, "wb").write(data)
+PY
+run "$tmp/bnb-map-run" 2 1 --set "model.path=$tmp/bnb-map" && fail "a 4-bit folder with another 8-bit map exited 0"
+grep -q "model.layers.1.mlp.up_proj.weight.nested_quant_map in .*: value 0 is -1, bitsandbytes' 8-bit dynamic map has -0.992968738" \
+  "$tmp/log" || fail "another 8-bit map: $(grep -m2 -i error "$tmp/log")"
+run "$tmp/bnb-fp4-run" 2 1 --set "model.path=$tmp/bnb-fp4" && fail "an FP4 folder exited 0"
+grep -q "quant_type fp4: only NF4 bases are supported" "$tmp/log" || fail "FP4: $(grep -m2 -i error "$tmp/log")"
 
 # Another world size: 2 ranks' checkpoint resumed by 3, to the sample 80 steps of 2 ranks reach.
 run "$tmp/a" 3 80 || { fail "the resume at 3 ranks failed"; tail -20 "$tmp/log"; }

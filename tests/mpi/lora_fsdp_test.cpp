@@ -25,29 +25,16 @@
 #include "runtime/model/loss.h"
 #include "runtime/train/train_step.h"
 #include "tests/mpi/test_device.h"
+#include "tests/mpi/torch_reference_folders.h"
 
 namespace shardtune {
 namespace {
 
 namespace fs = std::filesystem;
 
-// max |a - b| / max |b|, as the single-process reference test measures it.
-double relative_error(const at::Tensor& a, const at::Tensor& b) {
-  const double scale = b.abs().max().item<double>();
-  return (a.to(at::kCPU, at::kDouble) - b.to(at::kDouble)).abs().max().item<double>() / (scale > 0 ? scale : 1.0);
-}
+using testing_support::relative_error;
 
-std::vector<fs::path> lora_folders() {
-  const char* root = std::getenv("SHARDTUNE_TORCH_REFERENCE");
-  std::vector<fs::path> out;
-  if (root == nullptr) return out;
-  for (const auto& e : fs::directory_iterator(root))
-    if (fs::exists(e.path() / "adapter") && fs::exists(e.path() / "reference.safetensors") &&
-        !fs::exists(e.path() / "qlora.json"))  // QLoRA's are qlora_fsdp_test's
-      out.push_back(e.path());
-  std::sort(out.begin(), out.end());
-  return out;
-}
+std::vector<fs::path> lora_folders() { return testing_support::adapter_reference_folders(/*qlora=*/false); }
 
 struct Case {
   job::ShardingStrategy strategy = job::ShardingStrategy::kFullShard;

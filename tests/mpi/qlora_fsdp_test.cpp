@@ -32,26 +32,16 @@
 #include "runtime/model/loss.h"
 #include "runtime/train/train_step.h"
 #include "tests/mpi/test_device.h"
+#include "tests/mpi/torch_reference_folders.h"
 
 namespace shardtune {
 namespace {
 
 namespace fs = std::filesystem;
 
-double relative_error(const at::Tensor& a, const at::Tensor& b) {
-  const double scale = b.abs().max().item<double>();
-  return (a.to(at::kCPU, at::kDouble) - b.to(at::kDouble)).abs().max().item<double>() / (scale > 0 ? scale : 1.0);
-}
+using testing_support::relative_error;
 
-std::vector<fs::path> qlora_folders() {
-  const char* root = std::getenv("SHARDTUNE_TORCH_REFERENCE");
-  std::vector<fs::path> out;
-  if (root == nullptr) return out;
-  for (const auto& e : fs::directory_iterator(root))
-    if (fs::exists(e.path() / "qlora.json")) out.push_back(e.path());
-  std::sort(out.begin(), out.end());
-  return out;
-}
+std::vector<fs::path> qlora_folders() { return testing_support::adapter_reference_folders(/*qlora=*/true); }
 
 int world_size() {
   int w = 0;
@@ -64,6 +54,7 @@ struct Case {
   int hsdp_shard = 0;
   bool checkpointing = false;
   bool streamed = false;  // the base streamed from the folder into empty shards
+  std::string base = "base";  // base-nf4: the folder bitsandbytes would write, records read as stored
 };
 
 void run_case(const fs::path& dir, const Case& c) {
@@ -84,10 +75,13 @@ void run_case(const fs::path& dir, const Case& c) {
   options.nf4_base = quant::Nf4Format{q["block_size"].get<int64_t>(), q["double_quant"].get<bool>()};
   dist::ProcessGroups groups = testing_support::make_test_groups(options.shard_size);
 
-  const std::string base = (dir / "base").string();
+  const std::string base = (dir / c.base).string();
   const checkpoint::HfFolder folder = checkpoint::HfFolder::open(base);
   const at::TensorOptions where = c.streamed ? at::TensorOptions().device(at::kMeta) : at::TensorOptions();
   model::LlamaForCausalLM m(checkpoint::read_hf_config(folder), where.dtype(at::kFloat));
+  if (c.streamed)
+    fsdp::validate_source(m, [base] { return std::make_unique<checkpoint::HfTensorSource>(base); }, MPI_COMM_WORLD,
+                          options.nf4_base);
   if (!c.streamed) checkpoint::load_hf_weights(m, folder);
   const checkpoint::PeftAdapterConfig adapter = checkpoint::read_peft_config((dir / "adapter").string());
   model::add_lora(m, adapter.lora, 11);
@@ -190,6 +184,16 @@ TEST(QloraFsdp, StreamedBaseIsQuantisedAsFromFullValues) {
   run_case(folders.front(), {job::ShardingStrategy::kFullShard, 0, false, /*streamed=*/true});
   if (world_size() % 2 == 0)
     run_case(folders.front(), {job::ShardingStrategy::kHybridShard, world_size() / 2, false, /*streamed=*/true});
+}
+
+// A folder stored in 4 bits as bitsandbytes writes it (made by the numpy reference from the same
+// base): each rank reads its records as stored, and every weight, loss and gradient is the one of
+// quantising the original.
+TEST(QloraFsdp, APrequantisedFolderGivesTheWeightsOfQuantisingItsOriginal) {
+  const auto folders = qlora_folders();
+  if (folders.empty()) GTEST_SKIP() << "SHARDTUNE_TORCH_REFERENCE is not set or holds no QLoRA folder";
+  run_case(folders.front(), {job::ShardingStrategy::kFullShard, 0, false, /*streamed=*/true, "base-nf4"});
+  run_case(folders.front(), {job::ShardingStrategy::kShardGradOp, 0, true, /*streamed=*/true, "base-nf4"});
 }
 
 }  // namespace

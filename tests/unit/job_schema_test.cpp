@@ -79,7 +79,7 @@ TEST(JobSchema, LoraKeysWithoutLoraAreRefusedAndLlamaRecipesSpellingsNameTheKeyT
                                  "target_modules = [\"q_proj\"]", "from_peft_checkpoint = \"adapter\""}) {
     const LoadedJob loaded = parse_job(std::string(kMinimal) + "\n[peft]\n" + key + "\n", "job.toml", {});
     const std::string out = loaded.diagnostics.to_string();
-    EXPECT_NE(out.find("is set but [peft] method is \"none\" (full fine-tuning), which would ignore it"),
+    EXPECT_NE(out.find("is set but [peft] method is \"none\", full fine-tuning, which would ignore it"),
               std::string::npos)
         << key << ": " << out;
     EXPECT_NE(out.find("job.toml:9:"), std::string::npos) << "not at the key's line: " << out;

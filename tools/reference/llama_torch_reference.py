@@ -25,7 +25,8 @@ is a cross-check that needs only Debian's python3-torch.
 
 QLoRA (qlora-<config>/, with qlora.json giving the NF4 format): the same on the base's block
 projections quantised to NF4 by nf4_reference.py and dequantised; reference.safetensors also holds
-dequantized.<name>, those weights as QLoRA computes with them.
+dequantized.<name>, those weights as QLoRA computes with them, and base-nf4/ is the base as
+bitsandbytes' save_pretrained stores it in 4 bits (make_bnb_folder.py).
 
 LoRA (lora-<config>/): PEFT's lora.Linear written out, y = W x + b + (alpha / r) B A x on the
 targeted projections and the head, the base frozen. Each folder holds base/ (the base model),
@@ -47,7 +48,7 @@ import torch.nn.functional as F
 
 from tiny_llama_configs import CONFIGS, SEED, inputs, packed_position_ids
 
-SAFETENSORS_DTYPES = {torch.float32: "F32", torch.bfloat16: "BF16", torch.int64: "I64"}
+SAFETENSORS_DTYPES = {torch.float32: "F32", torch.bfloat16: "BF16", torch.int64: "I64", torch.uint8: "U8"}
 
 
 def write_safetensors(path, tensors):
@@ -366,6 +367,9 @@ def make_lora(folder, case):
     if "nf4" in case:
         with open(os.path.join(folder, "qlora.json"), "w") as f:
             json.dump(case["nf4"], f)
+        import make_bnb_folder  # the same base as bitsandbytes would store it in 4 bits: base-nf4/
+        make_bnb_folder.main(os.path.join(folder, "base"), os.path.join(folder, "base-nf4"), case["nf4"]["block_size"],
+                             case["nf4"]["double_quant"])
     exact = {n: t.double() for n, t in computed.items()}
     exact.update({n: t.double().requires_grad_(True) for n, t in adapters.items()})
     logits = forward(cfg, exact, input_ids, position_ids, lora_scale=case["alpha"] / case["r"])
