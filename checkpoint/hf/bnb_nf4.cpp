@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
 
 #include "common/error.h"
 
@@ -32,12 +33,17 @@ std::vector<uint8_t> bytes_of(const HfFolder& folder, const std::string& name) {
   return out;
 }
 
+// The folder and the names of its tensors, looked up once.
+struct Folder {
+  const HfFolder& hf;
+  std::set<std::string> names;
+};
+
 // A tensor that must exist with this dtype and this many elements; `why` says what it is.
-const TensorInfo& expect(const HfFolder& folder, const std::string& name, common::Dtype dtype, int64_t elements,
+const TensorInfo& expect(const Folder& f, const std::string& name, common::Dtype dtype, int64_t elements,
                          const char* why) {
-  const std::vector<std::string> names = folder.tensor_names();
-  ST_CHECK(std::find(names.begin(), names.end(), name) != names.end(), ErrorKind::kConfig,
-           "{}: the 4-bit weight lacks {} ({})", folder.dir(), name, why);
+  const HfFolder& folder = f.hf;
+  ST_CHECK(f.names.count(name) != 0, ErrorKind::kConfig, "{}: the 4-bit weight lacks {} ({})", folder.dir(), name, why);
   const TensorInfo& t = folder.info(name);
   ST_CHECK(t.dtype == dtype && static_cast<int64_t>(t.nbytes) == elements * static_cast<int64_t>(common::element_size(dtype)),
            ErrorKind::kConfig, "{} in {}: {} {} bytes, expected {} {} ({})", name, folder.file_of(name).path(),
@@ -47,8 +53,9 @@ const TensorInfo& expect(const HfFolder& folder, const std::string& name, common
 
 // A stored value table must be bitsandbytes' own, bit for bit: dequantising with another would not
 // be bitsandbytes' arithmetic.
-void expect_table(const HfFolder& folder, const std::string& name, const float* want, size_t n, const char* what) {
-  expect(folder, name, common::Dtype::kF32, static_cast<int64_t>(n), what);
+void expect_table(const Folder& f, const std::string& name, const float* want, size_t n, const char* what) {
+  const HfFolder& folder = f.hf;
+  expect(f, name, common::Dtype::kF32, static_cast<int64_t>(n), what);
   const std::vector<uint8_t> raw = bytes_of(folder, name);
   for (size_t i = 0; i < n; ++i) {
     float got = 0;
@@ -60,7 +67,8 @@ void expect_table(const HfFolder& folder, const std::string& name, const float* 
   }
 }
 
-BnbNf4Weight read_weight(const HfFolder& folder, const std::string& state_name) {
+BnbNf4Weight read_weight(const Folder& f, const std::string& state_name) {
+  const HfFolder& folder = f.hf;
   const std::string weight = state_name.substr(0, state_name.find(kStateSuffix));
   const std::string where = fmt::format("{} in {}", state_name, folder.file_of(state_name).path());
   const std::string kind = state_name.substr(state_name.find(kStateSuffix) + std::strlen(kStateSuffix));
@@ -100,9 +108,9 @@ BnbNf4Weight read_weight(const HfFolder& folder, const std::string& state_name) 
   ST_CHECK(static_cast<int64_t>(packed.nbytes) * 2 >= w.numel, ErrorKind::kConfig,
            "{} in {}: {} bytes cannot hold the {} codes of shape [{}]", weight, folder.file_of(weight).path(),
            packed.nbytes, w.numel, fmt::join(w.shape, ", "));
-  expect_table(folder, weight + ".quant_map", quant::nf4_values().data(), 16, "NF4 table");
+  expect_table(f, weight + ".quant_map", quant::nf4_values().data(), 16, "NF4 table");
   if (!w.format.double_quant) {
-    expect(folder, weight + ".absmax", common::Dtype::kF32, blocks, "an fp32 absmax per block");
+    expect(f, weight + ".absmax", common::Dtype::kF32, blocks, "an fp32 absmax per block");
     return w;
   }
   ST_CHECK(field("nested_blocksize") == quant::kNestedBlock, ErrorKind::kConfig,
@@ -111,10 +119,10 @@ BnbNf4Weight read_weight(const HfFolder& folder, const std::string& state_name) 
   ST_CHECK(field("nested_offset").is_number(), ErrorKind::kConfig, "{}: nested_offset {} is not a number", where,
            field("nested_offset").dump());
   w.offset = static_cast<float>(field("nested_offset").get<double>());
-  expect(folder, weight + ".absmax", common::Dtype::kU8, blocks, "an 8-bit scale per block");
-  expect(folder, weight + ".nested_absmax", common::Dtype::kF32, div_up(blocks, quant::kNestedBlock),
+  expect(f, weight + ".absmax", common::Dtype::kU8, blocks, "an 8-bit scale per block");
+  expect(f, weight + ".nested_absmax", common::Dtype::kF32, div_up(blocks, quant::kNestedBlock),
          "an fp32 absmax2 per 256 blocks");
-  expect_table(folder, weight + ".nested_quant_map", quant::dynamic_map().data(), 256, "8-bit dynamic map");
+  expect_table(f, weight + ".nested_quant_map", quant::dynamic_map().data(), 256, "8-bit dynamic map");
   return w;
 }
 
@@ -129,9 +137,11 @@ bool is_bnb_4bit(const HfFolder& folder) {
 
 std::map<std::string, BnbNf4Weight> read_bnb_nf4_weights(const HfFolder& folder) {
   std::map<std::string, BnbNf4Weight> out;
-  for (const std::string& name : folder.tensor_names())
+  const std::vector<std::string> names = folder.tensor_names();
+  const Folder f{folder, {names.begin(), names.end()}};
+  for (const std::string& name : names)
     if (name.find(kStateSuffix) != std::string::npos) {
-      BnbNf4Weight w = read_weight(folder, name);
+      BnbNf4Weight w = read_weight(f, name);
       out.emplace(w.name, std::move(w));
     }
   return out;

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "runtime/dist/agree.h"
 #include "runtime/fsdp/nf4_storage.h"
 
 namespace shardtune::fsdp {
@@ -152,17 +153,24 @@ void FlatParam::loaded() {
   at::Tensor records = padding_records(layout_.shard_numel() / per, single, at::TensorOptions());
   sums_.assign(layout_.params().size(), quant::ExactSum());
   const int64_t chunk = std::max<int64_t>(1, (int64_t{1} << 22) / per);  // records converted to fp32 at a time
-  for (const ShardPiece& piece : layout_.pieces_in_shard(shard_rank_)) {
-    const ParamSpan& p = layout_.params()[piece.param];
-    for (int64_t first = 0; first * per < piece.length; first += chunk) {
-      const int64_t begin = first * per, valid = std::min(chunk * per, piece.length - begin);
-      const at::Tensor x = staging_.narrow(0, piece.shard_offset + begin, valid).to(at::kFloat).contiguous();
-      check_finite(x, p.name, piece.param_offset + begin);
-      std::vector<float> absmax(static_cast<size_t>((valid + nf4_->block_size - 1) / nf4_->block_size));
-      quant::block_absmax(x.data_ptr<float>(), valid, *nf4_, absmax.data(), &sums_[piece.param]);
-      quant::quantize_records(x.data_ptr<float>(), valid, (valid + per - 1) / per, 0.0f, single,
-                              records.data_ptr<uint8_t>() + (piece.shard_offset + begin) / per * single.record_bytes());
+  // A weight that cannot be quantised is kept as the flat's error, not thrown: a loader calls this
+  // between its rounds, where a rank that left would leave the others waiting. finish_quantization
+  // raises it on every rank at once.
+  try {
+    for (const ShardPiece& piece : layout_.pieces_in_shard(shard_rank_)) {
+      const ParamSpan& p = layout_.params()[piece.param];
+      for (int64_t first = 0; first * per < piece.length; first += chunk) {
+        const int64_t begin = first * per, valid = std::min(chunk * per, piece.length - begin);
+        const at::Tensor x = staging_.narrow(0, piece.shard_offset + begin, valid).to(at::kFloat).contiguous();
+        check_finite(x, p.name, piece.param_offset + begin);
+        std::vector<float> absmax(static_cast<size_t>((valid + nf4_->block_size - 1) / nf4_->block_size));
+        quant::block_absmax(x.data_ptr<float>(), valid, *nf4_, absmax.data(), &sums_[piece.param]);
+        quant::quantize_records(x.data_ptr<float>(), valid, (valid + per - 1) / per, 0.0f, single,
+                                records.data_ptr<uint8_t>() + (piece.shard_offset + begin) / per * single.record_bytes());
+      }
     }
+  } catch (const common::Error& e) {
+    load_error_ = e.what();
   }
   staging_ = at::Tensor();
   shard_ = records.to(options_.device);
@@ -183,6 +191,9 @@ void FlatParam::load_records(const RecordReader& read) {
 
 void FlatParam::finish_quantization(dist::Communicator& shard_group) {
   if (!nf4_ || !provisional_) return;
+  dist::act_on_all(shard_group, "quantising the base to NF4", [&] {
+    ST_CHECK(load_error_.empty(), common::ErrorKind::kConfig, "{}", load_error_);
+  });
   const auto params = static_cast<int64_t>(layout_.params().size());
   at::Tensor bins = at::empty({params, quant::ExactSum::kBins}, at::TensorOptions().dtype(at::kLong));
   for (int64_t i = 0; i < params; ++i)

@@ -135,6 +135,7 @@ class FlatParam {
   bool provisional_ = false;           // records with fp32 scales until finish_quantization
   bool dequantize_pending_ = false;    // gathering: the records still to be dequantised
   std::vector<quant::ExactSum> sums_;  // per parameter: this rank's block maxima, while provisional
+  std::string load_error_;             // why loaded() could not quantise, raised by finish_quantization
 };
 
 }  // namespace shardtune::fsdp

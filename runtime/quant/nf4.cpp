@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "common/lora_targets.h"
 
 namespace shardtune::quant {
 namespace {
@@ -141,13 +142,10 @@ uint8_t dynamic_code(float x) {
 }
 
 bool is_nf4_weight(const std::string& name) {
-  static const char* const kProjections[] = {"self_attn.q_proj.weight", "self_attn.k_proj.weight",
-                                             "self_attn.v_proj.weight", "self_attn.o_proj.weight",
-                                             "mlp.gate_proj.weight",    "mlp.up_proj.weight",
-                                             "mlp.down_proj.weight"};
+  // "model.layers.<N>.<self_attn|mlp>.<projection>.weight"
   if (name.rfind("model.layers.", 0) != 0) return false;
-  for (const char* p : kProjections) {
-    const std::string suffix = std::string(".") + p;
+  for (std::string_view module : common::kLoraBlockModules) {
+    const std::string suffix = "." + std::string(module) + ".weight";
     if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) return true;
   }
   return false;

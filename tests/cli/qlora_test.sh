@@ -6,6 +6,7 @@
 #    losses as one quantised from the whole model, and so does the same base stored in 4 bits as
 #    bitsandbytes writes it (tools/reference/make_bnb_folder.py), each rank reading its records;
 #    such a folder with another method or block size, another 8-bit map, or FP4 is refused, named;
+#  - a NaN in a projection is named with its element, whole or streamed, and nothing is written;
 #  - a checkpoint of 2 ranks resumes at 3 ranks and continues to the same sample;
 #  - resuming with another quantisation (LoRA, or another block size) is refused with the reason;
 #  - export-peft writes a PEFT adapter folder; merge-lora writes a merged model whose logits equal
@@ -91,6 +92,27 @@ grep -q "model.layers.1.mlp.up_proj.weight.nested_quant_map in .*: value 0 is -1
   "$tmp/log" || fail "another 8-bit map: $(grep -m2 -i error "$tmp/log")"
 run "$tmp/bnb-fp4-run" 2 1 --set "model.path=$tmp/bnb-fp4" && fail "an FP4 folder exited 0"
 grep -q "quant_type fp4: only NF4 bases are supported" "$tmp/log" || fail "FP4: $(grep -m2 -i error "$tmp/log")"
+
+# A NaN in a projection cannot be quantised: named with its element, from the whole model and
+# streamed, and nothing is written.
+cp -r configs/data/tiny-llama "$tmp/nan-base"
+$py - "$tmp/nan-base" <<'PY'
+import json, struct, sys
+index = json.load(open(sys.argv[1] + "/model.safetensors.index.json"))
+path = sys.argv[1] + "/" + index["weight_map"]["model.layers.1.mlp.down_proj.weight"]
+data = bytearray(open(path, "rb").read())
+n = struct.unpack("<Q", data[:8])[0]
+begin, _ = json.loads(data[8:8 + n])["model.layers.1.mlp.down_proj.weight"]["data_offsets"]
+data[8 + n + begin + 4 * 5:8 + n + begin + 4 * 6] = struct.pack("<f", float("nan"))
+open(path, "wb").write(bytes(data))
+PY
+for how in whole streamed; do
+  run "$tmp/nan-$how" 2 1 --set "model.path=$tmp/nan-base" --set fsdp.low_cpu_fsdp=$([[ $how == streamed ]] && echo true || echo false) &&
+    fail "a NaN weight ($how) exited 0"
+  grep -q "weight model.layers.1.mlp.down_proj.weight holds nan at element 5: NF4 quantises finite weights only" "$tmp/log" ||
+    fail "a NaN weight ($how) was not named: $(grep -m2 -i 'error\|critical' "$tmp/log")"
+  [[ -e "$tmp/nan-$how/checkpoints/latest" ]] && fail "a NaN weight ($how) left a checkpoint"
+done
 
 # Another world size: 2 ranks' checkpoint resumed by 3, to the sample 80 steps of 2 ranks reach.
 run "$tmp/a" 3 80 || { fail "the resume at 3 ranks failed"; tail -20 "$tmp/log"; }

@@ -301,6 +301,12 @@ LORA_ROWS = 12  # rows of the reference batch: 1, 2, 3 and 4 ranks take equal sh
 NF4_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
+def is_nf4_weight(name):
+    """A block projection's weight: what QLoRA (and bitsandbytes' 4-bit loading) stores in NF4."""
+    parts = name.split(".")
+    return name.startswith("model.layers.") and parts[-1] == "weight" and parts[-2] in NF4_PROJECTIONS
+
+
 def nf4_roundtrip(weights, nf4):
     """The base as QLoRA computes with it: every projection of every block quantised to NF4 and
     dequantised (float32), the rest as stored."""
@@ -308,8 +314,7 @@ def nf4_roundtrip(weights, nf4):
     import nf4_reference
     out = dict(weights)
     for name, t in weights.items():
-        parts = name.split(".")
-        if name.startswith("model.layers.") and parts[-1] == "weight" and parts[-2] in NF4_PROJECTIONS:
+        if is_nf4_weight(name):
             x = t.float().numpy().reshape(-1)
             q = nf4_reference.quantize(x, nf4["block_size"], nf4["double_quant"])
             deq = nf4_reference.dequantize(q, x.size, nf4["block_size"], nf4["double_quant"])

@@ -24,9 +24,8 @@ import numpy as np
 import torch
 
 import nf4_reference
-from llama_torch_reference import read_folder, write_safetensors
+from llama_torch_reference import is_nf4_weight, read_folder, write_safetensors
 
-PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
 
@@ -51,8 +50,7 @@ def main(src, out, block, double_quant):
     cfg, weights = read_folder(src)
     tensors = {}
     for name, t in weights.items():
-        parts = name.split(".")
-        if name.startswith("model.layers.") and parts[-1] == "weight" and parts[-2] in PROJECTIONS:
+        if is_nf4_weight(name):
             tensors.update(quantised(name, t, block, double_quant))
         else:
             tensors[name] = t
