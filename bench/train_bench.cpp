@@ -5,7 +5,11 @@
 // micro-batch that does not fit exits with code 3, so bench/gpu.sh can look for the largest that
 // does, and compares the figures with PyTorch measured on the same GPU in the same run.
 //   mpirun -np W train_bench MODEL_DIR [--device cuda|cpu] [--seq 2048] [--micro-batch 4]
-//       [--checkpointing] [--packed] [--cudnn-attention] [--steps 10] [--warmup 3]
+//       [--checkpointing] [--packed] [--cudnn-attention] [--steps 10] [--warmup 3] [--fp32]
+//       [--strategy full_shard|no_shard] [--threads N]
+// --fp32: no mixed precision (parameters, products and gradients in fp32), as CPU training runs.
+// --threads: CPU threads per rank (0: the rank's share of the node, as jobs choose; -1: leave
+// LibTorch's and OpenBLAS's own defaults, to measure what that choice gains).
 // --packed: each row holds documents of 64 to 1024 tokens whose positions restart (per-document
 // attention); otherwise each row is one document (plain causal attention), at equal tokens.
 // --cudnn-attention: lets scaled_dot_product_attention use cuDNN, which training leaves out
@@ -13,7 +17,9 @@
 #include <ATen/ops/empty.h>
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <ATen/Parallel.h>
 #include <mpi.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -23,6 +29,7 @@
 
 #include "checkpoint/hf/hf_tensor_source.h"
 #include "common/error.h"
+#include "runtime/dist/cpu_threads.h"
 #include "runtime/dist/device.h"
 #include "runtime/dist/gpu_sharing.h"
 #include "runtime/dist/mpi_runtime.h"
@@ -49,6 +56,9 @@ struct Args {
   bool cudnn_attention = false;
   int steps = 10;
   int warmup = 3;
+  bool fp32 = false;
+  std::string strategy = "full_shard";
+  int threads = 0;
 };
 
 // Deterministic tokens for step `step` of rank `rank`; with `packed`, positions restarting at the
@@ -92,10 +102,18 @@ int run(const Args& a) {
       choice.device >= 0 ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(choice.device)) : at::Device(at::kCPU);
   if (choice.device >= 0) dist::bind_device(choice.device);
   if (a.cudnn_attention) dist::allow_cudnn_attention(true);
+  std::string threads_reason = "LibTorch's and the BLAS's defaults";
+  if (a.threads >= 0) {
+    const dist::ThreadChoice t = dist::choose_threads(dist::thread_inputs(a.threads, topo.local_size));
+    dist::use_threads(t.threads);
+    threads_reason = t.reason;
+  }
 
   job::Job job;
   job.slurm.ntasks_per_node = world;
-  job.train.mixed_precision = true;
+  job.train.mixed_precision = !a.fp32;
+  job.fsdp.sharding_strategy = a.strategy == "no_shard" ? job::ShardingStrategy::kNoShard
+                                                        : job::ShardingStrategy::kFullShard;
   job.fsdp.activation_checkpointing = a.checkpointing;
   const fsdp::FsdpOptions options =
       fsdp::fsdp_options(job.fsdp, job.train, world, static_cast<int>(job.slurm.ranks_per_node()), device);
@@ -128,7 +146,13 @@ int run(const Args& a) {
   }
   const dist::DeviceMemoryStats memory = dist::memory_stats(device);
   std::sort(step_seconds.begin(), step_seconds.end());
-  const double median = step_seconds[step_seconds.size() / 2];
+  // The slowest rank's median and the largest peak RSS of any rank (every rank's whole process).
+  double median = step_seconds[step_seconds.size() / 2];
+  MPI_Allreduce(MPI_IN_PLACE, &median, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  double peak_rss_mib = static_cast<double>(usage.ru_maxrss) / 1024.0;
+  MPI_Allreduce(MPI_IN_PLACE, &peak_rss_mib, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   const double tokens_per_s = static_cast<double>(a.micro_batch * a.seq * world) / median;
   const double flops_per_token = train::training_flops_per_token(config, a.seq);
   if (rank == 0) {
@@ -138,6 +162,12 @@ int run(const Args& a) {
         {"world_size", world},
         {"parameters", config.num_parameters()},
         {"seq", a.seq},
+        {"precision", a.fp32 ? "fp32" : "bf16 mixed"},
+        {"strategy", a.strategy},
+        {"threads", at::get_num_threads()},
+        {"threads_reason", threads_reason},
+        {"blas", dist::blas_description()},
+        {"peak_rss_mib", peak_rss_mib},
         {"micro_batch", a.micro_batch},
         {"activation_checkpointing", a.checkpointing},
         {"packed", a.packed},
@@ -149,6 +179,7 @@ int run(const Args& a) {
         {"tokens_per_s", tokens_per_s},
         {"flops_per_token", flops_per_token},
         {"tflops_per_s_per_device", tokens_per_s * flops_per_token / world / 1e12},
+        {"gflops_per_s", tokens_per_s * flops_per_token / 1e9},
         {"peak_allocated_gib", static_cast<double>(memory.peak_allocated) / (1 << 30)},
         {"peak_reserved_gib", static_cast<double>(memory.peak_reserved) / (1 << 30)},
         {"load_seconds", load.seconds}};
@@ -171,6 +202,10 @@ int main(int argc, char** argv) {
   app.add_flag("--cudnn-attention", a.cudnn_attention, "Let attention use cuDNN's kernels (off in training)");
   app.add_option("--steps", a.steps, "Timed steps")->check(CLI::Range(1, 100000));
   app.add_option("--warmup", a.warmup, "Untimed steps first")->check(CLI::Range(0, 100000));
+  app.add_flag("--fp32", a.fp32, "fp32 throughout (no mixed precision)");
+  app.add_option("--strategy", a.strategy, "full_shard or no_shard")->check(CLI::IsMember({"full_shard", "no_shard"}));
+  app.add_option("--threads", a.threads, "CPU threads per rank (0: the rank's share; -1: the libraries' defaults)")
+      ->check(CLI::Range(-1, 4096));
   CLI11_PARSE(app, argc, argv);
   dist::MpiRuntime mpi(&argc, &argv);
   try {

@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "common/job/schema.h"
 #include "rank/preflight.h"
+#include "runtime/dist/cpu_threads.h"
 #include "runtime/dist/device.h"
 #include "runtime/dist/gpu_sharing.h"
 #include "runtime/dist/mpi_check.h"
@@ -59,13 +60,20 @@ void log_shard_groups(const dist::GroupLayout& layout, const dist::Topology& top
   }
 }
 
-// The CPUs the launcher bound this rank to: LibTorch's and OpenMP's threads run on them.
-void log_cpu_affinity(const job::Job& job) {
+// The CPUs the launcher bound this rank to, and the threads it computes with on them: its share of
+// the node, so that ranks sharing a node do not each start a pool the size of the whole node.
+void set_cpu_threads(const job::Job& job, const dist::Topology& topo) {
   const common::CpuAffinity cpus = common::cpu_affinity();
   spdlog::info("CPU affinity: {} CPU(s) ({})", cpus.cpus.size(), cpus.list());
   if (slurm_env().in_job && static_cast<int64_t>(cpus.cpus.size()) < job.slurm.cpus_per_task)
     spdlog::warn("this rank may run on {} CPU(s), but [slurm] cpus_per_task = {}: its threads share them",
                  cpus.cpus.size(), job.slurm.cpus_per_task);
+  const dist::ThreadChoice threads =
+      dist::choose_threads(dist::thread_inputs(job.launch.threads_per_rank, topo.local_size));
+  dist::use_threads(threads.threads);
+  spdlog::info("CPU threads: {} per rank ({}); BLAS: {}", threads.threads, threads.reason, dist::blas_description());
+  if (!cpus.cpus.empty() && threads.threads > static_cast<int>(cpus.cpus.size()))
+    spdlog::warn("{} threads on {} CPU(s): they take turns", threads.threads, cpus.cpus.size());
 }
 
 // The device of this rank: the job's [launch] device against what this node and build offer.
@@ -92,7 +100,7 @@ RankStart start_rank(const job::Job& job, const dist::Topology& topo) {
   check_placement(topo, job);
   const dist::DeviceChoice choice = choose_rank_device(job, topo);
   spdlog::info("device: {}", choice.reason);
-  log_cpu_affinity(job);
+  set_cpu_threads(job, topo);
   ST_CHECK(choice.device >= 0 || !(job.train.use_fp16 && job.train.mixed_precision), common::ErrorKind::kConfig,
            "[train] use_fp16 = true needs a GPU, and this rank trains on the CPU ({}): LibTorch has no fp16 matrix "
            "products there. HINT: leave use_fp16 false (mixed precision in bf16)",

@@ -9,6 +9,7 @@ build=${SHARDTUNE_BUILD_DIR:-$root/build}
 packages=(
   build-essential cmake ninja-build pkg-config git
   libtorch-dev                              # LibTorch 1.13 (CPU); a CUDA LibTorch comes via Torch_DIR
+  libopenblas0-openmp                       # OpenBLAS (OpenMP threads) as libblas.so.3: LibTorch's CPU matrix products
   libopenmpi-dev openmpi-bin                # Open MPI
   libhdf5-openmpi-dev hdf5-tools            # parallel HDF5, h5dump/h5ls
   python3-h5py                              # reads checkpoints back in tests

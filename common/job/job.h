@@ -62,6 +62,7 @@ struct LaunchSection {
   double collective_timeout_s = 300.0;
   Device device = Device::kAuto;
   double gpu_memory_gib = 0;  // memory of one GPU, for the planner; 0: not given
+  int64_t threads_per_rank = 0;  // CPU threads of each rank; 0: its share of the node (runtime/dist/cpu_threads.h)
 };
 
 struct ModelSection {

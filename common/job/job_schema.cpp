@@ -239,6 +239,12 @@ std::vector<SectionSpec> build_schema() {
             "Memory of one of the job's GPUs in GiB (e.g. 80). `shardtune plan` checks the job against it, "
             "and `shardtune submit` warns before queueing a job that will not fit. 0: not given.")
         .in_range(0.0, 1e6);
+    s.field("threads_per_rank", &LaunchSection::threads_per_rank,
+            "CPU threads each rank computes with (OpenMP, LibTorch's intra-op pool and OpenBLAS alike). 0: "
+            "OMP_NUM_THREADS when the environment sets it, else the rank's share of its node: Slurm's "
+            "cpus_per_task inside a Slurm job, otherwise the node's physical cores divided by its ranks, "
+            "never more than the CPUs the rank is bound to. The rank log says what was chosen and why.")
+        .in_range(0, 4096);
   }
   {
     SectionBuilder<ModelSection> s(schema, "model", "The model to fine-tune.", &Job::model);

@@ -79,7 +79,9 @@ b=$(slices "$tmp/resumed/checkpoints/step-0000020/manifest.json")
 [ "$(echo "$a" | grep -c '^exp_avg_sq ')" -gt 10 ] || fail "the final checkpoint lists no optimizer slices"
 [ -n "$a" ] && [ "$a" = "$b" ] || fail "final parameters or moments differ"
 
-# Other world sizes: the same data order, losses within 1e-5.
+# Other world sizes: the same data order, losses within 1e-5. The world sizes split the products
+# differently, so the losses round differently: fsdp_equivalence_test holds each split's fp32 loss
+# within 64 u of the float64 result (measured: 5 u), so two runs differ by at most 128 u = 7.6e-6.
 for ranks_batch in "2 6" "3 4"; do
   set -- $ranks_batch
   out="$tmp/ws$1"

@@ -104,7 +104,8 @@ for r in steps:
     assert ("counted_flops" in r) == (r["step"] == 3), r
 counted = steps[2]["counted_flops"]
 assert abs(steps[2]["flops"] / counted - 1) < 0.02, (steps[2]["flops"], counted)
-# The same global batches at 1 rank (4 rows, the same micro-batches): the same loss and norm.
+# The same global batches at 1 rank (4 rows, the same micro-batches): the same loss and norm within
+# 1e-5, twice the 64 u (3.8e-6) by which fsdp_equivalence_test holds each run's fp32 loss to float64.
 ref = [json.loads(l) for l in open(f"{one}/metrics.jsonl") if '"step":' in l]
 assert len(ref) == 3
 for a, b in zip(steps, ref):

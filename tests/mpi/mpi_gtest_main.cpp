@@ -9,6 +9,7 @@
 #include <cstdio>
 
 #include "common/error.h"
+#include "runtime/dist/cpu_threads.h"
 #include "runtime/dist/mpi_runtime.h"
 
 namespace {
@@ -38,6 +39,13 @@ int main(int argc, char** argv) {
   std::array<char, 256> host{};
   gethostname(host.data(), host.size() - 1);
   shardtune::common::set_process_identity({host.data(), rank, size, 0, rank});
+  // Each rank computes with its share of the node's cores, as jobs' ranks do (rank/rank_start.cpp).
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+  int local_size = 1;
+  MPI_Comm_size(node, &local_size);
+  MPI_Comm_free(&node);
+  shardtune::dist::use_threads(shardtune::dist::choose_threads(shardtune::dist::thread_inputs(0, local_size)).threads);
 
   testing::InitGoogleTest(&argc, argv);
   if (rank != 0) {

@@ -162,8 +162,11 @@ void run_case(const fs::path& dir, const Case& c) {
   for (int i = 0; i < 2; ++i) train::train_step(sharded, optimizer, {batch}, train::StepOptions{1e-2}, *groups.world);
   for (const auto& [f, bytes] : packed) EXPECT_TRUE(at::equal(f->shard(), bytes)) << "the packed base changed";
   const std::map<std::string, at::Tensor> after = sharded.gather_full_parameters();
-  for (const auto& [name, value] : after)
-    if (model::is_adapter_parameter(name)) EXPECT_FALSE(at::equal(value, full.at(name))) << name << " did not train";
+  for (const auto& [name, value] : after) {
+    if (model::is_adapter_parameter(name)) {
+      EXPECT_FALSE(at::equal(value, full.at(name))) << name << " did not train";
+    }
+  }
 }
 
 TEST(QloraFsdp, LossAndAdapterGradientsMatchTheTorchReferenceForEveryStrategy) {

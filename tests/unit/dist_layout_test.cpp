@@ -1,13 +1,16 @@
-// Pure distributed arithmetic, exhaustively: HSDP group layout and the choice of GPU.
+// Pure distributed arithmetic, exhaustively: HSDP group layout, the choice of GPU and of CPU threads.
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <map>
+#include <optional>
+#include <set>
 #include <string>
 
-#include <set>
-
 #include "common/error.h"
+#include "runtime/dist/cpu_threads.h"
 #include "runtime/dist/group_layout.h"
 #include "runtime/dist/topology.h"
 
@@ -107,6 +110,62 @@ TEST(LauncherLocalRank, OpenMpiThenSlurmThenMpisOwnSplit) {
   EXPECT_EQ(launcher_local_rank(5, get), 2);
   env["OMPI_COMM_WORLD_LOCAL_RANK"] = "x";  // not a number: the next source
   EXPECT_EQ(launcher_local_rank(5, get), 3);
+}
+
+}  // namespace
+}  // namespace shardtune::dist
+
+namespace shardtune::dist {
+namespace {
+
+// Every combination of the inputs: the order of precedence, at least one thread, and the node's
+// ranks together never asking for more threads than its cores (or one each) unless told to.
+TEST(CpuThreads, ChoiceFollowsPrecedenceAndSharesTheNode) {
+  for (int64_t key : {0, 3}) {
+    for (std::optional<int64_t> omp : {std::optional<int64_t>(), std::optional<int64_t>(5)}) {
+      for (std::optional<int64_t> slurm : {std::optional<int64_t>(), std::optional<int64_t>(1),
+                                           std::optional<int64_t>(8)}) {
+        for (int cores : {1, 2, 7, 64}) {
+          for (int ranks : {1, 2, 3, 8, 128}) {
+            for (int affinity : {0, 1, 4, 64}) {
+              const ThreadInputs in{key, omp, slurm, cores, ranks, affinity};
+              const ThreadChoice c = choose_threads(in);
+              SCOPED_TRACE(c.reason);
+              ASSERT_GE(c.threads, 1);
+              if (key > 0) {
+                EXPECT_EQ(c.threads, key);
+              } else if (omp) {
+                EXPECT_EQ(c.threads, *omp);
+              } else if (slurm) {
+                EXPECT_EQ(c.threads, affinity > 0 ? std::min<int64_t>(*slurm, affinity) : *slurm);
+              } else {
+                EXPECT_LE(c.threads * ranks, std::max(cores, ranks));
+                EXPECT_EQ(c.threads, std::min(std::max(1, cores / ranks), affinity > 0 ? affinity : cores));
+              }
+              if (key == 0 && !omp && affinity > 0) {
+                EXPECT_LE(c.threads, affinity);
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(choose_threads({0, {}, {}, 16, 4, 0}).reason, "16 core(s) / 4 rank(s) on this node");
+  EXPECT_EQ(choose_threads({0, {}, 12, 16, 4, 12}).reason, "Slurm's cpus_per_task = 12, bound to 12 CPU(s)");
+}
+
+TEST(CpuThreads, AppliedToLibTorchAndTheBlas) {
+  use_threads(1);
+  EXPECT_EQ(at::get_num_threads(), 1);
+  use_threads(2);
+  EXPECT_EQ(at::get_num_threads(), 2);
+  // OpenBLAS reports its own count; other BLAS libraries are named by their path.
+  const std::string blas = blas_description();
+  if (blas.rfind("OpenBLAS", 0) == 0) {
+    EXPECT_NE(blas.find("2 thread(s)"), std::string::npos) << blas;
+  }
+  EXPECT_GE(physical_cores(), 1);
 }
 
 }  // namespace
