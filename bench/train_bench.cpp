@@ -29,6 +29,7 @@
 
 #include "checkpoint/hf/hf_tensor_source.h"
 #include "common/error.h"
+#include "common/process_memory.h"
 #include "runtime/dist/cpu_threads.h"
 #include "runtime/dist/device.h"
 #include "runtime/dist/gpu_sharing.h"
@@ -102,7 +103,8 @@ int run(const Args& a) {
       choice.device >= 0 ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(choice.device)) : at::Device(at::kCPU);
   if (choice.device >= 0) dist::bind_device(choice.device);
   if (a.cudnn_attention) dist::allow_cudnn_attention(true);
-  std::string threads_reason = "LibTorch's and the BLAS's defaults";
+  std::string threads_reason =
+      fmt::format("defaults: LibTorch {}, {}", at::get_num_threads(), dist::blas_description());
   if (a.threads >= 0) {
     const dist::ThreadChoice t = dist::choose_threads(dist::thread_inputs(a.threads, topo.local_size));
     dist::use_threads(t.threads);
@@ -165,6 +167,7 @@ int run(const Args& a) {
         {"precision", a.fp32 ? "fp32" : "bf16 mixed"},
         {"strategy", a.strategy},
         {"threads", at::get_num_threads()},
+        {"blas_threads", dist::blas_threads()},
         {"threads_reason", threads_reason},
         {"blas", dist::blas_description()},
         {"peak_rss_mib", peak_rss_mib},
@@ -191,6 +194,7 @@ int run(const Args& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  common::keep_freed_host_memory();  // as shardtune-rank
   CLI::App app{"shardtune training throughput on one model and configuration"};
   Args a;
   app.add_option("model_dir", a.model_dir, "Hugging Face model folder (shardtune-make-model)")->required();

@@ -1,6 +1,8 @@
 // Resident memory of this process.
 #include "common/process_memory.h"
 
+#include <malloc.h>
+
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -21,5 +23,10 @@ int64_t status_bytes(const char* key) {
 int64_t resident_bytes() { return status_bytes("VmRSS:"); }
 int64_t peak_resident_bytes() { return status_bytes("VmHWM:"); }
 void reset_peak_resident() { std::ofstream("/proc/self/clear_refs") << "5"; }
+
+void keep_freed_host_memory() {
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);
+  mallopt(M_TRIM_THRESHOLD, 2 << 30);
+}
 
 }  // namespace shardtune::common

@@ -14,6 +14,7 @@
 
 #include "checkpoint/h5_check.h"
 #include "common/error.h"
+#include "common/process_memory.h"
 #include "common/exit_codes.h"
 #include "common/job/job_loader.h"
 #include "common/log.h"
@@ -168,6 +169,7 @@ int run_job(const job::Job& job, const dist::Topology& topo) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  common::keep_freed_host_memory();
   int code = 0;
   try {
     dist::MpiRuntime mpi(&argc, &argv);

@@ -88,13 +88,16 @@ void use_threads(int threads) {
   if (auto set = reinterpret_cast<SetThreads>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) set(threads);
 }
 
+int blas_threads() {
+  using GetThreads = int (*)();
+  auto threads = reinterpret_cast<GetThreads>(::dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+  return threads ? threads() : 0;
+}
+
 std::string blas_description() {
   using GetConfig = char* (*)();
-  using GetThreads = int (*)();
-  if (auto config = reinterpret_cast<GetConfig>(::dlsym(RTLD_DEFAULT, "openblas_get_config"))) {
-    auto threads = reinterpret_cast<GetThreads>(::dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
-    return fmt::format("OpenBLAS ({}{})", config(), threads ? fmt::format(", {} thread(s)", threads()) : "");
-  }
+  if (auto config = reinterpret_cast<GetConfig>(::dlsym(RTLD_DEFAULT, "openblas_get_config")))
+    return fmt::format("OpenBLAS ({}, {} thread(s))", config(), blas_threads());
   void* sgemm = ::dlsym(RTLD_DEFAULT, "sgemm_");
   Dl_info info{};
   if (sgemm != nullptr && ::dladdr(sgemm, &info) != 0 && info.dli_fname != nullptr) {

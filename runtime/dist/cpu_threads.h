@@ -37,6 +37,9 @@ ThreadInputs thread_inputs(int64_t threads_per_rank, int local_ranks);
 // Sets OpenMP's, LibTorch's intra-op and OpenBLAS's thread counts of this process to `threads`.
 void use_threads(int threads);
 
+// OpenBLAS's thread count; 0 when the BLAS is not OpenBLAS.
+int blas_threads();
+
 // The BLAS LibTorch's matrix products run on: "OpenBLAS 0.3.21 ... (Zen, 2 threads)" or the
 // library's path.
 std::string blas_description();
