@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <string>
 
 namespace shardtune::common {
@@ -26,7 +27,7 @@ void reset_peak_resident() { std::ofstream("/proc/self/clear_refs") << "5"; }
 
 void keep_freed_host_memory() {
   mallopt(M_MMAP_THRESHOLD, 1 << 30);
-  mallopt(M_TRIM_THRESHOLD, 2 << 30);
+  mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());  // about 2 GiB: mallopt takes an int
 }
 
 }  // namespace shardtune::common

@@ -13,8 +13,8 @@ void reset_peak_resident();     // writes 5 to /proc/self/clear_refs (Linux 4.0+
 // For training processes: freed blocks up to 1 GiB stay in the heap for the next step instead of
 // going back to the system. glibc returns blocks above its mmap threshold (at most 32 MiB) to the
 // system on free and trims the heap's top, so each CPU training step page-faulted its activations,
-// logits and gradients in again, zero-filled by the kernel (bench/cpu_peer.sh measured 1.2x the
-// tokens/s of a 0.12B model with this). Peak memory stays what a step needs; the heap keeps it
+// logits and gradients in again, zero-filled by the kernel (1.21x the tokens/s of a 0.12B model
+// on the CPU with this, docs/design.md). Peak memory stays what a step needs; the heap keeps it
 // between steps. Not for shardtune-ckpt, whose bounded memory wants freed pieces returned.
 void keep_freed_host_memory();
 
