@@ -3,7 +3,8 @@
 # Llama, fp32, FULL_SHARD) run with each libblas.so.3 this machine has (Debian's alternatives:
 # the reference BLAS of libblas3, OpenBLAS, ...), one after another in the same run; prints each
 # one's tokens/s of plain and FSDP training and its ratio to the reference BLAS. scripts/setup.sh
-# installs only the reference BLAS (docs/design.md says why); install libopenblas0-openmp to compare.
+# installs OpenBLAS (libopenblas0-openmp), which LibTorch then uses; the reference BLAS (libblas3)
+# comes with LibTorch's packages. docs/design.md has the figures.
 # usage: bench/blas.sh [BUILD_DIR] [STEPS] [NP]
 set -euo pipefail
 build=${1:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/build}
