@@ -62,7 +62,7 @@ struct Case {
   bool tied = false;
   int frozen_layers = 0;
   bool packed = false;     // rows of two documents (5 and 11 tokens) whose positions restart
-  bool bf16 = false;       // bf16 mixed precision, compared with the fp32 reference within a bound
+  bool bf16 = false;       // bf16 mixed precision, held to the float64 reference within its own bound
   double loss_tolerance = kLossBound;    // relative to float64, per step
   double param_tolerance = kParamBound;  // relative to float64, per tensor, after the last step
 };
