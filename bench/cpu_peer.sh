@@ -24,16 +24,7 @@ cores=$(nproc)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpi=(mpirun --oversubscribe --bind-to none --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo)
 model=$work/model
-if [ ! -f "$model/config.json" ]; then
-  mkdir -p "$work"
-  cat >"$work/config.json" <<'EOF'
-{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 768, "intermediate_size": 2048,
- "num_hidden_layers": 12, "num_attention_heads": 12, "num_key_value_heads": 4, "head_dim": 64,
- "vocab_size": 32000, "max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
- "tie_word_embeddings": false, "initializer_range": 0.02, "hidden_act": "silu", "torch_dtype": "float32"}
-EOF
-  "$build/bin/shardtune-make-model" --config "$work/config.json" --dtype fp32 "$model" >/dev/null
-fi
+"$root/bench/cpu_model.sh" "$build" "$work"
 json() { $py -c "import json,sys; d=json.loads([l for l in sys.stdin if l.startswith('{')][-1]); print(d['$1'])"; }
 best() { sort -g | tail -1; }
 

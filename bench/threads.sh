@@ -2,8 +2,8 @@
 # What the choice of threads per rank is worth: train_bench (fp32, FULL_SHARD) at 1, 2 and 4 ranks
 # on this machine, with the libraries' own thread counts (--threads -1: what ranks did before they
 # chose) and with each rank's share of the node (--threads 0: what jobs do), alternating in the same
-# run. Prints tokens/s of each and the ratio. The model: bench/cpu_peer.sh's 0.12B Llama (made there
-# if missing), context SEQ, MICRO_BATCH rows per rank.
+# run. Prints tokens/s of each and the ratio. The model: bench/cpu_model.sh's 0.12B Llama, context
+# SEQ, MICRO_BATCH rows per rank.
 # usage: bench/threads.sh [BUILD_DIR] [WORK_DIR] [SEQ] [MICRO_BATCH] [STEPS]
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -14,7 +14,7 @@ mb=${4:-1}
 steps=${5:-3}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 unset OMP_NUM_THREADS OPENBLAS_NUM_THREADS
-[ -f "$work/model/config.json" ] || "$root/bench/cpu_peer.sh" "$build" "$work" 16 1 1 0 >/dev/null
+"$root/bench/cpu_model.sh" "$build" "$work"
 field() { /usr/bin/python3 -c "import json,sys; d=json.loads([l for l in sys.stdin if l.startswith('{')][-1]); print(d['$1'])"; }
 echo "cores: $(nproc); seq $seq, $mb row(s) per rank, $steps steps"
 printf '%-6s %-26s %10s   %-26s %10s %8s\n' ranks "before: threads" "tokens/s" "after: threads" "tokens/s" ratio

@@ -72,17 +72,14 @@ grep -q "is stored in NF4 blocks of 32 with double-quantised scales.*but \[peft\
   fail "the block size of a 4-bit folder: $(grep -m2 -i error "$tmp/log")"
 # Maps other than bitsandbytes' own (as its CPU quantisation before 0.50 stored), and FP4: refused, named.
 $py - "$tmp/bnb" "$tmp/bnb-map" "$tmp/bnb-fp4" <<'PY'
-import json, shutil, struct, sys
+import shutil, struct, sys
+sys.path.insert(0, "tests/cli")
+from patch_tensor import patch_tensor
 src, bad_map, fp4 = sys.argv[1:4]
 for out in (bad_map, fp4):
     shutil.copytree(src, out)
-path = bad_map + "/model.safetensors"
-data = bytearray(open(path, "rb").read())
-n = struct.unpack("<Q", data[:8])[0]
-header = json.loads(data[8:8 + n])
-begin, _ = header["model.layers.1.mlp.up_proj.weight.nested_quant_map"]["data_offsets"]
-data[8 + n + begin:8 + n + begin + 4] = struct.pack("<f", -1.0)
-open(path, "wb").write(bytes(data))
+patch_tensor(bad_map, "model.layers.1.mlp.up_proj.weight.nested_quant_map",
+             lambda data, begin, end: data.__setitem__(slice(begin, begin + 4), struct.pack("<f", -1.0)))
 path = fp4 + "/model.safetensors"
 data = open(path, "rb").read().replace(b"bitsandbytes__nf4", b"bitsandbytes__fp4")
 open(path, "wb").write(data)
@@ -97,14 +94,11 @@ grep -q "quant_type fp4: only NF4 bases are supported" "$tmp/log" || fail "FP4: 
 # streamed, and nothing is written.
 cp -r configs/data/tiny-llama "$tmp/nan-base"
 $py - "$tmp/nan-base" <<'PY'
-import json, struct, sys
-index = json.load(open(sys.argv[1] + "/model.safetensors.index.json"))
-path = sys.argv[1] + "/" + index["weight_map"]["model.layers.1.mlp.down_proj.weight"]
-data = bytearray(open(path, "rb").read())
-n = struct.unpack("<Q", data[:8])[0]
-begin, _ = json.loads(data[8:8 + n])["model.layers.1.mlp.down_proj.weight"]["data_offsets"]
-data[8 + n + begin + 4 * 5:8 + n + begin + 4 * 6] = struct.pack("<f", float("nan"))
-open(path, "wb").write(bytes(data))
+import struct, sys
+sys.path.insert(0, "tests/cli")
+from patch_tensor import patch_tensor
+patch_tensor(sys.argv[1], "model.layers.1.mlp.down_proj.weight",  # element 5 (fp32)
+             lambda data, begin, end: data.__setitem__(slice(begin + 20, begin + 24), struct.pack("<f", float("nan"))))
 PY
 for how in whole streamed; do
   run "$tmp/nan-$how" 2 1 --set "model.path=$tmp/nan-base" --set fsdp.low_cpu_fsdp=$([[ $how == streamed ]] && echo true || echo false) &&
