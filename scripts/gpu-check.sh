@@ -117,13 +117,22 @@ record environment PASS 0 ""
 export -f st_with_libs  # checks run in a child shell (check's time limit)
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
-check configure st_with_libs cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+# ST_OBJECTS_FROM (with --build-only; scripts/gpu-env-check.sh): a build of this machine whose
+# objects scripts/build_from_objects.py reuses, so it is configured the same way.
+build_type=Release
+[ -n "${ST_OBJECTS_FROM:-}" ] && build_type=$(sed -n 's/^CMAKE_BUILD_TYPE:STRING=//p' "$ST_OBJECTS_FROM/CMakeCache.txt")
+check configure st_with_libs cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE="$build_type" \
   "${ST_CMAKE_ARGS[@]}"
 # CI compiles the test programs among these against LibTorch 2.x headers too (CMakeLists.txt).
 targets=(shardtune shardtune-rank shardtune-make-model shardtune-ckpt shardtune-tokenize nccl_comm_test mpi_collectives_test
          fsdp_equivalence_test fsdp_training_test shard_loader_test device_checkpoint_test hf_model_test train_bench
          lora_fsdp_test lora_bench)
-if ! limit=${ST_BUILD_LIMIT_S:-900} check build st_with_libs cmake --build "$build" -j"$jobs" --target "${targets[@]}"; then
+build_cmd=(cmake --build "$build" -j"$jobs" --target)
+if [ $build_only -eq 1 ]; then  # what the runs below need
+  targets=(shardtune shardtune-rank shardtune-tokenize mpi_collectives_test shard_loader_test device_checkpoint_test)
+  [ -n "${ST_OBJECTS_FROM:-}" ] && build_cmd=(python3 "$root/scripts/build_from_objects.py" "$build" "$ST_OBJECTS_FROM" "$jobs")
+fi
+if ! limit=${ST_BUILD_LIMIT_S:-900} check build st_with_libs "${build_cmd[@]}" "${targets[@]}"; then
   python3 "$root/scripts/gpu_check_report.py" "$report" "$build_only"
   exit 1
 fi

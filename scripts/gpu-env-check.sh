@@ -7,19 +7,46 @@
 # scripts/gpu-check.sh --build-only builds the GPU check's programs from nothing and runs the
 # multi-rank ones on the CPU through the prefix's Open MPI. Needs root (mount) and scripts/setup.sh.
 # Shared libraries that the system's own tools load (zlib, OpenSSL, PCRE2, curl, ...) stay visible.
-# usage: scripts/gpu-env-check.sh [--jobs N] OUT_DIR      (11 minutes on an idle 2-core machine, 19 beside a CPU-heavy process)
+# --objects-from BUILD: the programs are built from BUILD's objects (this machine's own build of the
+# same sources), each header found again in the prefix by a preprocessor pass, then archived and
+# linked against the prefix (scripts/build_from_objects.py): about 3 minutes in place of 11. An
+# object compiled from a header of a package whose .deb differs in version from this machine's copy
+# is compiled again.
+# usage: scripts/gpu-env-check.sh [--jobs N] [--objects-from BUILD] OUT_DIR
+#        (a full build: 11 minutes on an idle 2-core machine, 19 beside a CPU-heavy process)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 jobs=(--jobs "$(nproc)")
-[ "${1:-}" = --jobs ] && { jobs=(--jobs "$2"); shift 2; }
-[ $# -eq 1 ] || { echo "usage: scripts/gpu-env-check.sh [--jobs N] OUT_DIR" >&2; exit 2; }
+objects_from=()
+while [ $# -gt 1 ]; do
+  case "$1" in
+    --jobs) jobs=(--jobs "$2"); shift 2 ;;
+    --objects-from) objects_from=(--objects-from "$(cd "$2" && pwd)"); shift 2 ;;
+    *) break ;;
+  esac
+done
+[ $# -eq 1 ] || { echo "usage: scripts/gpu-env-check.sh [--jobs N] [--objects-from BUILD] OUT_DIR" >&2; exit 2; }
 out=$(mkdir -p "$1" && cd "$1" && pwd)
 # Exit 77 (CTest's skip): not root, so no private mount namespace to hide packages in.
 [ "$(id -u)" -eq 0 ] || { echo "gpu-env-check: skipped: needs root (a private mount namespace)" >&2; exit 77; }
 
 if [ "${ST_ENV_CHECK_INNER:-}" != 1 ]; then
   compgen -G "$root/.deps/gpu/debs/*.deb" >/dev/null || bash "$root/scripts/gpu-deps.sh"
-  exec env ST_ENV_CHECK_INNER=1 unshare --mount --propagation private bash "$root/scripts/gpu-env-check.sh" "${jobs[@]}" "$out"
+  exec env ST_ENV_CHECK_INNER=1 unshare --mount --propagation private bash "$root/scripts/gpu-env-check.sh" "${jobs[@]}" \
+    "${objects_from[@]}" "$out"
+fi
+
+# An object is reused only when none of the headers it was compiled from belongs to a package whose
+# .deb is another version than this machine's copy: those packages' files are listed for
+# build_from_objects.py, which compiles such objects instead.
+if [ ${#objects_from[@]} -gt 0 ]; then
+  export ST_OBJECTS_FROM=${objects_from[1]} ST_DIFFERING_FILES=$out/differing-files.txt
+  : >"$ST_DIFFERING_FILES"
+  for deb in "$root"/.deps/gpu/debs/*.deb; do
+    p=$(dpkg-deb -f "$deb" Package)
+    have=$(dpkg-query -W -f '${Version}' "$p" 2>/dev/null || true)
+    [ -n "$have" ] && [ "$have" != "$(dpkg-deb -f "$deb" Version)" ] && dpkg -L "$p" >>"$ST_DIFFERING_FILES"
+  done
 fi
 
 [ "$(readlink /proc/self/ns/mnt)" != "$(readlink /proc/1/ns/mnt)" ] ||

@@ -10,9 +10,12 @@
 #include <torch/version.h>
 
 #include <atomic>
+#include <iostream>
 #include <limits>
 #include <mutex>
+#include <numeric>
 #include <unordered_map>
+#include <vector>
 
 #include "common/job/schema.h"
 #include "runtime/fsdp/fsdp_llama.h"
@@ -195,15 +198,21 @@ void expect_learns_copy_task(const fsdp::FsdpOptions& options) {
   train::add_trainable_shards(sharded, opt);
   const train::SyntheticCopyDataset data(16 * 400, 32, 256, 3);
   const train::DataOrder order(16 * 400, 5);
-  double first = 0, last = 0;
+  // Learned: the mean loss of the last kWindow steps below 1.0. Training stops there (every rank
+  // sees the same all-reduced losses, so all stop at the same step).
+  constexpr int kWindow = 10;
+  std::vector<double> losses;
+  double recent = 0;
   for (int step = 0; step < 300; ++step) {
-    const double loss =
-        train::train_step(sharded, opt, copy_task_batches(data, order, 16, step, rank, w), {3e-3}, *groups.world).loss;
-    if (step == 0) first = loss;
-    last = loss;
+    losses.push_back(
+        train::train_step(sharded, opt, copy_task_batches(data, order, 16, step, rank, w), {3e-3}, *groups.world).loss);
+    if (losses.size() < kWindow) continue;
+    recent = std::accumulate(losses.end() - kWindow, losses.end(), 0.0) / kWindow;
+    if (recent < 1.0) break;
   }
-  EXPECT_GT(first, 5.0);
-  EXPECT_LT(last, 1.0) << "training did not learn the copy task";
+  if (rank == 0) std::cout << "copy task learned to " << recent << " nats in " << losses.size() << " steps\n";
+  EXPECT_GT(losses.front(), 5.0);
+  EXPECT_LT(recent, 1.0) << "training did not learn the copy task in 300 steps";
 }
 
 TEST(FsdpTraining, Bf16MixedPrecisionLearnsTheCopyTask) {
