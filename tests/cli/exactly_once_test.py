@@ -5,7 +5,11 @@ For packing and for padding, an uninterrupted run gives the reference. Then rand
 starts, each at a random world size (1 to 4 ranks) and each ended by a stop signal after a random
 step (SIGUSR1 to a random rank, as Slurm sends ahead of a time limit) or by a SIGKILL of a random
 rank at a random phase of a checkpoint save, then resumed by the next start, until a last start
-finishes the job. The first sequence of each mode stops exactly at the end of epoch 1. Every job must end with:
+finishes the job. Every stop and kill lands at or before the job's last step (a kill may hit the
+last step's save), so every start but the last is cut short; a mode's kills take the five phases in a
+random order before any phase repeats, and between them the two modes kill at every phase. The first
+sequence of each mode stops exactly at the end of epoch 1. The modes run side by side, each from its
+own seed. Every job must end with:
   - the multiset of (epoch, sample id) trained, from the sample_ids of metrics.jsonl (the debug
     record each rank's trained samples go to), equal to the reference run's, and to every sample
     of the alpaca file once per epoch (its 37 records do not divide any global batch here);
@@ -17,22 +21,32 @@ finishes the job. The first sequence of each mode stops exactly at the end of ep
 usage: exactly_once_test.py SHARDTUNE SOURCE_DIR WORK_DIR [SEQUENCES_PER_MODE]
 """
 import collections
+import concurrent.futures
 import json
 import math
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
+import threading
 
 st, src, work = sys.argv[1], sys.argv[2], sys.argv[3]
-per_mode = int(sys.argv[4]) if len(sys.argv) > 4 else 10
-RECORDS, EPOCHS, PER_RANK, WARMUP, LR = 37, 2, 2, 3, 3e-3
-failures = []
+per_mode = int(sys.argv[4]) if len(sys.argv) > 4 else 4
+RECORDS, EPOCHS, PER_RANK, WARMUP, LR, EVERY = 37, 2, 2, 3, 3e-3, 3
+PHASES = ("started", "files-written", "manifest-written", "renamed", "latest-updated")
+failures, killed_at = [], set()
+printing = threading.Lock()
+
+
+def say(*what):
+    with printing:
+        print(*what, flush=True)
 
 
 def fail(what):
-    print("FAIL:", what, flush=True)
+    say("FAIL:", what)
     failures.append(what)
 
 
@@ -71,7 +85,7 @@ max_eval_step = 2
 [fsdp]
 activation_checkpointing = false
 [checkpoint]
-every_steps = 3
+every_steps = {EVERY}
 keep_last = 2
 [metrics]
 log_every_steps = 1000
@@ -99,6 +113,27 @@ def committed(out):
     root = os.path.join(out, "checkpoints")
     return os.path.isdir(root) and any(
         d.startswith("step-") and os.path.exists(os.path.join(root, d, "manifest.json")) for d in os.listdir(root))
+
+
+def resume_point(out):
+    """(step, epoch, sample in epoch) where the next start resumes: the newest committed checkpoint's."""
+    root, newest = os.path.join(out, "checkpoints"), (0, 0, 0, 0)
+    for d in os.listdir(root) if os.path.isdir(root) else []:
+        path = os.path.join(root, d, "manifest.json")
+        if re.fullmatch(r"step-[0-9]+", d) and os.path.exists(path):
+            m = json.load(open(path))
+            newest = max(newest, (m["commit"], m["step"], m["epoch"], m["sample_in_epoch"]))
+    return newest[1:]
+
+
+def span(out, ranks, rows):
+    """(the step the next start resumes at, the step it ends the job at with `ranks` ranks): ceil(samples
+    left / global batch) steps in each epoch left."""
+    step, epoch, sample = resume_point(out)
+    if sample >= rows:
+        epoch, sample = epoch + 1, 0
+    left = sum(-(-(rows - (sample if e == epoch else 0)) // (PER_RANK * ranks)) for e in range(epoch, EPOCHS))
+    return step, step + left
 
 
 def trained(out):
@@ -143,18 +178,19 @@ def check(name, out, reference, rows, first_batch):
              f"{manifest['sample_in_epoch']}; the last step is {last['step']}")
 
 
-random.seed(20261125)
-for mode in ("packing", "padding"):
+def sequences(mode):
+    rng = random.Random(f"20261125-{mode}")  # a seed per mode: the same sequences whichever thread runs first
+    phases = []  # the kill phases not yet used in this round
     ref_out = os.path.join(work, f"{mode}-reference")
     if start(ref_out, 3, mode) != 0:
         fail(f"{mode}: the uninterrupted run failed (see {ref_out}.log)")
-        continue
+        return
     reference = trained(ref_out)
     rows = len({i for _, i in reference})
-    print(f"{mode}: {rows} samples per epoch, {len(steps_of(ref_out))} records in the uninterrupted run", flush=True)
+    say(f"{mode}: {rows} samples per epoch, {len(steps_of(ref_out))} records in the uninterrupted run")
     for n in range(per_mode):
         out = os.path.join(work, f"{mode}-{n}")
-        ranks = random.randint(1, 4)
+        ranks = rng.randint(1, 4)
         first_batch = None  # the global batch of the start that committed the job's first checkpoint
         story = []
         # The first sequence stops at the last step of epoch 1 (2 ranks, global batch 4): that
@@ -162,32 +198,54 @@ for mode in ("packing", "padding"):
         epoch_end = -(-rows // (PER_RANK * 2)) if n == 0 else None
         if epoch_end:
             ranks = 2
-        for _ in range(1 if epoch_end else random.randint(1, 3)):
-            done = max([r["step"] for r in steps_of(out) if "step" in r], default=0)
-            rank = random.randrange(ranks)
-            if epoch_end or random.random() < 0.7:
-                at = epoch_end or done + random.randint(1, 6)
+        for _ in range(1 if epoch_end else rng.randint(1, 3)):
+            resumed, last = span(out, ranks, rows)
+            if last <= resumed:
+                break  # the job is over (a kill after its last save committed): nothing left to interrupt
+            rank = rng.randrange(ranks)
+            # A stop at the last step changes nothing (the job ends there); a kill may hit any save
+            # up to the last one: every third step, and the last step, whose save still owes the
+            # last epoch's validation.
+            if epoch_end or (last - resumed > 1 and rng.random() < 0.4):  # 4 stops in 10: kills have 5 phases
+                at = epoch_end or resumed + rng.randint(1, min(6, last - 1 - resumed))
                 env = {"SHARDTUNE_TEST_SIGNAL_AT": f"{at}:{rank}"}
                 story.append(f"n={ranks} stop@{at}")
             else:
-                at = (done // 3 + random.randint(1, 2)) * 3
-                phase = random.choice(["started", "files-written", "manifest-written", "renamed", "latest-updated"])
+                saves = sorted({s for s in range(resumed + 1, last + 1) if s % EVERY == 0} | {last})
+                at = rng.choice(saves[:2])
+                phases = phases or rng.sample(PHASES, len(PHASES))
+                phase = phases.pop()
+                if phase != "files-written":
+                    rank = 0  # world rank 0 alone starts and commits a save: no other rank passes those points
                 env = {"SHARDTUNE_TEST_KILL_AT": f"{phase}@{at}:{rank}"}
                 story.append(f"n={ranks} kill@{phase}@{at}")
             rc = start(out, ranks, mode, env)
             if rc not in (0, 75) and "SHARDTUNE_TEST_SIGNAL_AT" in env:
                 fail(f"{mode}-{n}: a start stopped by a signal exited {rc} (see {out}.log)")
+            if "SHARDTUNE_TEST_KILL_AT" in env:
+                if rc == 0:
+                    fail(f"{mode}-{n}: a start to be killed at step {at} finished instead (see {out}.log)")
+                killed_at.add(phase)
             if first_batch is None and committed(out):
                 first_batch = PER_RANK * ranks
-            ranks = random.randint(1, 4)
+            ranks = rng.randint(1, 4)
         story.append(f"n={ranks} to the end")
         rc = start(out, ranks, mode)
         first_batch = first_batch or PER_RANK * ranks
-        print(f"{mode}-{n}: {', '.join(story)}: exit {rc}", flush=True)
+        say(f"{mode}-{n}: {', '.join(story)}: exit {rc}")
         if rc != 0:
             fail(f"{mode}-{n}: the last start exited {rc} (see {out}.log)")
             continue
         check(f"{mode}-{n} ({', '.join(story)})", out, reference, rows, first_batch)
+
+
+# The modes share nothing but the data files (each mode caches its own tokens): one thread each.
+with concurrent.futures.ThreadPoolExecutor(2) as pool:
+    for future in [pool.submit(sequences, mode) for mode in ("packing", "padding")]:
+        future.result()
+# Few sequences: make sure they still crash a save at each of its phases.
+if per_mode >= 4 and killed_at != set(PHASES):
+    fail(f"the sequences killed a save only at {sorted(killed_at)}: change the seed so that they cover {PHASES}")
 
 print(f"{len(failures)} failure(s)")
 sys.exit(1 if failures else 0)

@@ -52,10 +52,16 @@ TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SchedulerType=sched/builtin
+# A submitted or requeued-and-started job is scheduled at slurmctld's next 1-second tick, not up
+# to 3 s later (batch_sched_delay's default): the scenarios submit about 40 jobs one after another.
+SchedulerParameters=batch_sched_delay=0
 MpiDefault=none
 ReturnToService=2
 JobRequeue=1
-KillWait=10
+# SIGTERM to SIGKILL. It bounds how long ranks blocked in a collective with a dead peer survive
+# (srun --kill-on-bad-exit waits KillWait + 2 s for them): kill -9 of a rank, a lost node. Ranks
+# that exit on their own (a stop's checkpoint committed, exit 75) are gone within it.
+KillWait=2
 MinJobAge=600
 InactiveLimit=0
 SlurmdTimeout=60
@@ -181,10 +187,14 @@ kill_node() {  # kill_node DIR NAME
 
 # The node back: its slurmd started again and returned to service.
 revive_node() {  # revive_node DIR NAME
-  local dir=$1 name=$2
+  local dir=$1 name=$2 before
   export SLURM_CONF="$dir/slurm.conf"
+  # The new slurmd has registered once slurmctld shows its start time: a node marked DOWN by hand
+  # before slurmctld found it not responding would otherwise look ready while its slurmd starts.
+  before=$(scontrol show node -o "$name" 2>/dev/null | grep -o 'SlurmdStartTime=[^ ]*') || true
   start_node "$dir" "$name"
-  wait_for 30 "slurmd of $name" bash -c "scontrol show node -o $name | grep -qv NOT_RESPONDING" || true
+  wait_for 30 "slurmd of $name" bash -c "scontrol show node -o $name | grep -v NOT_RESPONDING |
+    grep -o 'SlurmdStartTime=[^ ]*' | grep -qvx '$before'" || true
   scontrol update NodeName="$name" State=RESUME 2>/dev/null || true
   wait_for 60 "$name idle" bash -c "sinfo -h -N -n $name -t idle -o %N | grep -q $name" ||
     die "$name did not come back: $(scontrol show node -o "$name")"

@@ -10,7 +10,7 @@
 #                           (step budgets that hold on a machine of any speed)
 #   early_signal            Slurm's stop signal before the ranks exist: held back until they handle it;
 #                           they checkpoint after their first step and requeue (not killed by it)
-#   requeue_stress          20 rounds of signal -> checkpoint -> requeue -> resume (STRESS_CYCLES), half
+#   requeue_stress          6 rounds of signal -> checkpoint -> requeue -> resume (STRESS_CYCLES), half
 #                           of them signalled as a start begins: every round advances, no step lost
 #   killed_after_stop       a rank killed after the stop's checkpoint was committed: still requeued
 #   second_writer           the job's script submitted again by hand and `shardtune run` into the same
@@ -53,7 +53,7 @@ wait_state() {  # wait_state JOB SECONDS STATE...: succeeds when the job reaches
   while ((SECONDS < deadline)); do
     s=$(state "$job")
     for want in "$@"; do [[ "$s" == "$want" ]] && return 0; done
-    sleep 1
+    sleep 0.2
   done
   echo "job $job is $(state "$job") after $seconds s, not $*" >&2
   return 1
@@ -65,7 +65,7 @@ wait_requeued() {  # wait_requeued JOB RESTARTS SECONDS: until the job waits req
     s=$(state "$1")
     [[ "$s" == PENDING && "$(field "$1" Restarts)" == "$2" ]] && return 0
     [[ "$s" == COMPLETED || "$s" == FAILED || "$s" == CANCELLED || "$s" == TIMEOUT ]] && return 1
-    sleep 0.5
+    sleep 0.2
   done
   return 1
 }
@@ -74,9 +74,30 @@ wait_steps() {  # wait_steps OUT N SECONDS: until metrics.jsonl has N steps
   local deadline=$((SECONDS + $3))
   while ((SECONDS < deadline)); do
     [[ -f "$1/metrics.jsonl" ]] && (($(grep -c '"step":' "$1/metrics.jsonl") >= $2)) && return 0
-    sleep 0.5
+    sleep 0.2
   done
   return 1
+}
+
+# Slurm holds a requeued job back (BeginTime, ~2 min); this starts it at once. The requeue revoked
+# the job's credential, and slurmd refuses a start whose credential was made within the second of
+# that revocation ("Job credential revoked"), which leaves the job ended without rerunning. The
+# revocation precedes the PENDING state the caller has seen, so a start asked in a later second is
+# accepted.
+start_now() {  # start_now JOB: a job seen PENDING after a requeue
+  # The earlier start's step daemons must be gone first: the new step binds the same PMIx socket.
+  local i
+  for ((i = 0; i < 600; i++)); do pgrep -f "slurmstepd: \[$1\." >/dev/null || break; sleep 0.05; done
+  local seen=$EPOCHSECONDS
+  while ((EPOCHSECONDS <= seen)); do sleep 0.05; done
+  scontrol update JobId="$1" StartTime=now
+}
+
+# A budget of 100000 steps outlasts a stop signal on a machine of any speed; while the job waits
+# requeued, the resolved job that its batch script re-reads gets the real end.
+set_max_step() {  # set_max_step OUT N: a job submitted with max_train_step = 100000 ends at step N
+  sed -i "s/^max_train_step = 100000$/max_train_step = $2/" "$1/job.toml"
+  grep -q "^max_train_step = $2$" "$1/job.toml"
 }
 
 submit() {  # submit OUT [--set ...]: prints the job id
@@ -137,8 +158,10 @@ PY
     --set checkpoint.every_steps=5 --set metrics.sample_ids=true 2>>"$out_root/submit.err") ||
     fail "submit failed: $(cat "$out_root/submit.err")"
   log="$out/slurm-$job.out"
+  killed=0
   if wait_steps "$out" 12 300; then
     bash "$src/tests/slurm/cluster.sh" kill-node "$cluster" n2
+    killed=1
     # The first job ends (cancelled by its own batch script once it has submitted the next).
     wait_state "$job" 400 COMPLETED FAILED CANCELLED TIMEOUT || true
     next=$(tail -n 1 "$out/slurm-job-ids")
@@ -171,7 +194,7 @@ PY
     show_log "$log"
   fi
   scancel "$job" "${next:-}" 2>/dev/null
-  bash "$src/tests/slurm/cluster.sh" revive-node "$cluster" n2 || fail "n2 did not come back"
+  ((killed)) && { bash "$src/tests/slurm/cluster.sh" revive-node "$cluster" n2 || fail "n2 did not come back"; }
   ;;
 
 diverge)
@@ -202,12 +225,19 @@ mpirun_affinity)
   (($(nproc) >= 2)) || { echo "SKIP: $(nproc) CPU(s) on this machine, the test needs 2"; exit 0; }
   lo='launch.extra_mpirun_options=["--mca","btl","self,vader,tcp","--mca","btl_tcp_if_include","lo","--mca","oob_tcp_if_include","lo"]'
   affinity() { grep -o 'CPU affinity: [0-9]* CPU(s) ([0-9,-]*)' "$1" | tail -1 | sed 's/.*(\(.*\))/\1/'; }
+  # Both layouts at once (2 of each node's 4 CPUs apiece): each job's ranks are checked on their own.
+  declare -A jobs=()
+  for layout in "1 2" "2 1"; do
+    read -r per_node cpus <<<"$layout"
+    jobs[$layout]=$(submit "$out_root/run-$per_node-$cpus" --set launch.launcher=mpirun --set "$lo" \
+      --set slurm.ntasks_per_node="$per_node" --set slurm.cpus_per_task="$cpus" --set train.max_train_step=10 \
+      --set checkpoint.every_steps=0) || fail "$layout: submit failed: $(cat "$out_root/submit.err")"
+  done
   for layout in "1 2" "2 1"; do
     read -r per_node cpus <<<"$layout"
     out="$out_root/run-$per_node-$cpus"
-    job=$(submit "$out" --set launch.launcher=mpirun --set "$lo" --set slurm.ntasks_per_node="$per_node" \
-      --set slurm.cpus_per_task="$cpus" --set train.max_train_step=10 --set checkpoint.every_steps=0) ||
-      { fail "submit failed: $(cat "$out_root/submit.err")"; continue; }
+    job=${jobs[$layout]}
+    [[ -n "$job" ]] || continue
     wait_state "$job" 300 COMPLETED FAILED CANCELLED TIMEOUT || true
     [[ "$(state "$job")" == COMPLETED ]] || { fail "$layout: job $job ended $(state "$job")"; show_log "$out/slurm-$job.out"; continue; }
     want="--map-by ppr:$per_node:node:PE=$cpus --use-hwthread-cpus --bind-to hwthread"
@@ -240,24 +270,27 @@ hsdp)
   ;;
 
 requeue)
-  # The same job twice: straight through, and stopped by USR1 (what Slurm sends at the time
-  # limit's lead, or on preemption), requeued and resumed. Final parameters and moments must be
-  # bitwise equal: same world size, same data order.
-  common=(--set train.max_train_step=400 --set fsdp.save_optimizer=true --set train.lr_scheduler=step)
-  straight=$(submit "$out_root/straight" "${common[@]}") || fail "submit failed"
-  wait_state "$straight" 300 COMPLETED FAILED CANCELLED || true
-  [[ "$(state "$straight")" == COMPLETED ]] || fail "the straight run ended $(state "$straight")"
-
+  # The same job twice: stopped by USR1 (what Slurm sends at the time limit's lead, or on
+  # preemption), requeued and resumed; and straight through. Final parameters and moments must be
+  # bitwise equal: same world size, same data order, and with the step scheduler the learning rate
+  # does not depend on where the run ends. The stopped job runs on a budget of 100000 steps until
+  # the signal; while it waits requeued, it gets the straight run's end, 40 steps past the stop,
+  # and the two run side by side.
+  common=(--set fsdp.save_optimizer=true --set train.lr_scheduler=step)
   out="$out_root/stopped"
-  job=$(submit "$out" "${common[@]}") || fail "submit failed"
-  wait_steps "$out" 150 120 || fail "no progress"
+  job=$(submit "$out" "${common[@]}" --set train.max_train_step=100000) || fail "submit failed"
+  wait_steps "$out" 30 120 || fail "no progress"
   scancel --signal=USR1 --batch "$job"
   wait_state "$job" 120 PENDING || { fail "not requeued"; show_log "$out/slurm-$job.out"; }
   [[ "$(field "$job" Restarts)" == 1 ]] || fail "restarts = $(field "$job" Restarts), expected 1"
-  # Slurm holds a requeued job back (BeginTime, ~2 min); start it now, but not within the second
-  # of the requeue, whose revoked credential would refuse the new start.
-  sleep 3
-  scontrol update JobId="$job" StartTime=now
+  stopped_at=$(readlink "$out/checkpoints/latest" || echo step-0)
+  stopped_at=$((10#${stopped_at#step-}))
+  end=$((stopped_at + 40))
+  set_max_step "$out" "$end" || fail "could not set the end of the stopped job"
+  straight=$(submit "$out_root/straight" "${common[@]}" --set train.max_train_step="$end") || fail "submit failed"
+  start_now "$job"
+  wait_state "$straight" 300 COMPLETED FAILED CANCELLED || true
+  [[ "$(state "$straight")" == COMPLETED ]] || fail "the straight run ended $(state "$straight")"
   wait_state "$job" 300 COMPLETED FAILED CANCELLED || true
   [[ "$(state "$job")" == COMPLETED ]] || { fail "the requeued job ended $(state "$job")"; show_log "$out/slurm-$job.out"; }
   log="$out/slurm-$job.out"
@@ -265,10 +298,10 @@ requeue)
   grep -q "signal 10 asked the job to stop" "$log" || fail "the ranks did not stop on the signal"
   grep -q "requeueing job $job (1 of 3)" "$log" || fail "the batch script did not requeue"
   grep -q "(start 2)" "$log" || fail "no second start in the same log"
-  grep -q "resuming at step" "$log" || fail "the second start did not resume"
-  stopped_at=$(grep -o "stop: checkpointing after step [0-9]*" "$log" | head -1 | grep -o "[0-9]*$")
-  echo "stopped after step $stopped_at, requeued, resumed, finished"
-  a=$(checkpoint_slices "$out_root/straight/checkpoints/step-0000400") b=$(checkpoint_slices "$out/checkpoints/step-0000400")
+  grep -q "resuming at step $stopped_at " "$log" || fail "the second start did not resume from step $stopped_at"
+  echo "stopped after step $stopped_at, requeued, resumed, finished at step $end"
+  final=$(printf 'step-%07d' "$end")
+  a=$(checkpoint_slices "$out_root/straight/checkpoints/$final") b=$(checkpoint_slices "$out/checkpoints/$final")
   [[ -n "$a" && "$a" == "$b" ]] || fail "final parameters differ from the uninterrupted run"
   [[ "$(echo "$a" | grep -c '^exp_avg ')" -gt 0 ]] || fail "no optimizer moments compared"
   ;;
@@ -291,11 +324,9 @@ time_limit)
   else
     first=$(readlink "$out/checkpoints/latest")
     first=$((10#${first#step-}))
-    sed -i "s/^max_train_step = 100000$/max_train_step = $((first + 20))/" "$out/job.toml"
-    grep -q "^max_train_step = $((first + 20))$" "$out/job.toml" || fail "could not set the remaining steps"
+    set_max_step "$out" $((first + 20)) || fail "could not set the remaining steps"
     scontrol update JobId="$job" TimeLimit=15
-    sleep 3  # not within the second of the requeue, whose revoked credential would refuse the start
-    scontrol update JobId="$job" StartTime=now
+    start_now "$job"
     wait_state "$job" 300 COMPLETED FAILED CANCELLED TIMEOUT || true
     s=$(state "$job")
     [[ "$s" == COMPLETED ]] || { fail "the requeued job ended $s"; show_log "$log"; }
@@ -337,11 +368,12 @@ early_signal)
   ;;
 
 requeue_stress)
-  # STRESS_CYCLES (default 20) rounds of: USR1 to the batch shell -> checkpoint -> requeue ->
-  # resume. Odd rounds signal as soon as a start begins (before its ranks can handle a signal),
-  # even rounds after it has made progress. Every round must requeue with a newer checkpoint, and
-  # the steps in metrics.jsonl must run 1, 2, 3, ... with none lost and none repeated.
-  cycles=${STRESS_CYCLES:-20}
+  # STRESS_CYCLES (default 6: 3 of each kind; 20 for a soak by hand) rounds of: USR1 to the batch
+  # shell -> checkpoint -> requeue -> resume. Odd rounds signal as soon as a start begins (before
+  # its ranks can handle a signal), even rounds after it has made progress. Every round must
+  # requeue with a newer checkpoint, and the steps in metrics.jsonl must run 1, 2, 3, ... with none
+  # lost and none repeated.
+  cycles=${STRESS_CYCLES:-6}
   out="$out_root/run"
   job=$(submit "$out" --set train.max_train_step=100000 --set checkpoint.every_steps=0 \
     --set slurm.max_requeues="$cycles") || fail "submit failed"
@@ -362,10 +394,9 @@ requeue_stress)
     ((now > last)) || fail "round $i: the checkpoint did not advance (step $now after step $last)"
     last=$now
     if ((i == cycles)); then
-      sed -i "s/^max_train_step = 100000$/max_train_step = $((last + 10))/" "$out/job.toml"
+      set_max_step "$out" $((last + 10)) || fail "could not set the last round's end"
     fi
-    sleep 3  # not within the second of the requeue, whose revoked credential would refuse the start
-    scontrol update JobId="$job" StartTime=now
+    start_now "$job"
   done
   if ((failures == 0)); then
     wait_state "$job" 300 COMPLETED FAILED CANCELLED || true
@@ -404,30 +435,34 @@ killed_after_stop)
   ;;
 
 resize)
-  # Stopped with no requeues allowed, then resubmitted as 1 node x 3 ranks.
+  # Stopped with no requeues allowed (on a budget of 100000 steps, which outlasts the signal on a
+  # machine of any speed), then resubmitted as 1 node x 3 ranks to end 40 steps past the stop.
   out="$out_root/run"
-  job=$(submit "$out" --set train.max_train_step=600 --set slurm.max_requeues=0) || fail "submit failed"
-  wait_steps "$out" 120 120 || fail "no progress"
+  job=$(submit "$out" --set train.max_train_step=100000 --set slurm.max_requeues=0) || fail "submit failed"
+  wait_steps "$out" 20 120 || fail "no progress"
   scancel --signal=USR1 --batch "$job"
   wait_state "$job" 120 FAILED COMPLETED CANCELLED PENDING || true
   [[ "$(state "$job")" == FAILED ]] || fail "the stopped job is $(state "$job"), expected FAILED (no requeue allowed)"
   grep -q "max_requeues = 0): not requeueing" "$out/slurm-$job.out" || fail "the batch script did not explain"
-  at=$(readlink "$out/checkpoints/latest")
-  job2=$(submit "$out" --set train.max_train_step=600 --set slurm.nodes=1 --set slurm.ntasks_per_node=3) ||
+  at=$(readlink "$out/checkpoints/latest" || echo step-0)
+  end=$((10#${at#step-} + 40))
+  job2=$(submit "$out" --set train.max_train_step="$end" --set slurm.nodes=1 --set slurm.ntasks_per_node=3) ||
     fail "resubmit failed: $(tail -3 "$out_root/submit.err")"
   wait_state "$job2" 300 COMPLETED FAILED CANCELLED || true
   [[ "$(state "$job2")" == COMPLETED ]] || { fail "the resubmitted job ended $(state "$job2")"; show_log "$out/slurm-$job2.out"; }
   grep -q "job 'tiny-2x2': 3 ranks on 1 node(s)" "$out/slurm-$job2.out" || fail "not 3 ranks on 1 node"
   grep -q "resuming at step $((10#${at#step-})) " "$out/slurm-$job2.out" || fail "did not resume from $at"
   # max_train_step counts steps of the first start's global batch (16): 3 ranks (12) stop at sample
-  # 9600 as 2 x 2 would, and the last step's checkpoint is the newest.
-  last=$($py - "$out/metrics.jsonl" <<'PY'
+  # 16 x end as 2 x 2 would (the 40 steps' 640 samples end in a short step of 4), and the last
+  # step's checkpoint is the newest.
+  last=$($py - "$out/metrics.jsonl" "$end" <<'PY'
 import json, sys
 r = [json.loads(l) for l in open(sys.argv[1]) if '"step":' in l]
-assert r[-1]["samples"][1] == 600 * 16 and r[-1]["samples"][1] - r[-1]["samples"][0] <= 12, r[-1]["samples"]
+end = int(sys.argv[2]) * 16
+assert r[-1]["samples"][1] == end and r[-1]["samples"][1] - r[-1]["samples"][0] <= 12, r[-1]["samples"]
 print(r[-1]["step"])
 PY
-) || fail "the resized job did not stop at sample 9600"
+) || fail "the resized job did not stop at sample $((16 * end))"
   [[ "$(readlink "$out/checkpoints/latest")" == "$(printf 'step-%07d' "${last:-0}")" ]] || fail "no final checkpoint at the last step"
   ;;
 
@@ -453,9 +488,10 @@ second_writer)
   ;;
 
 kill9)
+  # A checkpoint every 10 steps: two committed before the kill, which may land in a save.
   out="$out_root/run"
-  job=$(submit "$out" --set train.max_train_step=100000 --set checkpoint.every_steps=50) || fail "submit failed"
-  wait_steps "$out" 120 120 || fail "no progress"
+  job=$(submit "$out" --set train.max_train_step=100000 --set checkpoint.every_steps=10) || fail "submit failed"
+  wait_steps "$out" 25 120 || fail "no progress"
   victim=$(pgrep -f "shardtune-rank $out/job.toml" | sed -n 3p)
   [[ -n "$victim" ]] || fail "no rank process found"
   committed=$(readlink "$out/checkpoints/latest")
@@ -465,8 +501,11 @@ kill9)
   took=$((SECONDS - start))
   [[ "$(state "$job")" == FAILED ]] || fail "job is $(state "$job") $took s after kill -9, expected FAILED within 60 s"
   echo "kill -9 of pid $victim: job FAILED after $took s"
-  sleep 2
-  left=$(pgrep -af "shardtune-rank $out/job.toml")
+  for _ in $(seq 1 10); do  # 2 s for the last processes to be reaped
+    left=$(pgrep -af "shardtune-rank $out/job.toml")
+    [[ -z "$left" ]] && break
+    sleep 0.2
+  done
   [[ -z "$left" ]] || fail "processes left: $left"
   grep -Eq "task [0-9]+: Killed" "$out/slurm-$job.out" || fail "the log does not name the killed rank"
   grep -q "the ranks failed (exit" "$out/slurm-$job.out" || fail "the batch script did not report the failure"
@@ -506,34 +545,41 @@ stream)
   ;;
 
 lora | qlora)
-  straight=$(submit_lora "$out_root/straight" --set train.max_train_step=100) || fail "submit failed: $(cat "$out_root/submit.err")"
+  # Stopped (on a budget of 100000 steps, so its 2 epochs of 68 steps, until the signal), requeued
+  # and resumed; and straight through, to the same end: step 75 (or 20 steps past a later stop),
+  # past the epoch boundary (step 68) where the step scheduler lowers the learning rate. Set while
+  # the stopped job waits requeued; the two then run side by side.
+  out="$out_root/stopped"
+  job=$(submit_lora "$out" --set train.max_train_step=100000) || fail "submit failed: $(cat "$out_root/submit.err")"
+  wait_steps "$out" 20 120 || fail "no progress"
+  scancel --signal=USR1 --batch "$job"
+  wait_state "$job" 120 PENDING || { fail "not requeued"; show_log "$out/slurm-$job.out"; }
+  stopped_at=$(readlink "$out/checkpoints/latest" || echo step-0)
+  stopped_at=$((10#${stopped_at#step-}))
+  end=$((stopped_at + 20 > 75 ? stopped_at + 20 : 75))
+  set_max_step "$out" "$end" || fail "could not set the end of the stopped job"
+  straight=$(submit_lora "$out_root/straight" --set train.max_train_step="$end") || fail "submit failed: $(cat "$out_root/submit.err")"
+  start_now "$job"
   wait_state "$straight" 300 COMPLETED FAILED CANCELLED || true
   [[ "$(state "$straight")" == COMPLETED ]] || { fail "the straight run ended $(state "$straight")"; show_log "$out_root/straight/slurm-$straight.out"; }
   grep -q "job 'tiny-$scenario': 4 ranks on 2 node(s) (n1, n2)" "$out_root/straight/slurm-$straight.out" || fail "not 4 ranks on n1, n2"
-
-  out="$out_root/stopped"
-  job=$(submit_lora "$out" --set train.max_train_step=100) || fail "submit failed"
-  wait_steps "$out" 40 120 || fail "no progress"
-  scancel --signal=USR1 --batch "$job"
-  wait_state "$job" 120 PENDING || { fail "not requeued"; show_log "$out/slurm-$job.out"; }
-  sleep 3
-  scontrol update JobId="$job" StartTime=now
   wait_state "$job" 300 COMPLETED FAILED CANCELLED || true
   [[ "$(state "$job")" == COMPLETED ]] || { fail "the requeued job ended $(state "$job")"; show_log "$out/slurm-$job.out"; }
   grep -q "signal 10 asked the job to stop" "$out/slurm-$job.out" || fail "the ranks did not stop on the signal"
-  grep -q "resuming at step" "$out/slurm-$job.out" || fail "the second start did not resume"
-  echo "stopped after step $(grep -o "stop: checkpointing after step [0-9]*" "$out/slurm-$job.out" | head -1 | grep -o "[0-9]*$"), requeued, resumed"
-  a=$(checkpoint_slices "$out_root/straight/checkpoints/step-0000100") b=$(checkpoint_slices "$out/checkpoints/step-0000100")
+  grep -q "resuming at step $stopped_at " "$out/slurm-$job.out" || fail "the second start did not resume from step $stopped_at"
+  echo "stopped after step $stopped_at, requeued, resumed, finished at step $end"
+  final=$(printf 'step-%07d' "$end")
+  a=$(checkpoint_slices "$out_root/straight/checkpoints/$final") b=$(checkpoint_slices "$out/checkpoints/$final")
   [[ -n "$a" && "$a" == "$b" ]] || fail "the requeued run's adapters differ from the uninterrupted run's"
   [[ "$(echo "$a" | grep -c '^exp_avg .*lora_A')" -gt 0 ]] || fail "no adapter moments compared"
   echo "$a" | grep -v -q "lora_[AB]" && fail "the checkpoint holds more than the adapters"
 
-  job2=$(submit_lora "$out" --set train.max_train_step=120 --set slurm.nodes=1 --set slurm.ntasks_per_node=3) ||
+  job2=$(submit_lora "$out" --set train.max_train_step=$((end + 10)) --set slurm.nodes=1 --set slurm.ntasks_per_node=3) ||
     fail "resubmit failed: $(tail -3 "$out_root/submit.err")"
   wait_state "$job2" 300 COMPLETED FAILED CANCELLED || true
   [[ "$(state "$job2")" == COMPLETED ]] || { fail "the 3-rank job ended $(state "$job2")"; show_log "$out/slurm-$job2.out"; }
   grep -q "job 'tiny-$scenario': 3 ranks on 1 node(s)" "$out/slurm-$job2.out" || fail "not 3 ranks on 1 node"
-  grep -q "resuming at step 100 " "$out/slurm-$job2.out" || fail "3 ranks did not resume from step 100"
+  grep -q "resuming at step $end " "$out/slurm-$job2.out" || fail "3 ranks did not resume from step $end"
   "$ckpt_tool" export-peft "$out/checkpoints/latest" "$out_root/peft" 2>/dev/null || fail "export-peft failed"
   "$ckpt_tool" merge-lora "$out/checkpoints/latest" "$src/configs/data/tiny-llama" "$out_root/merged" 2>/dev/null ||
     fail "merge-lora failed"
