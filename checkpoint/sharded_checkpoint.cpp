@@ -6,6 +6,8 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <map>
@@ -14,6 +16,7 @@
 
 #include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/commit.h"
+#include "checkpoint/full_file.h"
 #include "common/fault_injection.h"
 #include "checkpoint/h5_check.h"
 #include "checkpoint/h5_dataset.h"
@@ -178,6 +181,46 @@ std::vector<ManifestSlice> write_full_file(fsdp::FsdpLlama& model, fsdp::AdamW* 
   return slices;
 }
 
+// A consolidated file's units: each saved flat parameter's state, kind by kind.
+std::vector<FullUnit> full_units(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, bool adapters_only) {
+  std::vector<FullUnit> units;
+  size_t trainable_index = 0;
+  for (fsdp::FlatParam* f : saved_flats(model, adapters_only))
+    for (auto& [kind, shard] : state_of(f, optimizer, trainable_index))
+      units.push_back({kind, &f->layout(), f->shard_rank(), shard});
+  return units;
+}
+
+size_t tensor_count(const std::vector<FullUnit>& units) {
+  size_t n = 0;
+  for (const FullUnit& u : units) n += u.layout->params().size();
+  return n;
+}
+
+std::string host_name() {
+  char name[256] = {};
+  gethostname(name, sizeof(name) - 1);
+  return name;
+}
+
+// World rank 0, for a consolidated save: creates the file and says where each tensor goes, when
+// every writer is on its host (they write their pieces into it side by side); otherwise "gather"
+// (writers on several hosts could share a page of the file over a network filesystem).
+std::string full_file_plan(dist::Communicator& world, bool writer, const std::vector<FullUnit>& units,
+                           const std::string& path, int64_t step) {
+  const std::vector<std::string> hosts = dist::gather_text(world, writer ? host_name() : std::string());
+  return dist::decide_on_root(world, [&] {
+    for (const std::string& h : hosts)
+      if (!h.empty() && h != hosts.front()) return std::string("gather");
+    try {
+      return offsets_text(create_full_file(path, units));
+    } catch (const std::exception& e) {
+      common::raise(ErrorKind::kIo,
+                    fmt::format("checkpoint at step {} failed; nothing was committed: {}", step, e.what()));
+    }
+  });
+}
+
 }  // namespace
 
 VerifyReport verify_sharded_checkpoint(const std::string& dir, const std::function<void(int64_t bytes)>& on_read) {
@@ -242,9 +285,20 @@ std::string save_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, cons
   });
 
   // One replica writes: the others hold the same shards.
+  const bool writer = groups.replicate->rank() == 0;
+  std::vector<FullUnit> units;
+  std::vector<int64_t> offsets;  // a consolidated file written side by side: where each tensor goes
+  if (consolidated) {
+    units = full_units(model, optimizer, adapters_only);
+    const std::string plan = full_file_plan(world, writer, units, tmp_dir + "/model.h5", state.step);
+    if (plan != "gather") offsets = parse_offsets_text(plan);
+  }
+  const bool side_by_side = consolidated && !units.empty() && offsets.size() == tensor_count(units);
   std::string records;
   dist::act_on_all(world, fmt::format("checkpoint at step {} failed; nothing was committed", state.step), [&] {
-    if (groups.replicate->rank() == 0) {
+    if (writer && side_by_side) {
+      records = crc_parts_text(write_full_pieces(tmp_dir + "/model.h5", units, offsets));
+    } else if (writer) {
       const std::string file_name = consolidated ? "model.h5" : fmt::format("rank-{:05d}.h5", rank);
       std::vector<ManifestSlice> written;
       std::string failure;
@@ -280,9 +334,16 @@ std::string save_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, cons
       for (fsdp::FlatParam* f : saved_flats(model, adapters_only))
         for (const fsdp::ParamSpan& p : f->layout().params()) m.tensors[p.name] = {p.shape, "F32"};
       if (optimizer != nullptr) m.moment_steps = moment_steps(model, *optimizer, adapters_only);
-      for (const std::string& r : all)
-        if (!r.empty())
-          for (ManifestSlice& s : parse_slices_text(r)) m.slices.push_back(std::move(s));
+      if (side_by_side) {
+        std::vector<CrcPart> parts;
+        for (const std::string& r : all)
+          for (const CrcPart& part : parse_crc_parts_text(r)) parts.push_back(part);
+        m.slices = full_slices(units, "model.h5", std::move(parts));
+      } else {
+        for (const std::string& r : all)
+          if (!r.empty())
+            for (ManifestSlice& s : parse_slices_text(r)) m.slices.push_back(std::move(s));
+      }
       const PendingCheckpoint::Committed done = pending->commit(m, keep_last);
       for (const std::string& w : done.warnings) spdlog::warn("checkpoint {} is committed, but {}", done.dir, w);
       for (const std::string& a : done.set_aside)

@@ -1,0 +1,60 @@
+// A consolidated checkpoint file (model.h5: every tensor whole, in its own shape) written by every
+// rank of the shard group at once, each its own pieces, straight to their places in the one file:
+//   1. world rank 0 creates the file with a dataset per tensor, allocated but not written, and
+//      reads where each dataset's bytes start (create_full_file);
+//   2. every writer pwrite()s its shard's pieces there and syncs them (write_full_pieces), and
+//      returns the checksums of the parts of each checksum block it wrote;
+//   3. world rank 0 combines the parts into each block's checksum (full_slices).
+// No rank gathers a unit; the ranks write side by side. Readers see an ordinary file: contiguous
+// little-endian fp32 datasets, as any HDF5 writer would leave them.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "checkpoint/manifest.h"
+#include "runtime/fsdp/shard_layout.h"
+
+namespace shardtune::checkpoint {
+
+// One flat parameter's state of one kind (its shard, or a moment of it): its tensors' datasets go
+// in group /<kind>/ under the tensors' names.
+struct FullUnit {
+  std::string kind;
+  const fsdp::FlatLayout* layout = nullptr;
+  int shard_rank = 0;  // which shard of the layout this rank holds
+  at::Tensor shard;    // any device and dtype; written as fp32
+};
+
+// What one rank wrote of one checksum block of a tensor.
+struct CrcPart {
+  int64_t tensor = 0;  // index over the units' tensors, in order
+  int64_t start = 0;   // element within the tensor
+  int64_t length = 0;
+  uint32_t crc = 0;
+};
+
+// World rank 0: creates `path` (which must not exist), its groups and every dataset; returns the
+// byte offset in the file of each tensor, in the order of the units and their parameters (-1 for a
+// tensor without elements).
+std::vector<int64_t> create_full_file(const std::string& path, const std::vector<FullUnit>& units);
+
+// Every writer: its pieces of every unit at `offsets` in the file, synced to disk. Returns the
+// checksums of the parts of blocks (`block` elements from each tensor's start) it wrote.
+std::vector<CrcPart> write_full_pieces(const std::string& path, const std::vector<FullUnit>& units,
+                                       const std::vector<int64_t>& offsets, int64_t block = kCrcBlock);
+
+// World rank 0: the manifest's slices of the file, each block's checksum combined from the parts
+// every writer reported. Throws common::Error(kInternal) unless the parts cover every block exactly.
+std::vector<ManifestSlice> full_slices(const std::vector<FullUnit>& units, const std::string& file_name,
+                                       std::vector<CrcPart> parts, int64_t block = kCrcBlock);
+
+std::string offsets_text(const std::vector<int64_t>& offsets);
+std::vector<int64_t> parse_offsets_text(const std::string& text);
+std::string crc_parts_text(const std::vector<CrcPart>& parts);
+std::vector<CrcPart> parse_crc_parts_text(const std::string& text);
+
+}  // namespace shardtune::checkpoint
