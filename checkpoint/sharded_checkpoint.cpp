@@ -13,6 +13,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <utility>
 
 #include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/commit.h"
@@ -292,6 +293,10 @@ std::string save_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, cons
     units = full_units(model, optimizer, adapters_only);
     const std::string plan = full_file_plan(world, writer, units, tmp_dir + "/model.h5", state.step);
     if (plan != "gather") offsets = parse_offsets_text(plan);
+    static bool said = false;  // once a run
+    if (plan == "gather" && rank == 0 && !std::exchange(said, true))
+      spdlog::info("full checkpoints: the writers are on several hosts, so each unit is gathered to rank 0, which "
+                   "writes model.h5 alone");
   }
   const bool side_by_side = consolidated && !units.empty() && offsets.size() == tensor_count(units);
   std::string records;

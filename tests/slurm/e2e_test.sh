@@ -126,8 +126,8 @@ PY
 
 show_log() { echo "--- $1"; tail -n 30 "$1"; }
 
-# A completed job: COMPLETED, loss fell, a committed sharded checkpoint that verifies, N ranks on M nodes.
-check_completed() {  # check_completed OUT JOB RANKS NODES_TEXT
+# A completed job: COMPLETED, loss fell, a committed checkpoint (sharded unless TYPE) that verifies, N ranks on M nodes.
+check_completed() {  # check_completed OUT JOB RANKS NODES_TEXT [TYPE]
   local out=$1 job=$2 ranks=$3 nodes=$4
   wait_state "$job" 300 COMPLETED FAILED CANCELLED TIMEOUT || true
   [[ "$(state "$job")" == COMPLETED ]] || { fail "job $job ended $(state "$job")"; show_log "$out/slurm-$job.out"; return; }
@@ -139,7 +139,8 @@ sys.exit(0 if losses[-1] < 0.5 * losses[0] else 1)
 PY
   [[ -L "$out/checkpoints/latest" ]] || fail "no committed checkpoint"
   "$ckpt_tool" verify "$out/checkpoints/latest" >/dev/null || fail "the last checkpoint does not verify"
-  grep -q "checkpoint_type = \"sharded\"" "$out/job.toml" || fail "the job was not sharded"
+  local type=${5:-sharded}
+  grep -q "checkpoint_type = \"$type\"" "$out/job.toml" || fail "the job's checkpoints were not $type"
   grep -q "job 'tiny-2x2': $ranks ranks on $nodes" "$out/slurm-$job.out" ||
     fail "the log does not show $ranks ranks on $nodes"
 }
@@ -212,9 +213,13 @@ diverge)
 srun_2x2 | mpirun_2x2)
   out="$out_root/run"
   extra=()
-  [[ $scenario == mpirun_2x2 ]] && extra=(--set launch.launcher=mpirun --set "$mpirun_opts")
+  type=sharded
+  # mpirun_2x2 saves full checkpoints: writers on two hosts, so each unit is gathered to rank 0.
+  [[ $scenario == mpirun_2x2 ]] && extra=(--set launch.launcher=mpirun --set "$mpirun_opts" --set fsdp.checkpoint_type=full) &&
+    type=full
   job=$(submit "$out" "${extra[@]}") || fail "submit failed: $(cat "$out_root/submit.err")"
-  check_completed "$out" "$job" 4 "2 node(s) (n1, n2)"
+  check_completed "$out" "$job" 4 "2 node(s) (n1, n2)" "$type"
+  [[ $type == full ]] && ! grep -q "each unit is gathered to rank 0" "$out/slurm-$job.out" && fail "full checkpoints not gathered"
   [[ $scenario == mpirun_2x2 ]] && ! grep -q "starting the ranks: mpirun" "$out/slurm-$job.out" && fail "not started by mpirun"
   [[ $scenario == srun_2x2 ]] && ! grep -q "starting the ranks: srun --mpi=pmix" "$out/slurm-$job.out" && fail "not started by srun"
   ;;
