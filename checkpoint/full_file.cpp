@@ -59,7 +59,8 @@ void add_parts(std::vector<CrcPart>& parts, int64_t tensor, int64_t start, const
 
 }  // namespace
 
-std::vector<int64_t> create_full_file(const std::string& path, const std::vector<FullUnit>& units) {
+std::vector<int64_t> create_contiguous_file(const std::string& path, const std::vector<std::string>& groups,
+                                            const std::vector<DatasetSpec>& specs) {
   H5Handle fapl(ST_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)), H5Pclose);
   ST_H5_CHECK(H5Pset_file_locking(fapl.get(), false, true));
   H5Handle file(ST_H5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl.get())), H5Fclose);
@@ -68,31 +69,44 @@ std::vector<int64_t> create_full_file(const std::string& path, const std::vector
   ST_H5_CHECK(H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS));
   ST_H5_CHECK(H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY));
   ST_H5_CHECK(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER));
-  std::map<std::string, H5Handle> groups;
-  std::vector<int64_t> offsets;
-  for (const auto& [unit, p] : tensors_of(units)) {
-    auto g = groups.find(unit->kind);
-    if (g == groups.end())
-      g = groups
-              .emplace(unit->kind, H5Handle(ST_H5_CHECK(H5Gcreate2(file.get(), ("/" + unit->kind).c_str(), H5P_DEFAULT,
-                                                                   H5P_DEFAULT, H5P_DEFAULT)),
-                                            H5Gclose))
+  std::map<std::string, H5Handle> made;
+  auto group = [&](const std::string& name) -> hid_t {
+    auto g = made.find(name);
+    if (g == made.end())
+      g = made.emplace(name, H5Handle(ST_H5_CHECK(H5Gcreate2(file.get(), ("/" + name).c_str(), H5P_DEFAULT,
+                                                             H5P_DEFAULT, H5P_DEFAULT)),
+                                      H5Gclose))
               .first;
-    const fsdp::ParamSpan& span = unit->layout->params()[p];
-    std::vector<hsize_t> dims(span.shape.begin(), span.shape.end());
+    return g->second.get();
+  };
+  for (const std::string& g : groups) group(g);
+  std::vector<int64_t> offsets;
+  for (const DatasetSpec& spec : specs) {
+    std::vector<hsize_t> dims(spec.shape.begin(), spec.shape.end());
+    hsize_t numel = 1;
+    for (hsize_t d : dims) numel *= d;
     H5Handle space(ST_H5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)), H5Sclose);
-    H5Handle ds(ST_H5_CHECK(H5Dcreate2(g->second.get(), span.name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT,
+    H5Handle ds(ST_H5_CHECK(H5Dcreate2(group(spec.group), spec.name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT,
                                        dcpl.get(), H5P_DEFAULT)),
                 H5Dclose);
     const haddr_t at = H5Dget_offset(ds.get());
-    ST_CHECK(span.numel == 0 || at != HADDR_UNDEF, ErrorKind::kIo, "{}: no place in the file for {}/{}", path,
-             unit->kind, span.name);
-    offsets.push_back(span.numel == 0 ? -1 : static_cast<int64_t>(at));
+    ST_CHECK(numel == 0 || at != HADDR_UNDEF, ErrorKind::kIo, "{}: no place in the file for {}/{}", path, spec.group,
+             spec.name);
+    offsets.push_back(numel == 0 ? -1 : static_cast<int64_t>(at));
     ST_H5_CHECK(ds.close());
   }
-  for (auto& [kind, g] : groups) ST_H5_CHECK(g.close());
+  for (auto& [name, g] : made) ST_H5_CHECK(g.close());
   ST_H5_CHECK(file.close());  // writes the metadata and sets the file's length to its end
   return offsets;
+}
+
+std::vector<int64_t> create_full_file(const std::string& path, const std::vector<FullUnit>& units) {
+  std::vector<DatasetSpec> specs;
+  for (const auto& [unit, p] : tensors_of(units)) {
+    const fsdp::ParamSpan& span = unit->layout->params()[p];
+    specs.push_back({unit->kind, span.name, span.shape});
+  }
+  return create_contiguous_file(path, {}, specs);
 }
 
 std::vector<CrcPart> write_full_pieces(const std::string& path, const std::vector<FullUnit>& units,

@@ -37,6 +37,19 @@ struct CrcPart {
   uint32_t crc = 0;
 };
 
+// A dataset of a file laid out before its bytes are written: /<group>/<name>, fp32, of `shape`.
+struct DatasetSpec {
+  std::string group, name;
+  std::vector<int64_t> shape;
+};
+
+// Creates `path` (which must not exist) with every group of `groups` and a dataset per spec,
+// contiguous, allocated and never filled (its bytes are the writer's); returns the byte offset in
+// the file of each spec's dataset (-1 for one without elements). The file is closed: its bytes go
+// in with pwrite() (write_full_pieces, common::WriteBehind).
+std::vector<int64_t> create_contiguous_file(const std::string& path, const std::vector<std::string>& groups,
+                                            const std::vector<DatasetSpec>& specs);
+
 // World rank 0: creates `path` (which must not exist), its groups and every dataset; returns the
 // byte offset in the file of each tensor, in the order of the units and their parameters (-1 for a
 // tensor without elements).

@@ -3,12 +3,18 @@
 
 #include <ATen/ops/from_blob.h>
 #include <fmt/format.h>
+#include <fcntl.h>
 #include <fmt/ranges.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <limits>
+#include <map>
+#include <utility>
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/checkpoint_reader.h"
@@ -23,6 +29,7 @@
 #include "checkpoint/hf/safetensors_stream_writer.h"
 #include "checkpoint/hf/safetensors_torch.h"
 #include "checkpoint/commit.h"
+#include "checkpoint/full_file.h"
 #include "checkpoint/manifest.h"
 #include "common/atomic_file.h"
 #include "common/error.h"
@@ -30,6 +37,7 @@
 #include "common/job/job_loader.h"
 #include "common/pending_folder.h"
 #include "common/process_memory.h"
+#include "common/write_behind.h"
 #include "runtime/fsdp/llama_units.h"
 #include "runtime/fsdp/shard_layout.h"
 #include "runtime/fsdp/shard_loader.h"
@@ -64,57 +72,90 @@ int64_t numel(const std::vector<int64_t>& shape) {
   return n;
 }
 
-// A full checkpoint written tensor by tensor: model.h5 and a manifest, committed as the training
-// writes its checkpoints (checkpoint/commit.h).
+// Every conversion writes through one WriteBehind: 4 buffers of 16 MiB.
+constexpr int kWriteBuffers = 4;
+constexpr size_t kWriteBufferBytes = size_t{16} << 20;
+
+// A file written with pwrite() (checkpoint::create_contiguous_file laid it out), closed on scope exit.
+struct PlacedFile {
+  std::string path;
+  int fd = -1;
+  explicit PlacedFile(std::string p) : path(std::move(p)), fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC)) {
+    ST_CHECK(fd >= 0, ErrorKind::kIo, "cannot open {}: {}", path, std::strerror(errno));
+  }
+  PlacedFile(PlacedFile&& o) noexcept : path(std::move(o.path)), fd(std::exchange(o.fd, -1)) {}
+  PlacedFile(const PlacedFile&) = delete;
+  ~PlacedFile() {
+    if (fd >= 0) ::close(fd);
+  }
+  void close() {
+    ST_CHECK(::close(std::exchange(fd, -1)) == 0, ErrorKind::kIo, "cannot close {}: {}", path, std::strerror(errno));
+  }
+};
+
+// Copies `count` elements to `byte_offset` of `file` through `writes`, a buffer at a time.
+void put_floats(common::WriteBehind& writes, const PlacedFile& file, int64_t byte_offset, const float* data,
+                int64_t count) {
+  const char* bytes = reinterpret_cast<const char*>(data);
+  for (size_t left = static_cast<size_t>(count) * 4; left > 0;) {
+    const size_t n = std::min(left, writes.buffer_bytes());
+    char* buffer = writes.take();
+    std::memcpy(buffer, bytes, n);
+    writes.put(buffer, n, file.fd, byte_offset, file.path);
+    bytes += n;
+    byte_offset += static_cast<int64_t>(n);
+    left -= n;
+  }
+}
+
+// A full checkpoint written tensor by tensor: model.h5 (every dataset laid out first, then written
+// behind the reads) and a manifest, committed as the training writes its checkpoints
+// (checkpoint/commit.h).
 class FullWriter {
  public:
-  FullWriter(const std::string& out, checkpoint::Manifest manifest) : pending_(out), manifest_(std::move(manifest)) {
-    H5Handle fapl(ST_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)), H5Pclose);
-    ST_H5_CHECK(H5Pset_file_locking(fapl.get(), false, true));
-    file_ = H5Handle(ST_H5_CHECK(H5Fcreate((pending_.dir() + "/model.h5").c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl.get())),
-                     H5Fclose);
+  // `datasets`: every tensor to come.
+  FullWriter(const std::string& out, checkpoint::Manifest manifest, const std::vector<checkpoint::DatasetSpec>& datasets)
+      : pending_(out), manifest_(std::move(manifest)), file_(laid_out(pending_.dir() + "/model.h5", datasets)) {
     manifest_.slices.clear();
     manifest_.layout = "full";
   }
   // A tensor in pieces: begin, then its elements in order, then end.
-  void begin(const std::string& kind, const std::string& name, const std::vector<int64_t>& shape) {
-    if (!groups_.count(kind))
-      groups_.emplace(kind, H5Handle(ST_H5_CHECK(H5Gcreate2(file_.get(), ("/" + kind).c_str(), H5P_DEFAULT, H5P_DEFAULT,
-                                                            H5P_DEFAULT)),
-                                     H5Gclose));
-    std::vector<hsize_t> dims(shape.begin(), shape.end());
-    H5Handle space(ST_H5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)), H5Sclose);
-    dataset_ = H5Handle(ST_H5_CHECK(H5Dcreate2(groups_.at(kind).get(), name.c_str(), H5T_IEEE_F32LE, space.get(),
-                                               H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)),
-                        H5Dclose);
+  void begin(const std::string& kind, const std::string& name) {
+    const auto it = offsets_.find({kind, name});
+    ST_CHECK(it != offsets_.end(), ErrorKind::kInternal, "{}/{} was not laid out in {}", kind, name, file_.path);
+    offset_ = it->second;
     kind_ = kind;
     name_ = name;
     written_ = 0;
   }
   void append(const float* data, int64_t count) {
-    checkpoint::write_flat_range(dataset_.get(), written_, count, data);
     crc_.add(data, count);
+    put_floats(writes_, file_, offset_ + written_ * 4, data, count);
     written_ += count;
   }
   void end() {
-    ST_H5_CHECK(dataset_.close());
     manifest_.slices.push_back({kind_, name_, "model.h5", name_, 0, written_, checkpoint::kCrcBlock, crc_.finish()});
   }
   void commit() {
-    groups_.clear();
-    ST_H5_CHECK(file_.close());
-    common::fsync_path(pending_.dir() + "/model.h5", false);
+    writes_.finish(file_.fd, file_.path);
+    file_.close();
     pending_.commit(manifest_);
   }
 
  private:
+  PlacedFile laid_out(const std::string& path, const std::vector<checkpoint::DatasetSpec>& datasets) {
+    const std::vector<int64_t> offsets = checkpoint::create_contiguous_file(path, {}, datasets);
+    for (size_t i = 0; i < datasets.size(); ++i) offsets_[{datasets[i].group, datasets[i].name}] = offsets[i];
+    return PlacedFile(path);
+  }
+
   checkpoint::PendingDirectory pending_;
   checkpoint::Manifest manifest_;
-  H5Handle file_;
-  std::map<std::string, H5Handle> groups_;
-  H5Handle dataset_;
+  std::map<std::pair<std::string, std::string>, int64_t> offsets_;
+  PlacedFile file_;
+  common::WriteBehind writes_{kWriteBuffers, kWriteBufferBytes};  // last: its thread stops before the file closes
   std::string kind_, name_;
-  int64_t written_ = 0;
+  int64_t offset_ = 0, written_ = 0;
   checkpoint::BlockCrc crc_;
 };
 
@@ -122,17 +163,21 @@ class FullWriter {
 
 void consolidate(const std::string& src, const std::string& out) {
   checkpoint::CheckpointReader reader(src);
-  FullWriter writer(out, reader.manifest());
   uint64_t total = 0;
+  std::vector<checkpoint::DatasetSpec> datasets;
   for (const std::string& name : reader.tensor_names())
     for (const char* kind : checkpoint::kStateKinds)
-      if (reader.has(kind, name)) total += static_cast<uint64_t>(numel(reader.shape(name))) * 4;
+      if (reader.has(kind, name)) {
+        total += static_cast<uint64_t>(numel(reader.shape(name))) * 4;
+        datasets.push_back({kind, name, reader.shape(name)});
+      }
+  FullWriter writer(out, reader.manifest(), datasets);
   common::Progress progress(tool_progress("consolidating", static_cast<int64_t>(total)));
   std::vector<float> piece(static_cast<size_t>(kPiece));
   for (const std::string& name : reader.tensor_names())
     for (const char* kind : checkpoint::kStateKinds) {
       if (!reader.has(kind, name)) continue;
-      writer.begin(kind, name, reader.shape(name));
+      writer.begin(kind, name);
       checkpoint::CheckpointReader::Stream stream = reader.stream(kind, name);
       for (int64_t n; (n = stream.read(piece.data(), kPiece)) > 0;) {
         writer.append(piece.data(), n);
@@ -180,79 +225,75 @@ void reshard(const std::string& src, const std::string& out, int world_size) {
           total += static_cast<uint64_t>(p.numel) * 4;
         }
   common::Progress progress(tool_progress("resharding", static_cast<int64_t>(total)));
-  // Every rank's file open at once, so each tensor is read once, front to back, and its pieces go
-  // to their ranks' files as it streams by.
-  struct RankFile {
-    std::string name;
-    H5Handle file;
-    std::map<std::string, H5Handle> groups;
-  };
-  std::vector<RankFile> files;
-  for (int r = 0; r < world_size; ++r) {
-    RankFile f{fmt::format("rank-{:05d}.h5", r), {}, {}};
-    H5Handle fapl(ST_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)), H5Pclose);
-    ST_H5_CHECK(H5Pset_file_locking(fapl.get(), false, true));
-    f.file = H5Handle(ST_H5_CHECK(H5Fcreate((tmp + "/" + f.name).c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl.get())),
-                      H5Fclose);
-    for (const std::string& kind : kinds)
-      f.groups.emplace(kind, H5Handle(ST_H5_CHECK(H5Gcreate2(f.file.get(), ("/" + kind).c_str(), H5P_DEFAULT,
-                                                             H5P_DEFAULT, H5P_DEFAULT)),
-                                      H5Gclose));
-    files.push_back(std::move(f));
-  }
-  struct Out {  // one rank's piece of the tensor streaming by
+  // Every rank's file laid out first (a dataset per piece), then each tensor read once, front to
+  // back, its pieces written behind the reads into their ranks' files as it streams by.
+  struct Out {  // one rank's piece of a tensor
     int rank;
     int64_t offset, length;
     std::string dataset;
-    H5Handle handle;
+    size_t spec;          // its dataset among its rank file's
+    int64_t at_byte = 0;  // where its bytes go in that file
     checkpoint::BlockCrc crc;
   };
-  std::vector<checkpoint::ManifestSlice> slices;
-  std::vector<float> piece(static_cast<size_t>(kPiece));
-  for (const std::string& kind : kinds) {
+  struct TensorOuts {
+    std::string kind;
+    const fsdp::ParamSpan* param;
+    std::vector<Out> outs;  // in rank order, which is element order
+  };
+  std::vector<TensorOuts> tensors;
+  std::vector<std::vector<checkpoint::DatasetSpec>> specs(static_cast<size_t>(world_size));
+  for (const std::string& kind : kinds)
     for (const fsdp::FlatLayout& layout : layouts) {
       std::vector<std::vector<fsdp::ShardPiece>> by_rank;
       for (int r = 0; r < world_size; ++r) by_rank.push_back(layout.pieces_in_shard(r));
       for (size_t param = 0; param < layout.params().size(); ++param) {
         const fsdp::ParamSpan& p = layout.params()[param];
         if (!reader.has(kind, p.name)) continue;
-        std::vector<Out> outs;  // in rank order, which is element order
+        TensorOuts t{kind, &p, {}};
         for (int r = 0; r < world_size; ++r)
           for (const fsdp::ShardPiece& sp : by_rank[static_cast<size_t>(r)]) {
             if (sp.param != param) continue;
-            Out o{r, sp.param_offset, sp.length, fmt::format("{}@{}", p.name, sp.param_offset), {}, {}};
-            const hsize_t dims[1] = {static_cast<hsize_t>(sp.length)};
-            H5Handle space(ST_H5_CHECK(H5Screate_simple(1, dims, nullptr)), H5Sclose);
-            o.handle = H5Handle(ST_H5_CHECK(H5Dcreate2(files[static_cast<size_t>(r)].groups.at(kind).get(),
-                                                       o.dataset.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT,
-                                                       H5P_DEFAULT, H5P_DEFAULT)),
-                                H5Dclose);
-            outs.push_back(std::move(o));
+            auto& mine = specs[static_cast<size_t>(r)];
+            t.outs.push_back({r, sp.param_offset, sp.length, fmt::format("{}@{}", p.name, sp.param_offset), mine.size()});
+            mine.push_back({kind, t.outs.back().dataset, {sp.length}});
           }
-        checkpoint::CheckpointReader::Stream stream = reader.stream(kind, p.name);
-        int64_t at = 0;
-        for (int64_t n; (n = stream.read(piece.data(), kPiece)) > 0; at += n) {
-          for (Out& o : outs) {
-            const int64_t lo = std::max(at, o.offset), hi = std::min(at + n, o.offset + o.length);
-            if (lo >= hi) continue;
-            const float* data = piece.data() + (lo - at);
-            checkpoint::write_flat_range(o.handle.get(), lo - o.offset, hi - lo, data);
-            o.crc.add(data, hi - lo);
-          }
-          progress.add(n * 4);
-        }
-        for (Out& o : outs) {
-          ST_H5_CHECK(o.handle.close());
-          slices.push_back({kind, p.name, files[static_cast<size_t>(o.rank)].name, o.dataset, o.offset, o.length,
-                            checkpoint::kCrcBlock, o.crc.finish()});
-        }
+        tensors.push_back(std::move(t));
       }
     }
+  std::vector<PlacedFile> files;
+  std::vector<std::string> names;
+  for (int r = 0; r < world_size; ++r) {
+    names.push_back(fmt::format("rank-{:05d}.h5", r));
+    const std::string path = tmp + "/" + names.back();
+    const std::vector<int64_t> offsets = checkpoint::create_contiguous_file(path, kinds, specs[static_cast<size_t>(r)]);
+    for (TensorOuts& t : tensors)
+      for (Out& o : t.outs)
+        if (o.rank == r) o.at_byte = offsets[o.spec];
+    files.emplace_back(path);
   }
-  for (RankFile& f : files) {
-    f.groups.clear();
-    ST_H5_CHECK(f.file.close());
-    common::fsync_path(tmp + "/" + f.name, false);
+  common::WriteBehind writes(kWriteBuffers, kWriteBufferBytes);
+  std::vector<checkpoint::ManifestSlice> slices;
+  std::vector<float> piece(static_cast<size_t>(kPiece));
+  for (TensorOuts& t : tensors) {
+    checkpoint::CheckpointReader::Stream stream = reader.stream(t.kind, t.param->name);
+    int64_t at = 0;
+    for (int64_t n; (n = stream.read(piece.data(), kPiece)) > 0; at += n) {
+      for (Out& o : t.outs) {
+        const int64_t lo = std::max(at, o.offset), hi = std::min(at + n, o.offset + o.length);
+        if (lo >= hi) continue;
+        const float* data = piece.data() + (lo - at);
+        o.crc.add(data, hi - lo);
+        put_floats(writes, files[static_cast<size_t>(o.rank)], o.at_byte + (lo - o.offset) * 4, data, hi - lo);
+      }
+      progress.add(n * 4);
+    }
+    for (Out& o : t.outs)
+      slices.push_back({t.kind, t.param->name, names[static_cast<size_t>(o.rank)], o.dataset, o.offset, o.length,
+                        checkpoint::kCrcBlock, o.crc.finish()});
+  }
+  for (PlacedFile& f : files) {
+    writes.finish(f.fd, f.path);
+    f.close();
   }
   manifest.slices = std::move(slices);
   manifest.layout = "sharded";
@@ -368,16 +409,18 @@ void import_hf(const std::string& hf_dir, const std::string& out) {
   const std::vector<std::string> ignored = checkpoint::check_hf_weights(skeleton, folder);
   if (!ignored.empty()) fmt::print(stderr, "{}: {}\n", hf_dir, fsdp::ignored_tensors_note(ignored));
   uint64_t total = 0;
+  std::vector<checkpoint::DatasetSpec> datasets;
   for (const model::NamedParam& p : skeleton.named_parameters()) {
     manifest.tensors[p.name] = {p.tensor->sizes().vec(), "F32"};
     total += static_cast<uint64_t>(p.tensor->numel()) * 4;
+    datasets.push_back({"param", p.name, p.tensor->sizes().vec()});
   }
-  FullWriter writer(out, manifest);
+  FullWriter writer(out, manifest, datasets);
   common::Progress progress(tool_progress("importing", static_cast<int64_t>(total)));
   checkpoint::HfTensorSource source(hf_dir);
   std::vector<float> piece(static_cast<size_t>(kPiece));
   for (const model::NamedParam& p : skeleton.named_parameters()) {
-    writer.begin("param", p.name, p.tensor->sizes().vec());
+    writer.begin("param", p.name);
     for (int64_t at = 0; at < p.tensor->numel(); at += kPiece) {
       const int64_t n = std::min(kPiece, p.tensor->numel() - at);
       source.read(p.name, at, n, at::kFloat, piece.data());

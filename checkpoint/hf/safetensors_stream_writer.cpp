@@ -4,6 +4,8 @@
 #include <ATen/ops/empty.h>
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/hf/safetensors_torch.h"
@@ -38,6 +40,9 @@ SafetensorsStreamWriter::SafetensorsStreamWriter(std::string path, std::vector<S
   for (int i = 0; i < 8; ++i) le[i] = static_cast<unsigned char>(n >> (8 * i));
   file_->write(le, 8);
   file_->write(text);
+  at_byte_ = 8 + text.size();
+  // The tensors' bytes are written behind the caller's reads: 4 buffers of 16 MiB.
+  writes_ = std::make_unique<common::WriteBehind>(4, size_t{16} << 20);
 }
 
 void SafetensorsStreamWriter::append(const at::Tensor& tensor) {
@@ -65,7 +70,16 @@ void SafetensorsStreamWriter::append_elements(const at::Tensor& part) {
       if (!staging_.defined() || staging_.scalar_type() != type) staging_ = at::empty({kConvertElements}, type);
       data = staging_.narrow(0, 0, n).copy_(flat.narrow(0, done, n));
     }
-    file_->write(data.data_ptr(), static_cast<size_t>(data.nbytes()));
+    const char* bytes = static_cast<const char*>(data.data_ptr());
+    for (size_t left = static_cast<size_t>(data.nbytes()); left > 0;) {
+      const size_t chunk = std::min(left, writes_->buffer_bytes());
+      char* buffer = writes_->take();
+      std::memcpy(buffer, bytes, chunk);
+      writes_->put(buffer, chunk, file_->fd(), static_cast<int64_t>(at_byte_), file_->temporary_path());
+      bytes += chunk;
+      at_byte_ += chunk;
+      left -= chunk;
+    }
     done += n;
     written_ += n;
     if (written_ == numel) {
@@ -78,6 +92,7 @@ void SafetensorsStreamWriter::append_elements(const at::Tensor& part) {
 void SafetensorsStreamWriter::finish() {
   ST_CHECK(next_ == tensors_.size() && written_ == 0, ErrorKind::kInternal, "{}: {} of {} tensors written", path_,
            next_, tensors_.size());
+  writes_->finish(file_->fd(), file_->temporary_path());
   file_->commit();
 }
 

@@ -59,9 +59,10 @@ MpiDefault=none
 ReturnToService=2
 JobRequeue=1
 # SIGTERM to SIGKILL. It bounds how long ranks blocked in a collective with a dead peer survive
-# (srun --kill-on-bad-exit waits KillWait + 2 s for them): kill -9 of a rank, a lost node. Ranks
-# that exit on their own (a stop's checkpoint committed, exit 75) are gone within it.
-KillWait=2
+# (srun --kill-on-bad-exit waits KillWait + 2 s for them): kill -9 of a rank, a lost node. It is
+# also all the time a batch script has after Slurm cancels its job (a node failure slurmctld found
+# before the ranks did): 2 s left the script no time to resubmit the job without the lost node.
+KillWait=10
 MinJobAge=600
 InactiveLimit=0
 SlurmdTimeout=60

@@ -1,0 +1,57 @@
+// Writes to a file on a thread of its own, so that the caller reads and checks the next piece while
+// the last one is copied to the page cache, and the disk writes each piece back as soon as it is
+// written (sync_file_range) instead of all at the final sync. Memory is bounded: `buffers` buffers
+// of `buffer_bytes`; take() waits for a free one. Errors of the writer (a full disk) are thrown by
+// the next take(), put() or finish(). Not for HDF5 calls: HDF5 is not thread-safe here, so files
+// are laid out (datasets created, offsets read) before their bytes go through this.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace shardtune::common {
+
+class WriteBehind {
+ public:
+  WriteBehind(int buffers, size_t buffer_bytes);
+  ~WriteBehind();  // waits for the writer; errors unseen by finish() are dropped (an exception is unwinding)
+  WriteBehind(const WriteBehind&) = delete;
+  WriteBehind& operator=(const WriteBehind&) = delete;
+
+  // A free buffer of buffer_bytes() to fill.
+  char* take();
+  // Writes `bytes` of `buffer` (from take()) at `offset` of `fd`, whose name `path` errors quote.
+  void put(char* buffer, size_t bytes, int fd, int64_t offset, const std::string& path);
+  // Waits until everything put so far is written, then fdatasync()s `fd`.
+  void finish(int fd, const std::string& path);
+  size_t buffer_bytes() const { return buffer_bytes_; }
+
+ private:
+  struct Job {
+    char* buffer;
+    size_t bytes;
+    int fd;
+    int64_t offset;
+    std::string path;
+  };
+  void run();
+  void rethrow_locked();
+
+  size_t buffer_bytes_;
+  std::vector<std::vector<char>> storage_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::vector<char*> free_;
+  std::deque<Job> queue_;
+  bool busy_ = false, stopping_ = false;
+  std::exception_ptr error_;
+  std::thread thread_;
+};
+
+}  // namespace shardtune::common
