@@ -151,6 +151,10 @@ int run(const Args& a) {
   // The slowest rank's median and the largest peak RSS of any rank (every rank's whole process).
   double median = step_seconds[step_seconds.size() / 2];
   MPI_Allreduce(MPI_IN_PLACE, &median, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  // The fastest and slowest step of any rank, which bound every rank's median.
+  double fastest = step_seconds.front(), slowest = step_seconds.back();
+  MPI_Allreduce(MPI_IN_PLACE, &fastest, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   double peak_rss_mib = static_cast<double>(usage.ru_maxrss) / 1024.0;
@@ -177,8 +181,8 @@ int run(const Args& a) {
         {"cudnn_attention", a.cudnn_attention},
         {"steps", a.steps},
         {"step_seconds_median", median},
-        {"step_seconds_min", step_seconds.front()},
-        {"step_seconds_max", step_seconds.back()},
+        {"step_seconds_min", fastest},
+        {"step_seconds_max", slowest},
         {"tokens_per_s", tokens_per_s},
         {"flops_per_token", flops_per_token},
         {"tflops_per_s_per_device", tokens_per_s * flops_per_token / world / 1e12},

@@ -119,6 +119,7 @@ std::vector<CrcPart> write_full_pieces(const std::string& path, const std::vecto
     int64_t first = 0;  // the index of the unit's first tensor
     for (const FullUnit& u : units) {
       for (const fsdp::ShardPiece& piece : u.layout->pieces_in_shard(u.shard_rank)) {
+        if (piece.length == 0) continue;  // a tensor without elements has no place in the file
         const int64_t tensor = first + static_cast<int64_t>(piece.param);
         ST_CHECK(tensor < static_cast<int64_t>(offsets.size()) && offsets[static_cast<size_t>(tensor)] >= 0,
                  ErrorKind::kInternal, "{}: no offset for tensor {}", path, tensor);
