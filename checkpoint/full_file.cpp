@@ -18,6 +18,7 @@
 #include "checkpoint/h5_check.h"
 #include "checkpoint/h5_handle.h"
 #include "common/error.h"
+#include "common/file_io.h"
 
 namespace shardtune::checkpoint {
 namespace {
@@ -31,18 +32,6 @@ std::vector<std::pair<const FullUnit*, size_t>> tensors_of(const std::vector<Ful
   for (const FullUnit& u : units)
     for (size_t p = 0; p < u.layout->params().size(); ++p) out.emplace_back(&u, p);
   return out;
-}
-
-void write_all(int fd, const void* data, size_t bytes, int64_t offset, const std::string& path) {
-  const char* p = static_cast<const char*>(data);
-  while (bytes > 0) {
-    const ssize_t n = pwrite(fd, p, bytes, offset);
-    if (n < 0 && errno == EINTR) continue;
-    ST_CHECK(n > 0, ErrorKind::kIo, "cannot write {}: {}", path, n < 0 ? std::strerror(errno) : "nothing written");
-    p += n;
-    bytes -= static_cast<size_t>(n);
-    offset += n;
-  }
 }
 
 // Checksums of `data` (the elements `start`.. of a tensor), cut at the tensor's block boundaries.
@@ -137,7 +126,7 @@ std::vector<CrcPart> write_full_pieces(const std::string& path, const std::vecto
             data = stage.data_ptr<float>();
           }
           const int64_t element = piece.param_offset + done;
-          write_all(fd, data, static_cast<size_t>(n) * 4, offsets[static_cast<size_t>(tensor)] + element * 4, path);
+          common::pwrite_all(fd, data, static_cast<size_t>(n) * 4, offsets[static_cast<size_t>(tensor)] + element * 4, path);
           add_parts(parts, tensor, element, data, n, block);
           done += n;
         }

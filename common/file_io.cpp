@@ -45,4 +45,16 @@ void write_all(int fd, const void* data, size_t size, const std::string& path) {
   }
 }
 
+void pwrite_all(int fd, const void* data, size_t size, int64_t offset, const std::string& path) {
+  const auto* p = static_cast<const char*>(data);
+  while (size > 0) {
+    const ssize_t n = ::pwrite(fd, p, size, offset);
+    if (n < 0 && errno == EINTR) continue;
+    ST_CHECK(n > 0, ErrorKind::kIo, "cannot write {}: {}", path, n < 0 ? std::strerror(errno) : "nothing written");
+    p += n;
+    size -= static_cast<size_t>(n);
+    offset += n;
+  }
+}
+
 }  // namespace shardtune::common

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <cstdint>
 #include <string>
 
 #include "common/error.h"
@@ -21,5 +22,7 @@ void write_file_atomically(const std::string& path, const std::function<void(int
 
 // Writes all `size` bytes to `fd` (retrying short writes and EINTR). Throws Error(kIo) naming `path`.
 void write_all(int fd, const void* data, size_t size, const std::string& path);
+// The same at byte `offset` of `fd` (pwrite: the file position is not used).
+void pwrite_all(int fd, const void* data, size_t size, int64_t offset, const std::string& path);
 
 }  // namespace shardtune::common

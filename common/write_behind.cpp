@@ -4,10 +4,12 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
 #include "common/error.h"
+#include "common/file_io.h"
 
 namespace shardtune::common {
 
@@ -55,6 +57,19 @@ void WriteBehind::put(char* buffer, size_t bytes, int fd, int64_t offset, const 
   changed_.notify_all();
 }
 
+void WriteBehind::write(const void* data, size_t bytes, int fd, int64_t offset, const std::string& path) {
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const size_t n = std::min(bytes, buffer_bytes_);
+    char* buffer = take();
+    std::memcpy(buffer, p, n);
+    put(buffer, n, fd, offset, path);
+    p += n;
+    offset += static_cast<int64_t>(n);
+    bytes -= n;
+  }
+}
+
 void WriteBehind::finish(int fd, const std::string& path) {
   {
     std::unique_lock<std::mutex> lock(mutex_);
@@ -77,17 +92,7 @@ void WriteBehind::run() {
     }
     std::exception_ptr failed;
     try {
-      const char* p = job.buffer;
-      size_t left = job.bytes;
-      int64_t at = job.offset;
-      while (left > 0) {
-        const ssize_t n = ::pwrite(job.fd, p, left, at);
-        if (n < 0 && errno == EINTR) continue;
-        ST_CHECK(n > 0, ErrorKind::kIo, "cannot write {}: {}", job.path, n < 0 ? std::strerror(errno) : "nothing written");
-        p += n;
-        left -= static_cast<size_t>(n);
-        at += n;
-      }
+      pwrite_all(job.fd, job.buffer, job.bytes, job.offset, job.path);
       // The disk starts on these bytes now; the final sync then waits for little.
       ::sync_file_range(job.fd, job.offset, static_cast<off_t>(job.bytes), SYNC_FILE_RANGE_WRITE);
     } catch (...) {

@@ -28,6 +28,8 @@ class WriteBehind {
   char* take();
   // Writes `bytes` of `buffer` (from take()) at `offset` of `fd`, whose name `path` errors quote.
   void put(char* buffer, size_t bytes, int fd, int64_t offset, const std::string& path);
+  // Copies `bytes` of `data` into buffers (take/put, a buffer at a time) to be written at `offset`.
+  void write(const void* data, size_t bytes, int fd, int64_t offset, const std::string& path);
   // Waits until everything put so far is written, then fdatasync()s `fd`.
   void finish(int fd, const std::string& path);
   size_t buffer_bytes() const { return buffer_bytes_; }

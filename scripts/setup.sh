@@ -15,7 +15,7 @@ packages=(
   python3-h5py                              # reads checkpoints back in tests
   python3-torch                             # a plain-PyTorch Llama the model tests cross-check against
   libtomlplusplus-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libcli11-dev libgtest-dev libdeflate-dev
-  zlib1g-dev                                # reference CRC-32 in the checkpoint tests
+  zlib1g-dev                                # crc32_combine (full checkpoints); reference CRC-32 in tests
   libssl-dev                                # SHA-256 (OpenSSL's libcrypto) of base-model identities
   slurm-wlm munge iproute2 util-linux       # the local test cluster (ss, unshare)
   clang libclang-rt-14-dev                  # libFuzzer for the parser fuzz tests

@@ -93,21 +93,6 @@ struct PlacedFile {
   }
 };
 
-// Copies `count` elements to `byte_offset` of `file` through `writes`, a buffer at a time.
-void put_floats(common::WriteBehind& writes, const PlacedFile& file, int64_t byte_offset, const float* data,
-                int64_t count) {
-  const char* bytes = reinterpret_cast<const char*>(data);
-  for (size_t left = static_cast<size_t>(count) * 4; left > 0;) {
-    const size_t n = std::min(left, writes.buffer_bytes());
-    char* buffer = writes.take();
-    std::memcpy(buffer, bytes, n);
-    writes.put(buffer, n, file.fd, byte_offset, file.path);
-    bytes += n;
-    byte_offset += static_cast<int64_t>(n);
-    left -= n;
-  }
-}
-
 // A full checkpoint written tensor by tensor: model.h5 (every dataset laid out first, then written
 // behind the reads) and a manifest, committed as the training writes its checkpoints
 // (checkpoint/commit.h).
@@ -130,7 +115,7 @@ class FullWriter {
   }
   void append(const float* data, int64_t count) {
     crc_.add(data, count);
-    put_floats(writes_, file_, offset_ + written_ * 4, data, count);
+    writes_.write(data, static_cast<size_t>(count) * 4, file_.fd, offset_ + written_ * 4, file_.path);
     written_ += count;
   }
   void end() {
@@ -283,7 +268,8 @@ void reshard(const std::string& src, const std::string& out, int world_size) {
         if (lo >= hi) continue;
         const float* data = piece.data() + (lo - at);
         o.crc.add(data, hi - lo);
-        put_floats(writes, files[static_cast<size_t>(o.rank)], o.at_byte + (lo - o.offset) * 4, data, hi - lo);
+        const PlacedFile& f = files[static_cast<size_t>(o.rank)];
+        writes.write(data, static_cast<size_t>(hi - lo) * 4, f.fd, o.at_byte + (lo - o.offset) * 4, f.path);
       }
       progress.add(n * 4);
     }

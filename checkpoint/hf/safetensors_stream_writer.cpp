@@ -4,8 +4,6 @@
 #include <ATen/ops/empty.h>
 #include <fmt/format.h>
 
-#include <algorithm>
-#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/hf/safetensors_torch.h"
@@ -70,16 +68,9 @@ void SafetensorsStreamWriter::append_elements(const at::Tensor& part) {
       if (!staging_.defined() || staging_.scalar_type() != type) staging_ = at::empty({kConvertElements}, type);
       data = staging_.narrow(0, 0, n).copy_(flat.narrow(0, done, n));
     }
-    const char* bytes = static_cast<const char*>(data.data_ptr());
-    for (size_t left = static_cast<size_t>(data.nbytes()); left > 0;) {
-      const size_t chunk = std::min(left, writes_->buffer_bytes());
-      char* buffer = writes_->take();
-      std::memcpy(buffer, bytes, chunk);
-      writes_->put(buffer, chunk, file_->fd(), static_cast<int64_t>(at_byte_), file_->temporary_path());
-      bytes += chunk;
-      at_byte_ += chunk;
-      left -= chunk;
-    }
+    writes_->write(data.data_ptr(), static_cast<size_t>(data.nbytes()), file_->fd(), static_cast<int64_t>(at_byte_),
+                   file_->temporary_path());
+    at_byte_ += static_cast<uint64_t>(data.nbytes());
     done += n;
     written_ += n;
     if (written_ == numel) {
