@@ -23,8 +23,7 @@ CheckpointReader::CheckpointReader(const std::string& dir) : dir_(dir), manifest
   for (const ManifestSlice& s : manifest_.slices) index_[{s.kind, s.tensor}].push_back(s);
   for (auto& [key, slices] : index_)
     std::sort(slices.begin(), slices.end(), [](const Slice& a, const Slice& b) { return a.offset < b.offset; });
-  fapl_ = H5Handle(ST_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)), H5Pclose);
-  ST_H5_CHECK(H5Pset_file_locking(fapl_.get(), false, true));
+  fapl_ = unlocked_file_access();
 }
 
 std::vector<int64_t> CheckpointReader::shape(const std::string& tensor) const {

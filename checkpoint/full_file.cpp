@@ -16,6 +16,7 @@
 #include "checkpoint/block_crc.h"
 #include "checkpoint/crc32.h"
 #include "checkpoint/h5_check.h"
+#include "checkpoint/h5_dataset.h"
 #include "checkpoint/h5_handle.h"
 #include "common/error.h"
 #include "common/file_io.h"
@@ -50,9 +51,8 @@ void add_parts(std::vector<CrcPart>& parts, int64_t tensor, int64_t start, const
 
 std::vector<int64_t> create_contiguous_file(const std::string& path, const std::vector<std::string>& groups,
                                             const std::vector<DatasetSpec>& specs) {
-  H5Handle fapl(ST_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)), H5Pclose);
-  ST_H5_CHECK(H5Pset_file_locking(fapl.get(), false, true));
-  H5Handle file(ST_H5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl.get())), H5Fclose);
+  H5Handle file(ST_H5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, unlocked_file_access().get())),
+                H5Fclose);
   // Space allocated now, in one piece, and never filled: the writers' bytes are the only ones.
   H5Handle dcpl(ST_H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)), H5Pclose);
   ST_H5_CHECK(H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS));

@@ -23,6 +23,12 @@ void require_hard_link(hid_t file, const std::string& path) {
 
 }  // namespace
 
+H5Handle unlocked_file_access() {
+  H5Handle fapl(ST_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)), H5Pclose);
+  ST_H5_CHECK(H5Pset_file_locking(fapl.get(), false, true));
+  return fapl;
+}
+
 H5Handle open_checked_dataset(hid_t file, const std::string& group, const std::string& name) {
   const std::string group_path = "/" + group, path = group_path + "/" + name;
   require_hard_link(file, group_path);

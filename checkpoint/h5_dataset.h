@@ -16,4 +16,7 @@ namespace shardtune::checkpoint {
 // not there.
 H5Handle open_checked_dataset(hid_t file, const std::string& group, const std::string& name);
 
+// File access properties without HDF5's file locks, which fail on some parallel filesystems.
+H5Handle unlocked_file_access();
+
 }  // namespace shardtune::checkpoint

@@ -1,12 +1,16 @@
-// Test-only faults: SIGKILL at a named phase of a save, a stop signal after a step.
+// Test-only faults: SIGKILL at a named phase of a save, a stop signal after a step, a slow save.
 #include "common/fault_injection.h"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <csignal>
+#include <string>
+#include <string_view>
 #include <cstdlib>
+#include <thread>
 
 namespace shardtune::common {
 
@@ -22,6 +26,13 @@ void signal_point(int64_t step, int rank) {
   static const char* spec = std::getenv("SHARDTUNE_TEST_SIGNAL_AT");
   if (spec == nullptr || spec != fmt::format("{}:{}", step, rank)) return;
   std::raise(SIGUSR1);
+}
+
+void save_delay_point(const char* part) {
+  static const char* spec = std::getenv("SHARDTUNE_TEST_SAVE_DELAY_S");
+  const std::string prefix = fmt::format("{}:", part);
+  if (spec == nullptr || std::string_view(spec).substr(0, prefix.size()) != prefix) return;
+  std::this_thread::sleep_for(std::chrono::duration<double>(std::strtod(spec + prefix.size(), nullptr)));
 }
 
 }  // namespace shardtune::common

@@ -4,6 +4,9 @@
 //   "*" as the step matches a save of any step.
 // - SHARDTUNE_TEST_SIGNAL_AT="<step>:<rank>": that rank receives SIGUSR1 (what Slurm sends ahead of
 //   a time limit) once optimizer step <step> is taken, so the ranks stop at that step's boundary.
+// - SHARDTUNE_TEST_SAVE_DELAY_S="<part>:<seconds>": a checkpoint written in the background waits that
+//   long before its part (copy: copying the state, which the next optimizer update must wait for;
+//   write: writing the files, while training goes on with the save in flight).
 #pragma once
 
 #include <cstdint>
@@ -12,5 +15,6 @@ namespace shardtune::common {
 
 void kill_point(const char* phase, int64_t step, int rank = 0);
 void signal_point(int64_t step, int rank);
+void save_delay_point(const char* part);
 
 }  // namespace shardtune::common

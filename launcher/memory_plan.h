@@ -7,7 +7,8 @@
 //   - unsharded gradient buffers of the units whose reduction is in flight;
 //   - activations of a micro-batch: every block's saved tensors, or only the blocks' inputs and one
 //     block recomputed (activation checkpointing), and the logits with their loss and gradient;
-//   - the runtime itself (LibTorch, MPI, HDF5 on the CPU).
+//   - the runtime itself (LibTorch, MPI, HDF5 on the CPU);
+//   - with [checkpoint] async, the host copy of the rank's saved state.
 // On the CPU the parts are host memory (what peak RSS measures); on a GPU, device memory (what
 // the CUDA caching allocator holds; the CUDA context comes on top).
 #pragma once
@@ -32,6 +33,10 @@ struct MemoryPlan {
   double total_bytes = 0;
   double loading_bytes = 0;         // host memory per rank while the weights are loaded
   std::string loading_detail;
+  // [checkpoint] async: host memory per rank that holds the copy of its saved state (shards and
+  // moments) while a save is written in the background, kept for the next. On the CPU it is also
+  // a part of the training peak.
+  double checkpoint_copy_bytes = 0;
   double parameters = 0, trainable = 0;  // counts
   int64_t world = 1, shard_size = 1;
   int64_t tokens_per_micro_batch = 0;

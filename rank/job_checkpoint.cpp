@@ -4,13 +4,17 @@
 #include <algorithm>
 #include <ctime>
 #include <filesystem>
+#include <memory>
 #include <sstream>
+#include <utility>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include "checkpoint/adapter_base.h"
+#include "checkpoint/background_save.h"
+#include "checkpoint/checkpoint_save.h"
 #include "checkpoint/commit.h"
 #include "checkpoint/hf/model_identity.h"
 #include "checkpoint/manifest.h"
@@ -188,6 +192,26 @@ train::ResumePoint load(const std::string& dir, fsdp::FsdpLlama& model, fsdp::Ad
           state.validation_pending};
 }
 
+// A save written on its own thread ([checkpoint] async), as the training loop sees it.
+class SaveInBackground final : public train::SaveInFlight {
+ public:
+  SaveInBackground(std::unique_ptr<checkpoint::CheckpointSave> save, std::shared_ptr<std::vector<at::Tensor>> buffers,
+                   dist::Communicator& world)
+      : buffers_(std::move(buffers)), world_(world), save_(std::move(save), *buffers_) {}
+  int64_t step() const override { return save_.step(); }
+  void wait_for_copy() override { save_.wait_for_copy(); }
+  bool written() override { return save_.written(world_); }
+  void commit() override {
+    const std::string dir = save_.commit();
+    spdlog::info("checkpoint committed: {} (written in the background)", dir);
+  }
+
+ private:
+  std::shared_ptr<std::vector<at::Tensor>> buffers_;  // outlives save_
+  dist::Communicator& world_;
+  checkpoint::BackgroundSave save_;
+};
+
 }  // namespace
 
 train::CheckpointHooks checkpoint_hooks(const job::Job& job, const std::string& model_config, fsdp::FsdpLlama& model,
@@ -230,14 +254,46 @@ train::CheckpointHooks checkpoint_hooks(const job::Job& job, const std::string& 
                               "resume = \"none\":\n  {}",
                               candidates.size(), job.checkpoint.dir, fmt::join(why, "\n  ")));
   };
-  hooks.save = [&job, &model, &groups, model_config, adapter, job_toml = job::to_toml(job)](
-                   fsdp::AdamW& optimizer, const train::ResumePoint& at) {
+  // What a checkpoint of step `at` records besides the tensors.
+  auto state_at = [model_config, adapter, job_toml = job::to_toml(job)](const train::ResumePoint& at) {
+    checkpoint::TrainingState s;
+    s.step = at.step;
+    s.epoch = at.cursor.epoch;
+    s.sample_in_epoch = at.cursor.sample;
+    s.loss_scale = at.loss_scale;
+    s.reference_batch = at.reference_batch;
+    s.validation_pending = at.validation_pending;
+    s.job_toml = job_toml;
+    s.model_config = model_config;
+    s.adapter = adapter;
+    return s;
+  };
+  hooks.save = [&job, &model, &groups, state_at](fsdp::AdamW& optimizer, const train::ResumePoint& at) {
     const std::string dir = checkpoint::save_checkpoint(
-        model, job.fsdp.save_optimizer ? &optimizer : nullptr,
-        {at.step, at.cursor.epoch, at.cursor.sample, at.loss_scale, at.reference_batch, at.validation_pending, job_toml,
-         model_config, adapter},
-        groups, job.checkpoint.dir, job.checkpoint.keep_last, job.fsdp.checkpoint_type == job::CheckpointType::kFull);
+        model, job.fsdp.save_optimizer ? &optimizer : nullptr, state_at(at), groups, job.checkpoint.dir,
+        job.checkpoint.keep_last, job.fsdp.checkpoint_type == job::CheckpointType::kFull);
     spdlog::info("checkpoint committed: {}", dir);
+  };
+  if (!job.checkpoint.async) return hooks;
+  // The host copies of one save are kept for the next.
+  auto buffers = std::make_shared<std::vector<at::Tensor>>();
+  hooks.start_save = [&job, &model, &groups, state_at, buffers](
+                         fsdp::AdamW& optimizer, const train::ResumePoint& at) -> std::unique_ptr<train::SaveInFlight> {
+    auto save = std::make_unique<checkpoint::CheckpointSave>(
+        model, job.fsdp.save_optimizer ? &optimizer : nullptr, state_at(at), groups, job.checkpoint.dir,
+        job.checkpoint.keep_last, job.fsdp.checkpoint_type == job::CheckpointType::kFull);
+    if (!save->writes_alone()) {
+      static bool said = false;  // once a run
+      if (!std::exchange(said, true))
+        spdlog::info("[checkpoint] async: full checkpoints gathered to rank 0 are written in the foreground");
+      save->write();
+      spdlog::info("checkpoint committed: {}", save->commit());
+      return nullptr;
+    }
+    spdlog::info("checkpoint of step {}: copying this rank's state to host memory ({:.1f} MiB, {} bytes) and writing "
+                 "it in the background",
+                 at.step, static_cast<double>(save->host_bytes()) / (1 << 20), save->host_bytes());
+    return std::make_unique<SaveInBackground>(std::move(save), buffers, *groups.world);
   };
   return hooks;
 }

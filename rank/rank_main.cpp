@@ -114,8 +114,10 @@ int train(const job::Job& job, const model::LlamaConfig& config, dist::ProcessGr
   if (summary.losses.empty()) {
     spdlog::info("done: nothing left to train");
   } else {
-    spdlog::info("done: {} steps, loss {:.4f} -> {:.4f}, {:.0f} tokens/s", summary.steps, summary.losses.front(),
-                 summary.losses.back(), summary.tokens_per_second);
+    spdlog::info("done: {} steps, loss {:.4f} -> {:.4f}, {:.0f} tokens/s; training stood still {:.3f} s for "
+                 "checkpoints",
+                 summary.steps, summary.losses.front(), summary.losses.back(), summary.tokens_per_second,
+                 summary.save_seconds);
   }
   return 0;
 }

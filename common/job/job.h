@@ -141,6 +141,7 @@ struct CheckpointSection {
   int64_t every_steps = 0;
   int64_t keep_last = 2;
   std::string resume = "auto";
+  bool async = false;
 };
 
 struct MetricsSection {

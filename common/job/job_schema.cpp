@@ -432,6 +432,11 @@ std::vector<SectionSpec> build_schema() {
     s.field("resume", &CheckpointSection::resume,
             "auto: continue from the newest complete checkpoint; none: start fresh; or a checkpoint path.")
         .require("\"auto\", \"none\" or a path", [](const std::string& v) { return !v.empty() && is_one_line(v); });
+    s.field("async", &CheckpointSection::async,
+            "Write checkpoints in the background: at the step boundary each rank's shards (and moments) are "
+            "copied to host memory, training goes on while a thread writes them, and the ranks commit at a "
+            "later boundary. At most one is in flight; the next save, a stop and the end wait for it. The "
+            "last step's save, and one a stop asks for, are written before going on.");
   }
   {
     SectionBuilder<MetricsSection> s(schema, "metrics", "What the job reports.", &Job::metrics);

@@ -88,6 +88,12 @@ void use_threads(int threads) {
   if (auto set = reinterpret_cast<SetThreads>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) set(threads);
 }
 
+void use_one_thread_here() {
+  // omp_set_num_threads changes the calling thread's count only; at::set_num_threads is process-wide.
+  using SetThreads = void (*)(int);
+  if (auto set = reinterpret_cast<SetThreads>(::dlsym(RTLD_DEFAULT, "omp_set_num_threads"))) set(1);
+}
+
 int blas_threads() {
   using GetThreads = int (*)();
   auto threads = reinterpret_cast<GetThreads>(::dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));

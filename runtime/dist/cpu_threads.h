@@ -37,6 +37,10 @@ ThreadInputs thread_inputs(int64_t threads_per_rank, int local_ranks);
 // Sets OpenMP's, LibTorch's intra-op and OpenBLAS's thread counts of this process to `threads`.
 void use_threads(int threads);
 
+// OpenMP's thread count for the calling thread alone, 1: LibTorch's operations on a helper thread
+// (a background checkpoint write) run serially instead of starting an OpenMP team of their own.
+void use_one_thread_here();
+
 // OpenBLAS's thread count; 0 when the BLAS is not OpenBLAS.
 int blas_threads();
 

@@ -78,6 +78,7 @@ StepResult train_step(fsdp::FsdpLlama& model, fsdp::AdamW& optimizer, const std:
     if (result.nonfinite) {
       result.skipped = true;
     } else {
+      if (options.before_update) options.before_update();
       optimizer.step(options.lr);
     }
   }

@@ -3,6 +3,7 @@
 // AdamW on the shards.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "runtime/fsdp/adamw.h"
@@ -25,6 +26,9 @@ struct StepOptions {
   bool measure_grad_norm = false;
   // The model's shapes, to count the step's training FLOPs; null: not counted.
   const model::LlamaConfig* model_config = nullptr;
+  // Called before the optimizer changes the shards and moments (a checkpoint still copying them
+  // in the background waits here); may be empty.
+  std::function<void()> before_update = nullptr;
 };
 
 struct StepResult {

@@ -145,6 +145,9 @@ struct Trainer::Run {
   const Clock::time_point started = Clock::now();
   bool fp16() const { return step.loss_scaler != nullptr; }
   bool validates = false;
+  // A checkpoint written in the background; last, so that it is gone (its writer joined) before
+  // the optimizer state it may still be copying.
+  std::unique_ptr<SaveInFlight> in_flight;
 };
 
 struct Trainer::Outcome {
@@ -210,6 +213,9 @@ void Trainer::start(Run& run) {
                       run.from.validation_pending);
   run.peak = m.jsonl ? peak_flops(m, model_.device()) : std::nullopt;
   run.step.measure_grad_norm = true;  // the non-finite guard reads it
+  run.step.before_update = [&run] {
+    if (run.in_flight) run.in_flight->wait_for_copy();
+  };
   run.step.model_config = &options_.model_config;
   run.profiler.emplace(ProfilerOptions{m.use_profiler, m.profiler_dir, m.profiler_wait_steps, m.profiler_warmup_steps,
                                        m.profiler_active_steps, m.flop_counter, m.flop_counter_start + 1,
@@ -303,8 +309,16 @@ bool Trainer::finish_step(Run& run, const StepSpan& span, Outcome& out) {
   const int64_t every = options_.checkpoint_every_steps;
   const bool due = (every > 0 && run.steps_taken % every == 0) || last;
   const bool pending = run.validates && run.schedule->ends_epoch(span);
+  // A save in the background commits at the first boundary where every rank has written it; the
+  // next save, a stop and the end wait for it. At most one is in flight.
+  if (run.in_flight)
+    settle_save(run, last                         ? "the end"
+                     : agreed.stop_signal != 0    ? "stopping"
+                     : due                        ? "the next save"
+                                                  : nullptr);
   if (due) {
-    save(run, pending);
+    // The last step's save, and one that a stop already asks for, are committed before going on.
+    save(run, pending, !last && agreed.stop_signal == 0);
     // A signal that arrived during the save stops the ranks at this boundary, not the next.
     if (!last) agreed.stop_signal = agree_after_step(*groups_.world, model_.device()).stop_signal;
   }
@@ -312,17 +326,40 @@ bool Trainer::finish_step(Run& run, const StepSpan& span, Outcome& out) {
   run.summary.stop_signal = agreed.stop_signal;
   spdlog::warn("signal {} asked the job to stop: {} after step {}", agreed.stop_signal,
                hooks_.save ? "checkpointing" : "stopping", run.steps_taken);
-  if (!due) save(run, pending);
+  if (run.in_flight) settle_save(run, "stopping");  // begun at this boundary, before the signal was known
+  if (!due) save(run, pending, false);
   return true;
 }
 
-void Trainer::save(Run& run, bool validation_pending) {
+void Trainer::save(Run& run, bool validation_pending, bool background) {
   if (!hooks_.save) return;
   RECORD_USER_SCOPE("checkpoint.save");
   const bool finite = dist::min_over(*groups_.world, run.optimizer.all_finite() ? 1 : 0) == 1;
   NonFiniteGuard::before_save(run.steps_taken, finite);
-  hooks_.save(run.optimizer, {run.steps_taken, run.cursor, run.fp16() ? run.scaler.scale() : 0.0,
-                              run.schedule->reference_batch(), validation_pending});
+  const ResumePoint at{run.steps_taken, run.cursor, run.fp16() ? run.scaler.scale() : 0.0,
+                       run.schedule->reference_batch(), validation_pending};
+  const auto start = Clock::now();
+  if (background && hooks_.start_save) {
+    run.in_flight = hooks_.start_save(run.optimizer, at);
+  } else {
+    hooks_.save(run.optimizer, at);
+  }
+  run.summary.save_seconds += seconds_since(start);
+}
+
+// Commits the save in flight once every rank has written it, or, when training cannot go on
+// without it (`wait_for`: what waits), after waiting for it.
+void Trainer::settle_save(Run& run, const char* wait_for) {
+  RECORD_USER_SCOPE("checkpoint.settle");
+  const auto start = Clock::now();
+  if (wait_for != nullptr || run.in_flight->written()) {
+    if (wait_for != nullptr)
+      spdlog::info("waiting for the checkpoint of step {}, written in the background, before {}",
+                   run.in_flight->step(), wait_for);
+    std::unique_ptr<SaveInFlight> save = std::move(run.in_flight);
+    save->commit();
+  }
+  run.summary.save_seconds += seconds_since(start);
 }
 
 // The step's metrics.jsonl record (rank 0; the sample ids are gathered from every rank).

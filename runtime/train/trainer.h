@@ -32,12 +32,28 @@ struct ResumePoint {
   bool validation_pending = false;  // the epoch that ended at the cursor has not been validated yet
 };
 
+// A checkpoint being written in the background while training goes on.
+class SaveInFlight {
+ public:
+  virtual ~SaveInFlight() = default;  // waits for its writer; discards it unless committed
+  virtual int64_t step() const = 0;
+  // Returns once the shards and moments are copied: the optimizer may change them from then on.
+  virtual void wait_for_copy() = 0;
+  // Collective: whether every rank has written its part.
+  virtual bool written() = 0;
+  // Collective: waits for this rank's part, then commits; throws on every rank if any failed.
+  virtual void commit() = 0;
+};
+
 // How the loop reaches checkpoints without depending on their format: `resume` loads the model's
 // shards and the optimizer (if a checkpoint is to be resumed) and says where to continue; `save`
-// writes one. Either may be empty.
+// writes one and commits it before returning. `start_save` ([checkpoint] async) begins one that
+// is written in the background; it returns null when it had to save in the foreground instead.
+// Any may be empty.
 struct CheckpointHooks {
   std::function<std::optional<ResumePoint>(fsdp::AdamW&)> resume;
   std::function<void(fsdp::AdamW&, const ResumePoint&)> save;
+  std::function<std::unique_ptr<SaveInFlight>(fsdp::AdamW&, const ResumePoint&)> start_save;
 };
 
 struct TrainSummary {
@@ -46,6 +62,7 @@ struct TrainSummary {
   double last_val_loss = 0;    // 0 when validation did not run
   double tokens_per_second = 0;
   int stop_signal = 0;  // non-zero: the ranks stopped early on this signal, after a checkpoint
+  double save_seconds = 0;  // training stood still for checkpoints: saves, and waits for those in flight
 };
 
 // What the loop takes from the job: its [train] and [metrics] sections, where metrics.jsonl goes,
@@ -74,7 +91,8 @@ class Trainer {
   void train_epoch(Run& run);
   Outcome take_step(Run& run, const StepSpan& span, const std::vector<int64_t>& permutation, class Prefetcher& prefetch);
   bool finish_step(Run& run, const StepSpan& span, Outcome& out);
-  void save(Run& run, bool validation_pending);
+  void save(Run& run, bool validation_pending, bool background);
+  void settle_save(Run& run, const char* wait_for);
   void record_step(Run& run, const StepSpan& span, const Outcome& out);
   void log_progress(Run& run, const StepSpan& span, double loss);
   void validate_epoch(Run& run, int64_t epoch);

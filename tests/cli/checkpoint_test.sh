@@ -7,6 +7,9 @@
 #  - files are plain HDF5 that h5py reads, with checksums that are zlib's CRC-32;
 #  - a corrupt slice is refused with the file named; uncommitted directories are never resumed;
 #  - an explicit resume path is used by the first start only, not again by a requeued one;
+#  - [checkpoint] async: a checkpoint written in the background equals the blocking one of the same
+#    step, sharded and full; the copy's size is the planner's; a kill at every phase of a background
+#    save leaves the previous checkpoint to resume;
 #  - diff compares the training state and the optimizer moments too; export-hf keeps the
 #    checkpoint's dtype unless asked; import-hf refuses integer (quantised) tensors as training
 #    does, and ignores RoPE frequency tensors as transformers does, on every path.
@@ -114,6 +117,40 @@ a=$(slices "$tmp/straight/checkpoints/step-0000020/manifest.json")
 b=$(slices "$tmp/resumed/checkpoints/step-0000020/manifest.json")
 [ "$(echo "$a" | grep -c '^exp_avg_sq ')" -gt 10 ] || fail "the final checkpoint lists no optimizer slices"
 [ -n "$a" ] && [ "$a" = "$b" ] || fail "final parameters or moments differ"
+
+# [checkpoint] async: step 10's save is copied and written in the background while step 11 trains,
+# and committed at a later boundary. Its copy is held back 1 s (SHARDTUNE_TEST_SAVE_DELAY_S), so
+# step 11's optimizer update must wait for it: a copy taken after the update would differ. Same
+# shapes as the straight run, so its checkpoints and losses must be the straight run's, bit for bit.
+SHARDTUNE_TEST_SAVE_DELAY_S=copy:1 run "$tmp/async" 4 3 20 --set checkpoint.async=true ||
+  fail "async run: $(tail -5 "$tmp/log")"
+grep -q "checkpoint committed: $tmp/async/checkpoints/step-0000010 (written in the background)" \
+  "$tmp/async/logs/rank-00000.log" || fail "step 10 was not written in the background"
+[ "$(losses "$tmp/straight")" = "$(losses "$tmp/async")" ] || fail "the async run's losses differ from the straight run's"
+for step in 10 20; do
+  a=$(slices "$tmp/straight/checkpoints/step-00000$step/manifest.json")
+  b=$(slices "$tmp/async/checkpoints/step-00000$step/manifest.json")
+  [ -n "$a" ] && [ "$a" = "$b" ] || fail "the async checkpoint of step $step differs from the blocking one"
+done
+# The host memory of the copy is the planner's checkpoint_copy_bytes (shards and both moments).
+"$st" plan "$src/configs/tiny-cpu.toml" --json --set slurm.ntasks_per_node=4 --set slurm.nodes=1 \
+  --set checkpoint.async=true --set fsdp.save_optimizer=true >"$tmp/plan.json" 2>&1 || fail "plan: $(cat "$tmp/plan.json")"
+$py - "$tmp/plan.json" "$tmp"/async/logs/rank-0000*.log <<'PY' || fail "the planner's checkpoint copy is not what the ranks copied"
+import json, re, sys
+plan = json.load(open(sys.argv[1]))["checkpoint_copy_bytes"]
+copied = [int(m.group(1)) for path in sys.argv[2:] for m in re.finditer(r"host memory \([0-9.]+ MiB, ([0-9]+) bytes\)", open(path).read())]
+assert len(copied) == 4, copied
+worst = max(abs(c - plan) / plan for c in copied)
+print(f"async copy: {max(copied)} bytes per rank at most, planned {plan:.0f} (worst difference {worst:.2e})")
+sys.exit(0 if worst < 0.01 else 1)  # shards are padded to the world size: a few elements each
+PY
+# Full: the writers put their pieces into model.h5 from the copy, in the background (held back 1 s
+# while step 11 trains); the file is the straight run's step-10 slices put together.
+SHARDTUNE_TEST_SAVE_DELAY_S=write:1 run "$tmp/asyncfull" 4 3 12 --set checkpoint.async=true --set fsdp.checkpoint_type=full ||
+  fail "async full run: $(tail -5 "$tmp/log")"
+grep -q "checkpoint committed: $tmp/asyncfull/checkpoints/step-0000010 (written in the background)" \
+  "$tmp/asyncfull/logs/rank-00000.log" || fail "the full step-10 checkpoint was not written in the background"
+full_equals_sharded "$tmp/asyncfull/checkpoints/step-0000010" "$tmp/straight/checkpoints/step-0000010"
 
 # Other world sizes: the same data order, losses within 1e-5. The world sizes split the products
 # differently, so the losses round differently: fsdp_equivalence_test holds each split's fp32 loss
@@ -410,18 +447,21 @@ cp "$part/checkpoints/step-0000020/rank-00000.h5" "$part/checkpoints/step-000003
 run "$part" 2 6 25 || fail "resume next to partial checkpoints failed: $(tail -5 "$tmp/log")"
 grep -q "resuming at step 20" "$part/logs/rank-00000.log" || fail "did not resume from the newest committed checkpoint"
 
-# SIGKILL at every phase of a save (of step 20; step 10 is committed): the job dies, and a new job
-# resumes from a checkpoint that verifies, the new one only if it was committed. Each job begins at
-# the copied step 10 (2 ranks), so the killed start resumes too: the new job's own output says
-# where it resumed, not the rank log both write.
+# SIGKILL at every phase of a save written in the background (of step 15, every 5 steps; step 10 is
+# committed): the job dies, and a new job resumes from a checkpoint that verifies, the new one only
+# if it was committed. The files are written on the save's own thread, while step 16 trains; the
+# commit comes at a later step boundary. (exactly_once kills the saves that block, at every phase.)
+# Each job begins at the copied step 10 (2 ranks), so the killed start resumes too: the new job's
+# own output says where it resumed, not the rank log both write.
 kill_case() {  # kill_case PHASE:RANK
   local phase=${1%%:*} who=${1##*:} out="$tmp/kill-${1%%:*}" want
   seed "$out"
-  SHARDTUNE_TEST_KILL_AT="$phase@20:$who" run "$out" 2 6 20 && fail "the job survived a SIGKILL at $phase"
+  SHARDTUNE_TEST_KILL_AT="$phase@15:$who" run "$out" 2 6 20 --set checkpoint.async=true --set checkpoint.every_steps=5 &&
+    fail "the job survived a SIGKILL at $phase"
   [ -d "$out/checkpoints/step-0000010" ] || fail "$phase: the earlier checkpoint is gone"
   run "$out" 2 6 20 || fail "$phase: the job after the crash failed: $(tail -5 "$log")"
   case "$phase" in
-    renamed|latest-updated) want=20 ;;
+    renamed|latest-updated) want=15 ;;
     *) want=10 ;;
   esac
   grep -q "resuming at step $want" "$log" || fail "$phase: did not resume at step $want"

@@ -9,7 +9,9 @@ finishes the job. Every stop and kill lands at or before the job's last step (a 
 last step's save), so every start but the last is cut short; a mode's kills take the five phases in a
 random order before any phase repeats, and between them the two modes kill at every phase. The first
 sequence of each mode stops exactly at the end of epoch 1. The modes run side by side, each from its
-own seed. Every job must end with:
+own seed. Padding writes its checkpoints in the background ([checkpoint] async): its kills land on a
+save's own thread (files-written) or at a later step boundary (the commit), its stops wait for the
+save in flight; packing's saves block. Every job must end with:
   - the multiset of (epoch, sample id) trained, from the sample_ids of metrics.jsonl (the debug
     record each rank's trained samples go to), equal to the reference run's, and to every sample
     of the alpaca file once per epoch (its 37 records do not divide any global batch here);
@@ -95,7 +97,7 @@ sample_ids = true
 
 def start(out, ranks, mode, env=None):
     cmd = [st, "run", os.path.join(work, "job.toml"), "-n", str(ranks), "--set", f"job.output_dir={out}",
-           "--set", f"train.batching_strategy={mode}"]
+           "--set", f"train.batching_strategy={mode}", "--set", f"checkpoint.async={str(mode == 'padding').lower()}"]
     with open(os.path.join(out + ".log"), "a") as log:
         log.write(f"\n$ {' '.join(cmd)}  ({env or ''})\n")
         log.flush()

@@ -226,6 +226,7 @@ ROWS = [
     ("checkpoint.dir", CKDIR, "files", ("misc", os.path.join(CKDIR, "step-0000003", "manifest.json"))),
     ("checkpoint.every_steps", "1", "log", ("misc", r"checkpoint committed: .*step-0000001")),
     ("checkpoint.keep_last", "1", "files", ("misc", "!" + os.path.join(CKDIR, "step-0000002"))),
+    ("checkpoint.async", "true", "log", ("misc", r"checkpoint committed: .*step-0000001 \(written in the background\)")),
     ("checkpoint.resume", "none", "log", ("resume_none", r"starting fresh: \[checkpoint\] resume = \"none\"")),
     ("metrics.log_every_steps", "1", "log", ("misc", r"step 2/3 \|")),
     ("metrics.jsonl", "false", "files", ("quiet", "!metrics.jsonl")),

@@ -5,7 +5,8 @@
 #   mpirun_affinity         mpirun binds each rank to cpus_per_task CPUs of its own: 2 nodes x 1 rank x 2
 #                           CPUs, then 2 nodes x 2 ranks x 1 CPU (the affinity each rank logs)
 #   hsdp                    HYBRID_SHARD with one shard group per node
-#   requeue                 USR1 -> checkpoint -> requeue -> resume -> finish, bitwise equal to a straight run
+#   requeue                 USR1 -> checkpoint -> requeue -> resume -> finish, bitwise equal to a straight run;
+#                           the stopped job writes its checkpoints in the background, one in flight at the stop
 #   time_limit              a real 1-minute limit: Slurm's USR1 lead signal, requeue, resume, completion
 #                           (step budgets that hold on a machine of any speed)
 #   early_signal            Slurm's stop signal before the ranks exist: held back until they handle it;
@@ -280,11 +281,14 @@ requeue)
   # bitwise equal: same world size, same data order, and with the step scheduler the learning rate
   # does not depend on where the run ends. The stopped job runs on a budget of 100000 steps until
   # the signal; while it waits requeued, it gets the straight run's end, 40 steps past the stop,
-  # and the two run side by side.
+  # and the two run side by side. The stopped job saves every 5 steps in the background
+  # ([checkpoint] async), each write held back 3 s: a save is always in flight, and the stop must
+  # wait for it, commit it, then save its own step.
   common=(--set fsdp.save_optimizer=true --set train.lr_scheduler=step)
   out="$out_root/stopped"
-  job=$(submit "$out" "${common[@]}" --set train.max_train_step=100000) || fail "submit failed"
-  wait_steps "$out" 30 120 || fail "no progress"
+  job=$(SHARDTUNE_TEST_SAVE_DELAY_S=write:3 submit "$out" "${common[@]}" --set train.max_train_step=100000 \
+    --set checkpoint.async=true --set checkpoint.every_steps=5) || fail "submit failed"
+  wait_steps "$out" 15 120 || fail "no progress"
   scancel --signal=USR1 --batch "$job"
   wait_state "$job" 120 PENDING || { fail "not requeued"; show_log "$out/slurm-$job.out"; }
   [[ "$(field "$job" Restarts)" == 1 ]] || fail "restarts = $(field "$job" Restarts), expected 1"
@@ -301,6 +305,8 @@ requeue)
   log="$out/slurm-$job.out"
   grep -q "received SIGUSR1" "$log" || fail "the batch script did not see USR1"
   grep -q "signal 10 asked the job to stop" "$log" || fail "the ranks did not stop on the signal"
+  grep -q "waiting for the checkpoint of step [0-9]*, written in the background, before stopping" "$log" ||
+    fail "no save was in flight at the stop"
   grep -q "requeueing job $job (1 of 3)" "$log" || fail "the batch script did not requeue"
   grep -q "(start 2)" "$log" || fail "no second start in the same log"
   grep -q "resuming at step $stopped_at " "$log" || fail "the second start did not resume from step $stopped_at"

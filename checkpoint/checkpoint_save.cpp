@@ -1,0 +1,312 @@
+// A checkpoint save: begun at a step boundary, copied, written, committed.
+#include "checkpoint/checkpoint_save.h"
+
+#include <ATen/ops/empty.h>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <utility>
+
+#include "checkpoint/h5_check.h"
+#include "checkpoint/h5_dataset.h"
+#include "checkpoint/h5_handle.h"
+#include "checkpoint/saved_state.h"
+#include "checkpoint/tensor_io.h"
+#include "common/atomic_file.h"
+#include "common/error.h"
+#include "common/fault_injection.h"
+#include "runtime/dist/agree.h"
+#include "runtime/dist/text_collectives.h"
+
+namespace shardtune::checkpoint {
+namespace {
+
+using common::ErrorKind;
+
+// A new checkpoint file with its three groups (/param, /exp_avg, /exp_avg_sq).
+struct CheckpointFile {
+  H5Handle file;
+  std::map<std::string, H5Handle> groups;
+
+  explicit CheckpointFile(const std::string& path) {
+    file = H5Handle(ST_H5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, unlocked_file_access().get())),
+                    H5Fclose);
+    for (const char* kind : kStateKinds)
+      groups.emplace(kind, H5Handle(ST_H5_CHECK(H5Gcreate2(file.get(), (std::string("/") + kind).c_str(), H5P_DEFAULT,
+                                                           H5P_DEFAULT, H5P_DEFAULT)),
+                                    H5Gclose));
+  }
+  // A dataset of `shape` in group /<kind>/ holding `data` (1-D, any device and dtype), whose block
+  // checksums come back.
+  std::vector<uint32_t> write(const std::string& kind, const std::string& name, const std::vector<int64_t>& shape,
+                              const at::Tensor& data) {
+    std::vector<hsize_t> dims(shape.begin(), shape.end());
+    H5Handle space(ST_H5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)), H5Sclose);
+    H5Handle ds(ST_H5_CHECK(H5Dcreate2(groups.at(kind).get(), name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT,
+                                       H5P_DEFAULT, H5P_DEFAULT)),
+                H5Dclose);
+    std::vector<uint32_t> crcs = write_tensor(ds.get(), data);
+    ST_H5_CHECK(ds.close());
+    return crcs;
+  }
+  // Closes the groups and the file, reporting (not swallowing) failures such as a full disk.
+  void close() {
+    for (auto& [kind, g] : groups) ST_H5_CHECK(g.close());
+    ST_H5_CHECK(file.close());
+  }
+};
+
+// AdamW's own step of each trainable tensor whose count is not the optimizer's (a layer that
+// started training after the others), for the manifest.
+std::map<std::string, int64_t> moment_steps(fsdp::FsdpLlama& model, const fsdp::AdamW& optimizer, bool adapters_only) {
+  std::map<std::string, int64_t> out;
+  size_t index = 0;
+  for (fsdp::FlatParam* f : saved_flats(model, adapters_only)) {
+    if (!f->trainable()) continue;
+    if (index < optimizer.size() && optimizer.param_step(index) != optimizer.step_count())
+      for (const fsdp::ParamSpan& p : f->layout().params()) out[p.name] = optimizer.param_step(index);
+    ++index;
+  }
+  return out;
+}
+
+// This rank's file: a dataset per piece of each unit's shard. Returns the slices' records.
+std::vector<ManifestSlice> write_rank_file(const std::vector<FullUnit>& units, const std::string& path,
+                                           const std::string& file_name) {
+  std::vector<ManifestSlice> slices;
+  CheckpointFile out(path);
+  for (const FullUnit& u : units) {
+    for (const fsdp::ShardPiece& piece : u.layout->pieces_in_shard(u.shard_rank)) {
+      const fsdp::ParamSpan& p = u.layout->params()[piece.param];
+      ManifestSlice s{u.kind, p.name, file_name, fmt::format("{}@{}", p.name, piece.param_offset), piece.param_offset,
+                      piece.length, kCrcBlock, {}};
+      s.crcs = out.write(u.kind, s.dataset, {piece.length}, u.shard.narrow(0, piece.shard_offset, piece.length));
+      slices.push_back(std::move(s));
+    }
+  }
+  out.close();
+  common::fsync_path(path, false);
+  return slices;
+}
+
+// A consolidated file: each flat parameter (and moment) gathered to world rank 0 from the shard
+// group that holds it, one at a time, and written there as whole tensors of their own shape.
+// Collective over that shard group; only world rank 0 receives and writes. A failure to write is
+// recorded, not thrown, so that the gathers go on in step on every rank.
+std::vector<ManifestSlice> write_full_file(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, bool adapters_only,
+                                           dist::Communicator& shard_group, bool writer, const std::string& path,
+                                           const std::string& file_name, std::string& failure) {
+  const std::vector<int>& members = shard_group.world_ranks();
+  const int root = static_cast<int>(std::find(members.begin(), members.end(), 0) - members.begin());
+  ST_CHECK(root < shard_group.size(), ErrorKind::kInternal, "full checkpoint: world rank 0 is not in shard group '{}'",
+           shard_group.name());
+  std::vector<ManifestSlice> slices;
+  std::optional<CheckpointFile> out;
+  auto guarded = [&](auto&& fn) {
+    if (!writer || !failure.empty()) return;
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+  };
+  guarded([&] { out.emplace(path); });
+  size_t trainable_index = 0;
+  for (fsdp::FlatParam* f : saved_flats(model, adapters_only)) {
+    const auto sources = state_of(f, optimizer, trainable_index);
+    for (const auto& [kind, shard] : sources) {
+      at::Tensor full;  // one unit at a time, on the writer only
+      if (writer) full = at::empty({f->layout().padded_numel()}, shard.options());
+      shard_group.gather(shard, full, root);
+      guarded([&] {
+        for (const fsdp::ParamSpan& p : f->layout().params()) {
+          ManifestSlice s{kind, p.name, file_name, p.name, 0, p.numel, kCrcBlock, {}};
+          s.crcs = out->write(kind, p.name, p.shape, full.narrow(0, p.offset, p.numel));
+          slices.push_back(std::move(s));
+        }
+      });
+    }
+  }
+  guarded([&] {
+    out->close();
+    common::fsync_path(path, false);
+  });
+  return slices;
+}
+
+size_t tensor_count(const std::vector<FullUnit>& units) {
+  size_t n = 0;
+  for (const FullUnit& u : units) n += u.layout->params().size();
+  return n;
+}
+
+std::string host_name() {
+  char name[256] = {};
+  gethostname(name, sizeof(name) - 1);
+  return name;
+}
+
+// World rank 0, for a consolidated save: creates the file and says where each tensor goes, when
+// every writer is on its host (they write their pieces into it side by side); otherwise "gather"
+// (writers on several hosts could share a page of the file over a network filesystem).
+std::string full_file_plan(dist::Communicator& world, bool writer, const std::vector<FullUnit>& units,
+                           const std::string& path, int64_t step) {
+  const std::vector<std::string> hosts = dist::gather_text(world, writer ? host_name() : std::string());
+  return dist::decide_on_root(world, [&] {
+    for (const std::string& h : hosts)
+      if (!h.empty() && h != hosts.front()) return std::string("gather");
+    try {
+      return offsets_text(create_full_file(path, units));
+    } catch (const std::exception& e) {
+      common::raise(ErrorKind::kIo,
+                    fmt::format("checkpoint at step {} failed; nothing was committed: {}", step, e.what()));
+    }
+  });
+}
+
+}  // namespace
+
+CheckpointSave::CheckpointSave(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, const TrainingState& state,
+                               dist::ProcessGroups& groups, const std::string& root, int64_t keep_last,
+                               bool consolidated)
+    : groups_(groups),
+      model_(model),
+      optimizer_(optimizer),
+      root_(root),
+      keep_last_(keep_last),
+      consolidated_(consolidated),
+      adapters_only_(state.adapter.has_value()),
+      writer_(groups.replicate->rank() == 0),  // one replica writes: the others hold the same shards
+      world_rank_(groups.world->world_ranks()[static_cast<size_t>(groups.world->rank())]) {
+  dist::Communicator& world = *groups.world;
+  manifest_.step = state.step;
+  // World rank 0 opens a temporary directory of its own and tells every rank where it is.
+  tmp_dir_ = dist::decide_on_root(world, [&] {
+    try {
+      pending_.emplace(root, state.step);
+    } catch (const std::exception& e) {
+      common::raise(ErrorKind::kIo, fmt::format("cannot start checkpoint {} under {}: {}", step_dir_name(state.step),
+                                                root, e.what()));
+    }
+    common::kill_point("started", state.step, world_rank_);
+    return pending_->dir();
+  });
+  units_ = saved_units(model, optimizer, adapters_only_);
+  if (consolidated) {
+    const std::string plan = full_file_plan(world, writer_, units_, tmp_dir_ + "/model.h5", state.step);
+    if (plan != "gather") offsets_ = parse_offsets_text(plan);
+    gather_ = units_.empty() || offsets_.size() != tensor_count(units_);
+    static bool said = false;  // once a run
+    if (gather_ && world_rank_ == 0 && !std::exchange(said, true))
+      spdlog::info("full checkpoints: the writers are on several hosts, so each unit is gathered to rank 0, which "
+                   "writes model.h5 alone");
+  }
+  if (!writer_ || gather_) units_.clear();  // nothing of its own to write, or written by the gather
+  if (world_rank_ != 0) return;
+  // The manifest as of this step boundary: the optimizer's counts change as training goes on.
+  Manifest& m = manifest_;
+  m.layout = consolidated ? "full" : "sharded";
+  m.epoch = state.epoch;
+  m.sample_in_epoch = state.sample_in_epoch;
+  m.loss_scale = state.loss_scale;
+  m.reference_batch = state.reference_batch;
+  m.validation_pending = state.validation_pending;
+  m.optimizer_step = optimizer ? optimizer->step_count() : 0;
+  m.has_optimizer = optimizer != nullptr;
+  m.world_size = world.size();
+  m.shard_group_size = groups.shard->size();
+  m.job_toml = state.job_toml;
+  if (!state.model_config.empty()) m.model_config = nlohmann::json::parse(state.model_config);
+  m.adapter = state.adapter;
+  for (fsdp::FlatParam* f : saved_flats(model, adapters_only_))
+    for (const fsdp::ParamSpan& p : f->layout().params()) m.tensors[p.name] = {p.shape, "F32"};
+  if (optimizer != nullptr) m.moment_steps = moment_steps(model, *optimizer, adapters_only_);
+}
+
+CheckpointSave::~CheckpointSave() = default;
+
+std::string CheckpointSave::dir() const { return root_ + "/" + step_dir_name(manifest_.step); }
+
+int64_t CheckpointSave::host_bytes() const {
+  int64_t n = 0;
+  for (const FullUnit& u : units_) n += u.shard.numel() * static_cast<int64_t>(u.shard.element_size());
+  return n;
+}
+
+void CheckpointSave::copy_to_host(std::vector<at::Tensor>& buffers) {
+  try {
+    buffers.resize(std::max(buffers.size(), units_.size()));
+    for (size_t i = 0; i < units_.size(); ++i) {
+      const at::Tensor& src = units_[i].shard;
+      at::Tensor& dst = buffers[i];
+      if (!dst.defined() || dst.numel() != src.numel() || dst.scalar_type() != src.scalar_type())
+        dst = at::empty({src.numel()}, at::TensorOptions().dtype(src.scalar_type()).pinned_memory(src.is_cuda()));
+      dst.copy_(src.reshape({-1}));
+      units_[i].shard = dst;
+    }
+  } catch (...) {
+    failure_ = std::current_exception();
+  }
+}
+
+void CheckpointSave::write() {
+  if (failure_) return;  // the copy failed
+  try {
+    if (writer_ && consolidated_ && !gather_) {
+      records_ = crc_parts_text(write_full_pieces(tmp_dir_ + "/model.h5", units_, offsets_));
+    } else if (writer_ && consolidated_) {
+      std::string failure;
+      const std::vector<ManifestSlice> written = write_full_file(
+          model_, optimizer_, adapters_only_, *groups_.shard, world_rank_ == 0, tmp_dir_ + "/model.h5", "model.h5",
+          failure);
+      ST_CHECK(failure.empty(), ErrorKind::kIo, "{}", failure);
+      records_ = slices_text(written);
+    } else if (writer_) {
+      const std::string file_name = fmt::format("rank-{:05d}.h5", world_rank_);
+      records_ = slices_text(write_rank_file(units_, tmp_dir_ + "/" + file_name, file_name));
+    }
+    common::kill_point("files-written", manifest_.step, world_rank_);
+  } catch (...) {
+    failure_ = std::current_exception();
+  }
+}
+
+std::string CheckpointSave::commit() {
+  dist::Communicator& world = *groups_.world;
+  const int64_t step = manifest_.step;
+  dist::act_on_all(world, fmt::format("checkpoint at step {} failed; nothing was committed", step), [&] {
+    if (failure_) std::rethrow_exception(failure_);
+  });
+  const std::vector<std::string> all = dist::gather_text(world, records_);
+  dist::decide_on_root(world, [&] {
+    try {
+      Manifest m = manifest_;
+      if (consolidated_ && !gather_) {
+        std::vector<CrcPart> parts;
+        for (const std::string& r : all)
+          for (const CrcPart& part : parse_crc_parts_text(r)) parts.push_back(part);
+        m.slices = full_slices(units_, "model.h5", std::move(parts));
+      } else {
+        for (const std::string& r : all)
+          if (!r.empty())
+            for (ManifestSlice& s : parse_slices_text(r)) m.slices.push_back(std::move(s));
+      }
+      const PendingCheckpoint::Committed done = pending_->commit(m, keep_last_);
+      for (const std::string& w : done.warnings) spdlog::warn("checkpoint {} is committed, but {}", done.dir, w);
+      for (const std::string& a : done.set_aside)
+        spdlog::warn("set aside {}: a later step of the history this run rolled back from (it resumed an older "
+                     "checkpoint); kept, never resumed",
+                     a);
+    } catch (const std::exception& e) {
+      common::raise(ErrorKind::kIo, fmt::format("checkpoint at step {} could not be committed: {}", step, e.what()));
+    }
+    return std::string();
+  });
+  return dir();
+}
+
+}  // namespace shardtune::checkpoint
