@@ -1,7 +1,9 @@
 // A checkpoint save ([checkpoint] async) whose copy and write run on a thread of their own while
-// training goes on (checkpoint_save.h has the parts). The thread first copies this rank's shards
-// and moments into host buffers; the training step must call wait_for_copy() before its optimizer
-// update changes them. Then it writes this rank's file. The ranks commit together, at a step
+// training goes on (checkpoint_save.h has the parts). Shards on a GPU are first copied into host
+// buffers, then written from there; shards in host memory are written as they are, through the
+// writer's few aligned buffers, so a save needs no second copy of the state there. Either way the
+// training step must call wait_for_copy() before its optimizer update changes the shards and
+// moments: it returns once they are copied, or read. The ranks commit together, at a step
 // boundary where every rank's write is done, or where training must wait for it (the next save,
 // a stop, the end). Only a save whose write runs apart from the other ranks (writes_alone) can
 // run here.
@@ -21,6 +23,20 @@
 
 namespace shardtune::checkpoint {
 
+// Pruning older checkpoints after a background save commits, on a thread of its own (deleting
+// gigabytes takes a while, more on file systems that discard freed blocks at once): world rank 0
+// starts it, and the next commit, and the end, wait for it.
+class Pruner {
+ public:
+  ~Pruner() { wait(); }
+  // prune_checkpoints(root, keep_last, keep, older_than_ns), its problems logged as warnings.
+  void start(std::string root, int64_t keep_last, std::string keep, int64_t older_than_ns);
+  void wait();
+
+ private:
+  std::thread thread_;
+};
+
 class BackgroundSave {
  public:
   // Starts the thread. `buffers` (host copies, kept between saves to be reused) must outlive it.
@@ -31,13 +47,19 @@ class BackgroundSave {
   BackgroundSave& operator=(const BackgroundSave&) = delete;
 
   int64_t step() const { return save_->step(); }
-  // Returns once the copy is taken: from then on training may change the shards and moments.
+  // Once the thread is done (after commit): its seconds copying and writing, wall clock and CPU.
+  struct Times {
+    double copy = 0, copy_cpu = 0, write = 0, write_cpu = 0;
+  };
+  Times times() const { return times_; }
+  // Returns once the state is copied or read: from then on training may change it.
   void wait_for_copy();
   // Collective over `world`: whether every rank's write is done.
   bool written(dist::Communicator& world);
-  // Collective: waits for this rank's write, then commits (CheckpointSave::commit). Returns the
-  // committed directory; throws on every rank if any rank's copy or write failed.
-  std::string commit();
+  // Collective: waits for this rank's write, then commits (CheckpointSave::commit), older
+  // checkpoints pruned by `pruner`. Returns the committed directory; throws on every rank if any
+  // rank's copy or write failed.
+  std::string commit(Pruner& pruner);
 
  private:
   void run();
@@ -47,6 +69,7 @@ class BackgroundSave {
   std::mutex mutex_;
   std::condition_variable copied_signal_;
   bool copied_ = false, done_ = false;
+  Times times_;
   std::thread thread_;  // last: started once the rest is set
 };
 

@@ -2,21 +2,29 @@
 #include "checkpoint/checkpoint_save.h"
 
 #include <ATen/ops/empty.h>
+#include <ATen/ops/from_blob.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <functional>
+#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <utility>
 
+#include "checkpoint/background_save.h"
+#include "checkpoint/block_crc.h"
 #include "checkpoint/h5_check.h"
 #include "checkpoint/h5_dataset.h"
 #include "checkpoint/h5_handle.h"
 #include "checkpoint/saved_state.h"
 #include "checkpoint/tensor_io.h"
 #include "common/atomic_file.h"
+#include "common/direct_file.h"
 #include "common/error.h"
 #include "common/fault_injection.h"
 #include "runtime/dist/agree.h"
@@ -74,22 +82,52 @@ std::map<std::string, int64_t> moment_steps(fsdp::FsdpLlama& model, const fsdp::
   return out;
 }
 
-// This rank's file: a dataset per piece of each unit's shard. Returns the slices' records.
+// This rank's file: a dataset per piece of each unit's shard, laid out first (each large dataset at
+// a multiple of the O_DIRECT alignment) and then written around the page cache where the file
+// system allows it (common/direct_file.h). `released` (may be empty) is called once the shards are
+// read, before the final sync. Returns the slices' records.
 std::vector<ManifestSlice> write_rank_file(const std::vector<FullUnit>& units, const std::string& path,
-                                           const std::string& file_name) {
+                                           const std::string& file_name, const std::function<void()>& released) {
   std::vector<ManifestSlice> slices;
-  CheckpointFile out(path);
+  std::vector<DatasetSpec> specs;
+  std::vector<at::Tensor> sources;
   for (const FullUnit& u : units) {
     for (const fsdp::ShardPiece& piece : u.layout->pieces_in_shard(u.shard_rank)) {
       const fsdp::ParamSpan& p = u.layout->params()[piece.param];
       ManifestSlice s{u.kind, p.name, file_name, fmt::format("{}@{}", p.name, piece.param_offset), piece.param_offset,
                       piece.length, kCrcBlock, {}};
-      s.crcs = out.write(u.kind, s.dataset, {piece.length}, u.shard.narrow(0, piece.shard_offset, piece.length));
+      specs.push_back({u.kind, s.dataset, {piece.length}});
+      sources.push_back(u.shard.narrow(0, piece.shard_offset, piece.length));
       slices.push_back(std::move(s));
     }
   }
-  out.close();
-  common::fsync_path(path, false);
+  const std::vector<int64_t> offsets = create_contiguous_file(
+      path, std::vector<std::string>(std::begin(kStateKinds), std::end(kStateKinds)), specs,
+      static_cast<int64_t>(common::kDirectAlignment));
+  common::DirectWriter out(path);
+  at::Tensor staging;  // fp32 on the host, for shards of another dtype or on a GPU
+  for (size_t i = 0; i < sources.size(); ++i) {
+    const at::Tensor& src = sources[i];
+    const int64_t n = src.numel();
+    if (src.device().is_cpu() && src.scalar_type() == at::kFloat && src.is_contiguous()) {
+      if (n > 0) out.write(src.data_ptr<float>(), static_cast<size_t>(n) * 4, offsets[i]);
+      slices[i].crcs = block_crcs(n > 0 ? src.data_ptr<float>() : nullptr, n);
+      continue;
+    }
+    if (!staging.defined())
+      staging = at::empty({kStageElements}, at::TensorOptions().dtype(at::kFloat).pinned_memory(!src.device().is_cpu()));
+    BlockCrc crc;
+    for (int64_t at = 0; at < n; at += kStageElements) {
+      const int64_t count = std::min(kStageElements, n - at);
+      at::Tensor piece = staging.narrow(0, 0, count);
+      piece.copy_(src.narrow(0, at, count));  // converts to fp32; waits for the device
+      out.write(piece.data_ptr<float>(), static_cast<size_t>(count) * 4, offsets[i] + at * 4);
+      crc.add(piece.data_ptr<float>(), count);
+    }
+    slices[i].crcs = crc.finish();
+  }
+  if (released) released();  // every byte is in the writer's buffers: the shards may change
+  out.finish();
   return slices;
 }
 
@@ -136,6 +174,20 @@ std::vector<ManifestSlice> write_full_file(fsdp::FsdpLlama& model, fsdp::AdamW* 
     common::fsync_path(path, false);
   });
   return slices;
+}
+
+// Host memory for a copy of `src`: pinned when it is on a GPU; else in huge pages where the kernel
+// gives them (transparent huge pages on request), since the first copy touches every page of
+// gigabytes and a fault per 4 KiB page costs seconds.
+at::Tensor host_buffer(const at::Tensor& src) {
+  const auto options = at::TensorOptions().dtype(src.scalar_type());
+  if (src.is_cuda()) return at::empty({src.numel()}, options.pinned_memory(true));
+  constexpr size_t kHuge = size_t(2) << 20;
+  const size_t bytes = (static_cast<size_t>(src.numel()) * src.element_size() + kHuge - 1) / kHuge * kHuge;
+  void* p = std::aligned_alloc(kHuge, std::max(bytes, kHuge));
+  ST_CHECK(p != nullptr, ErrorKind::kIo, "cannot allocate {} bytes of host memory for a checkpoint copy", bytes);
+  ::madvise(p, bytes, MADV_HUGEPAGE);  // a hint: without it, ordinary pages
+  return at::from_blob(p, {src.numel()}, [](void* q) { std::free(q); }, options);
 }
 
 size_t tensor_count(const std::vector<FullUnit>& units) {
@@ -244,7 +296,7 @@ void CheckpointSave::copy_to_host(std::vector<at::Tensor>& buffers) {
       const at::Tensor& src = units_[i].shard;
       at::Tensor& dst = buffers[i];
       if (!dst.defined() || dst.numel() != src.numel() || dst.scalar_type() != src.scalar_type())
-        dst = at::empty({src.numel()}, at::TensorOptions().dtype(src.scalar_type()).pinned_memory(src.is_cuda()));
+        dst = host_buffer(src);
       dst.copy_(src.reshape({-1}));
       units_[i].shard = dst;
     }
@@ -253,8 +305,21 @@ void CheckpointSave::copy_to_host(std::vector<at::Tensor>& buffers) {
   }
 }
 
-void CheckpointSave::write() {
-  if (failure_) return;  // the copy failed
+bool CheckpointSave::copies_to_host() const {
+  for (const FullUnit& u : units_)
+    if (!u.shard.device().is_cpu()) return true;
+  return false;
+}
+
+void CheckpointSave::write(const std::function<void()>& released) {
+  bool said = false;
+  auto release = [&] {
+    if (released && !std::exchange(said, true)) released();
+  };
+  if (failure_) {  // the copy failed
+    release();
+    return;
+  }
   try {
     if (writer_ && consolidated_ && !gather_) {
       records_ = crc_parts_text(write_full_pieces(tmp_dir_ + "/model.h5", units_, offsets_));
@@ -267,15 +332,17 @@ void CheckpointSave::write() {
       records_ = slices_text(written);
     } else if (writer_) {
       const std::string file_name = fmt::format("rank-{:05d}.h5", world_rank_);
-      records_ = slices_text(write_rank_file(units_, tmp_dir_ + "/" + file_name, file_name));
+      records_ = slices_text(write_rank_file(units_, tmp_dir_ + "/" + file_name, file_name, release));
     }
+    release();
     common::kill_point("files-written", manifest_.step, world_rank_);
   } catch (...) {
+    release();
     failure_ = std::current_exception();
   }
 }
 
-std::string CheckpointSave::commit() {
+std::string CheckpointSave::commit(Pruner* pruner) {
   dist::Communicator& world = *groups_.world;
   const int64_t step = manifest_.step;
   dist::act_on_all(world, fmt::format("checkpoint at step {} failed; nothing was committed", step), [&] {
@@ -295,7 +362,10 @@ std::string CheckpointSave::commit() {
           if (!r.empty())
             for (ManifestSlice& s : parse_slices_text(r)) m.slices.push_back(std::move(s));
       }
-      const PendingCheckpoint::Committed done = pending_->commit(m, keep_last_);
+      if (pruner != nullptr) pruner->wait();
+      const PendingCheckpoint::Committed done = pending_->commit(m, pruner != nullptr ? 0 : keep_last_);
+      if (pruner != nullptr)
+        pruner->start(root_, keep_last_, step_dir_name(manifest_.step), pending_->started_ns());
       for (const std::string& w : done.warnings) spdlog::warn("checkpoint {} is committed, but {}", done.dir, w);
       for (const std::string& a : done.set_aside)
         spdlog::warn("set aside {}: a later step of the history this run rolled back from (it resumed an older "

@@ -40,6 +40,7 @@ class PendingCheckpoint {
 
   const std::string& dir() const { return dir_; }  // where the files go
   const std::string& root() const { return root_; }
+  int64_t started_ns() const { return started_ns_; }  // what prune_checkpoints' older_than_ns takes
 
   struct Committed {
     std::string dir;                    // <root>/step-NNNNNNN

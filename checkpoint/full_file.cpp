@@ -50,9 +50,11 @@ void add_parts(std::vector<CrcPart>& parts, int64_t tensor, int64_t start, const
 }  // namespace
 
 std::vector<int64_t> create_contiguous_file(const std::string& path, const std::vector<std::string>& groups,
-                                            const std::vector<DatasetSpec>& specs) {
-  H5Handle file(ST_H5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, unlocked_file_access().get())),
-                H5Fclose);
+                                            const std::vector<DatasetSpec>& specs, int64_t alignment) {
+  H5Handle fapl = unlocked_file_access();
+  if (alignment > 0)
+    ST_H5_CHECK(H5Pset_alignment(fapl.get(), static_cast<hsize_t>(alignment), static_cast<hsize_t>(alignment)));
+  H5Handle file(ST_H5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl.get())), H5Fclose);
   // Space allocated now, in one piece, and never filled: the writers' bytes are the only ones.
   H5Handle dcpl(ST_H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)), H5Pclose);
   ST_H5_CHECK(H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS));

@@ -46,9 +46,10 @@ struct DatasetSpec {
 // Creates `path` (which must not exist) with every group of `groups` and a dataset per spec,
 // contiguous, allocated and never filled (its bytes are the writer's); returns the byte offset in
 // the file of each spec's dataset (-1 for one without elements). The file is closed: its bytes go
-// in with pwrite() (write_full_pieces, common::WriteBehind).
+// in with pwrite() (write_full_pieces, common::WriteBehind, common::DirectWriter). `alignment` > 0:
+// every dataset of at least that many bytes starts at a multiple of it (for O_DIRECT writes).
 std::vector<int64_t> create_contiguous_file(const std::string& path, const std::vector<std::string>& groups,
-                                            const std::vector<DatasetSpec>& specs);
+                                            const std::vector<DatasetSpec>& specs, int64_t alignment = 0);
 
 // World rank 0: creates `path` (which must not exist), its groups and every dataset; returns the
 // byte offset in the file of each tensor, in the order of the units and their parameters (-1 for a

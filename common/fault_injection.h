@@ -5,8 +5,8 @@
 // - SHARDTUNE_TEST_SIGNAL_AT="<step>:<rank>": that rank receives SIGUSR1 (what Slurm sends ahead of
 //   a time limit) once optimizer step <step> is taken, so the ranks stop at that step's boundary.
 // - SHARDTUNE_TEST_SAVE_DELAY_S="<part>:<seconds>": a checkpoint written in the background waits that
-//   long before its part (copy: copying the state, which the next optimizer update must wait for;
-//   write: writing the files, while training goes on with the save in flight).
+//   long before its part: copy (before it reads the state, which the next optimizer update waits
+//   for) or write (before it reports its files written: training goes on with the save in flight).
 #pragma once
 
 #include <cstdint>

@@ -16,9 +16,12 @@ namespace shardtune::common {
 WriteBehind::WriteBehind(int buffers, size_t buffer_bytes) : buffer_bytes_(buffer_bytes) {
   ST_CHECK(buffers >= 1 && buffer_bytes > 0, ErrorKind::kInternal, "WriteBehind: {} buffers of {} bytes", buffers,
            buffer_bytes);
+  const size_t rounded = (buffer_bytes + kDirectAlignment - 1) / kDirectAlignment * kDirectAlignment;
   for (int i = 0; i < buffers; ++i) {
-    storage_.emplace_back(buffer_bytes);
-    free_.push_back(storage_.back().data());
+    char* b = static_cast<char*>(std::aligned_alloc(kDirectAlignment, rounded));
+    ST_CHECK(b != nullptr, ErrorKind::kIo, "WriteBehind: cannot allocate a buffer of {} bytes", rounded);
+    storage_.emplace_back(b);
+    free_.push_back(b);
   }
   thread_ = std::thread([this] { run(); });
 }

@@ -3,19 +3,26 @@
 // written (sync_file_range) instead of all at the final sync. Memory is bounded: `buffers` buffers
 // of `buffer_bytes`; take() waits for a free one. Errors of the writer (a full disk) are thrown by
 // the next take(), put() or finish(). Not for HDF5 calls: HDF5 is not thread-safe here, so files
-// are laid out (datasets created, offsets read) before their bytes go through this.
+// are laid out (datasets created, offsets read) before their bytes go through this. Buffers start at
+// a multiple of kDirectAlignment, so that a file opened with O_DIRECT can take them (direct_file.h).
 #pragma once
 
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <cstdlib>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 namespace shardtune::common {
+
+// What O_DIRECT asks of a write: its memory, file offset and length all multiples of this (the
+// largest logical block size of common disks).
+inline constexpr size_t kDirectAlignment = 4096;
 
 class WriteBehind {
  public:
@@ -46,7 +53,10 @@ class WriteBehind {
   void rethrow_locked();
 
   size_t buffer_bytes_;
-  std::vector<std::vector<char>> storage_;
+  struct Free {
+    void operator()(char* p) const { std::free(p); }
+  };
+  std::vector<std::unique_ptr<char, Free>> storage_;
   std::mutex mutex_;
   std::condition_variable changed_;
   std::vector<char*> free_;

@@ -184,17 +184,12 @@ MemoryPlan plan_memory(const job::Job& job, const model::LlamaConfig& config) {
   add("logits and loss", fmt::format("{:.0f} x {:.0f} vocabulary: logits, fp32 log-softmax and its gradient", tokens, s.v),
       tokens * s.v * (compute + 4 + 4 + (compute == 2 ? 4 : 0)));
   if (!plan.cuda) add("runtime", "LibTorch, Open MPI and HDF5 themselves", kCpuRuntimeBytes);
-  if (job.checkpoint.async) {
-    // What a checkpoint holds of the rank: its shards (a LoRA model's adapters alone) and, saved
-    // with the optimizer, AdamW's moments of what trains; copied as the shards' dtype.
-    plan.checkpoint_copy_bytes = ((lora ? adapters : plan.parameters) / shards +
-                                  (job.fsdp.save_optimizer ? 2 * plan.trainable / shards : 0)) *
-                                 master;
-    if (!plan.cuda)
-      add("checkpoint copy", fmt::format("[checkpoint] async: the rank's shards{} in host memory, written in the background",
-                                         job.fsdp.save_optimizer ? " and moments" : ""),
-          plan.checkpoint_copy_bytes);
-  }
+  // What a checkpoint holds of the rank: its shards (a LoRA model's adapters alone) and, saved with
+  // the optimizer, AdamW's moments of what trains, in the shards' dtype.
+  plan.checkpoint_state_bytes =
+      ((lora ? adapters : plan.parameters) / shards + (job.fsdp.save_optimizer ? 2 * plan.trainable / shards : 0)) *
+      master;
+  if (job.checkpoint.async && plan.cuda) plan.checkpoint_copy_bytes = plan.checkpoint_state_bytes;
 
   // Loading: a streamed load holds a unit at a time; otherwise every rank builds the whole model
   // in fp32 and keeps its shards of it.

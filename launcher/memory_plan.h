@@ -8,7 +8,7 @@
 //   - activations of a micro-batch: every block's saved tensors, or only the blocks' inputs and one
 //     block recomputed (activation checkpointing), and the logits with their loss and gradient;
 //   - the runtime itself (LibTorch, MPI, HDF5 on the CPU);
-//   - with [checkpoint] async, the host copy of the rank's saved state.
+//   - with [checkpoint] async on a GPU, the pinned host copy of the rank's saved state (apart).
 // On the CPU the parts are host memory (what peak RSS measures); on a GPU, device memory (what
 // the CUDA caching allocator holds; the CUDA context comes on top).
 #pragma once
@@ -33,9 +33,11 @@ struct MemoryPlan {
   double total_bytes = 0;
   double loading_bytes = 0;         // host memory per rank while the weights are loaded
   std::string loading_detail;
-  // [checkpoint] async: host memory per rank that holds the copy of its saved state (shards and
-  // moments) while a save is written in the background, kept for the next. On the CPU it is also
-  // a part of the training peak.
+  // What a rank's checkpoint holds (its shards and, saved with the optimizer, moments). With
+  // [checkpoint] async on a GPU, the host memory (pinned) that holds a copy of it while it is
+  // written in the background, kept for the next save: checkpoint_copy_bytes. On the CPU the shards
+  // are written as they are (no copy).
+  double checkpoint_state_bytes = 0;
   double checkpoint_copy_bytes = 0;
   double parameters = 0, trainable = 0;  // counts
   int64_t world = 1, shard_size = 1;

@@ -134,7 +134,7 @@ std::string plan_report(const job::Job& job, const model::LlamaConfig& config, s
   out += fmt::format("  {:<20} {:>12}\n", "total", gib(plan.total_bytes));
   if (plan.cuda) out += "  (the CUDA context, about 0.5 GiB, and the caching allocator's slack come on top)\n";
   out += fmt::format("host memory per rank while loading: {} ({})\n", gib(plan.loading_bytes), plan.loading_detail);
-  if (plan.cuda && plan.checkpoint_copy_bytes > 0)
+  if (plan.checkpoint_copy_bytes > 0)
     out += fmt::format("host memory per rank for checkpoints written in the background: {} (pinned)\n",
                        gib(plan.checkpoint_copy_bytes));
   if (!limit_bytes) {
@@ -176,6 +176,7 @@ std::string plan_json(const job::Job& job, const model::LlamaConfig& config, std
   j["parts_bytes"] = parts;
   j["total_bytes"] = plan.total_bytes;
   j["loading_bytes"] = plan.loading_bytes;
+  j["checkpoint_state_bytes"] = plan.checkpoint_state_bytes;
   j["checkpoint_copy_bytes"] = plan.checkpoint_copy_bytes;
   if (limit_bytes) {
     j["limit_bytes"] = *limit_bytes;

@@ -2,6 +2,7 @@
 #include "rank/job_checkpoint.h"
 
 #include <algorithm>
+#include <chrono>
 #include <ctime>
 #include <filesystem>
 #include <memory>
@@ -192,22 +193,32 @@ train::ResumePoint load(const std::string& dir, fsdp::FsdpLlama& model, fsdp::Ad
           state.validation_pending};
 }
 
+struct Timer {
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); }
+};
+
 // A save written on its own thread ([checkpoint] async), as the training loop sees it.
 class SaveInBackground final : public train::SaveInFlight {
  public:
   SaveInBackground(std::unique_ptr<checkpoint::CheckpointSave> save, std::shared_ptr<std::vector<at::Tensor>> buffers,
-                   dist::Communicator& world)
-      : buffers_(std::move(buffers)), world_(world), save_(std::move(save), *buffers_) {}
+                   std::shared_ptr<checkpoint::Pruner> pruner, dist::Communicator& world)
+      : buffers_(std::move(buffers)), pruner_(std::move(pruner)), world_(world), save_(std::move(save), *buffers_) {}
   int64_t step() const override { return save_.step(); }
   void wait_for_copy() override { save_.wait_for_copy(); }
   bool written() override { return save_.written(world_); }
   void commit() override {
-    const std::string dir = save_.commit();
-    spdlog::info("checkpoint committed: {} (written in the background)", dir);
+    const Timer timer;
+    const std::string dir = save_.commit(*pruner_);
+    const checkpoint::BackgroundSave::Times t = save_.times();
+    spdlog::info("checkpoint committed: {} (written in the background; committed in {:.3f} s). This rank's part: "
+                 "copied in {:.3f} s ({:.3f} s of CPU), written in {:.3f} s ({:.3f} s of CPU)",
+                 dir, timer.seconds(), t.copy, t.copy_cpu, t.write, t.write_cpu);
   }
 
  private:
   std::shared_ptr<std::vector<at::Tensor>> buffers_;  // outlives save_
+  std::shared_ptr<checkpoint::Pruner> pruner_;
   dist::Communicator& world_;
   checkpoint::BackgroundSave save_;
 };
@@ -268,17 +279,22 @@ train::CheckpointHooks checkpoint_hooks(const job::Job& job, const std::string& 
     s.adapter = adapter;
     return s;
   };
-  hooks.save = [&job, &model, &groups, state_at](fsdp::AdamW& optimizer, const train::ResumePoint& at) {
+  // Pruning after a background save runs on a thread (world rank 0); any later save waits for it.
+  auto pruner = std::make_shared<checkpoint::Pruner>();
+  hooks.save = [&job, &model, &groups, state_at, pruner](fsdp::AdamW& optimizer, const train::ResumePoint& at) {
+    const Timer timer;
+    pruner->wait();
     const std::string dir = checkpoint::save_checkpoint(
         model, job.fsdp.save_optimizer ? &optimizer : nullptr, state_at(at), groups, job.checkpoint.dir,
         job.checkpoint.keep_last, job.fsdp.checkpoint_type == job::CheckpointType::kFull);
-    spdlog::info("checkpoint committed: {}", dir);
+    spdlog::info("checkpoint committed: {} (saved in {:.3f} s)", dir, timer.seconds());
   };
   if (!job.checkpoint.async) return hooks;
   // The host copies of one save are kept for the next.
   auto buffers = std::make_shared<std::vector<at::Tensor>>();
-  hooks.start_save = [&job, &model, &groups, state_at, buffers](
+  hooks.start_save = [&job, &model, &groups, state_at, buffers, pruner](
                          fsdp::AdamW& optimizer, const train::ResumePoint& at) -> std::unique_ptr<train::SaveInFlight> {
+    const Timer timer;
     auto save = std::make_unique<checkpoint::CheckpointSave>(
         model, job.fsdp.save_optimizer ? &optimizer : nullptr, state_at(at), groups, job.checkpoint.dir,
         job.checkpoint.keep_last, job.fsdp.checkpoint_type == job::CheckpointType::kFull);
@@ -287,13 +303,16 @@ train::CheckpointHooks checkpoint_hooks(const job::Job& job, const std::string& 
       if (!std::exchange(said, true))
         spdlog::info("[checkpoint] async: full checkpoints gathered to rank 0 are written in the foreground");
       save->write();
-      spdlog::info("checkpoint committed: {}", save->commit());
+      const std::string dir = save->commit();
+      spdlog::info("checkpoint committed: {} (saved in {:.3f} s)", dir, timer.seconds());
       return nullptr;
     }
-    spdlog::info("checkpoint of step {}: copying this rank's state to host memory ({:.1f} MiB, {} bytes) and writing "
-                 "it in the background",
-                 at.step, static_cast<double>(save->host_bytes()) / (1 << 20), save->host_bytes());
-    return std::make_unique<SaveInBackground>(std::move(save), buffers, *groups.world);
+    spdlog::info("checkpoint of step {}: begun in {:.3f} s; this rank's state ({:.1f} MiB, {} bytes) is {} in the "
+                 "background",
+                 at.step, timer.seconds(), static_cast<double>(save->host_bytes()) / (1 << 20), save->host_bytes(),
+                 save->copies_to_host() ? "copied to host memory and written"
+                                        : "written (the next optimizer update waits until it is read)");
+    return std::make_unique<SaveInBackground>(std::move(save), buffers, pruner, *groups.world);
   };
   return hooks;
 }

@@ -124,7 +124,7 @@ b=$(slices "$tmp/resumed/checkpoints/step-0000020/manifest.json")
 # shapes as the straight run, so its checkpoints and losses must be the straight run's, bit for bit.
 SHARDTUNE_TEST_SAVE_DELAY_S=copy:1 run "$tmp/async" 4 3 20 --set checkpoint.async=true ||
   fail "async run: $(tail -5 "$tmp/log")"
-grep -q "checkpoint committed: $tmp/async/checkpoints/step-0000010 (written in the background)" \
+grep -q "checkpoint committed: $tmp/async/checkpoints/step-0000010 (written in the background;" \
   "$tmp/async/logs/rank-00000.log" || fail "step 10 was not written in the background"
 [ "$(losses "$tmp/straight")" = "$(losses "$tmp/async")" ] || fail "the async run's losses differ from the straight run's"
 for step in 10 20; do
@@ -132,23 +132,31 @@ for step in 10 20; do
   b=$(slices "$tmp/async/checkpoints/step-00000$step/manifest.json")
   [ -n "$a" ] && [ "$a" = "$b" ] || fail "the async checkpoint of step $step differs from the blocking one"
 done
-# The host memory of the copy is the planner's checkpoint_copy_bytes (shards and both moments).
-"$st" plan "$src/configs/tiny-cpu.toml" --json --set slurm.ntasks_per_node=4 --set slurm.nodes=1 \
-  --set checkpoint.async=true --set fsdp.save_optimizer=true >"$tmp/plan.json" 2>&1 || fail "plan: $(cat "$tmp/plan.json")"
-$py - "$tmp/plan.json" "$tmp"/async/logs/rank-0000*.log <<'PY' || fail "the planner's checkpoint copy is not what the ranks copied"
+# What each rank wrote is the planner's checkpoint_state_bytes (shards and both moments). On the CPU
+# the shards are written as they are: no copy in host memory, none planned; on a GPU the copy is
+# that size.
+"$st" plan "$src/configs/tiny-cpu.toml" --json --set checkpoint.async=true --set fsdp.save_optimizer=true \
+  >"$tmp/plan.json" 2>&1 || fail "plan: $(cat "$tmp/plan.json")"
+"$st" plan "$src/configs/tiny-cpu.toml" --json --set checkpoint.async=true --set fsdp.save_optimizer=true \
+  --set launch.device=cuda --set slurm.gpus_per_node=4 >"$tmp/plan-gpu.json" 2>&1 || fail "GPU plan: $(cat "$tmp/plan-gpu.json")"
+$py - "$tmp/plan.json" "$tmp/plan-gpu.json" "$tmp"/async/logs/rank-0000*.log <<'PY' || fail "the planner's checkpoint state is not what the ranks wrote"
 import json, re, sys
-plan = json.load(open(sys.argv[1]))["checkpoint_copy_bytes"]
-copied = [int(m.group(1)) for path in sys.argv[2:] for m in re.finditer(r"host memory \([0-9.]+ MiB, ([0-9]+) bytes\)", open(path).read())]
-assert len(copied) == 4, copied
-worst = max(abs(c - plan) / plan for c in copied)
-print(f"async copy: {max(copied)} bytes per rank at most, planned {plan:.0f} (worst difference {worst:.2e})")
-sys.exit(0 if worst < 0.01 else 1)  # shards are padded to the world size: a few elements each
+plan, gpu = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+state = plan["checkpoint_state_bytes"]
+logs = [open(path).read() for path in sys.argv[3:]]
+wrote = [int(m.group(1)) for text in logs for m in re.finditer(r"this rank's state \([0-9.]+ MiB, ([0-9]+) bytes\) is written \(the next optimizer update waits", text)]
+assert len(wrote) == 4, wrote
+worst = max(abs(w - state) / state for w in wrote)
+print(f"async: {max(wrote)} bytes written per rank at most, planned {state:.0f} (worst difference {worst:.2e})")
+assert worst < 0.01, worst  # shards are padded to the world size: a few elements each
+assert plan["checkpoint_copy_bytes"] == 0 and "checkpoint copy" not in plan["parts_bytes"], plan
+assert gpu["checkpoint_copy_bytes"] == gpu["checkpoint_state_bytes"] == state, gpu
 PY
 # Full: the writers put their pieces into model.h5 from the copy, in the background (held back 1 s
 # while step 11 trains); the file is the straight run's step-10 slices put together.
 SHARDTUNE_TEST_SAVE_DELAY_S=write:1 run "$tmp/asyncfull" 4 3 12 --set checkpoint.async=true --set fsdp.checkpoint_type=full ||
   fail "async full run: $(tail -5 "$tmp/log")"
-grep -q "checkpoint committed: $tmp/asyncfull/checkpoints/step-0000010 (written in the background)" \
+grep -q "checkpoint committed: $tmp/asyncfull/checkpoints/step-0000010 (written in the background;" \
   "$tmp/asyncfull/logs/rank-00000.log" || fail "the full step-10 checkpoint was not written in the background"
 full_equals_sharded "$tmp/asyncfull/checkpoints/step-0000010" "$tmp/straight/checkpoints/step-0000010"
 

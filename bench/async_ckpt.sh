@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# What a checkpoint written in the background ([checkpoint] async) costs training, against the
+# same checkpoint saved in the foreground. Two runs of one job, one after the other: bench/cpu_model.sh's
+# 0.12B Llama, fp32 with AdamW's moments saved (1.4 GB a checkpoint), RANKS ranks on this machine,
+# context SEQ, a checkpoint every EVERY steps, STEPS steps; checkpoints under WORK_DIR.
+#   - blocking: each save stops training for its whole time ("saved in S s" in the log);
+#   - async: training stops for the save's start and its commit ("begun in", "committed in"), and
+#     the steps that run while the copy and the write are under way may be slower. Their extra time
+#     is each such step's time less the median of the run's other steps (from metrics.jsonl).
+# Prints per save: the blocking time, the async run's extra time, and extra / blocking (the target
+# is 0.10 or less). Step 1 (warm-up) and the last step (its save blocks in both runs) are left out.
+# usage: bench/async_ckpt.sh [BUILD_DIR] [WORK_DIR] [RANKS] [SEQ] [EVERY] [STEPS]
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${1:-$root/build}
+work=${2:-/var/tmp/shardtune-async-bench}
+ranks=${3:-2}
+seq=${4:-256}
+every=${5:-6}
+steps=${6:-25}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+unset OMP_NUM_THREADS OPENBLAS_NUM_THREADS
+"$root/bench/cpu_model.sh" "$build" "$work"
+for mode in blocking async; do
+  out="$work/run-$mode"
+  rm -rf "$out"
+  mkdir -p "$out"
+  cat >"$work/$mode.toml" <<TOML
+[job]
+name = "async-bench-$mode"
+output_dir = "$out"
+[slurm]
+ntasks_per_node = $ranks
+[launch]
+launcher = "mpirun"
+device = "cpu"
+collective_timeout_s = 600.0
+[model]
+path = "$work/model"
+init = "pretrained"
+[data]
+format = "synthetic"
+[train]
+batch_size_training = 1
+context_length = $seq
+max_train_step = $steps
+mixed_precision = false
+run_validation = false
+lr_scheduler = "step"
+[fsdp]
+activation_checkpointing = false
+save_optimizer = true
+[checkpoint]
+every_steps = $every
+keep_last = ${KEEP_LAST:-1}
+async = $([ "$mode" = async ] && echo true || echo false)
+[metrics]
+log_every_steps = 1
+TOML
+  "$build/bin/shardtune" run "$work/$mode.toml" -n "$ranks" >"$work/$mode.log" 2>&1 ||
+    { tail -20 "$work/$mode.log"; exit 1; }
+done
+/usr/bin/python3 - "$work" "$steps" <<'PY'
+import json, re, statistics, sys
+work, steps = sys.argv[1], int(sys.argv[2])
+
+def run(mode):
+    out = f"{work}/run-{mode}"
+    times = {r["step"]: r["step_seconds"] for r in map(json.loads, open(f"{out}/metrics.jsonl")) if "step" in r}
+    return out, times, open(f"{out}/logs/rank-00000.log").read().splitlines()
+
+_, _, log = run("blocking")
+blocking = [float(m.group(2)) for l in log if (m := re.search(r"checkpoint committed: .*step-(\d+) \(saved in ([0-9.]+) s\)", l))
+            and int(m.group(1)) < steps]
+_, times, log = run("async")
+# Which steps ran while a save was under way: from the step after its start to the boundary of its commit.
+step, begun, windows, stood = 0, None, [], 0.0
+for l in log:
+    if m := re.search(r"\] step (\d+)/", l):
+        step = int(m.group(1))
+    elif m := re.search(r"checkpoint of step (\d+): begun in ([0-9.]+) s", l):
+        begun = int(m.group(1))
+        stood += float(m.group(2))
+    elif m := re.search(r"written in the background; committed in ([0-9.]+) s", l):
+        windows.append(range(begun + 1, step + 1))
+        stood += float(m.group(1))
+inside = {s for w in windows for s in w}
+quiet = [t for s, t in times.items() if s not in inside and 1 < s < steps]
+median = statistics.median(quiet)
+extra = sum(times[s] - median for s in inside if s < steps) + stood
+saves = len(windows)
+print(f"steps: median {median:.3f} s without a save under way ({len(quiet)} steps)")
+print(f"blocking save: {statistics.mean(blocking):.3f} s each (mean of {len(blocking)}: {', '.join(f'{b:.2f}' for b in blocking)})")
+print(f"async save: {extra / saves:.3f} s of extra training time each ({saves} saves, {len(inside)} steps under way, "
+      f"{stood / saves:.3f} s of it at the step boundaries)")
+print(f"extra / blocking: {extra / saves / statistics.mean(blocking):.3f}")
+PY

@@ -1,0 +1,60 @@
+// O_DIRECT writes of a laid-out file (direct_file.h).
+#include "common/direct_file.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "common/error.h"
+
+namespace shardtune::common {
+namespace {
+
+constexpr int kBuffers = 4;
+constexpr size_t kBufferBytes = size_t(16) << 20;
+
+int64_t round_up(int64_t v) {
+  const auto a = static_cast<int64_t>(kDirectAlignment);
+  return (v + a - 1) / a * a;
+}
+int64_t round_down(int64_t v) { return v / static_cast<int64_t>(kDirectAlignment) * static_cast<int64_t>(kDirectAlignment); }
+
+}  // namespace
+
+DirectWriter::DirectWriter(std::string path) : path_(std::move(path)), behind_(kBuffers, kBufferBytes) {
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_CLOEXEC);
+  ST_CHECK(fd_ >= 0, ErrorKind::kIo, "cannot open {} for writing: {}", path_, std::strerror(errno));
+  direct_fd_ = ::open(path_.c_str(), O_WRONLY | O_CLOEXEC | O_DIRECT);  // -1 where refused (tmpfs): buffered only
+}
+
+DirectWriter::~DirectWriter() {
+  if (direct_fd_ >= 0) ::close(direct_fd_);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void DirectWriter::write(const void* data, size_t bytes, int64_t offset) {
+  const char* p = static_cast<const char*>(data);
+  const int64_t end = offset + static_cast<int64_t>(bytes);
+  const int64_t first = direct() ? std::min(round_up(offset), end) : end;
+  const int64_t last = direct() ? std::max(round_down(end), first) : end;
+  if (first > offset) behind_.write(p, static_cast<size_t>(first - offset), fd_, offset, path_);
+  for (int64_t at = first; at < last;) {
+    const size_t n = std::min(kBufferBytes, static_cast<size_t>(last - at));  // a multiple of the alignment
+    char* buffer = behind_.take();
+    std::memcpy(buffer, p + (at - offset), n);
+    behind_.put(buffer, n, direct_fd_, at, path_);
+    at += static_cast<int64_t>(n);
+  }
+  if (end > last) behind_.write(p + (last - offset), static_cast<size_t>(end - last), fd_, last, path_);
+}
+
+void DirectWriter::finish() {
+  behind_.finish(fd_, path_);  // fdatasync: the buffered bytes, the file's size, the disk's own cache
+  ST_CHECK(::close(fd_) == 0, ErrorKind::kIo, "cannot close {}: {}", path_, std::strerror(errno));
+  fd_ = -1;
+}
+
+}  // namespace shardtune::common

@@ -1,0 +1,38 @@
+// Writing the bytes of a file laid out beforehand (its datasets created, their offsets known) with
+// O_DIRECT where the file system allows it: the disk takes the bytes straight from aligned buffers,
+// without the page cache. On these machines that writes about 3x faster than through the page cache,
+// for a tenth of the CPU (bench/async_ckpt.sh), which matters most to a checkpoint written on a
+// thread beside training. Each write goes through a WriteBehind (so the next piece is copied while
+// the last is written); its page-aligned middle through the O_DIRECT descriptor, its unaligned head
+// and tail (and every write where O_DIRECT is refused, as on tmpfs) through an ordinary one. The
+// two never share a page: a page holds direct bytes only if the whole page lies inside one write.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/write_behind.h"
+
+namespace shardtune::common {
+
+class DirectWriter {
+ public:
+  // Opens `path`, which must exist. Throws common::Error(kIo) naming it.
+  explicit DirectWriter(std::string path);
+  ~DirectWriter();  // closes; a write not finished is dropped
+  DirectWriter(const DirectWriter&) = delete;
+  DirectWriter& operator=(const DirectWriter&) = delete;
+
+  // Copies `bytes` of `data` to be written at `offset`; returns once they are copied.
+  void write(const void* data, size_t bytes, int64_t offset);
+  // Waits until every write is on disk (fdatasync), then closes. Throws the first failure.
+  void finish();
+  bool direct() const { return direct_fd_ >= 0; }
+
+ private:
+  std::string path_;
+  int fd_ = -1, direct_fd_ = -1;
+  WriteBehind behind_;
+};
+
+}  // namespace shardtune::common
