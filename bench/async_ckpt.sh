@@ -9,6 +9,7 @@
 #     is each such step's time less the median of the run's other steps (from metrics.jsonl).
 # Prints per save: the blocking time, the async run's extra time, and extra / blocking (the target
 # is 0.10 or less). Step 1 (warm-up) and the last step (its save blocks in both runs) are left out.
+# KEEP_LAST (environment; default 1): [checkpoint] keep_last, so that each save but the first prunes one.
 # usage: bench/async_ckpt.sh [BUILD_DIR] [WORK_DIR] [RANKS] [SEQ] [EVERY] [STEPS]
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -16,8 +17,8 @@ build=${1:-$root/build}
 work=${2:-/var/tmp/shardtune-async-bench}
 ranks=${3:-2}
 seq=${4:-256}
-every=${5:-6}
-steps=${6:-25}
+every=${5:-4}
+steps=${6:-13}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 unset OMP_NUM_THREADS OPENBLAS_NUM_THREADS
 "$root/bench/cpu_model.sh" "$build" "$work"

@@ -24,13 +24,23 @@ int64_t round_down(int64_t v) { return v / static_cast<int64_t>(kDirectAlignment
 
 }  // namespace
 
-DirectWriter::DirectWriter(std::string path) : path_(std::move(path)), behind_(kBuffers, kBufferBytes) {
+DirectWriter::DirectWriter(std::string path, WriteBehind* shared)
+    : path_(std::move(path)),
+      own_(shared == nullptr ? std::make_unique<WriteBehind>(kBuffers, kBufferBytes) : nullptr),
+      behind_(shared != nullptr ? *shared : *own_) {
   fd_ = ::open(path_.c_str(), O_WRONLY | O_CLOEXEC);
   ST_CHECK(fd_ >= 0, ErrorKind::kIo, "cannot open {} for writing: {}", path_, std::strerror(errno));
   direct_fd_ = ::open(path_.c_str(), O_WRONLY | O_CLOEXEC | O_DIRECT);  // -1 where refused (tmpfs): buffered only
 }
 
 DirectWriter::~DirectWriter() {
+  // A write still queued must not reach a closed (or reused) descriptor.
+  if (fd_ >= 0) {
+    try {
+      behind_.finish(fd_, path_);
+    } catch (...) {  // unwinding already
+    }
+  }
   if (direct_fd_ >= 0) ::close(direct_fd_);
   if (fd_ >= 0) ::close(fd_);
 }
@@ -41,8 +51,9 @@ void DirectWriter::write(const void* data, size_t bytes, int64_t offset) {
   const int64_t first = direct() ? std::min(round_up(offset), end) : end;
   const int64_t last = direct() ? std::max(round_down(end), first) : end;
   if (first > offset) behind_.write(p, static_cast<size_t>(first - offset), fd_, offset, path_);
+  const size_t chunk = behind_.buffer_bytes() / kDirectAlignment * kDirectAlignment;
   for (int64_t at = first; at < last;) {
-    const size_t n = std::min(kBufferBytes, static_cast<size_t>(last - at));  // a multiple of the alignment
+    const size_t n = std::min(chunk, static_cast<size_t>(last - at));  // a multiple of the alignment
     char* buffer = behind_.take();
     std::memcpy(buffer, p + (at - offset), n);
     behind_.put(buffer, n, direct_fd_, at, path_);

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "common/write_behind.h"
@@ -17,9 +18,11 @@ namespace shardtune::common {
 
 class DirectWriter {
  public:
-  // Opens `path`, which must exist. Throws common::Error(kIo) naming it.
-  explicit DirectWriter(std::string path);
-  ~DirectWriter();  // closes; a write not finished is dropped
+  // Opens `path`, which must exist. Throws common::Error(kIo) naming it. `shared`: a WriteBehind
+  // of aligned buffers to write through, shared by several files (it must outlive this); else one
+  // of its own (4 buffers of 16 MiB).
+  explicit DirectWriter(std::string path, WriteBehind* shared = nullptr);
+  ~DirectWriter();  // waits for its queued writes (errors dropped: an exception is unwinding), closes
   DirectWriter(const DirectWriter&) = delete;
   DirectWriter& operator=(const DirectWriter&) = delete;
 
@@ -28,11 +31,13 @@ class DirectWriter {
   // Waits until every write is on disk (fdatasync), then closes. Throws the first failure.
   void finish();
   bool direct() const { return direct_fd_ >= 0; }
+  const std::string& path() const { return path_; }
 
  private:
   std::string path_;
   int fd_ = -1, direct_fd_ = -1;
-  WriteBehind behind_;
+  std::unique_ptr<WriteBehind> own_;
+  WriteBehind& behind_;
 };
 
 }  // namespace shardtune::common

@@ -223,47 +223,54 @@ class SaveInBackground final : public train::SaveInFlight {
   checkpoint::BackgroundSave save_;
 };
 
+// The resume hook: the checkpoint every rank loads, newest first, falling back past damaged ones.
+std::optional<train::ResumePoint> resume_job(const job::Job& job, fsdp::FsdpLlama& model, dist::ProcessGroups& groups,
+                                             int64_t restart_count,
+                                             const std::optional<checkpoint::AdapterRecord>& adapter,
+                                             fsdp::AdamW& optimizer) {
+  dist::Communicator& world = *groups.world;
+  // World rank 0 lists: every rank must try the same checkpoints, even if the directory changes
+  // while they look (a save of another job, a file system that lists lazily).
+  const std::vector<std::string> candidates = lines_of(dist::decide_on_root(world, [&] {
+    return fmt::format("{}", fmt::join(resume_candidates(job.checkpoint, restart_count), "\n"));
+  }));
+  if (candidates.empty()) {
+    if (job.checkpoint.resume == "none")
+      spdlog::info("starting fresh: [checkpoint] resume = \"none\" (checkpoints under {} are not resumed)",
+                   job.checkpoint.dir);
+    else
+      spdlog::info("no checkpoint under {}: starting fresh", job.checkpoint.dir);
+    return std::nullopt;
+  }
+  const bool fall_back = job.checkpoint.resume == "auto" || restart_count > 0;
+  std::vector<std::string> skipped, why;
+  for (const std::string& dir : candidates) {
+    try {
+      const train::ResumePoint at = load(dir, model, optimizer, world, adapter, job.fsdp.save_optimizer);
+      if (world.rank() == 0) set_aside(skipped);
+      return at;
+    } catch (const common::Error& e) {
+      if (!fall_back || !is_damage(e)) throw;
+      skipped.push_back(dir);
+      why.push_back(fmt::format("{}: {}", dir, e.what()));
+      spdlog::warn("skipping checkpoint {}: it does not load ({}); trying the next older one", dir, e.what());
+    }
+  }
+  common::raise(common::ErrorKind::kIo,
+                fmt::format("none of the {} checkpoint(s) under {} loads, so the job cannot resume; nothing was "
+                            "deleted. HINT: check them with shardtune-ckpt verify, or start over with [checkpoint] "
+                            "resume = \"none\":\n  {}",
+                            candidates.size(), job.checkpoint.dir, fmt::join(why, "\n  ")));
+}
+
 }  // namespace
 
 train::CheckpointHooks checkpoint_hooks(const job::Job& job, const std::string& model_config, fsdp::FsdpLlama& model,
                                         dist::ProcessGroups& groups, int64_t restart_count,
                                         std::optional<checkpoint::AdapterRecord> adapter) {
   train::CheckpointHooks hooks;
-  hooks.resume = [&job, &model, &groups, restart_count,
-                  adapter](fsdp::AdamW& optimizer) -> std::optional<train::ResumePoint> {
-    dist::Communicator& world = *groups.world;
-    // World rank 0 lists: every rank must try the same checkpoints, even if the directory changes
-    // while they look (a save of another job, a file system that lists lazily).
-    const std::vector<std::string> candidates = lines_of(dist::decide_on_root(world, [&] {
-      return fmt::format("{}", fmt::join(resume_candidates(job.checkpoint, restart_count), "\n"));
-    }));
-    if (candidates.empty()) {
-      if (job.checkpoint.resume == "none")
-        spdlog::info("starting fresh: [checkpoint] resume = \"none\" (checkpoints under {} are not resumed)",
-                     job.checkpoint.dir);
-      else
-        spdlog::info("no checkpoint under {}: starting fresh", job.checkpoint.dir);
-      return std::nullopt;
-    }
-    const bool fall_back = job.checkpoint.resume == "auto" || restart_count > 0;
-    std::vector<std::string> skipped, why;
-    for (const std::string& dir : candidates) {
-      try {
-        const train::ResumePoint at = load(dir, model, optimizer, world, adapter, job.fsdp.save_optimizer);
-        if (world.rank() == 0) set_aside(skipped);
-        return at;
-      } catch (const common::Error& e) {
-        if (!fall_back || !is_damage(e)) throw;
-        skipped.push_back(dir);
-        why.push_back(fmt::format("{}: {}", dir, e.what()));
-        spdlog::warn("skipping checkpoint {}: it does not load ({}); trying the next older one", dir, e.what());
-      }
-    }
-    common::raise(common::ErrorKind::kIo,
-                  fmt::format("none of the {} checkpoint(s) under {} loads, so the job cannot resume; nothing was "
-                              "deleted. HINT: check them with shardtune-ckpt verify, or start over with [checkpoint] "
-                              "resume = \"none\":\n  {}",
-                              candidates.size(), job.checkpoint.dir, fmt::join(why, "\n  ")));
+  hooks.resume = [&job, &model, &groups, restart_count, adapter](fsdp::AdamW& optimizer) {
+    return resume_job(job, model, groups, restart_count, adapter, optimizer);
   };
   // What a checkpoint of step `at` records besides the tensors.
   auto state_at = [model_config, adapter, job_toml = job::to_toml(job)](const train::ResumePoint& at) {

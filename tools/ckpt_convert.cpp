@@ -37,6 +37,7 @@
 #include "common/job/job_loader.h"
 #include "common/pending_folder.h"
 #include "common/process_memory.h"
+#include "common/direct_file.h"
 #include "common/write_behind.h"
 #include "runtime/fsdp/llama_units.h"
 #include "runtime/fsdp/shard_layout.h"
@@ -72,26 +73,10 @@ int64_t numel(const std::vector<int64_t>& shape) {
   return n;
 }
 
-// Every conversion writes through one WriteBehind: 4 buffers of 16 MiB.
+// Every conversion writes through one WriteBehind: 4 buffers of 16 MiB, aligned for O_DIRECT
+// (common/direct_file.h).
 constexpr int kWriteBuffers = 4;
 constexpr size_t kWriteBufferBytes = size_t{16} << 20;
-
-// A file written with pwrite() (checkpoint::create_contiguous_file laid it out), closed on scope exit.
-struct PlacedFile {
-  std::string path;
-  int fd = -1;
-  explicit PlacedFile(std::string p) : path(std::move(p)), fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC)) {
-    ST_CHECK(fd >= 0, ErrorKind::kIo, "cannot open {}: {}", path, std::strerror(errno));
-  }
-  PlacedFile(PlacedFile&& o) noexcept : path(std::move(o.path)), fd(std::exchange(o.fd, -1)) {}
-  PlacedFile(const PlacedFile&) = delete;
-  ~PlacedFile() {
-    if (fd >= 0) ::close(fd);
-  }
-  void close() {
-    ST_CHECK(::close(std::exchange(fd, -1)) == 0, ErrorKind::kIo, "cannot close {}: {}", path, std::strerror(errno));
-  }
-};
 
 // A full checkpoint written tensor by tensor: model.h5 (every dataset laid out first, then written
 // behind the reads) and a manifest, committed as the training writes its checkpoints
@@ -107,7 +92,7 @@ class FullWriter {
   // A tensor in pieces: begin, then its elements in order, then end.
   void begin(const std::string& kind, const std::string& name) {
     const auto it = offsets_.find({kind, name});
-    ST_CHECK(it != offsets_.end(), ErrorKind::kInternal, "{}/{} was not laid out in {}", kind, name, file_.path);
+    ST_CHECK(it != offsets_.end(), ErrorKind::kInternal, "{}/{} was not laid out in {}", kind, name, file_.path());
     offset_ = it->second;
     kind_ = kind;
     name_ = name;
@@ -115,30 +100,29 @@ class FullWriter {
   }
   void append(const float* data, int64_t count) {
     crc_.add(data, count);
-    writes_.write(data, static_cast<size_t>(count) * 4, file_.fd, offset_ + written_ * 4, file_.path);
+    file_.write(data, static_cast<size_t>(count) * 4, offset_ + written_ * 4);
     written_ += count;
   }
   void end() {
     manifest_.slices.push_back({kind_, name_, "model.h5", name_, 0, written_, checkpoint::kCrcBlock, crc_.finish()});
   }
   void commit() {
-    writes_.finish(file_.fd, file_.path);
-    file_.close();
+    file_.finish();
     pending_.commit(manifest_);
   }
 
  private:
-  PlacedFile laid_out(const std::string& path, const std::vector<checkpoint::DatasetSpec>& datasets) {
-    const std::vector<int64_t> offsets = checkpoint::create_contiguous_file(path, {}, datasets);
+  std::string laid_out(const std::string& path, const std::vector<checkpoint::DatasetSpec>& datasets) {
+    const std::vector<int64_t> offsets =
+        checkpoint::create_contiguous_file(path, {}, datasets, static_cast<int64_t>(common::kDirectAlignment));
     for (size_t i = 0; i < datasets.size(); ++i) offsets_[{datasets[i].group, datasets[i].name}] = offsets[i];
-    return PlacedFile(path);
+    return path;
   }
 
   checkpoint::PendingDirectory pending_;
   checkpoint::Manifest manifest_;
   std::map<std::pair<std::string, std::string>, int64_t> offsets_;
-  PlacedFile file_;
-  common::WriteBehind writes_{kWriteBuffers, kWriteBufferBytes};  // last: its thread stops before the file closes
+  common::DirectWriter file_;
   std::string kind_, name_;
   int64_t offset_ = 0, written_ = 0;
   checkpoint::BlockCrc crc_;
@@ -245,18 +229,19 @@ void reshard(const std::string& src, const std::string& out, int world_size) {
         tensors.push_back(std::move(t));
       }
     }
-  std::vector<PlacedFile> files;
+  common::WriteBehind writes(kWriteBuffers, kWriteBufferBytes);  // one for every file: memory stays bounded
+  std::vector<std::unique_ptr<common::DirectWriter>> files;  // after it: closed before it stops
   std::vector<std::string> names;
   for (int r = 0; r < world_size; ++r) {
     names.push_back(fmt::format("rank-{:05d}.h5", r));
     const std::string path = tmp + "/" + names.back();
-    const std::vector<int64_t> offsets = checkpoint::create_contiguous_file(path, kinds, specs[static_cast<size_t>(r)]);
+    const std::vector<int64_t> offsets = checkpoint::create_contiguous_file(
+        path, kinds, specs[static_cast<size_t>(r)], static_cast<int64_t>(common::kDirectAlignment));
     for (TensorOuts& t : tensors)
       for (Out& o : t.outs)
         if (o.rank == r) o.at_byte = offsets[o.spec];
-    files.emplace_back(path);
+    files.push_back(std::make_unique<common::DirectWriter>(path, &writes));
   }
-  common::WriteBehind writes(kWriteBuffers, kWriteBufferBytes);
   std::vector<checkpoint::ManifestSlice> slices;
   std::vector<float> piece(static_cast<size_t>(kPiece));
   for (TensorOuts& t : tensors) {
@@ -268,8 +253,7 @@ void reshard(const std::string& src, const std::string& out, int world_size) {
         if (lo >= hi) continue;
         const float* data = piece.data() + (lo - at);
         o.crc.add(data, hi - lo);
-        const PlacedFile& f = files[static_cast<size_t>(o.rank)];
-        writes.write(data, static_cast<size_t>(hi - lo) * 4, f.fd, o.at_byte + (lo - o.offset) * 4, f.path);
+        files[static_cast<size_t>(o.rank)]->write(data, static_cast<size_t>(hi - lo) * 4, o.at_byte + (lo - o.offset) * 4);
       }
       progress.add(n * 4);
     }
@@ -277,10 +261,7 @@ void reshard(const std::string& src, const std::string& out, int world_size) {
       slices.push_back({t.kind, t.param->name, names[static_cast<size_t>(o.rank)], o.dataset, o.offset, o.length,
                         checkpoint::kCrcBlock, o.crc.finish()});
   }
-  for (PlacedFile& f : files) {
-    writes.finish(f.fd, f.path);
-    f.close();
-  }
+  for (auto& f : files) f->finish();
   manifest.slices = std::move(slices);
   manifest.layout = "sharded";
   manifest.world_size = world_size;

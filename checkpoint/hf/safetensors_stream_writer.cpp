@@ -39,8 +39,9 @@ SafetensorsStreamWriter::SafetensorsStreamWriter(std::string path, std::vector<S
   file_->write(le, 8);
   file_->write(text);
   at_byte_ = 8 + text.size();
-  // The tensors' bytes are written behind the caller's reads: 4 buffers of 16 MiB.
-  writes_ = std::make_unique<common::WriteBehind>(4, size_t{16} << 20);
+  // The tensors' bytes are written behind the caller's reads (4 buffers of 16 MiB), around the page
+  // cache where the file system allows it (common/direct_file.h).
+  writes_ = std::make_unique<common::DirectWriter>(file_->temporary_path());
 }
 
 void SafetensorsStreamWriter::append(const at::Tensor& tensor) {
@@ -68,8 +69,7 @@ void SafetensorsStreamWriter::append_elements(const at::Tensor& part) {
       if (!staging_.defined() || staging_.scalar_type() != type) staging_ = at::empty({kConvertElements}, type);
       data = staging_.narrow(0, 0, n).copy_(flat.narrow(0, done, n));
     }
-    writes_->write(data.data_ptr(), static_cast<size_t>(data.nbytes()), file_->fd(), static_cast<int64_t>(at_byte_),
-                   file_->temporary_path());
+    writes_->write(data.data_ptr(), static_cast<size_t>(data.nbytes()), static_cast<int64_t>(at_byte_));
     at_byte_ += static_cast<uint64_t>(data.nbytes());
     done += n;
     written_ += n;
@@ -83,7 +83,7 @@ void SafetensorsStreamWriter::append_elements(const at::Tensor& part) {
 void SafetensorsStreamWriter::finish() {
   ST_CHECK(next_ == tensors_.size() && written_ == 0, ErrorKind::kInternal, "{}: {} of {} tensors written", path_,
            next_, tensors_.size());
-  writes_->finish(file_->fd(), file_->temporary_path());
+  writes_->finish();
   file_->commit();
 }
 

@@ -12,7 +12,7 @@
 
 #include "common/dtype.h"
 #include "common/atomic_file.h"
-#include "common/write_behind.h"
+#include "common/direct_file.h"
 
 namespace shardtune::checkpoint {
 
@@ -44,7 +44,7 @@ class SafetensorsStreamWriter {
   size_t next_ = 0;       // the tensor being written
   int64_t written_ = 0;   // of its elements
   std::unique_ptr<common::AtomicFile> file_;
-  std::unique_ptr<common::WriteBehind> writes_;  // after file_: its thread stops before the file closes
+  std::unique_ptr<common::DirectWriter> writes_;  // after file_: done with the file before it closes
   uint64_t at_byte_ = 0;                         // where the next bytes go
   static constexpr int64_t kConvertElements = int64_t{4} << 20;
   at::Tensor staging_;  // conversions to the declared dtype, kConvertElements at a time
