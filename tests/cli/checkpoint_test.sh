@@ -418,33 +418,39 @@ grep -q "rank-00003.h5 listed in the manifest is missing" "$tmp/log" || fail "th
 
 # Disk full during a save: the checkpoint directory on a 2 MiB tmpfs holds the step-10 checkpoint
 # (copied there) but not a second one. Every rank fails with the same error, nothing partial is
-# left, and the step-10 checkpoint still verifies. (Needs a private mount namespace: skipped where
-# not allowed.)
-full_disk="$tmp/diskfull"
-mkdir -p "$full_disk/checkpoints"
-if unshare --mount --propagation private true 2>/dev/null; then
+# left, and the step-10 checkpoint still verifies: for a blocking save (of step 20), and for one
+# written in the background (of step 15), whose failure surfaces at a later step boundary. (Needs a
+# private mount namespace: skipped where not allowed.)
+disk_full() {  # disk_full NAME STEP [extra --set ...]: the save of STEP fails
+  local full_disk="$tmp/$1" step=$2 rc
+  shift 2
+  mkdir -p "$full_disk/checkpoints"
   export -f run
   export st src tmp log
   unshare --mount --propagation private bash -c '
     mount -t tmpfs -o size=2m tmpfs "$0/checkpoints" || exit 3
     cp -r "$tmp/resumed/checkpoints/step-0000010" "$0/checkpoints/" && ln -s step-0000010 "$0/checkpoints/latest" ||
       echo "could not copy the step-10 checkpoint onto the tmpfs"
-    run "$0" 2 6 20; rc=$?
+    run "$0" 2 6 20 "${@:2}"; rc=$?
     ls -A "$0/checkpoints" > "$0/listing"
     "$1" verify "$0/checkpoints/step-0000010" > "$0/verify" 2>&1 || echo unverified >> "$0/listing"
-    exit $rc' "$full_disk" "$ckpt"
+    exit $rc' "$full_disk" "$ckpt" "$@"
   rc=$?
   if [ "$rc" -eq 3 ]; then
     echo "disk-full check skipped: cannot mount a tmpfs here"
-  else
-    [ "$rc" -ne 0 ] || fail "a save onto a full disk did not fail the job"
-    grep -q "checkpoint at step 20 failed; nothing was committed" "$tmp/log" || fail "no clear disk-full error: $(grep -m2 -i error "$tmp/log")"
-    [ "$(grep -c "checkpoint at step 20 failed" "$full_disk"/logs/rank-0000*.log | awk -F: '{s+=$2} END {print s}')" -ge 2 ] \
-      || fail "not every rank reported the failed save"
-    grep -q "^\.tmp" "$full_disk/listing" && fail "a partial checkpoint directory was left on the full disk"
-    grep -q unverified "$full_disk/listing" && fail "the step-10 checkpoint no longer verifies"
-    grep -q "^step-0000010$" "$full_disk/listing" || fail "the step-10 checkpoint is gone"
+    return
   fi
+  [ "$rc" -ne 0 ] || fail "$1: a save onto a full disk did not fail the job"
+  grep -q "checkpoint at step $step failed; nothing was committed" "$log" || fail "$1: no clear disk-full error: $(grep -m2 -i error "$log")"
+  [ "$(grep -c "checkpoint at step $step failed" "$full_disk"/logs/rank-0000*.log | awk -F: '{s+=$2} END {print s}')" -ge 2 ] \
+    || fail "$1: not every rank reported the failed save"
+  grep -q "^\.tmp" "$full_disk/listing" && fail "$1: a partial checkpoint directory was left on the full disk"
+  grep -q unverified "$full_disk/listing" && fail "$1: the step-10 checkpoint no longer verifies"
+  grep -q "^step-0000010$" "$full_disk/listing" || fail "$1: the step-10 checkpoint is gone"
+}
+if unshare --mount --propagation private true 2>/dev/null; then
+  disk_full diskfull 20
+  disk_full diskfull-async 15 --set checkpoint.async=true --set checkpoint.every_steps=5
 fi
 
 # Uncommitted directories (no manifest, or a temporary one) are never resumed.

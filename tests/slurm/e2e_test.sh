@@ -282,13 +282,18 @@ requeue)
   # does not depend on where the run ends. The stopped job runs on a budget of 100000 steps until
   # the signal; while it waits requeued, it gets the straight run's end, 40 steps past the stop,
   # and the two run side by side. The stopped job saves every 5 steps in the background
-  # ([checkpoint] async), each write held back 3 s: a save is always in flight, and the stop must
-  # wait for it, commit it, then save its own step.
+  # ([checkpoint] async), each write held back 3 s: the signal goes as soon as a save has begun (its
+  # line in the rank log), so it lands with that save in flight, and the stop must wait for it,
+  # commit it, then save its own step.
   common=(--set fsdp.save_optimizer=true --set train.lr_scheduler=step)
   out="$out_root/stopped"
   job=$(SHARDTUNE_TEST_SAVE_DELAY_S=write:3 submit "$out" "${common[@]}" --set train.max_train_step=100000 \
     --set checkpoint.async=true --set checkpoint.every_steps=5) || fail "submit failed"
-  wait_steps "$out" 15 120 || fail "no progress"
+  wait_steps "$out" 12 120 || fail "no progress"
+  begun() { grep -cs "written (the next optimizer update waits until it is read) in the background" "$out/logs/rank-00000.log"; }
+  saves=$(begun)
+  deadline=$((SECONDS + 120))
+  while (($(begun) == saves && SECONDS < deadline)); do sleep 0.1; done
   scancel --signal=USR1 --batch "$job"
   wait_state "$job" 120 PENDING || { fail "not requeued"; show_log "$out/slurm-$job.out"; }
   [[ "$(field "$job" Restarts)" == 1 ]] || fail "restarts = $(field "$job" Restarts), expected 1"
