@@ -220,7 +220,13 @@ TEST(FsdpTraining, Bf16MixedPrecisionLearnsTheCopyTask) {
   ASSERT_EQ(options.precision.compute, at::kBFloat16);
   ASSERT_EQ(options.precision.master, at::kFloat);
   expect_learns_copy_task(options);
-  options.precision.reduce = at::kBFloat16;  // reduce_dtype = "bf16", as llama-recipes does
+}
+
+// reduce_dtype = "bf16", as llama-recipes does: gradients summed across the ranks in bf16, whose
+// rounding grows with the world size (run at 4 ranks too).
+TEST(FsdpTraining, Bf16ReduceLearnsTheCopyTask) {
+  fsdp::FsdpOptions options = options_for(job::ShardingStrategy::kFullShard, 0, true);
+  options.precision.reduce = at::kBFloat16;
   expect_learns_copy_task(options);
 }
 
