@@ -18,7 +18,7 @@ work=${2:-/var/tmp/shardtune-async-bench}
 ranks=${3:-2}
 seq=${4:-256}
 every=${5:-4}
-steps=${6:-13}
+steps=${6:-25}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 unset OMP_NUM_THREADS OPENBLAS_NUM_THREADS
 "$root/bench/cpu_model.sh" "$build" "$work"
