@@ -79,7 +79,7 @@ for p in "${listed[@]}" libgmock-dev mpi-default-dev mpi-default-bin libhdf5-mpi
 done
 # Files and links under /usr only (/lib is /usr/lib on Debian 12), never directories: one pass
 # over the packages' lists (a process per file took half a minute).
-dpkg -L "${installed[@]}" | python3 -c '
+{ [ ${#installed[@]} -eq 0 ] || dpkg -L "${installed[@]}"; } | python3 -c '
 import os, sys
 removed = 0
 for f in sys.stdin.read().splitlines():
