@@ -13,9 +13,6 @@
 namespace shardtune::common {
 namespace {
 
-constexpr int kBuffers = 4;
-constexpr size_t kBufferBytes = size_t(16) << 20;
-
 int64_t round_up(int64_t v) {
   const auto a = static_cast<int64_t>(kDirectAlignment);
   return (v + a - 1) / a * a;
@@ -26,7 +23,7 @@ int64_t round_down(int64_t v) { return v / static_cast<int64_t>(kDirectAlignment
 
 DirectWriter::DirectWriter(std::string path, WriteBehind* shared)
     : path_(std::move(path)),
-      own_(shared == nullptr ? std::make_unique<WriteBehind>(kBuffers, kBufferBytes) : nullptr),
+      own_(shared == nullptr ? std::make_unique<WriteBehind>(kDirectBuffers, kDirectBufferBytes) : nullptr),
       behind_(shared != nullptr ? *shared : *own_) {
   fd_ = ::open(path_.c_str(), O_WRONLY | O_CLOEXEC);
   ST_CHECK(fd_ >= 0, ErrorKind::kIo, "cannot open {} for writing: {}", path_, std::strerror(errno));

@@ -16,11 +16,15 @@
 
 namespace shardtune::common {
 
+// A DirectWriter's own buffers, unless it is given a WriteBehind to share: 4 of 16 MiB.
+inline constexpr int kDirectBuffers = 4;
+inline constexpr size_t kDirectBufferBytes = size_t(16) << 20;
+
 class DirectWriter {
  public:
   // Opens `path`, which must exist. Throws common::Error(kIo) naming it. `shared`: a WriteBehind
   // of aligned buffers to write through, shared by several files (it must outlive this); else one
-  // of its own (4 buffers of 16 MiB).
+  // of its own (kDirectBuffers of kDirectBufferBytes).
   explicit DirectWriter(std::string path, WriteBehind* shared = nullptr);
   ~DirectWriter();  // waits for its queued writes (errors dropped: an exception is unwinding), closes
   DirectWriter(const DirectWriter&) = delete;

@@ -73,11 +73,6 @@ int64_t numel(const std::vector<int64_t>& shape) {
   return n;
 }
 
-// Every conversion writes through one WriteBehind: 4 buffers of 16 MiB, aligned for O_DIRECT
-// (common/direct_file.h).
-constexpr int kWriteBuffers = 4;
-constexpr size_t kWriteBufferBytes = size_t{16} << 20;
-
 // A full checkpoint written tensor by tensor: model.h5 (every dataset laid out first, then written
 // behind the reads) and a manifest, committed as the training writes its checkpoints
 // (checkpoint/commit.h).
@@ -223,13 +218,14 @@ void reshard(const std::string& src, const std::string& out, int world_size) {
           for (const fsdp::ShardPiece& sp : by_rank[static_cast<size_t>(r)]) {
             if (sp.param != param) continue;
             auto& mine = specs[static_cast<size_t>(r)];
-            t.outs.push_back({r, sp.param_offset, sp.length, fmt::format("{}@{}", p.name, sp.param_offset), mine.size()});
+            t.outs.push_back({r, sp.param_offset, sp.length, fmt::format("{}@{}", p.name, sp.param_offset), mine.size(), 0, {}});
             mine.push_back({kind, t.outs.back().dataset, {sp.length}});
           }
         tensors.push_back(std::move(t));
       }
     }
-  common::WriteBehind writes(kWriteBuffers, kWriteBufferBytes);  // one for every file: memory stays bounded
+  // One set of aligned buffers for every file (common/direct_file.h): memory stays bounded.
+  common::WriteBehind writes(common::kDirectBuffers, common::kDirectBufferBytes);
   std::vector<std::unique_ptr<common::DirectWriter>> files;  // after it: closed before it stops
   std::vector<std::string> names;
   for (int r = 0; r < world_size; ++r) {
