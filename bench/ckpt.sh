@@ -14,30 +14,23 @@ for io in romio321 ompio; do
     --mca oob_tcp_if_include lo "$build/bin/ckpt_bench" "$work" "${3:-12}" "${4:-3}"
 done
 
-# shardtune-ckpt on a checkpoint of the same model: each command's bandwidth and peak memory, and
-# its ratio to the raw disk measured just before it (16 MiB O_DIRECT writes + fdatasync of as many
-# bytes as the command writes: the fastest way this disk takes them, some 3x the page cache's
-# rate here; the command's reads compete with its writes on the same disk). The page cache is dropped
-# before each command and each raw measurement where this user may (root), so every read is cold.
+# shardtune-ckpt on a checkpoint of the same model: each command's time, bandwidth and peak memory,
+# and its ratio to the raw disk doing the same I/O, measured right after it: raw_io_bench reads the
+# command's input files and writes as many bytes as the command wrote, at once, with O_DIRECT and
+# nothing else (the command's reads compete with its writes on the same disk, and so do the raw
+# ones). Every read is cold: the page cache is emptied of the inputs first.
 tools=$work/tools
 rm -rf "$tools" && mkdir -p "$tools"
 "$build/bin/shardtune-make-model" "$tools/hf" --layers "${3:-12}" --hidden 2048 --intermediate 8192 --vocab 32000 \
   --dtype bf16 >/dev/null
-drop() { sync; { echo 1 >/proc/sys/vm/drop_caches; } 2>/dev/null || true; }
-raw_write() {  # raw_write BYTES: GB/s
-  local mib=$(($1 / 1048576 + 1)) t0 t1
-  drop
-  t0=$(date +%s.%N)
-  # Through the page cache where the file system refuses O_DIRECT (tmpfs), as shardtune then writes.
-  dd if=/dev/zero of="$tools/raw" bs=16M count=$((mib / 16 + 1)) oflag=direct conv=fdatasync status=none 2>/dev/null ||
-    dd if=/dev/zero of="$tools/raw" bs=16M count=$((mib / 16 + 1)) conv=fdatasync status=none
-  t1=$(date +%s.%N)
-  rm -f "$tools/raw"
-  python3 -c "print(f'{$(( (mib / 16 + 1) * 16 * 1048576 )) / ($t1 - $t0) / 1e9:.2f}')"
+drop() {  # drop FILE...: out of the page cache (all of it where this user may)
+  sync
+  { echo 1 >/proc/sys/vm/drop_caches; } 2>/dev/null || python3 -c "
+import os, sys
+for p in sys.argv[1:]:
+    fd = os.open(p, os.O_RDONLY); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED); os.close(fd)" "$@"
 }
-ckpt_bytes=$(du -sb "$tools/hf" | cut -f1)
-ckpt_bytes=$((ckpt_bytes * 2))  # the checkpoint is fp32: twice the bf16 folder
-echo "shardtune-ckpt (one process; a Hugging Face folder of the model above in bf16; ratio to raw write of the same bytes):"
+echo "shardtune-ckpt (one process; a Hugging Face folder of the model above in bf16; ratio: the raw disk's time for the same reads and writes ÷ the command's):"
 # CKPT_BENCH_BASELINE=PATH: another shardtune-ckpt binary, run on each command right after this one's
 # (into a folder of its own), for a before/after in the same run.
 binaries=("$build/bin/shardtune-ckpt")
@@ -46,17 +39,21 @@ for cmd in "import-hf $tools/hf $tools/full" "reshard $tools/full $tools/sharded
   "consolidate $tools/sharded $tools/full2" "export-hf $tools/full2 $tools/hf2 --dtype bf16" \
   "diff $tools/full $tools/full2"; do
  for tool in "${binaries[@]}"; do
-  out_dir=$(awk '{print $3}' <<<"$cmd")
-  [ "$tool" != "${binaries[0]}" ] && [ -n "$out_dir" ] && [[ "$cmd" != verify* && "$cmd" != diff* ]] && rm -rf "$out_dir"
-  raw=$(raw_write "$ckpt_bytes")
-  drop
+  read -r name in_dir out_dir _ <<<"$cmd"
+  inputs=("$in_dir"/*)
+  if [[ "$name" == verify ]]; then out_dir=""; elif [[ "$name" == diff ]]; then inputs+=("$out_dir"/*); out_dir=""; fi
+  [ -n "$out_dir" ] && rm -rf "$out_dir"
+  drop "${inputs[@]}"
   # shellcheck disable=SC2086
   line=$("$tool" $cmd 2>&1 | tr '\r' '\n' |
-    grep -oE "(imported|resharded|consolidated|exported|compared|[0-9]+ slices).*peak memory [0-9]+ MiB" | tail -1) || true
-  gbs=$(grep -oE "[0-9.]+ GB/s" <<<"$line" | head -1 | cut -d' ' -f1) || true
+    grep -oE "(imported|resharded|consolidated|exported|verified|compared).*peak memory [0-9]+ MiB" | tail -1) || true
+  seconds=$(grep -oE " in [0-9.]+ s" <<<"$line" | head -1 | grep -oE "[0-9.]+") || true
+  written=0
+  [ -n "$out_dir" ] && written=$(du -sb "$out_dir" | cut -f1)
+  raw=$("$build/bin/raw_io_bench" "$work/raw" "$written" "${inputs[@]}" | cut -d' ' -f1)
   ratio=""
-  [ -n "$gbs" ] && ratio=$(python3 -c "print(f'ratio to raw write {$gbs / $raw:.2f} (raw {$raw} GB/s)')")
-  label=${cmd%% *}
+  [ -n "$seconds" ] && ratio=$(python3 -c "print(f'ratio {$raw / $seconds:.2f} (raw disk {$raw:.2f} s)')")
+  label=$name
   [ "$tool" != "${binaries[0]}" ] && label="$label (baseline)"
   printf '  %-23s %s %s\n' "$label" "${line:-FAILED}" "$ratio"
  done

@@ -96,6 +96,25 @@ void CheckpointReader::read_range(const std::string& kind, const std::string& te
            offset, offset + count);
 }
 
+void CheckpointReader::read_ahead(const std::vector<std::pair<std::string, std::string>>& order) {
+  ahead_.reset();
+  ahead_ranges_.clear();
+  std::vector<common::ReadAhead::Range> ranges;
+  for (const auto& [kind, tensor] : order) {
+    auto it = index_.find({kind, tensor});
+    if (it == index_.end()) continue;
+    for (const Slice& s : it->second) {
+      if (s.length == 0) continue;
+      const H5Handle ds = open_checked_dataset(file(s.file), kind, s.dataset);
+      const std::optional<int64_t> at = raw_float32_offset(ds.get(), s.length);
+      if (!at) continue;  // read through HDF5; a dataset of the wrong size is reported by the stream
+      ahead_ranges_[{kind, tensor, s.offset}] = ranges.size();
+      ranges.push_back({dir_ + "/" + s.file, *at, s.length * static_cast<int64_t>(sizeof(float))});
+    }
+  }
+  if (!ranges.empty()) ahead_ = std::make_unique<common::ReadAhead>(std::move(ranges));
+}
+
 at::Tensor CheckpointReader::read_tensor(const std::string& kind, const std::string& tensor) {
   at::Tensor t = at::empty(shape(tensor), at::kFloat);
   read_range(kind, tensor, 0, t.numel(), t.data_ptr<float>());
@@ -115,8 +134,14 @@ CheckpointReader::Stream::Stream(CheckpointReader& reader, std::string kind, std
     : reader_(reader), kind_(std::move(kind)), tensor_(std::move(tensor)), slices_(slices), numel_(numel) {}
 
 int64_t CheckpointReader::Stream::read(float* dst, int64_t max) {
+  const std::span<const float> got = next(max);
+  std::copy(got.begin(), got.end(), dst);
+  return static_cast<int64_t>(got.size());
+}
+
+std::span<const float> CheckpointReader::Stream::next(int64_t max) {
   while (slice_ < slices_.size() && slices_[slice_].length == 0) ++slice_;
-  if (done_ == numel_ || max <= 0) return 0;
+  if (done_ == numel_ || max <= 0) return {};
   ST_CHECK(slice_ < slices_.size() && slices_[slice_].offset + in_slice_ == done_, ErrorKind::kIo,
            "{} does not hold all of {} for {}: nothing holds element {}", reader_.dir_, kind_, tensor_, done_);
   const Slice& s = slices_[slice_];
@@ -126,11 +151,28 @@ int64_t CheckpointReader::Stream::read(float* dst, int64_t max) {
     ST_CHECK(stored == s.length, ErrorKind::kIo, "{}/{}: {} of {} (elements {}..{}): the dataset holds {} elements",
              reader_.dir_, s.file, kind_, tensor_, s.offset, s.offset + s.length, stored);
     crc_ = 0;
+    const auto ahead = reader_.ahead_ranges_.find({kind_, tensor_, s.offset});
+    range_ = ahead == reader_.ahead_ranges_.end() ? kNoRange : ahead->second;
   }
   const int64_t block = in_slice_ / s.block, block_end = std::min((block + 1) * s.block, s.length);
-  const int64_t n = std::min({max, block_end - in_slice_, numel_ - done_});
-  read_flat_range(dataset_.get(), in_slice_, n, dst);
-  crc_ = crc32(dst, static_cast<size_t>(n) * sizeof(float), crc_);
+  int64_t n = std::min({max, block_end - in_slice_, numel_ - done_});
+  const float* data = nullptr;
+  if (range_ != kNoRange) {
+    const common::ReadAhead::Piece piece = reader_.ahead_->next(range_, static_cast<size_t>(n) * sizeof(float));
+    ST_CHECK(piece.bytes % sizeof(float) == 0, ErrorKind::kInternal, "read-ahead piece of {} bytes", piece.bytes);
+    if (piece.bytes > 0) {
+      n = static_cast<int64_t>(piece.bytes / sizeof(float));
+      data = reinterpret_cast<const float*>(piece.data);
+    } else {
+      range_ = kNoRange;  // streamed out of the declared order: the read-ahead has passed it by
+    }
+  }
+  if (data == nullptr) {
+    reader_.buffer_.resize(static_cast<size_t>(n));
+    read_flat_range(dataset_.get(), in_slice_, n, reader_.buffer_.data());
+    data = reader_.buffer_.data();
+  }
+  crc_ = crc32(data, static_cast<size_t>(n) * sizeof(float), crc_);
   reader_.bytes_read_ += static_cast<uint64_t>(n) * 4;
   in_slice_ += n;
   done_ += n;
@@ -143,9 +185,10 @@ int64_t CheckpointReader::Stream::read(float* dst, int64_t max) {
   if (in_slice_ == s.length) {
     dataset_ = H5Handle();
     in_slice_ = 0;
+    range_ = kNoRange;
     ++slice_;
   }
-  return n;
+  return {data, static_cast<size_t>(n)};
 }
 
 }  // namespace shardtune::checkpoint

@@ -9,12 +9,17 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
+#include <span>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "checkpoint/h5_handle.h"
 #include "checkpoint/manifest.h"
+#include "common/aligned_vector.h"
+#include "common/read_ahead.h"
 
 namespace shardtune::checkpoint {
 
@@ -35,7 +40,16 @@ class CheckpointReader {
   at::Tensor read_tensor(const std::string& kind, const std::string& tensor);
   uint64_t bytes_read() const { return bytes_read_; }
 
+  // Declares the (kind, tensor) pairs about to be streamed whole, in this order: their slices'
+  // bytes are then read ahead on threads of their own, with O_DIRECT (common/read_ahead.h), and
+  // their streams hand them out from there. A slice stored otherwise than as a contiguous
+  // little-endian float32 dataset (not written by shardtune), and a tensor streamed out of this
+  // order, are read through HDF5 as without it.
+  void read_ahead(const std::vector<std::pair<std::string, std::string>>& order);
+  size_t slices_read_ahead() const { return ahead_ranges_.size(); }  // of the last read_ahead()
+
   using Slice = ManifestSlice;
+  static constexpr size_t kNoRange = static_cast<size_t>(-1);
 
   // One tensor, front to back. Each block's CRC-32 is checked as its last element is read; a gap
   // between slices, a dataset of the wrong size or a bad checksum throws common::Error(kIo) naming
@@ -45,6 +59,8 @@ class CheckpointReader {
     // Up to `max` further elements into dst (never past the end of a checksum block); how many (0
     // once the tensor is done).
     int64_t read(float* dst, int64_t max);
+    // The same elements without a copy: valid until the next read of any stream of this reader.
+    std::span<const float> next(int64_t max);
 
    private:
     friend class CheckpointReader;
@@ -58,6 +74,7 @@ class CheckpointReader {
     int64_t in_slice_ = 0;  // of the current slice
     uint32_t crc_ = 0;      // of the current block so far
     H5Handle dataset_;
+    size_t range_ = kNoRange;  // of the read-ahead, holding the current slice
   };
   Stream stream(const std::string& kind, const std::string& tensor);
 
@@ -72,7 +89,9 @@ class CheckpointReader {
   std::map<std::pair<std::string, std::string>, std::vector<Slice>> index_;
   H5Handle fapl_;
   std::map<std::string, H5Handle> files_;
-  std::vector<float> buffer_;
+  std::unique_ptr<common::ReadAhead> ahead_;
+  std::map<std::tuple<std::string, std::string, int64_t>, size_t> ahead_ranges_;  // (kind, tensor, slice offset)
+  common::AlignedVector<float> buffer_;  // aligned: reads into it copy fast (aligned_vector.h)
   uint64_t bytes_read_ = 0;
 };
 

@@ -88,6 +88,19 @@ int64_t dataset_numel(hid_t dataset) {
   return ST_H5_CHECK(H5Sget_simple_extent_npoints(space.get()));
 }
 
+std::optional<int64_t> raw_float32_offset(hid_t dataset, int64_t numel) {
+  if (numel <= 0 || dataset_numel(dataset) != numel) return std::nullopt;
+  const H5Handle plist(H5Dget_create_plist(dataset), H5Pclose);
+  const H5Handle type(H5Dget_type(dataset), H5Tclose);
+  const bool raw = plist.get() >= 0 && H5Pget_layout(plist.get()) == H5D_CONTIGUOUS && H5Pget_external_count(plist.get()) == 0 &&
+                   type.get() >= 0 && H5Tequal(type.get(), H5T_IEEE_F32LE) > 0 &&
+                   H5Dget_storage_size(dataset) == static_cast<hsize_t>(numel) * sizeof(float);
+  const haddr_t at = raw ? H5Dget_offset(dataset) : HADDR_UNDEF;
+  take_hdf5_error_stack();  // what a refused probe left there
+  if (at == HADDR_UNDEF || at % sizeof(float) != 0) return std::nullopt;
+  return static_cast<int64_t>(at);
+}
+
 void read_flat_range(hid_t dataset, int64_t offset, int64_t count, float* dst) {
   if (count == 0) return;
   H5Handle file_space = select(dataset, offset, count), mem = memory_space(count);

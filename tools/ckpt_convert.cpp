@@ -9,11 +9,13 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <span>
 #include <utility>
 #include <nlohmann/json.hpp>
 
@@ -31,7 +33,9 @@
 #include "checkpoint/commit.h"
 #include "checkpoint/full_file.h"
 #include "checkpoint/manifest.h"
+#include "common/aligned_vector.h"
 #include "common/atomic_file.h"
+#include "common/read_ahead.h"
 #include "common/error.h"
 #include "common/file_io.h"
 #include "common/job/job_loader.h"
@@ -137,18 +141,18 @@ void consolidate(const std::string& src, const std::string& out) {
       }
   FullWriter writer(out, reader.manifest(), datasets);
   common::Progress progress(tool_progress("consolidating", static_cast<int64_t>(total)));
-  std::vector<float> piece(static_cast<size_t>(kPiece));
-  for (const std::string& name : reader.tensor_names())
-    for (const char* kind : checkpoint::kStateKinds) {
-      if (!reader.has(kind, name)) continue;
-      writer.begin(kind, name);
-      checkpoint::CheckpointReader::Stream stream = reader.stream(kind, name);
-      for (int64_t n; (n = stream.read(piece.data(), kPiece)) > 0;) {
-        writer.append(piece.data(), n);
-        progress.add(n * 4);
-      }
-      writer.end();
+  std::vector<std::pair<std::string, std::string>> order;
+  for (const checkpoint::DatasetSpec& d : datasets) order.emplace_back(d.group, d.name);
+  reader.read_ahead(order);
+  for (const auto& [kind, name] : order) {
+    writer.begin(kind, name);
+    checkpoint::CheckpointReader::Stream stream = reader.stream(kind, name);
+    for (std::span<const float> got; !(got = stream.next(kPiece)).empty();) {
+      writer.append(got.data(), static_cast<int64_t>(got.size()));
+      progress.add(static_cast<int64_t>(got.size()) * 4);
     }
+    writer.end();
+  }
   writer.commit();
   progress.finish("consolidated", peak_memory_note());
 }
@@ -239,15 +243,18 @@ void reshard(const std::string& src, const std::string& out, int world_size) {
     files.push_back(std::make_unique<common::DirectWriter>(path, &writes));
   }
   std::vector<checkpoint::ManifestSlice> slices;
-  std::vector<float> piece(static_cast<size_t>(kPiece));
+  std::vector<std::pair<std::string, std::string>> order;
+  for (const TensorOuts& t : tensors) order.emplace_back(t.kind, t.param->name);
+  reader.read_ahead(order);
   for (TensorOuts& t : tensors) {
     checkpoint::CheckpointReader::Stream stream = reader.stream(t.kind, t.param->name);
     int64_t at = 0;
-    for (int64_t n; (n = stream.read(piece.data(), kPiece)) > 0; at += n) {
+    for (std::span<const float> got; !(got = stream.next(kPiece)).empty(); at += static_cast<int64_t>(got.size())) {
+      const int64_t n = static_cast<int64_t>(got.size());
       for (Out& o : t.outs) {
         const int64_t lo = std::max(at, o.offset), hi = std::min(at + n, o.offset + o.length);
         if (lo >= hi) continue;
-        const float* data = piece.data() + (lo - at);
+        const float* data = got.data() + (lo - at);
         o.crc.add(data, hi - lo);
         files[static_cast<size_t>(o.rank)]->write(data, static_cast<size_t>(hi - lo) * 4, o.at_byte + (lo - o.offset) * 4);
       }
@@ -334,7 +341,10 @@ void export_hf(const std::string& src, const std::string& out, const std::string
   common::PendingFolder pending(out);  // OUT appears whole, or not at all
   const std::string dir = pending.path();
   common::Progress progress(tool_progress("exporting", static_cast<int64_t>(total)));
-  std::vector<float> piece(static_cast<size_t>(kPiece));
+  std::vector<std::pair<std::string, std::string>> order;
+  for (const auto& shard : shards)
+    for (const checkpoint::StreamedTensor& t : shard) order.emplace_back(checkpoint::kParamKind, t.name);
+  reader.read_ahead(order);
   json weight_map = json::object();
   for (size_t i = 0; i < shards.size(); ++i) {
     const std::string name = shards.size() == 1 ? std::string(checkpoint::kSafeWeightsName)
@@ -342,8 +352,10 @@ void export_hf(const std::string& src, const std::string& out, const std::string
     checkpoint::SafetensorsStreamWriter writer(dir + "/" + name, shards[i], {{"format", "pt"}});
     for (const checkpoint::StreamedTensor& t : shards[i]) {
       checkpoint::CheckpointReader::Stream stream = reader.stream("param", t.name);
-      for (int64_t n; (n = stream.read(piece.data(), kPiece)) > 0;) {
-        writer.append_elements(at::from_blob(piece.data(), {n}, at::kFloat));
+      for (std::span<const float> got; !(got = stream.next(kPiece)).empty();) {
+        const auto n = static_cast<int64_t>(got.size());
+        // Only read: from_blob asks for a pointer it could write through.
+        writer.append_elements(at::from_blob(const_cast<float*>(got.data()), {n}, at::kFloat));
         progress.add(n * static_cast<int64_t>(common::element_size(st)));
       }
       weight_map[t.name] = name;
@@ -380,14 +392,44 @@ void import_hf(const std::string& hf_dir, const std::string& out) {
   }
   FullWriter writer(out, manifest, datasets);
   common::Progress progress(tool_progress("importing", static_cast<int64_t>(total)));
-  checkpoint::HfTensorSource source(hf_dir);
-  std::vector<float> piece(static_cast<size_t>(kPiece));
+  // The folder's bytes read ahead in the order they are imported (common/read_ahead.h); a tensor
+  // whose bytes start where its dtype's elements cannot is read through the source instead.
+  std::vector<common::ReadAhead::Range> ranges;
+  std::vector<size_t> range_of;
   for (const model::NamedParam& p : skeleton.named_parameters()) {
+    const checkpoint::TensorInfo& info = folder.info(p.name);
+    const bool aligned = info.data_begin % common::element_size(info.dtype) == 0;
+    range_of.push_back(aligned ? ranges.size() : checkpoint::CheckpointReader::kNoRange);
+    if (aligned)
+      ranges.push_back({folder.file_of(p.name).path(), static_cast<int64_t>(info.data_begin), static_cast<int64_t>(info.nbytes)});
+  }
+  common::ReadAhead ahead(std::move(ranges));
+  checkpoint::HfTensorSource source(hf_dir);
+  common::AlignedVector<float> piece(static_cast<size_t>(kPiece));
+  size_t index = 0;
+  for (const model::NamedParam& p : skeleton.named_parameters()) {
+    const checkpoint::TensorInfo& info = folder.info(p.name);
+    const size_t range = range_of[index++];
+    const at::ScalarType stored = checkpoint::to_scalar_type(info.dtype);
+    const auto esize = static_cast<int64_t>(common::element_size(info.dtype));
     writer.begin("param", p.name);
-    for (int64_t at = 0; at < p.tensor->numel(); at += kPiece) {
-      const int64_t n = std::min(kPiece, p.tensor->numel() - at);
-      source.read(p.name, at, n, at::kFloat, piece.data());
-      writer.append(piece.data(), n);
+    for (int64_t at = 0, n; at < p.tensor->numel(); at += n) {
+      n = std::min(kPiece, p.tensor->numel() - at);
+      const common::ReadAhead::Piece raw = range == checkpoint::CheckpointReader::kNoRange
+                                               ? common::ReadAhead::Piece{}
+                                               : ahead.next(range, static_cast<size_t>(n * esize));
+      const float* data = piece.data();
+      if (raw.bytes == 0) {
+        source.read(p.name, at, n, at::kFloat, piece.data());
+      } else if (stored == at::kFloat) {
+        n = static_cast<int64_t>(raw.bytes) / esize;
+        data = reinterpret_cast<const float*>(raw.data);
+      } else {
+        n = static_cast<int64_t>(raw.bytes) / esize;
+        at::from_blob(piece.data(), {n}, at::kFloat)
+            .copy_(at::from_blob(const_cast<char*>(raw.data), {n}, at::TensorOptions().dtype(stored)));
+      }
+      writer.append(data, n);
       progress.add(n * 4);
     }
     writer.end();
@@ -402,10 +444,11 @@ namespace {
 // difference; true when they differ.
 bool diff_tensor(checkpoint::CheckpointReader& ra, checkpoint::CheckpointReader& rb, const std::string& kind,
                  const std::string& name) {
-  std::vector<float> x(static_cast<size_t>(kPiece)), y(static_cast<size_t>(kPiece));
+  common::AlignedVector<float> y(static_cast<size_t>(kPiece));
   checkpoint::CheckpointReader::Stream sa = ra.stream(kind, name), sb = rb.stream(kind, name);
   double abs_diff = 0, largest = 0;
-  for (int64_t n; (n = sa.read(x.data(), kPiece)) > 0;) {
+  for (std::span<const float> x; !(x = sa.next(kPiece)).empty();) {
+    const auto n = static_cast<int64_t>(x.size());
     read_exactly(sb, y.data(), n);
     for (int64_t i = 0; i < n; ++i) {
       const double u = x[static_cast<size_t>(i)], v = y[static_cast<size_t>(i)];
@@ -465,11 +508,18 @@ int diff_state(const checkpoint::Manifest& a, const checkpoint::Manifest& b) {
 }  // namespace
 
 bool diff(const std::string& a, const std::string& b, bool params_only) {
+  const auto start = std::chrono::steady_clock::now();
   checkpoint::CheckpointReader ra(a), rb(b);
   int differences = params_only ? 0 : diff_state(ra.manifest(), rb.manifest());
   const std::vector<std::string> kinds =
       params_only ? std::vector<std::string>{checkpoint::kParamKind}
                   : std::vector<std::string>(std::begin(checkpoint::kStateKinds), std::end(checkpoint::kStateKinds));
+  std::vector<std::pair<std::string, std::string>> order;  // the tensors compared below, in turn
+  for (const std::string& kind : kinds)
+    for (const std::string& name : ra.tensor_names())
+      if (ra.has(kind, name) && rb.has(kind, name) && ra.shape(name) == rb.shape(name)) order.emplace_back(kind, name);
+  ra.read_ahead(order);
+  rb.read_ahead(order);
   for (const std::string& kind : kinds) {
     for (const std::string& name : ra.tensor_names()) {
       const bool in_a = ra.has(kind, name), in_b = rb.has(kind, name);
@@ -491,9 +541,11 @@ bool diff(const std::string& a, const std::string& b, bool params_only) {
         ++differences;
       }
   }
-  fmt::print(stderr, "compared {}: {} difference(s); {:.2f} GB read, peak memory {:.0f} MiB\n",
-             params_only ? "the weights" : "the weights, optimizer state and training state", differences,
-             static_cast<double>(ra.bytes_read() + rb.bytes_read()) / 1e9,
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double gb = static_cast<double>(ra.bytes_read() + rb.bytes_read()) / 1e9;
+  fmt::print(stderr, "compared {}: {} difference(s); {:.2f} GB read in {:.1f} s ({:.2f} GB/s), peak memory {:.0f} MiB\n",
+             params_only ? "the weights" : "the weights, optimizer state and training state", differences, gb,
+             seconds, gb / std::max(seconds, 1e-9),
              static_cast<double>(common::peak_resident_bytes()) / (1 << 20));
   return differences > 0;
 }

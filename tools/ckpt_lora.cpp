@@ -21,6 +21,7 @@
 #include "checkpoint/hf/peft_adapter.h"
 #include "checkpoint/hf/safetensors_stream_writer.h"
 #include "checkpoint/hf/safetensors_torch.h"
+#include "common/aligned_vector.h"
 #include "common/error.h"
 #include "common/file_io.h"
 #include "common/pending_folder.h"
@@ -49,7 +50,7 @@ void merge_nf4_tensor(const checkpoint::SafetensorsFile& file, const checkpoint:
   const int64_t element = static_cast<int64_t>(common::element_size(t.dtype));
   const int64_t numel = static_cast<int64_t>(t.nbytes) / element, per = nf4.record_elements();
   const int64_t chunk = std::max<int64_t>(1, kMergeElements / per) * per;
-  std::vector<std::byte> raw;
+  common::AlignedVector<std::byte> raw;
   auto read = [&](int64_t first, int64_t n) {
     raw.resize(static_cast<size_t>(n * element));
     file.read_bytes(t, static_cast<uint64_t>(first * element), raw.size(), raw.data());
@@ -160,7 +161,7 @@ void merge_lora(const std::string& src, const std::string& base_dir, const std::
     for (const checkpoint::TensorInfo& t : file.tensors()) total += t.nbytes;
   common::Progress progress(tool_progress("merging", static_cast<int64_t>(total)));
   nlohmann::json weight_map = nlohmann::json::object();
-  std::vector<std::byte> raw;
+  common::AlignedVector<std::byte> raw;
   for (const checkpoint::SafetensorsFile& file : base.files()) {
     const std::string name = fs::path(file.path()).filename().string();
     std::vector<checkpoint::StreamedTensor> declared;

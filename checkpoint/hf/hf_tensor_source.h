@@ -8,6 +8,7 @@
 
 #include "checkpoint/hf/bnb_nf4.h"
 #include "checkpoint/hf/hf_folder.h"
+#include "common/aligned_vector.h"
 #include "runtime/fsdp/tensor_source.h"
 
 namespace shardtune::checkpoint {
@@ -40,7 +41,7 @@ class HfTensorSource final : public fsdp::TensorSource {
   HfFolder folder_;
   std::map<std::string, BnbNf4Weight> nf4_;
   std::map<std::string, int> fds_;
-  std::vector<char> chunk_;  // conversion buffer, kept: a fresh one per read costs page faults
+  common::AlignedVector<char> chunk_;  // conversion buffer, kept: a fresh one per read costs page faults
   uint64_t bytes_read_ = 0;
 };
 

@@ -6,6 +6,7 @@
 
 #include <chrono>
 
+#include "common/aligned_vector.h"
 #include "common/error.h"
 #include "runtime/model/llama_config.h"
 
@@ -39,7 +40,7 @@ void WeightsDigest::add(const std::string& name, uint64_t offset, const void* da
 }
 
 void WeightsDigest::complete(const HfFolder& folder) {
-  std::vector<std::byte> buffer;
+  common::AlignedVector<std::byte> buffer;
   for (auto& [name, t] : tensors_) {
     while (t.done < t.size) {
       const uint64_t n = std::min<uint64_t>(t.size - t.done, uint64_t{16} << 20);

@@ -48,7 +48,8 @@ std::vector<ShardTake> shard_takes(const std::vector<RoundParam>& round, const s
 }
 
 int64_t stage_capacity(int64_t round_numel, size_t params, int64_t max_stored_size) {
-  return round_numel * max_stored_size + static_cast<int64_t>(params) * kStageAlignment;
+  const int64_t bytes = round_numel * max_stored_size + static_cast<int64_t>(params) * kStageAlignment;
+  return (bytes + kStageAlignment - 1) / kStageAlignment * kStageAlignment;
 }
 
 }  // namespace shardtune::fsdp

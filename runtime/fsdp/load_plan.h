@@ -44,7 +44,8 @@ std::vector<ShardTake> shard_takes(const std::vector<RoundParam>& round, const s
                                    const std::vector<int64_t>& stored_size);
 
 // Bytes a buffer needs to stage any round of `round_numel` elements of a flat parameter of
-// `params` parameters whose largest stored element is `max_stored_size` bytes.
+// `params` parameters whose largest stored element is `max_stored_size` bytes; a multiple of
+// kStageAlignment, so that buffers laid end to end all start aligned.
 int64_t stage_capacity(int64_t round_numel, size_t params, int64_t max_stored_size);
 
 }  // namespace shardtune::fsdp

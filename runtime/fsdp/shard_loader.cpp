@@ -22,6 +22,7 @@
 
 #include <cstring>
 
+#include "common/aligned_vector.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "runtime/dist/mpi_check.h"
@@ -410,7 +411,7 @@ class ShardLoader {
   std::vector<std::pair<size_t, int64_t>> rounds_;  // every round of every flat parameter: (flat, round)
   int64_t device_chunk_ = 0;
   at::Tensor device_stage_;  // shards on a GPU receive their parts through this pinned host buffer
-  std::vector<char> packed_;  // a round's parts of one shard, end to end, for another node
+  common::AlignedVector<char> packed_;  // a round's parts of one shard, end to end, for another node
   std::optional<common::Progress> progress_;
 };
 
@@ -542,7 +543,7 @@ void ShardLoader::take_shared_rounds() {
 }
 
 void ShardLoader::receive_rounds() {
-  std::vector<char> buffer(static_cast<size_t>(plan_.stage_bytes));
+  common::AlignedVector<char> buffer(static_cast<size_t>(plan_.stage_bytes));
   for (size_t k = 0; k < rounds_.size(); ++k) {
     int64_t bytes = 0;
     for (const ShardTake& t : takes_of(k, plan_.shard)) bytes += t.length * plan_.stored_size[rounds_[k].first][t.param];

@@ -7,9 +7,11 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -202,6 +204,68 @@ TEST_F(CheckpointReaderTest, ACorruptBlockFailsExactlyTheReadsThatTouchIt) {
   ASSERT_EQ(report.problems.size(), 1u);
   EXPECT_NE(report.problems[0].find("f1.h5: param of a (elements 20..50)"), std::string::npos) << report.problems[0];
   EXPECT_NE(report.problems[0].find("checksum mismatch in elements 30..35"), std::string::npos) << report.problems[0];
+}
+
+// Streams whole tensors in random pieces, without a copy; every element checked against `values`.
+void expect_streams(CheckpointReader& reader, const std::vector<std::string>& names,
+                    std::map<std::string, std::vector<float>>& values, uint32_t seed) {
+  std::mt19937 rng(seed);
+  for (const std::string& name : names) {
+    CheckpointReader::Stream stream = reader.stream("param", name);
+    std::vector<float> got;
+    for (std::span<const float> piece; !(piece = stream.next(std::uniform_int_distribution<int64_t>(1, 16)(rng))).empty();)
+      got.insert(got.end(), piece.begin(), piece.end());
+    EXPECT_EQ(got, values[name]) << name;
+  }
+}
+
+TEST_F(CheckpointReaderTest, StreamsReadAheadGiveTheSameElements) {
+  CheckpointReader reader(dir_);
+  reader.read_ahead({{"param", "a"}, {"param", "b"}});
+  EXPECT_EQ(reader.slices_read_ahead(), slices_.size()) << "HDF5's contiguous float32 datasets are read directly";
+  expect_streams(reader, {"a", "b"}, values_, 5);
+  // Out of the declared order: what the read-ahead passed by is read through HDF5.
+  reader.read_ahead({{"param", "a"}, {"param", "b"}});
+  expect_streams(reader, {"b", "a"}, values_, 6);
+  // Declared twice, streamed once each: nothing is handed out to the wrong stream.
+  reader.read_ahead({{"param", "a"}, {"param", "a"}, {"param", "b"}});
+  expect_streams(reader, {"a", "b", "a"}, values_, 7);
+}
+
+TEST_F(CheckpointReaderTest, AChunkedDatasetIsReadThroughHdf5) {
+  {  // b rewritten chunked: HDF5 places its bytes in chunks of its own choosing
+    H5Handle file(ST_H5_CHECK(H5Fopen((dir_ + "/f1.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT)), H5Fclose);
+    ST_H5_CHECK(H5Ldelete(file.get(), "/param/b", H5P_DEFAULT));
+    const hsize_t dims[2] = {6, 11}, chunk[2] = {2, 11};
+    H5Handle space(ST_H5_CHECK(H5Screate_simple(2, dims, nullptr)), H5Sclose);
+    H5Handle dcpl(ST_H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)), H5Pclose);
+    ST_H5_CHECK(H5Pset_chunk(dcpl.get(), 2, chunk));
+    H5Handle ds(ST_H5_CHECK(H5Dcreate2(file.get(), "/param/b", H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, dcpl.get(),
+                                       H5P_DEFAULT)),
+                H5Dclose);
+    ST_H5_CHECK(H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values_["b"].data()));
+  }
+  CheckpointReader reader(dir_);
+  reader.read_ahead({{"param", "a"}, {"param", "b"}});
+  EXPECT_EQ(reader.slices_read_ahead(), slices_.size() - 1);
+  expect_streams(reader, {"a", "b"}, values_, 8);
+  EXPECT_TRUE(verify_sharded_checkpoint(dir_).problems.empty());
+}
+
+TEST_F(CheckpointReaderTest, ACorruptBlockReadAheadFailsItsStream) {
+  corrupt_a(33);
+  CheckpointReader reader(dir_);
+  reader.read_ahead({{"param", "a"}});
+  ASSERT_EQ(reader.slices_read_ahead(), 3u);
+  CheckpointReader::Stream stream = reader.stream("param", "a");
+  try {
+    while (!stream.next(4).empty()) {
+    }
+    ADD_FAILURE() << "streamed a corrupt block";
+  } catch (const common::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("f1.h5: param of a (elements 30..35) fails its checksum"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST_F(CheckpointReaderTest, FormatOneWithOneSumPerSliceStillReads) {

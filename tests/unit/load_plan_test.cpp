@@ -60,6 +60,7 @@ TEST(LoadPlan, RoundsStageEveryElementOnceAndTakesPutItInItsShard) {
           if (seen_order.empty() || seen_order.back() != p.param) seen_order.push_back(p.param);
         }
         EXPECT_LE(end, stage_capacity(round_numel, entries.size(), max_size));
+        EXPECT_EQ(stage_capacity(round_numel, entries.size(), max_size) % kStageAlignment, 0);
         EXPECT_EQ(elements, std::min(round_numel, layout.numel() - r * round_numel));
       }
       EXPECT_EQ(static_cast<int64_t>(staged.size()), layout.numel());
