@@ -62,15 +62,6 @@ using checkpoint::H5Handle;
 // so no command holds a whole tensor.
 constexpr int64_t kPiece = int64_t(8) << 20;
 
-// Exactly `count` elements of the stream (its reads stop at slice ends).
-void read_exactly(checkpoint::CheckpointReader::Stream& stream, float* dst, int64_t count) {
-  for (int64_t done = 0; done < count;) {
-    const int64_t n = stream.read(dst + done, count - done);
-    ST_CHECK(n > 0, ErrorKind::kInternal, "a checkpoint stream ended early");
-    done += n;
-  }
-}
-
 int64_t numel(const std::vector<int64_t>& shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
@@ -440,24 +431,41 @@ void import_hf(const std::string& hf_dir, const std::string& out) {
 
 namespace {
 
+// The largest absolute difference and absolute value of the second of two runs of elements, so far.
+struct DiffSums {
+  double abs_diff = 0, largest = 0;
+  bool nan_mismatch = false;  // a NaN on one side only
+};
+
+void add_differences(std::span<const float> x, std::span<const float> y, DiffSums& sums) {
+  double abs_diff = sums.abs_diff, largest = sums.largest;
+  bool nan_mismatch = false;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double u = x[i], v = y[i];
+    const double d = std::abs(u - v), m = std::abs(v);
+    abs_diff = d > abs_diff ? d : abs_diff;  // a NaN compares false: NaNs on both sides are equal
+    largest = m > largest ? m : largest;
+    nan_mismatch |= std::isnan(u) != std::isnan(v);
+  }
+  sums = {abs_diff, largest, sums.nan_mismatch || nan_mismatch};
+}
+
 // Streams one (kind, tensor) of both checkpoints; prints its largest absolute and relative
 // difference; true when they differ.
 bool diff_tensor(checkpoint::CheckpointReader& ra, checkpoint::CheckpointReader& rb, const std::string& kind,
                  const std::string& name) {
-  common::AlignedVector<float> y(static_cast<size_t>(kPiece));
   checkpoint::CheckpointReader::Stream sa = ra.stream(kind, name), sb = rb.stream(kind, name);
-  double abs_diff = 0, largest = 0;
-  for (std::span<const float> x; !(x = sa.next(kPiece)).empty();) {
-    const auto n = static_cast<int64_t>(x.size());
-    read_exactly(sb, y.data(), n);
-    for (int64_t i = 0; i < n; ++i) {
-      const double u = x[static_cast<size_t>(i)], v = y[static_cast<size_t>(i)];
-      abs_diff = std::isnan(u) != std::isnan(v) ? std::numeric_limits<double>::infinity()
-                                                 : std::max(abs_diff, std::abs(u - v));
-      largest = std::max(largest, std::abs(v));
+  DiffSums sums;
+  // Both sides' pieces straight from their read-ahead buffers: x stays valid while b is read.
+  for (std::span<const float> x; !(x = sa.next(kPiece)).empty();)
+    for (size_t at = 0; at < x.size();) {
+      const std::span<const float> y = sb.next(static_cast<int64_t>(x.size() - at));
+      ST_CHECK(!y.empty(), ErrorKind::kInternal, "a checkpoint stream ended early");
+      add_differences(x.subspan(at, y.size()), y, sums);
+      at += y.size();
     }
-  }
-  const double rel = abs_diff / std::max(largest, 1e-30);
+  const double abs_diff = sums.nan_mismatch ? std::numeric_limits<double>::infinity() : sums.abs_diff;
+  const double rel = abs_diff / std::max(sums.largest, 1e-30);
   const std::string label = kind == checkpoint::kParamKind ? name : kind + " " + name;
   fmt::print("{:<56} max abs {:.3e}  max rel {:.3e}\n", label, abs_diff, rel);
   return abs_diff != 0;
