@@ -59,7 +59,8 @@ class CheckpointReader {
     // Up to `max` further elements into dst (never past the end of a checksum block); how many (0
     // once the tensor is done).
     int64_t read(float* dst, int64_t max);
-    // The same elements without a copy: valid until the next read of any stream of this reader.
+    // The same elements without a copy: valid until the next read from this reader (any stream,
+    // read_range, read_tensor).
     std::span<const float> next(int64_t max);
 
    private:

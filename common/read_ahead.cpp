@@ -33,7 +33,11 @@ ReadAhead::ReadAhead(std::vector<Range> ranges, int buffers, size_t buffer_bytes
     auto [it, fresh] = file_of.emplace(range.path, files_.size());
     if (fresh) {
       File f{range.path, ::open(range.path.c_str(), O_RDONLY | O_CLOEXEC), -1};
-      ST_CHECK(f.fd >= 0, ErrorKind::kIo, "cannot open {}: {}", range.path, std::strerror(errno));
+      if (f.fd < 0) {
+        const int error = errno;
+        close_files();  // no destructor runs for a constructor that throws
+        raise(ErrorKind::kIo, fmt::format("cannot open {}: {}", range.path, std::strerror(error)));
+      }
       if (direct) f.direct_fd = ::open(range.path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);  // -1 where refused
       ::posix_fadvise(f.fd, 0, 0, POSIX_FADV_SEQUENTIAL);
       files_.push_back(f);
@@ -53,7 +57,10 @@ ReadAhead::ReadAhead(std::vector<Range> ranges, int buffers, size_t buffer_bytes
   for (int i = 0; i < buffers; ++i) {
     const size_t alignment = buffer_bytes % kHuge == 0 ? kHuge : kDirectAlignment;
     char* b = static_cast<char*>(std::aligned_alloc(alignment, buffer_bytes));
-    ST_CHECK(b != nullptr, ErrorKind::kIo, "ReadAhead: cannot allocate a buffer of {} bytes", buffer_bytes);
+    if (b == nullptr) {
+      close_files();
+      raise(ErrorKind::kIo, fmt::format("ReadAhead: cannot allocate a buffer of {} bytes", buffer_bytes));
+    }
     if (alignment == kHuge) ::madvise(b, buffer_bytes, MADV_HUGEPAGE);  // a hint: fewer pages to pin per read
     storage_.emplace_back(b);
     free_.push_back(i);
@@ -68,10 +75,15 @@ ReadAhead::~ReadAhead() {
   }
   changed_.notify_all();
   for (std::thread& t : threads_) t.join();
+  close_files();
+}
+
+void ReadAhead::close_files() {
   for (File& f : files_) {
     if (f.direct_fd >= 0) ::close(f.direct_fd);
     ::close(f.fd);
   }
+  files_.clear();
 }
 
 bool ReadAhead::direct() const {

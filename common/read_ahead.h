@@ -68,6 +68,7 @@ class ReadAhead {
   void run();
   void read_chunk(Chunk& c, char* buffer);
   void release_held();
+  void close_files();
 
   std::vector<Range> ranges_;
   std::vector<File> files_;
