@@ -163,6 +163,7 @@ std::span<const float> CheckpointReader::Stream::next(int64_t max) {
     if (piece.bytes > 0) {
       n = static_cast<int64_t>(piece.bytes / sizeof(float));
       data = reinterpret_cast<const float*>(piece.data);
+      reader_.bytes_read_ahead_ += piece.bytes;
     } else {
       range_ = kNoRange;  // streamed out of the declared order: the read-ahead has passed it by
     }

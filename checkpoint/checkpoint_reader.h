@@ -47,6 +47,7 @@ class CheckpointReader {
   // order, are read through HDF5 as without it.
   void read_ahead(const std::vector<std::pair<std::string, std::string>>& order);
   size_t slices_read_ahead() const { return ahead_ranges_.size(); }  // of the last read_ahead()
+  uint64_t bytes_read_ahead() const { return bytes_read_ahead_; }     // of bytes_read(), how many came so
 
   using Slice = ManifestSlice;
   static constexpr size_t kNoRange = static_cast<size_t>(-1);
@@ -93,7 +94,7 @@ class CheckpointReader {
   std::unique_ptr<common::ReadAhead> ahead_;
   std::map<std::tuple<std::string, std::string, int64_t>, size_t> ahead_ranges_;  // (kind, tensor, slice offset)
   common::AlignedVector<float> buffer_;  // aligned: reads into it copy fast (aligned_vector.h)
-  uint64_t bytes_read_ = 0;
+  uint64_t bytes_read_ = 0, bytes_read_ahead_ = 0;
 };
 
 }  // namespace shardtune::checkpoint

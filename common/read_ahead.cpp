@@ -2,7 +2,6 @@
 #include "common/read_ahead.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,11 +12,8 @@
 #include <map>
 
 #include "common/error.h"
-#include "common/write_behind.h"  // kDirectAlignment
 
 namespace shardtune::common {
-
-void ReadAhead::Free::operator()(char* p) const { std::free(p); }
 
 ReadAhead::ReadAhead(std::vector<Range> ranges, int buffers, size_t buffer_bytes, int threads, bool direct)
     : ranges_(std::move(ranges)), buffer_bytes_(buffer_bytes) {
@@ -53,17 +49,14 @@ ReadAhead::ReadAhead(std::vector<Range> ranges, int buffers, size_t buffer_bytes
       chunks_.push_back({r, it->second, at, read_end - at, from - at, to - from, -1, false, {}});
     }
   }
-  constexpr size_t kHuge = size_t(2) << 20;
-  for (int i = 0; i < buffers; ++i) {
-    const size_t alignment = buffer_bytes % kHuge == 0 ? kHuge : kDirectAlignment;
-    char* b = static_cast<char*>(std::aligned_alloc(alignment, buffer_bytes));
-    if (b == nullptr) {
-      close_files();
-      raise(ErrorKind::kIo, fmt::format("ReadAhead: cannot allocate a buffer of {} bytes", buffer_bytes));
+  try {
+    for (int i = 0; i < buffers; ++i) {
+      storage_.push_back(io_buffer(buffer_bytes));
+      free_.push_back(i);
     }
-    if (alignment == kHuge) ::madvise(b, buffer_bytes, MADV_HUGEPAGE);  // a hint: fewer pages to pin per read
-    storage_.emplace_back(b);
-    free_.push_back(i);
+  } catch (...) {
+    close_files();  // no destructor runs for a constructor that throws
+    throw;
   }
   for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { run(); });
 }

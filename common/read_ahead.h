@@ -19,6 +19,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/write_behind.h"  // IoBuffer
+
 namespace shardtune::common {
 
 inline constexpr int kReadBuffers = 4;
@@ -74,10 +76,7 @@ class ReadAhead {
   std::vector<File> files_;
   std::vector<Chunk> chunks_;
   size_t buffer_bytes_;
-  struct Free {
-    void operator()(char* p) const;
-  };
-  std::vector<std::unique_ptr<char, Free>> storage_;
+  std::vector<IoBuffer> storage_;
   std::mutex mutex_;
   std::condition_variable changed_;
   std::vector<int> free_;  // buffers

@@ -14,20 +14,22 @@
 
 namespace shardtune::common {
 
+IoBuffer io_buffer(size_t bytes) {
+  constexpr size_t kHuge = size_t(2) << 20;
+  const size_t alignment = bytes >= kHuge ? kHuge : kDirectAlignment;
+  const size_t rounded = (bytes + alignment - 1) / alignment * alignment;
+  IoBuffer b(static_cast<char*>(std::aligned_alloc(alignment, rounded)));
+  ST_CHECK(b != nullptr, ErrorKind::kIo, "cannot allocate an I/O buffer of {} bytes", rounded);
+  if (alignment == kHuge) ::madvise(b.get(), rounded, MADV_HUGEPAGE);  // a hint: without it, ordinary pages
+  return b;
+}
+
 WriteBehind::WriteBehind(int buffers, size_t buffer_bytes) : buffer_bytes_(buffer_bytes) {
   ST_CHECK(buffers >= 1 && buffer_bytes > 0, ErrorKind::kInternal, "WriteBehind: {} buffers of {} bytes", buffers,
            buffer_bytes);
-  // Buffers of 2 MiB or more on transparent huge pages where the kernel allows it (THP "madvise"
-  // mode): an O_DIRECT write pins its buffer's pages, one per 2 MiB in place of 512.
-  constexpr size_t kHuge = size_t(2) << 20;
-  const size_t alignment = buffer_bytes >= kHuge ? kHuge : kDirectAlignment;
-  const size_t rounded = (buffer_bytes + alignment - 1) / alignment * alignment;
   for (int i = 0; i < buffers; ++i) {
-    char* b = static_cast<char*>(std::aligned_alloc(alignment, rounded));
-    ST_CHECK(b != nullptr, ErrorKind::kIo, "WriteBehind: cannot allocate a buffer of {} bytes", rounded);
-    if (alignment == kHuge) ::madvise(b, rounded, MADV_HUGEPAGE);  // a hint: without it, ordinary pages
-    storage_.emplace_back(b);
-    free_.push_back(b);
+    storage_.push_back(io_buffer(buffer_bytes));
+    free_.push_back(storage_.back().get());
   }
   thread_ = std::thread([this] { run(); });
 }

@@ -24,6 +24,16 @@ namespace shardtune::common {
 // largest logical block size of common disks).
 inline constexpr size_t kDirectAlignment = 4096;
 
+// A buffer for O_DIRECT transfers: `bytes` (rounded up) starting at a multiple of kDirectAlignment,
+// on transparent huge pages when it is 2 MiB or more and the kernel allows it (THP "madvise"
+// mode), so that a transfer pins one page per 2 MiB in place of 512. Throws common::Error(kIo)
+// when memory runs out.
+struct FreeIoBuffer {
+  void operator()(char* p) const { std::free(p); }
+};
+using IoBuffer = std::unique_ptr<char, FreeIoBuffer>;
+IoBuffer io_buffer(size_t bytes);
+
 class WriteBehind {
  public:
   WriteBehind(int buffers, size_t buffer_bytes);
@@ -53,10 +63,7 @@ class WriteBehind {
   void rethrow_locked();
 
   size_t buffer_bytes_;
-  struct Free {
-    void operator()(char* p) const { std::free(p); }
-  };
-  std::vector<std::unique_ptr<char, Free>> storage_;
+  std::vector<IoBuffer> storage_;
   std::mutex mutex_;
   std::condition_variable changed_;
   std::vector<char*> free_;

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <optional>
 #include <span>
 #include <utility>
 #include <nlohmann/json.hpp>
@@ -386,11 +387,11 @@ void import_hf(const std::string& hf_dir, const std::string& out) {
   // The folder's bytes read ahead in the order they are imported (common/read_ahead.h); a tensor
   // whose bytes start where its dtype's elements cannot is read through the source instead.
   std::vector<common::ReadAhead::Range> ranges;
-  std::vector<size_t> range_of;
+  std::vector<std::optional<size_t>> range_of;
   for (const model::NamedParam& p : skeleton.named_parameters()) {
     const checkpoint::TensorInfo& info = folder.info(p.name);
     const bool aligned = info.data_begin % common::element_size(info.dtype) == 0;
-    range_of.push_back(aligned ? ranges.size() : checkpoint::CheckpointReader::kNoRange);
+    range_of.push_back(aligned ? std::optional<size_t>(ranges.size()) : std::nullopt);
     if (aligned)
       ranges.push_back({folder.file_of(p.name).path(), static_cast<int64_t>(info.data_begin), static_cast<int64_t>(info.nbytes)});
   }
@@ -400,15 +401,14 @@ void import_hf(const std::string& hf_dir, const std::string& out) {
   size_t index = 0;
   for (const model::NamedParam& p : skeleton.named_parameters()) {
     const checkpoint::TensorInfo& info = folder.info(p.name);
-    const size_t range = range_of[index++];
+    const std::optional<size_t> range = range_of[index++];
     const at::ScalarType stored = checkpoint::to_scalar_type(info.dtype);
     const auto esize = static_cast<int64_t>(common::element_size(info.dtype));
     writer.begin("param", p.name);
     for (int64_t at = 0, n; at < p.tensor->numel(); at += n) {
       n = std::min(kPiece, p.tensor->numel() - at);
-      const common::ReadAhead::Piece raw = range == checkpoint::CheckpointReader::kNoRange
-                                               ? common::ReadAhead::Piece{}
-                                               : ahead.next(range, static_cast<size_t>(n * esize));
+      const common::ReadAhead::Piece raw =
+          range ? ahead.next(*range, static_cast<size_t>(n * esize)) : common::ReadAhead::Piece{};
       const float* data = piece.data();
       if (raw.bytes == 0) {
         source.read(p.name, at, n, at::kFloat, piece.data());

@@ -224,9 +224,12 @@ TEST_F(CheckpointReaderTest, StreamsReadAheadGiveTheSameElements) {
   reader.read_ahead({{"param", "a"}, {"param", "b"}});
   EXPECT_EQ(reader.slices_read_ahead(), slices_.size()) << "HDF5's contiguous float32 datasets are read directly";
   expect_streams(reader, {"a", "b"}, values_, 5);
-  // Out of the declared order: what the read-ahead passed by is read through HDF5.
+  EXPECT_EQ(reader.bytes_read_ahead(), (63u + 66u) * 4) << "every element came through the read-ahead";
+  // Out of the declared order: what the read-ahead passed by (all of a) is read through HDF5.
   reader.read_ahead({{"param", "a"}, {"param", "b"}});
   expect_streams(reader, {"b", "a"}, values_, 6);
+  EXPECT_EQ(reader.bytes_read_ahead(), (63u + 66u + 66u) * 4);
+  EXPECT_EQ(reader.bytes_read(), (63u + 66u) * 2 * 4);
   // Declared twice, streamed once each: nothing is handed out to the wrong stream.
   reader.read_ahead({{"param", "a"}, {"param", "a"}, {"param", "b"}});
   expect_streams(reader, {"a", "b", "a"}, values_, 7);
@@ -249,6 +252,7 @@ TEST_F(CheckpointReaderTest, AChunkedDatasetIsReadThroughHdf5) {
   reader.read_ahead({{"param", "a"}, {"param", "b"}});
   EXPECT_EQ(reader.slices_read_ahead(), slices_.size() - 1);
   expect_streams(reader, {"a", "b"}, values_, 8);
+  EXPECT_EQ(reader.bytes_read_ahead(), 63u * 4) << "b was read through HDF5";
   EXPECT_TRUE(verify_sharded_checkpoint(dir_).problems.empty());
 }
 
@@ -266,6 +270,8 @@ TEST_F(CheckpointReaderTest, ACorruptBlockReadAheadFailsItsStream) {
     EXPECT_NE(std::string(e.what()).find("f1.h5: param of a (elements 30..35) fails its checksum"), std::string::npos)
         << e.what();
   }
+  EXPECT_GT(reader.bytes_read(), 30u * 4);
+  EXPECT_EQ(reader.bytes_read_ahead(), reader.bytes_read()) << "the corrupt block came through the read-ahead";
 }
 
 TEST_F(CheckpointReaderTest, FormatOneWithOneSumPerSliceStillReads) {
