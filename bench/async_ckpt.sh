@@ -8,7 +8,8 @@
 #     the steps that run while the copy and the write are under way may be slower. Their extra time
 #     is each such step's time less the median of the run's other steps (from metrics.jsonl).
 # Prints per save: the blocking time, the async run's extra time, and extra / blocking (the target
-# is 0.10 or less). Step 1 (warm-up) and the last step (its save blocks in both runs) are left out.
+# is 0.10 or less); and the CPU seconds the background writes took. Step 1 (warm-up) and the last
+# step (its save blocks in both runs) are left out.
 # KEEP_LAST (environment; default 1): [checkpoint] keep_last, so that each save but the first prunes one.
 # usage: bench/async_ckpt.sh [BUILD_DIR] [WORK_DIR] [RANKS] [SEQ] [EVERY] [STEPS]
 set -euo pipefail
@@ -61,7 +62,7 @@ TOML
   "$build/bin/shardtune" run "$work/$mode.toml" -n "$ranks" >"$work/$mode.log" 2>&1 ||
     { tail -20 "$work/$mode.log"; exit 1; }
 done
-/usr/bin/python3 - "$work" "$steps" <<'PY'
+/usr/bin/python3 - "$work" "$steps" "$ranks" <<'PY'
 import json, re, statistics, sys
 work, steps = sys.argv[1], int(sys.argv[2])
 
@@ -95,4 +96,12 @@ print(f"blocking save: {statistics.mean(blocking):.3f} s each (mean of {len(bloc
 print(f"async save: {extra / saves:.3f} s of extra training time each ({saves} saves, {len(inside)} steps under way, "
       f"{stood / saves:.3f} s of it at the step boundaries)")
 print(f"extra / blocking: {extra / saves / statistics.mean(blocking):.3f}")
+# The CPU the background writes took from training, per rank and save: on a machine whose cores
+# training keeps busy, the least extra time they can cost; unlike step times, free of the noise of
+# other work on the machine.
+cpu = [float(m.group(1)) for r in range(int(sys.argv[3]))
+       for l in open(f"{work}/run-async/logs/rank-{r:05d}.log")
+       if (m := re.search(r"written in [0-9.]+ s \(([0-9.]+) s of CPU\)", l))]
+print(f"background CPU: {statistics.mean(cpu):.3f} s a rank and save (mean of {len(cpu)}); "
+      f"/ blocking: {statistics.mean(cpu) / statistics.mean(blocking):.3f}")
 PY

@@ -62,7 +62,7 @@ void BackgroundSave::run() {
   const Clocks before = Clocks::now();
   {
     RECORD_USER_SCOPE("checkpoint.write");
-    // Shards in host memory are written as they are: the update waits only until they are read.
+    // Shards in host memory are written in place: the update waits until they are written.
     save_->write(copies ? std::function<void()>() : std::function<void()>(release));
   }
   release();

@@ -1,7 +1,7 @@
 // A checkpoint save ([checkpoint] async) whose copy and write run on a thread of their own while
 // training goes on (checkpoint_save.h has the parts). Shards on a GPU are first copied into host
-// buffers, then written from there; shards in host memory are written as they are, through the
-// writer's few aligned buffers, so a save needs no second copy of the state there. Either way the
+// buffers, then written from there; shards in host memory are written as they are, the disk reading
+// them in place, so a save needs no second copy of the state there. Either way the
 // training step must call wait_for_copy() before its optimizer update changes the shards and
 // moments: it returns once they are copied, or read. The ranks commit together, at a step
 // boundary where every rank's write is done, or where training must wait for it (the next save,

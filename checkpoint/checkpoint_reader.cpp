@@ -51,9 +51,16 @@ hid_t CheckpointReader::file(const std::string& name) {
   return it->second.get();
 }
 
+void CheckpointReader::check_size(const std::string& kind, const std::string& tensor, const Slice& s, hid_t dataset) const {
+  const int64_t stored = dataset_numel(dataset);
+  ST_CHECK(stored >= s.dataset_offset + s.length, ErrorKind::kIo,
+           "{}/{}: {} of {} (elements {}..{}): the dataset holds {} elements, too few for elements {}..{} of it", dir_,
+           s.file, kind, tensor, s.offset, s.offset + s.length, stored, s.dataset_offset, s.dataset_offset + s.length);
+}
+
 void CheckpointReader::read_blocks(const std::string& kind, const std::string& tensor, const Slice& s, hid_t dataset,
                                    int64_t lo, int64_t hi, float* dst) {
-  read_flat_range(dataset, lo, hi - lo, dst);
+  read_flat_range(dataset, s.dataset_offset + lo, hi - lo, dst);
   bytes_read_ += static_cast<uint64_t>(hi - lo) * 4;
   for (int64_t b = lo; b < hi; b += s.block) {
     const int64_t n = std::min(s.block, hi - b);
@@ -72,9 +79,7 @@ void CheckpointReader::read_range(const std::string& kind, const std::string& te
     const int64_t lo = std::max(s.offset, offset) - s.offset, hi = std::min(s.offset + s.length, offset + count) - s.offset;
     if (lo >= hi) continue;
     H5Handle ds = open_checked_dataset(file(s.file), kind, s.dataset);
-    const int64_t stored = dataset_numel(ds.get());
-    ST_CHECK(stored == s.length, ErrorKind::kIo, "{}/{}: {} of {} (elements {}..{}): the dataset holds {} elements",
-             dir_, s.file, kind, tensor, s.offset, s.offset + s.length, stored);
+    check_size(kind, tensor, s, ds.get());
     // The blocks wholly inside the range are read in one request straight into place; a block at
     // either edge that sticks out goes through a buffer of one block.
     auto out = [&](int64_t i) { return dst + (s.offset + i - offset); };  // where slice element i >= lo lands
@@ -106,7 +111,7 @@ void CheckpointReader::read_ahead(const std::vector<std::pair<std::string, std::
     for (const Slice& s : it->second) {
       if (s.length == 0) continue;
       const H5Handle ds = open_checked_dataset(file(s.file), kind, s.dataset);
-      const std::optional<int64_t> at = raw_float32_offset(ds.get(), s.length);
+      const std::optional<int64_t> at = raw_float32_offset(ds.get(), s.dataset_offset, s.length);
       if (!at) continue;  // read through HDF5; a dataset of the wrong size is reported by the stream
       ahead_ranges_[{kind, tensor, s.offset}] = ranges.size();
       ranges.push_back({dir_ + "/" + s.file, *at, s.length * static_cast<int64_t>(sizeof(float))});
@@ -147,9 +152,7 @@ std::span<const float> CheckpointReader::Stream::next(int64_t max) {
   const Slice& s = slices_[slice_];
   if (in_slice_ == 0) {
     dataset_ = open_checked_dataset(reader_.file(s.file), kind_, s.dataset);
-    const int64_t stored = dataset_numel(dataset_.get());
-    ST_CHECK(stored == s.length, ErrorKind::kIo, "{}/{}: {} of {} (elements {}..{}): the dataset holds {} elements",
-             reader_.dir_, s.file, kind_, tensor_, s.offset, s.offset + s.length, stored);
+    reader_.check_size(kind_, tensor_, s, dataset_.get());
     crc_ = 0;
     const auto ahead = reader_.ahead_ranges_.find({kind_, tensor_, s.offset});
     range_ = ahead == reader_.ahead_ranges_.end() ? kNoRange : ahead->second;
@@ -170,7 +173,7 @@ std::span<const float> CheckpointReader::Stream::next(int64_t max) {
   }
   if (data == nullptr) {
     reader_.buffer_.resize(static_cast<size_t>(n));
-    read_flat_range(dataset_.get(), in_slice_, n, reader_.buffer_.data());
+    read_flat_range(dataset_.get(), s.dataset_offset + in_slice_, n, reader_.buffer_.data());
     data = reader_.buffer_.data();
   }
   crc_ = crc32(data, static_cast<size_t>(n) * sizeof(float), crc_);

@@ -82,6 +82,8 @@ class CheckpointReader {
 
  private:
   hid_t file(const std::string& name);
+  // Throws common::Error(kIo) naming the slice unless `dataset` holds its elements.
+  void check_size(const std::string& kind, const std::string& tensor, const Slice& s, hid_t dataset) const;
   // Slice elements [lo, hi), whole blocks, into dst, each block checked.
   void read_blocks(const std::string& kind, const std::string& tensor, const Slice& s, hid_t dataset, int64_t lo,
                    int64_t hi, float* dst);

@@ -82,23 +82,34 @@ std::map<std::string, int64_t> moment_steps(fsdp::FsdpLlama& model, const fsdp::
   return out;
 }
 
-// This rank's file: a dataset per piece of each unit's shard, laid out first (each large dataset at
-// a multiple of the O_DIRECT alignment) and then written around the page cache where the file
-// system allows it (common/direct_file.h). `released` (may be empty) is called once the shards are
-// read, before the final sync. Returns the slices' records.
+// This rank's file: a dataset per unit, holding its whole shard (padding included), of which each
+// parameter's piece is a slice. Each dataset is laid out first, at a multiple of the O_DIRECT
+// alignment, then written around the page cache where the file system allows it
+// (common/direct_file.h). A shard in host memory as fp32 goes in place, without a copy: `pad`
+// unwritten elements before it put its first element at the place within a page of the file it has
+// within its page of memory, so the disk reads whole pages straight from the shard. Any other shard
+// goes through a staging buffer. `released` (may be empty) is called once the shards are no longer
+// read. Returns the slices' records.
 std::vector<ManifestSlice> write_rank_file(const std::vector<FullUnit>& units, const std::string& path,
                                            const std::string& file_name, const std::function<void()>& released) {
   std::vector<ManifestSlice> slices;
   std::vector<DatasetSpec> specs;
-  std::vector<at::Tensor> sources;
+  std::vector<int64_t> pads;
+  std::map<std::string, int> per_kind;
   for (const FullUnit& u : units) {
+    const at::Tensor& shard = u.shard;
+    const bool in_place = shard.device().is_cpu() && shard.scalar_type() == at::kFloat && shard.is_contiguous();
+    const int64_t pad =
+        in_place && shard.numel() > 0
+            ? static_cast<int64_t>(reinterpret_cast<uintptr_t>(shard.data_ptr<float>()) % common::kDirectAlignment) / 4
+            : 0;
+    pads.push_back(pad);
+    specs.push_back({u.kind, fmt::format("flat-{:04d}", per_kind[u.kind]++), {pad + shard.numel()}});
     for (const fsdp::ShardPiece& piece : u.layout->pieces_in_shard(u.shard_rank)) {
       const fsdp::ParamSpan& p = u.layout->params()[piece.param];
-      ManifestSlice s{u.kind, p.name, file_name, fmt::format("{}@{}", p.name, piece.param_offset), piece.param_offset,
-                      piece.length, kCrcBlock, {}};
-      specs.push_back({u.kind, s.dataset, {piece.length}});
-      sources.push_back(u.shard.narrow(0, piece.shard_offset, piece.length));
-      slices.push_back(std::move(s));
+      ManifestSlice slice{u.kind, p.name, file_name, specs.back().name, piece.param_offset, piece.length, kCrcBlock, {}};
+      slice.dataset_offset = pad + piece.shard_offset;
+      slices.push_back(std::move(slice));
     }
   }
   const std::vector<int64_t> offsets = create_contiguous_file(
@@ -106,28 +117,36 @@ std::vector<ManifestSlice> write_rank_file(const std::vector<FullUnit>& units, c
       static_cast<int64_t>(common::kDirectAlignment));
   common::DirectWriter out(path);
   at::Tensor staging;  // fp32 on the host, for shards of another dtype or on a GPU
-  for (size_t i = 0; i < sources.size(); ++i) {
-    const at::Tensor& src = sources[i];
-    const int64_t n = src.numel();
-    if (src.device().is_cpu() && src.scalar_type() == at::kFloat && src.is_contiguous()) {
-      if (n > 0) out.write(src.data_ptr<float>(), static_cast<size_t>(n) * 4, offsets[i]);
-      slices[i].crcs = block_crcs(n > 0 ? src.data_ptr<float>() : nullptr, n);
+  size_t next = 0;     // the first slice of the unit
+  for (size_t k = 0; k < units.size(); ++k) {
+    const at::Tensor& shard = units[k].shard;
+    const size_t end = next + units[k].layout->pieces_in_shard(units[k].shard_rank).size();
+    const int64_t at0 = offsets[k] + pads[k] * 4;  // the shard's first element in the file
+    if (shard.device().is_cpu() && shard.scalar_type() == at::kFloat && shard.is_contiguous()) {
+      const float* data = shard.numel() > 0 ? shard.data_ptr<float>() : nullptr;
+      if (shard.numel() > 0) out.write_in_place(data, static_cast<size_t>(shard.numel()) * 4, at0);
+      for (; next < end; ++next)
+        slices[next].crcs = block_crcs(data + (slices[next].dataset_offset - pads[k]), slices[next].length);
       continue;
     }
     if (!staging.defined())
-      staging = at::empty({kStageElements}, at::TensorOptions().dtype(at::kFloat).pinned_memory(!src.device().is_cpu()));
-    BlockCrc crc;
-    for (int64_t at = 0; at < n; at += kStageElements) {
-      const int64_t count = std::min(kStageElements, n - at);
-      at::Tensor piece = staging.narrow(0, 0, count);
-      piece.copy_(src.narrow(0, at, count));  // converts to fp32; waits for the device
-      out.write(piece.data_ptr<float>(), static_cast<size_t>(count) * 4, offsets[i] + at * 4);
-      crc.add(piece.data_ptr<float>(), count);
+      staging = at::empty({kStageElements}, at::TensorOptions().dtype(at::kFloat).pinned_memory(!shard.device().is_cpu()));
+    for (; next < end; ++next) {
+      ManifestSlice& slice = slices[next];
+      const int64_t first = slice.dataset_offset - pads[k];
+      BlockCrc crc;
+      for (int64_t at = 0; at < slice.length; at += kStageElements) {
+        const int64_t count = std::min(kStageElements, slice.length - at);
+        at::Tensor piece = staging.narrow(0, 0, count);
+        piece.copy_(shard.narrow(0, first + at, count));  // converts to fp32; waits for the device
+        out.write(piece.data_ptr<float>(), static_cast<size_t>(count) * 4, at0 + (first + at) * 4);
+        crc.add(piece.data_ptr<float>(), count);
+      }
+      slice.crcs = crc.finish();
     }
-    slices[i].crcs = crc.finish();
   }
-  if (released) released();  // every byte is in the writer's buffers: the shards may change
-  out.finish();
+  out.finish();       // the in-place writes read the shards until here
+  if (released) released();
   return slices;
 }
 

@@ -6,10 +6,11 @@
 //   2. copy_to_host (this rank alone, any thread), for shards on a GPU: the units copied into host
 //      buffers that outlive the save; from then on training may change the shards and moments.
 //   3. write (this rank alone, no collectives, any thread): the rank's file, or its pieces of the
-//      full one, from the copies or straight from shards in host memory; it says when it has read
-//      them all (before its final sync). A failure is kept for commit, never thrown. (A full
-//      checkpoint whose writers are on several hosts gathers each unit to world rank 0 instead: its
-//      write is collective and runs on every rank's main thread; writes_alone() is false.)
+//      full one, from the copies or straight from shards in host memory; it says when it no longer
+//      reads them (after its final sync: the disk reads a rank file's shards in place). A failure
+//      is kept for commit, never thrown. (A full checkpoint whose writers are on several hosts
+//      gathers each unit to world rank 0 instead: its write is collective and runs on every rank's
+//      main thread; writes_alone() is false.)
 //   4. commit (collective): if any rank's write failed, every rank throws one error naming each
 //      and nothing is committed; else world rank 0 writes the manifest and commits.
 // Destroying an uncommitted save removes its temporary directory. HDF5 is built without thread

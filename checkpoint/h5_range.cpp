@@ -88,8 +88,9 @@ int64_t dataset_numel(hid_t dataset) {
   return ST_H5_CHECK(H5Sget_simple_extent_npoints(space.get()));
 }
 
-std::optional<int64_t> raw_float32_offset(hid_t dataset, int64_t numel) {
-  if (numel <= 0 || dataset_numel(dataset) != numel) return std::nullopt;
+std::optional<int64_t> raw_float32_offset(hid_t dataset, int64_t first, int64_t count) {
+  const int64_t numel = dataset_numel(dataset);
+  if (count <= 0 || first < 0 || first + count > numel) return std::nullopt;
   const H5Handle plist(H5Dget_create_plist(dataset), H5Pclose);
   const H5Handle type(H5Dget_type(dataset), H5Tclose);
   const bool raw = plist.get() >= 0 && H5Pget_layout(plist.get()) == H5D_CONTIGUOUS && H5Pget_external_count(plist.get()) == 0 &&
@@ -98,7 +99,7 @@ std::optional<int64_t> raw_float32_offset(hid_t dataset, int64_t numel) {
   const haddr_t at = raw ? H5Dget_offset(dataset) : HADDR_UNDEF;
   take_hdf5_error_stack();  // what a refused probe left there
   if (at == HADDR_UNDEF || at % sizeof(float) != 0) return std::nullopt;
-  return static_cast<int64_t>(at);
+  return static_cast<int64_t>(at) + first * static_cast<int64_t>(sizeof(float));
 }
 
 void read_flat_range(hid_t dataset, int64_t offset, int64_t count, float* dst) {

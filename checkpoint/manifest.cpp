@@ -168,9 +168,11 @@ namespace {
 
 json slices_json(const std::vector<ManifestSlice>& slices) {
   json out = json::array();
-  for (const ManifestSlice& s : slices)
+  for (const ManifestSlice& s : slices) {
     out.push_back({{"kind", s.kind}, {"tensor", s.tensor}, {"file", s.file}, {"dataset", s.dataset},
                    {"offset", s.offset}, {"length", s.length}, {"crc32_blocks", s.crcs}});
+    if (s.dataset_offset != 0) out.back()["dataset_offset"] = s.dataset_offset;
+  }
   return out;
 }
 
@@ -183,6 +185,7 @@ std::vector<ManifestSlice> parse_slices_text(const std::string& text) {
   for (const json& s : json::parse(text)) {
     ManifestSlice m{s.at("kind"), s.at("tensor"), s.at("file"), s.at("dataset"), s.at("offset"), s.at("length"),
                     kCrcBlock, s.at("crc32_blocks").get<std::vector<uint32_t>>()};
+    m.dataset_offset = s.value("dataset_offset", int64_t{0});
     out.push_back(std::move(m));
   }
   return out;
@@ -365,6 +368,7 @@ Manifest parse_manifest(const std::string& text, const std::string& where) {
       ms.dataset = f.string(s, "dataset", at);
       ms.offset = f.integer(s, "offset", at, 0);
       ms.length = f.integer(s, "length", at, 0);
+      ms.dataset_offset = m.version >= 4 ? f.integer(s, "dataset_offset", at, 0, 0, false) : 0;
       const std::string what = fmt::format("{} ({} of {} in {})", at, ms.kind, json_quoted(ms.tensor), json_quoted(ms.file));
       if (std::find(std::begin(kStateKinds), std::end(kStateKinds), ms.kind) == std::end(kStateKinds))
         f.problem(fmt::format("{}: kind {} is not param, exp_avg or exp_avg_sq", what, json_quoted(ms.kind)));

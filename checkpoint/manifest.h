@@ -19,7 +19,7 @@ namespace shardtune::checkpoint {
 
 // 3: the manifest carries its own CRC-32; 2: a CRC-32 per block of each slice; 1: one per slice.
 // Every version from 1 is read; 3 is written.
-inline constexpr int kManifestVersion = 3;
+inline constexpr int kManifestVersion = 4;
 inline constexpr const char* kManifestFile = "manifest.json";
 // The kinds of state a checkpoint holds of each tensor.
 inline constexpr const char* kParamKind = "param";
@@ -40,6 +40,9 @@ struct ManifestSlice {
   int64_t length = 0;
   int64_t block = kCrcBlock;   // elements per checksum (format 1: the whole slice)
   std::vector<uint32_t> crcs;  // one per block
+  // Element of the dataset where the slice starts (version 4: a rank file's dataset holds a whole
+  // flat shard, so several slices share it; 0 in every earlier version).
+  int64_t dataset_offset = 0;
 };
 
 // A LoRA checkpoint holds only the adapters (and their AdamW moments): this records how they were

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 
 #include "common/error.h"
@@ -42,7 +43,14 @@ DirectWriter::~DirectWriter() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-void DirectWriter::write(const void* data, size_t bytes, int64_t offset) {
+void DirectWriter::write(const void* data, size_t bytes, int64_t offset) { write(data, bytes, offset, false); }
+
+void DirectWriter::write_in_place(const void* data, size_t bytes, int64_t offset) {
+  const auto phase = [](uint64_t v) { return v % kDirectAlignment; };
+  write(data, bytes, offset, phase(reinterpret_cast<uintptr_t>(data)) == phase(static_cast<uint64_t>(offset)));
+}
+
+void DirectWriter::write(const void* data, size_t bytes, int64_t offset, bool borrow) {
   const char* p = static_cast<const char*>(data);
   const int64_t end = offset + static_cast<int64_t>(bytes);
   const int64_t first = direct() ? std::min(round_up(offset), end) : end;
@@ -51,9 +59,14 @@ void DirectWriter::write(const void* data, size_t bytes, int64_t offset) {
   const size_t chunk = behind_.buffer_bytes() / kDirectAlignment * kDirectAlignment;
   for (int64_t at = first; at < last;) {
     const size_t n = std::min(chunk, static_cast<size_t>(last - at));  // a multiple of the alignment
-    char* buffer = behind_.take();
-    std::memcpy(buffer, p + (at - offset), n);
-    behind_.put(buffer, n, direct_fd_, at, path_);
+    if (borrow) {  // p + (at - offset) is aligned as well
+      behind_.put_borrowed(p + (at - offset), n, direct_fd_, at, path_);
+      bytes_in_place_ += n;
+    } else {
+      char* buffer = behind_.take();
+      std::memcpy(buffer, p + (at - offset), n);
+      behind_.put(buffer, n, direct_fd_, at, path_);
+    }
     at += static_cast<int64_t>(n);
   }
   if (end > last) behind_.write(p + (last - offset), static_cast<size_t>(end - last), fd_, last, path_);

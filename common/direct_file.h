@@ -32,14 +32,23 @@ class DirectWriter {
 
   // Copies `bytes` of `data` to be written at `offset`; returns once they are copied.
   void write(const void* data, size_t bytes, int64_t offset);
+  // Writes `bytes` of `data` at `offset`, the aligned middle straight from `data` without a copy
+  // where `data` and `offset` lie at the same place within a kDirectAlignment page (else as write()
+  // does): `data` must stay unchanged until finish() returns.
+  void write_in_place(const void* data, size_t bytes, int64_t offset);
   // Waits until every write is on disk (fdatasync), then closes. Throws the first failure.
   void finish();
   bool direct() const { return direct_fd_ >= 0; }
+  // Bytes the disk took straight from the caller's memory (write_in_place), without a copy.
+  uint64_t bytes_in_place() const { return bytes_in_place_; }
   const std::string& path() const { return path_; }
 
  private:
+  void write(const void* data, size_t bytes, int64_t offset, bool borrow);
+
   std::string path_;
   int fd_ = -1, direct_fd_ = -1;
+  uint64_t bytes_in_place_ = 0;
   std::unique_ptr<WriteBehind> own_;
   WriteBehind& behind_;
 };

@@ -63,7 +63,16 @@ void WriteBehind::put(char* buffer, size_t bytes, int fd, int64_t offset, const 
       free_.push_back(buffer);
       rethrow_locked();
     }
-    queue_.push_back({buffer, bytes, fd, offset, path});
+    queue_.push_back({buffer, true, bytes, fd, offset, path});
+  }
+  changed_.notify_all();
+}
+
+void WriteBehind::put_borrowed(const void* data, size_t bytes, int fd, int64_t offset, const std::string& path) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    rethrow_locked();
+    queue_.push_back({static_cast<char*>(const_cast<void*>(data)), false, bytes, fd, offset, path});
   }
   changed_.notify_all();
 }
@@ -112,7 +121,7 @@ void WriteBehind::run() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (failed && !error_) error_ = failed;
-      free_.push_back(job.buffer);
+      if (job.own) free_.push_back(job.buffer);
       busy_ = false;
     }
     changed_.notify_all();

@@ -47,13 +47,17 @@ class WriteBehind {
   void put(char* buffer, size_t bytes, int fd, int64_t offset, const std::string& path);
   // Copies `bytes` of `data` into buffers (take/put, a buffer at a time) to be written at `offset`.
   void write(const void* data, size_t bytes, int fd, int64_t offset, const std::string& path);
+  // Writes `bytes` of `data` at `offset` straight from the caller's memory, without a copy or a
+  // buffer of this writer's: the memory must stay unchanged until finish() returns.
+  void put_borrowed(const void* data, size_t bytes, int fd, int64_t offset, const std::string& path);
   // Waits until everything put so far is written, then fdatasync()s `fd`.
   void finish(int fd, const std::string& path);
   size_t buffer_bytes() const { return buffer_bytes_; }
 
  private:
   struct Job {
-    char* buffer;
+    char* buffer;  // one of storage_'s, or the caller's memory (put_borrowed)
+    bool own;
     size_t bytes;
     int fd;
     int64_t offset;

@@ -87,7 +87,8 @@ with h5py.File(full + "/model.h5", "r") as f:
             for s in m["slices"]:
                 if s["kind"] == kind and s["tensor"] == name:
                     with h5py.File(f"{sharded}/{s['file']}", "r") as r:
-                        flat[s["offset"]:s["offset"] + s["length"]] = r[f"/{kind}/{s['dataset']}"][()]
+                        o = s.get("dataset_offset", 0)  # where the slice starts in its dataset
+                        flat[s["offset"]:s["offset"] + s["length"]] = r[f"/{kind}/{s['dataset']}"][o:o + s["length"]]
             assert numpy.array_equal(flat, a.reshape(-1)), (kind, name)
 print("full checkpoint equals the sharded one,", len(m["tensors"]), "tensors")
 PY
@@ -208,7 +209,8 @@ d = sys.argv[1]
 m = json.load(open(d + "/manifest.json"))
 s = next(s for s in m["slices"] if s["kind"] == "param" and s["tensor"] == "model.norm.weight")
 with h5py.File(f"{d}/{s['file']}", "r") as f:
-    a = f[f"/param/{s['dataset']}"][()]
+    o = s.get("dataset_offset", 0)  # a rank file's dataset holds its whole shard: the slice starts here
+    a = f[f"/param/{s['dataset']}"][o:o + s["length"]]
 assert a.dtype == numpy.float32 and a.shape == (s["length"],), (a.dtype, a.shape)
 block = m["crc32_block"]  # a CRC-32 per block of this many elements
 assert [zlib.crc32(a[i:i + block].tobytes()) for i in range(0, len(a), block)] == s["crc32_blocks"], "checksum"
@@ -274,7 +276,7 @@ s = next(s for s in m["slices"] if s["kind"] == "exp_avg")
 with h5py.File(f"{d}/{s['file']}", "r+") as f:
     ds = f[f"/exp_avg/{s['dataset']}"]
     v = ds[()]
-    v[0] += 1.0
+    v[s.get("dataset_offset", 0)] += 1.0
     ds[...] = v
 PY
 "$ckpt" diff --params-only "$c20" "$moments" >/dev/null 2>&1 || fail "--params-only compared more than the weights"
@@ -384,7 +386,7 @@ s = next(s for s in m["slices"] if s["kind"] == "param" and s["file"] == "rank-0
 with h5py.File(f"{d}/{s['file']}", "r+") as f:
     ds = f[f"/param/{s['dataset']}"]
     v = ds[()]
-    v.view("uint32")[0] ^= 1
+    v.view("uint32")[s.get("dataset_offset", 0)] ^= 1
     ds[...] = v
 PY
 "$ckpt" verify "$tmp/straight/checkpoints/step-0000020" >/dev/null || fail "shardtune-ckpt verify rejects a good checkpoint"

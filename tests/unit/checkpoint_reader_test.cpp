@@ -38,10 +38,14 @@ uint32_t zlib_crc(const float* data, int64_t n) {
 struct StoredSlice {
   std::string tensor, file, dataset;
   int64_t offset, length;
-  std::vector<hsize_t> dims;  // the dataset's shape (its product is `length`)
+  std::vector<hsize_t> dims;    // the dataset's shape (its product is `length`), unless shared
+  int64_t dataset_offset = 0;  // where the slice starts in a dataset it shares (format 4)
 };
 
-class CheckpointReaderTest : public ::testing::Test {
+// Every case runs on two layouts (the parameter): a dataset per slice, as the conversions write
+// files; and, as a training rank writes them (format 4), two slices of `a` in one dataset of f0.h5
+// after 3 elements no slice names, with 2 more after them (all -7, never to be read).
+class CheckpointReaderTest : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
     dir_ = (fs::temp_directory_path() / ("shardtune-reader-" + std::to_string(::getpid()))).string();
@@ -55,6 +59,10 @@ class CheckpointReaderTest : public ::testing::Test {
                {"a", "f1.h5", "a@20", 20, 30, {30}},
                {"a", "f0.h5", "a@50", 50, 13, {13}},
                {"b", "f1.h5", "b", 0, 66, {6, 11}}};
+    if (shared()) {
+      slices_[0] = {"a", "f0.h5", "flat-0000", 0, 20, {3 + 20 + 13 + 2}, 3};
+      slices_[2] = {"a", "f0.h5", "flat-0000", 50, 13, {3 + 20 + 13 + 2}, 23};
+    }
     for (const auto& [name, shape] : tensors_) {
       std::vector<float>& v = values_[name];
       v.resize(static_cast<size_t>(shape[0] * shape[1]));
@@ -63,19 +71,27 @@ class CheckpointReaderTest : public ::testing::Test {
     for (const char* f : {"f0.h5", "f1.h5"}) {
       H5Handle file(ST_H5_CHECK(H5Fcreate((dir_ + "/" + f).c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT)), H5Fclose);
       H5Handle group(ST_H5_CHECK(H5Gcreate2(file.get(), "/param", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
+      std::map<std::string, std::pair<std::vector<hsize_t>, std::vector<float>>> datasets;
       for (const StoredSlice& s : slices_) {
         if (s.file != f) continue;
-        H5Handle space(ST_H5_CHECK(H5Screate_simple(static_cast<int>(s.dims.size()), s.dims.data(), nullptr)), H5Sclose);
-        H5Handle ds(ST_H5_CHECK(H5Dcreate2(group.get(), s.dataset.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT,
+        auto& [dims, data] = datasets[s.dataset];
+        dims = s.dims;
+        data.resize(static_cast<size_t>(std::accumulate(dims.begin(), dims.end(), hsize_t{1}, std::multiplies<>())), -7.0f);
+        std::copy_n(values_[s.tensor].begin() + s.offset, s.length, data.begin() + s.dataset_offset);
+      }
+      for (const auto& [name, stored] : datasets) {
+        const auto& [dims, data] = stored;
+        H5Handle space(ST_H5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)), H5Sclose);
+        H5Handle ds(ST_H5_CHECK(H5Dcreate2(group.get(), name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT,
                                            H5P_DEFAULT, H5P_DEFAULT)),
                     H5Dclose);
-        ST_H5_CHECK(H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT,
-                             values_[s.tensor].data() + s.offset));
+        ST_H5_CHECK(H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()));
       }
     }
-    write_manifest(2);
+    write_manifest(shared() ? 4 : 2);
   }
   void TearDown() override { fs::remove_all(dir_); }
+  bool shared() const { return GetParam(); }
 
   // Format 2 lists zlib's CRC-32 of every block of kBlock elements; format 1 one per slice.
   void write_manifest(int version) {
@@ -86,6 +102,7 @@ class CheckpointReaderTest : public ::testing::Test {
     for (const StoredSlice& s : slices_) {
       json j = {{"kind", "param"},       {"tensor", s.tensor}, {"file", s.file},
                 {"dataset", s.dataset}, {"offset", s.offset}, {"length", s.length}};
+      if (s.dataset_offset != 0) j["dataset_offset"] = s.dataset_offset;
       const float* data = values_[s.tensor].data() + s.offset;
       if (version == 1) {
         j["crc32"] = zlib_crc(data, s.length);
@@ -93,6 +110,18 @@ class CheckpointReaderTest : public ::testing::Test {
         for (int64_t b = 0; b < s.length; b += kBlock) j["crc32_blocks"].push_back(zlib_crc(data + b, std::min(kBlock, s.length - b)));
       }
       m["slices"].push_back(j);
+    }
+    if (version >= 3) m.update({{"epoch", 0}, {"sample_in_epoch", 0}, {"world_size", 2}, {"shard_group_size", 2}});
+    write_json(m);
+  }
+
+  // The manifest `m`, from version 3 with its own checksum: zlib's CRC-32 of it without the checksum,
+  // as json::dump(1) writes it.
+  void write_json(json m) {
+    m.erase("manifest_crc32");
+    if (m["version"].get<int>() >= 3) {
+      const std::string text = m.dump(1);
+      m["manifest_crc32"] = ::crc32(0, reinterpret_cast<const Bytef*>(text.data()), static_cast<uInt>(text.size()));
     }
     std::ofstream(dir_ + "/manifest.json") << m.dump(1);
   }
@@ -104,7 +133,7 @@ class CheckpointReaderTest : public ::testing::Test {
       H5Handle file(ST_H5_CHECK(H5Fopen((dir_ + "/" + s.file).c_str(), H5F_ACC_RDWR, H5P_DEFAULT)), H5Fclose);
       H5Handle ds(ST_H5_CHECK(H5Dopen2(file.get(), ("/param/" + s.dataset).c_str(), H5P_DEFAULT)), H5Dclose);
       H5Handle space(ST_H5_CHECK(H5Dget_space(ds.get())), H5Sclose);
-      const hsize_t start[1] = {static_cast<hsize_t>(element - s.offset)}, one[1] = {1};
+      const hsize_t start[1] = {static_cast<hsize_t>(element - s.offset + s.dataset_offset)}, one[1] = {1};
       ST_H5_CHECK(H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, start, nullptr, one, nullptr));
       H5Handle mem(ST_H5_CHECK(H5Screate_simple(1, one, nullptr)), H5Sclose);
       const float bad = -1.0f;
@@ -137,7 +166,7 @@ TEST(BlockCrc, PiecesOfAnySizeGiveZlibsSumOfEachBlock) {
   EXPECT_TRUE(block_crcs(data.data(), 0).empty());
 }
 
-TEST_F(CheckpointReaderTest, AnyRangeReadsBackExactlyAndOnlyItsBlocks) {
+TEST_P(CheckpointReaderTest, AnyRangeReadsBackExactlyAndOnlyItsBlocks) {
   CheckpointReader reader(dir_);
   std::mt19937 rng(7);
   for (const auto& [name, shape] : tensors_) {
@@ -160,7 +189,7 @@ TEST_F(CheckpointReaderTest, AnyRangeReadsBackExactlyAndOnlyItsBlocks) {
   }
 }
 
-TEST_F(CheckpointReaderTest, StreamsInAnyPiecesWithoutCrossingABlock) {
+TEST_P(CheckpointReaderTest, StreamsInAnyPiecesWithoutCrossingABlock) {
   CheckpointReader reader(dir_);
   std::mt19937 rng(11);
   for (const auto& [name, shape] : tensors_) {
@@ -177,7 +206,7 @@ TEST_F(CheckpointReaderTest, StreamsInAnyPiecesWithoutCrossingABlock) {
   }
 }
 
-TEST_F(CheckpointReaderTest, ACorruptBlockFailsExactlyTheReadsThatTouchIt) {
+TEST_P(CheckpointReaderTest, ACorruptBlockFailsExactlyTheReadsThatTouchIt) {
   corrupt_a(33);  // in slice a@20 (f1.h5), block 2 of it: elements 30..35 of the tensor
   CheckpointReader reader(dir_);
   std::vector<float> got(63);
@@ -219,7 +248,7 @@ void expect_streams(CheckpointReader& reader, const std::vector<std::string>& na
   }
 }
 
-TEST_F(CheckpointReaderTest, StreamsReadAheadGiveTheSameElements) {
+TEST_P(CheckpointReaderTest, StreamsReadAheadGiveTheSameElements) {
   CheckpointReader reader(dir_);
   reader.read_ahead({{"param", "a"}, {"param", "b"}});
   EXPECT_EQ(reader.slices_read_ahead(), slices_.size()) << "HDF5's contiguous float32 datasets are read directly";
@@ -235,7 +264,7 @@ TEST_F(CheckpointReaderTest, StreamsReadAheadGiveTheSameElements) {
   expect_streams(reader, {"a", "b", "a"}, values_, 7);
 }
 
-TEST_F(CheckpointReaderTest, AChunkedDatasetIsReadThroughHdf5) {
+TEST_P(CheckpointReaderTest, AChunkedDatasetIsReadThroughHdf5) {
   {  // b rewritten chunked: HDF5 places its bytes in chunks of its own choosing
     H5Handle file(ST_H5_CHECK(H5Fopen((dir_ + "/f1.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT)), H5Fclose);
     ST_H5_CHECK(H5Ldelete(file.get(), "/param/b", H5P_DEFAULT));
@@ -256,7 +285,7 @@ TEST_F(CheckpointReaderTest, AChunkedDatasetIsReadThroughHdf5) {
   EXPECT_TRUE(verify_sharded_checkpoint(dir_).problems.empty());
 }
 
-TEST_F(CheckpointReaderTest, ACorruptBlockReadAheadFailsItsStream) {
+TEST_P(CheckpointReaderTest, ACorruptBlockReadAheadFailsItsStream) {
   corrupt_a(33);
   CheckpointReader reader(dir_);
   reader.read_ahead({{"param", "a"}});
@@ -274,7 +303,8 @@ TEST_F(CheckpointReaderTest, ACorruptBlockReadAheadFailsItsStream) {
   EXPECT_EQ(reader.bytes_read_ahead(), reader.bytes_read()) << "the corrupt block came through the read-ahead";
 }
 
-TEST_F(CheckpointReaderTest, FormatOneWithOneSumPerSliceStillReads) {
+TEST_P(CheckpointReaderTest, FormatOneWithOneSumPerSliceStillReads) {
+  if (shared()) GTEST_SKIP() << "format 1 has a dataset per slice";
   write_manifest(1);
   {
     CheckpointReader reader(dir_);
@@ -291,10 +321,10 @@ TEST_F(CheckpointReaderTest, FormatOneWithOneSumPerSliceStillReads) {
   EXPECT_EQ(verify_sharded_checkpoint(dir_).problems.size(), 1u);
 }
 
-TEST_F(CheckpointReaderTest, AManifestWithTheWrongNumberOfSumsIsNamed) {
+TEST_P(CheckpointReaderTest, AManifestWithTheWrongNumberOfSumsIsNamed) {
   json m = json::parse(std::ifstream(dir_ + "/manifest.json"));
   m["slices"][1]["crc32_blocks"].erase(0);
-  std::ofstream(dir_ + "/manifest.json") << m.dump();
+  write_json(m);
   try {
     CheckpointReader reader(dir_);
     ADD_FAILURE() << "a broken manifest was accepted";
@@ -302,7 +332,7 @@ TEST_F(CheckpointReaderTest, AManifestWithTheWrongNumberOfSumsIsNamed) {
     EXPECT_NE(std::string(e.what()).find("slice 1 (param of \"a\" in \"f1.h5\"): 5 checksums listed for 6 blocks"), std::string::npos) << e.what();
   }
   m["slices"][1].erase("crc32_blocks");
-  std::ofstream(dir_ + "/manifest.json") << m.dump();
+  write_json(m);
   try {
     CheckpointReader reader(dir_);
     ADD_FAILURE() << "a manifest without checksums was accepted";
@@ -310,6 +340,42 @@ TEST_F(CheckpointReaderTest, AManifestWithTheWrongNumberOfSumsIsNamed) {
     EXPECT_NE(std::string(e.what()).find("slice 1: \"crc32_blocks\" is missing"), std::string::npos) << e.what();
   }
 }
+
+TEST_P(CheckpointReaderTest, ASliceBeyondItsDatasetOrBeforeItIsNamed) {
+  if (!shared()) GTEST_SKIP() << "slices of their own datasets";
+  json m = json::parse(std::ifstream(dir_ + "/manifest.json"));
+  m["slices"][2]["dataset_offset"] = 30;  // 30 + 13 elements, of a dataset of 38
+  write_json(m);
+  {
+    CheckpointReader reader(dir_);
+    std::vector<float> got(13);
+    try {
+      reader.read_range("param", "a", 50, 13, got.data());
+      ADD_FAILURE() << "read past the end of a dataset";
+    } catch (const common::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("f0.h5: param of a (elements 50..63): the dataset holds 38 elements, too few "
+                                           "for elements 30..43 of it"),
+                std::string::npos)
+          << e.what();
+    }
+    const VerifyReport report = verify_sharded_checkpoint(dir_);
+    ASSERT_EQ(report.problems.size(), 1u);
+    EXPECT_NE(report.problems[0].find("too few for elements 30..43"), std::string::npos) << report.problems[0];
+  }
+  m["slices"][2]["dataset_offset"] = -1;
+  write_json(m);
+  try {
+    CheckpointReader reader(dir_);
+    ADD_FAILURE() << "a negative dataset_offset was accepted";
+  } catch (const common::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("slice 2: \"dataset_offset\" is -1, expected an integer of at least 0"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, CheckpointReaderTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& p) { return p.param ? "SharedDatasets" : "DatasetPerSlice"; });
 
 }  // namespace
 }  // namespace shardtune::checkpoint

@@ -1,7 +1,9 @@
 // common::WriteBehind: random pieces written at random offsets through few small buffers land byte
 // for byte where a plain pwrite() would put them; a failed write is thrown by the caller's next
 // call, naming the file. common::DirectWriter: disjoint pieces of any size at any offset (O_DIRECT
-// for their aligned middles, buffered heads and tails) read back byte for byte.
+// for their aligned middles, buffered heads and tails) read back byte for byte, copied or written in
+// place from the caller's memory, which is then the disk's source without a copy when its place in a
+// page matches the file offset's.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -14,9 +16,11 @@
 #include <fstream>
 #include <iterator>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "common/aligned_vector.h"
 #include "common/direct_file.h"
 #include "common/error.h"
 #include "common/write_behind.h"
@@ -74,7 +78,9 @@ TEST(WriteBehind, AFailedWriteIsThrownNamingTheFile) {
 // Disjoint pieces, as a laid-out file's datasets are: sizes from 1 byte to past a buffer (16 MiB),
 // at offsets aligned and not, in a random order. In a directory on a disk (/var/tmp) when there is
 // one, so that O_DIRECT is used; tmpfs refuses it and every byte goes the buffered way.
-TEST(DirectWriter, DisjointPiecesOfAnySizeReadBackExactly) {
+enum class Source { kCopied, kInPlace, kInPlaceOtherPhase };
+
+void disjoint_pieces_read_back_exactly(Source source) {
   std::string pattern = std::filesystem::exists("/var/tmp") ? "/var/tmp/st-direct.XXXXXX" : "/tmp/st-direct.XXXXXX";
   ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
   const std::string path = pattern + "/out.bin";
@@ -91,17 +97,29 @@ TEST(DirectWriter, DisjointPiecesOfAnySizeReadBackExactly) {
     pieces.emplace_back(at, n);
     at += n;
   }
-  std::vector<char> expected(static_cast<size_t>(at), 0);  // the gaps stay as they were: zero
+  // Page-aligned, so that expected.data() + offset lies where `offset` lies within a page; `shift`
+  // moves the source 4 bytes off that place.
+  const size_t shift = source == Source::kInPlaceOtherPhase ? 4 : 0;
+  AlignedVector<char> memory(static_cast<size_t>(at) + shift, 0);
+  std::span<char> expected(memory.data() + shift, static_cast<size_t>(at));  // the gaps stay as they were: zero
   for (const auto& [offset, n] : pieces)
     for (int64_t k = offset; k < offset + n; ++k) expected[static_cast<size_t>(k)] = static_cast<char>(rng());
   { std::ofstream(path, std::ios::binary).write(std::vector<char>(expected.size(), 0).data(), static_cast<std::streamsize>(expected.size())); }
   std::shuffle(pieces.begin(), pieces.end(), rng);
   bool direct = false;
+  uint64_t in_place = 0;
   {
     DirectWriter out(path);
     direct = out.direct();
-    for (const auto& [offset, n] : pieces) out.write(expected.data() + offset, static_cast<size_t>(n), offset);
+    for (const auto& [offset, n] : pieces) {
+      if (source == Source::kCopied) {
+        out.write(expected.data() + offset, static_cast<size_t>(n), offset);
+      } else {
+        out.write_in_place(expected.data() + offset, static_cast<size_t>(n), offset);
+      }
+    }
     out.finish();
+    in_place = out.bytes_in_place();
   }
   std::ifstream in(path, std::ios::binary);
   std::vector<char> got((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -111,11 +129,25 @@ TEST(DirectWriter, DisjointPiecesOfAnySizeReadBackExactly) {
   for (const auto& [offset, n] : pieces)
     if (static_cast<int64_t>(bad) >= offset && static_cast<int64_t>(bad) < offset + n)
       where = std::to_string(offset) + "+" + std::to_string(n);
-  EXPECT_TRUE(got == expected) << (direct ? "with O_DIRECT" : "buffered") << ": first difference at byte " << bad
+  EXPECT_TRUE(std::equal(got.begin(), got.end(), expected.begin(), expected.end())) << (direct ? "with O_DIRECT" : "buffered") << ": first difference at byte " << bad
                                << " of " << got.size() << " (piece " << where << ")";
   std::filesystem::remove_all(pattern);
-  std::printf("DirectWriter: %zu pieces, %zu bytes, %s\n", pieces.size(), expected.size(), direct ? "O_DIRECT" : "buffered (O_DIRECT refused here)");
+  // In place only where the source's place in its page matches, and there for every aligned middle.
+  if (source == Source::kInPlace && direct) {
+    EXPECT_GT(in_place, uint64_t{16} << 20);
+  } else {
+    EXPECT_EQ(in_place, 0u);
+  }
+  std::printf("DirectWriter: %zu pieces, %zu bytes, %s, %llu bytes in place\n", pieces.size(), expected.size(),
+              direct ? "O_DIRECT" : "buffered (O_DIRECT refused here)", static_cast<unsigned long long>(in_place));
 }
+
+TEST(DirectWriter, DisjointPiecesOfAnySizeReadBackExactly) { disjoint_pieces_read_back_exactly(Source::kCopied); }
+TEST(DirectWriter, PiecesWrittenInPlaceReadBackExactly) { disjoint_pieces_read_back_exactly(Source::kInPlace); }
+TEST(DirectWriter, PiecesElsewhereInTheirPageAreCopied) {
+  disjoint_pieces_read_back_exactly(Source::kInPlaceOtherPhase);
+}
+
 
 }  // namespace
 }  // namespace shardtune::common
