@@ -93,7 +93,9 @@ void WriteBehind::write(const void* data, size_t bytes, int fd, int64_t offset, 
 void WriteBehind::finish(int fd, const std::string& path) {
   {
     std::unique_lock<std::mutex> lock(mutex_);
-    changed_.wait(lock, [&] { return (queue_.empty() && !busy_) || error_; });
+    // Every queued write runs (after a failure too) before this returns: none may reach the file's
+    // descriptor once the caller has closed it, nor read memory lent by put_borrowed after it.
+    changed_.wait(lock, [&] { return queue_.empty() && !busy_; });
     rethrow_locked();
   }
   ST_CHECK(::fdatasync(fd) == 0, ErrorKind::kIo, "cannot sync {}: {}", path, std::strerror(errno));
