@@ -92,9 +92,14 @@ std::map<std::string, int64_t> moment_steps(fsdp::FsdpLlama& model, const fsdp::
 // read. Returns the slices' records.
 std::vector<ManifestSlice> write_rank_file(const std::vector<FullUnit>& units, const std::string& path,
                                            const std::string& file_name, const std::function<void()>& released) {
+  struct Placed {
+    bool in_place;
+    int64_t pad;                    // elements before the shard in its dataset
+    size_t first_slice, end_slice;  // its pieces' slices
+  };
   std::vector<ManifestSlice> slices;
   std::vector<DatasetSpec> specs;
-  std::vector<int64_t> pads;
+  std::vector<Placed> placed;
   std::map<std::string, int> per_kind;
   for (const FullUnit& u : units) {
     const at::Tensor& shard = u.shard;
@@ -103,49 +108,49 @@ std::vector<ManifestSlice> write_rank_file(const std::vector<FullUnit>& units, c
         in_place && shard.numel() > 0
             ? static_cast<int64_t>(reinterpret_cast<uintptr_t>(shard.data_ptr<float>()) % common::kDirectAlignment) / 4
             : 0;
-    pads.push_back(pad);
     specs.push_back({u.kind, fmt::format("flat-{:04d}", per_kind[u.kind]++), {pad + shard.numel()}});
+    placed.push_back({in_place, pad, slices.size(), 0});
     for (const fsdp::ShardPiece& piece : u.layout->pieces_in_shard(u.shard_rank)) {
       const fsdp::ParamSpan& p = u.layout->params()[piece.param];
       ManifestSlice slice{u.kind, p.name, file_name, specs.back().name, piece.param_offset, piece.length, kCrcBlock, {}};
       slice.dataset_offset = pad + piece.shard_offset;
       slices.push_back(std::move(slice));
     }
+    placed.back().end_slice = slices.size();
   }
   const std::vector<int64_t> offsets = create_contiguous_file(
       path, std::vector<std::string>(std::begin(kStateKinds), std::end(kStateKinds)), specs,
       static_cast<int64_t>(common::kDirectAlignment));
   common::DirectWriter out(path);
   at::Tensor staging;  // fp32 on the host, for shards of another dtype or on a GPU
-  size_t next = 0;     // the first slice of the unit
   for (size_t k = 0; k < units.size(); ++k) {
     const at::Tensor& shard = units[k].shard;
-    const size_t end = next + units[k].layout->pieces_in_shard(units[k].shard_rank).size();
-    const int64_t at0 = offsets[k] + pads[k] * 4;  // the shard's first element in the file
-    if (shard.device().is_cpu() && shard.scalar_type() == at::kFloat && shard.is_contiguous()) {
+    const Placed& at_k = placed[k];
+    const int64_t start = offsets[k] + at_k.pad * 4;  // the shard's first element in the file
+    if (at_k.in_place) {
       const float* data = shard.numel() > 0 ? shard.data_ptr<float>() : nullptr;
-      if (shard.numel() > 0) out.write_in_place(data, static_cast<size_t>(shard.numel()) * 4, at0);
-      for (; next < end; ++next)
-        slices[next].crcs = block_crcs(data + (slices[next].dataset_offset - pads[k]), slices[next].length);
+      if (shard.numel() > 0) out.write_in_place(data, static_cast<size_t>(shard.numel()) * 4, start);
+      for (size_t i = at_k.first_slice; i < at_k.end_slice; ++i)
+        slices[i].crcs = block_crcs(data + (slices[i].dataset_offset - at_k.pad), slices[i].length);
       continue;
     }
     if (!staging.defined())
       staging = at::empty({kStageElements}, at::TensorOptions().dtype(at::kFloat).pinned_memory(!shard.device().is_cpu()));
-    for (; next < end; ++next) {
-      ManifestSlice& slice = slices[next];
-      const int64_t first = slice.dataset_offset - pads[k];
+    for (size_t i = at_k.first_slice; i < at_k.end_slice; ++i) {
+      ManifestSlice& slice = slices[i];
+      const int64_t first = slice.dataset_offset - at_k.pad;  // in the shard
       BlockCrc crc;
       for (int64_t at = 0; at < slice.length; at += kStageElements) {
         const int64_t count = std::min(kStageElements, slice.length - at);
         at::Tensor piece = staging.narrow(0, 0, count);
         piece.copy_(shard.narrow(0, first + at, count));  // converts to fp32; waits for the device
-        out.write(piece.data_ptr<float>(), static_cast<size_t>(count) * 4, at0 + (first + at) * 4);
+        out.write(piece.data_ptr<float>(), static_cast<size_t>(count) * 4, start + (first + at) * 4);
         crc.add(piece.data_ptr<float>(), count);
       }
       slice.crcs = crc.finish();
     }
   }
-  out.finish();       // the in-place writes read the shards until here
+  out.finish();  // the in-place writes read the shards until here
   if (released) released();
   return slices;
 }

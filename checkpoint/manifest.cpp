@@ -375,6 +375,8 @@ Manifest parse_manifest(const std::string& text, const std::string& where) {
       if (!m.tensors.count(ms.tensor)) f.problem(fmt::format("{}: the tensor is not among \"tensors\"", what));
       if (!is_plain_file_name(ms.file))
         f.problem(fmt::format("{}: the file name is not a plain name inside the checkpoint directory", what));
+      if (ms.dataset_offset > (int64_t{1} << 40))  // as a tensor's elements: their sum stays far from overflow
+        f.problem(fmt::format("{}: dataset_offset {} is past any dataset", what, ms.dataset_offset));
       if (ms.dataset.empty() || ms.dataset.find('/') != std::string::npos)
         f.problem(fmt::format("{}: the dataset name {} is not a plain name", what, json_quoted(ms.dataset)));
       if (m.version == 1) {  // one checksum for the whole slice

@@ -362,6 +362,17 @@ TEST_P(CheckpointReaderTest, ASliceBeyondItsDatasetOrBeforeItIsNamed) {
     ASSERT_EQ(report.problems.size(), 1u);
     EXPECT_NE(report.problems[0].find("too few for elements 30..43"), std::string::npos) << report.problems[0];
   }
+  m["slices"][2]["dataset_offset"] = int64_t{1} << 41;
+  write_json(m);
+  try {
+    CheckpointReader reader(dir_);
+    ADD_FAILURE() << "a dataset_offset past any dataset was accepted";
+  } catch (const common::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("slice 2 (param of \"a\" in \"f0.h5\"): dataset_offset 2199023255552 is past any "
+                                         "dataset"),
+              std::string::npos)
+        << e.what();
+  }
   m["slices"][2]["dataset_offset"] = -1;
   write_json(m);
   try {
