@@ -48,4 +48,6 @@ void raise_hdf5(const char* expr, const std::source_location& loc) {
 
 void silence_hdf5_auto_print() { ST_H5_CHECK(H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr)); }
 
+void close_hdf5() { H5close(); }
+
 }  // namespace shardtune::checkpoint

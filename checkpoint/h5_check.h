@@ -28,6 +28,10 @@ T check_h5(T rc, const char* expr, const std::source_location& loc) {
 // the exception, on the rank that failed, instead. Call once per process, before other HDF5 calls.
 void silence_hdf5_auto_print();
 
+// Closes every HDF5 object still open and the library itself (H5close): for a program's end when it
+// leaves without running static destructors (common/process_exit.h), which would otherwise do it.
+void close_hdf5();
+
 }  // namespace shardtune::checkpoint
 
 #define ST_H5_CHECK(expr) ::shardtune::checkpoint::check_h5((expr), #expr, std::source_location::current())

@@ -16,6 +16,7 @@
 #include "common/error.h"
 #include "common/process_memory.h"
 #include "common/exit_codes.h"
+#include "common/process_exit.h"
 #include "common/job/job_loader.h"
 #include "common/log.h"
 #include "common/subprocess.h"
@@ -186,5 +187,7 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "shardtune-rank: {}\n", e.what());
     return 1;
   }
-  return code;
+  // The job's files and threads are closed and MPI is finalized.
+  checkpoint::close_hdf5();
+  common::exit_after_flush(code);
 }

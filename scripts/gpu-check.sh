@@ -149,9 +149,13 @@ mpirun_np() {
 
 if [ $build_only -eq 1 ]; then
   # The programs on this machine's CPU, through the prefix's Open MPI: the plumbing, not the GPU.
+  # Less the loader's peak-memory case (19 s of building and loading 0.2B-parameter folders), which
+  # measures the algorithm, not the libraries; the CPU suite runs it at 1 to 4 ranks.
   mpirun_np 2
   for t in mpi_collectives_test shard_loader_test device_checkpoint_test; do
-    check "${t%_test}_cpu_np2" st_with_libs mpirun "${np_args[@]}" "$bin/$t"
+    filter=()
+    [ "$t" = shard_loader_test ] && filter=(--gtest_filter=-ShardLoader.PeakMemoryIsBoundedByShardAndUnitsNotByDepth)
+    check "${t%_test}_cpu_np2" st_with_libs mpirun "${np_args[@]}" "$bin/$t" "${filter[@]}"
   done
   rm -rf "$report/job-cpu"
   check job_cpu_np2 st_with_libs "$bin/shardtune" run "$root/configs/tiny-cpu.toml" -n 2 --set launch.device=cpu \

@@ -18,6 +18,7 @@
 #include "checkpoint/h5_check.h"
 #include "checkpoint/manifest.h"
 #include "checkpoint/sharded_checkpoint.h"
+#include "common/process_exit.h"
 #include "common/process_memory.h"
 #include "common/strict_json.h"
 #include "common/shell_words.h"
@@ -75,9 +76,7 @@ int verify(const std::string& dir) {
   return r.problems.empty() ? 0 : 1;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run_tool(int argc, char** argv) {
   // Pieces of 1 MiB and more always come from (and go back to) mmap: glibc otherwise raises its
   // threshold after the first such free and serves later pieces from a heap that fragments.
   mallopt(M_MMAP_THRESHOLD, 1 << 20);
@@ -140,4 +139,12 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "shardtune-ckpt: {}\n", e.what());
     return 2;
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int code = run_tool(argc, argv);  // every file it wrote is closed
+  checkpoint::close_hdf5();
+  common::exit_after_flush(code);
 }

@@ -44,16 +44,26 @@ mkdir -p "$out_root"
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
-state() { scontrol show job -o "$1" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2; }
-field() { scontrol show job -o "$1" 2>/dev/null | tr ' ' '\n' | grep "^$2=" | head -1 | cut -d= -f2-; }
+# One scontrol call per look, parsed by bash: the waits below look every 0.2 s, and a pipeline of
+# grep, tr and cut per look cost more CPU than the jobs' own start-up on this 2-core machine.
+read_job() {  # read_job JOB: the job's one-line record in JOB_LINE, its state in JOB_STATE (no subshell)
+  JOB_LINE=" $(scontrol show job -o "$1" 2>/dev/null)" JOB_STATE=
+  [[ $JOB_LINE =~ \ JobState=([A-Z_]+) ]] && JOB_STATE=${BASH_REMATCH[1]}
+  return 0
+}
+field_of_line() {  # field_of_line NAME: the value of NAME= in JOB_LINE
+  [[ $JOB_LINE =~ \ $1=([^ ]*) ]] && echo "${BASH_REMATCH[1]}"
+}
+state() { read_job "$1"; echo "$JOB_STATE"; }
+field() { read_job "$1"; field_of_line "$2"; }
 
 wait_state() {  # wait_state JOB SECONDS STATE...: succeeds when the job reaches one of the states
   local job=$1 seconds=$2 s
   shift 2
   local deadline=$((SECONDS + seconds))
   while ((SECONDS < deadline)); do
-    s=$(state "$job")
-    for want in "$@"; do [[ "$s" == "$want" ]] && return 0; done
+    read_job "$job"
+    for want in "$@"; do [[ "$JOB_STATE" == "$want" ]] && return 0; done
     sleep 0.2
   done
   echo "job $job is $(state "$job") after $seconds s, not $*" >&2
@@ -63,8 +73,9 @@ wait_state() {  # wait_state JOB SECONDS STATE...: succeeds when the job reaches
 wait_requeued() {  # wait_requeued JOB RESTARTS SECONDS: until the job waits requeued RESTARTS times, or ends; sets s
   local deadline=$((SECONDS + $3))
   while ((SECONDS < deadline)); do
-    s=$(state "$1")
-    [[ "$s" == PENDING && "$(field "$1" Restarts)" == "$2" ]] && return 0
+    read_job "$1"
+    s=$JOB_STATE
+    [[ "$s" == PENDING && "$(field_of_line Restarts)" == "$2" ]] && return 0
     [[ "$s" == COMPLETED || "$s" == FAILED || "$s" == CANCELLED || "$s" == TIMEOUT ]] && return 1
     sleep 0.2
   done
@@ -88,9 +99,9 @@ wait_steps() {  # wait_steps OUT N SECONDS: until metrics.jsonl has N steps
 start_now() {  # start_now JOB: a job seen PENDING after a requeue
   # The earlier start's step daemons must be gone first: the new step binds the same PMIx socket.
   local i
-  for ((i = 0; i < 600; i++)); do pgrep -f "slurmstepd: \[$1\." >/dev/null || break; sleep 0.05; done
+  for ((i = 0; i < 300; i++)); do pgrep -f "slurmstepd: \[$1\." >/dev/null || break; sleep 0.1; done
   local seen=$EPOCHSECONDS
-  while ((EPOCHSECONDS <= seen)); do sleep 0.05; done
+  while ((EPOCHSECONDS <= seen)); do sleep 0.1; done
   scontrol update JobId="$1" StartTime=now
 }
 
