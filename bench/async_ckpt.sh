@@ -72,7 +72,11 @@ def run(mode):
     return out, times, open(f"{out}/logs/rank-00000.log").read().splitlines()
 
 _, _, log = run("blocking")
-blocking = [float(m.group(2)) for l in log if (m := re.search(r"checkpoint committed: .*step-(\d+) \(saved in ([0-9.]+) s\)", l))
+# A sharded save's checksums are taken during the update of the step it follows: that time, on the
+# training thread, is the save's own, in both runs.
+TAKEN = r"(?:; \d+ tensors' checksums taken during the update in ([0-9.]+) s)?"
+blocking = [float(m.group(2)) + float(m.group(3) or 0) for l in log
+            if (m := re.search(r"checkpoint committed: .*step-(\d+) \(saved in ([0-9.]+) s" + TAKEN + r"\)", l))
             and int(m.group(1)) < steps]
 _, times, log = run("async")
 # Which steps ran while a save was under way: from the step after its start to the boundary of its commit.
@@ -80,9 +84,9 @@ step, begun, windows, stood = 0, None, [], 0.0
 for l in log:
     if m := re.search(r"\] step (\d+)/", l):
         step = int(m.group(1))
-    elif m := re.search(r"checkpoint of step (\d+): begun in ([0-9.]+) s", l):
+    elif m := re.search(r"checkpoint of step (\d+): begun in ([0-9.]+) s.*background" + TAKEN + "$", l):
         begun = int(m.group(1))
-        stood += float(m.group(2))
+        stood += float(m.group(2)) + float(m.group(3) or 0)
     elif m := re.search(r"written in the background; committed in ([0-9.]+) s", l):
         windows.append(range(begun + 1, step + 1))
         stood += float(m.group(1))

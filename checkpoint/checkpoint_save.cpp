@@ -22,6 +22,7 @@
 #include "checkpoint/h5_dataset.h"
 #include "checkpoint/h5_handle.h"
 #include "checkpoint/saved_state.h"
+#include "checkpoint/update_crcs.h"
 #include "checkpoint/tensor_io.h"
 #include "common/atomic_file.h"
 #include "common/direct_file.h"
@@ -130,8 +131,12 @@ std::vector<ManifestSlice> write_rank_file(const std::vector<FullUnit>& units, c
     if (at_k.in_place) {
       const float* data = shard.numel() > 0 ? shard.data_ptr<float>() : nullptr;
       if (shard.numel() > 0) out.write_in_place(data, static_cast<size_t>(shard.numel()) * 4, start);
+      // Checksums taken as the optimizer wrote this memory, when given (one list per slice).
+      const std::vector<std::vector<uint32_t>>& known = units[k].crcs;
+      const bool taken = known.size() == at_k.end_slice - at_k.first_slice;
       for (size_t i = at_k.first_slice; i < at_k.end_slice; ++i)
-        slices[i].crcs = block_crcs(data + (slices[i].dataset_offset - at_k.pad), slices[i].length);
+        slices[i].crcs = taken ? known[i - at_k.first_slice]
+                               : block_crcs(data + (slices[i].dataset_offset - at_k.pad), slices[i].length);
       continue;
     }
     if (!staging.defined())
@@ -248,7 +253,7 @@ std::string full_file_plan(dist::Communicator& world, bool writer, const std::ve
 
 CheckpointSave::CheckpointSave(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, const TrainingState& state,
                                dist::ProcessGroups& groups, const std::string& root, int64_t keep_last,
-                               bool consolidated)
+                               bool consolidated, UpdateCrcs* taken)
     : groups_(groups),
       model_(model),
       optimizer_(optimizer),
@@ -272,6 +277,7 @@ CheckpointSave::CheckpointSave(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, c
     return pending_->dir();
   });
   units_ = saved_units(model, optimizer, adapters_only_);
+  if (taken != nullptr && !consolidated) taken->fill(units_);
   if (consolidated) {
     const std::string plan = full_file_plan(world, writer_, units_, tmp_dir_ + "/model.h5", state.step);
     if (plan != "gather") offsets_ = parse_offsets_text(plan);

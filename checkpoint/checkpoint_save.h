@@ -35,10 +35,15 @@
 
 namespace shardtune::checkpoint {
 
+class UpdateCrcs;  // update_crcs.h
+
 class CheckpointSave {
  public:
+  // `taken` (may be null): checksums taken during the last update (update_crcs.h), used for the
+  // units they still describe.
   CheckpointSave(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, const TrainingState& state,
-                 dist::ProcessGroups& groups, const std::string& root, int64_t keep_last, bool consolidated);
+                 dist::ProcessGroups& groups, const std::string& root, int64_t keep_last, bool consolidated,
+                 UpdateCrcs* taken = nullptr);
   ~CheckpointSave();
   CheckpointSave(const CheckpointSave&) = delete;
   CheckpointSave& operator=(const CheckpointSave&) = delete;

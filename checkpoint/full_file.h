@@ -27,6 +27,10 @@ struct FullUnit {
   const fsdp::FlatLayout* layout = nullptr;
   int shard_rank = 0;  // which shard of the layout this rank holds
   at::Tensor shard;    // any device and dtype; written as fp32
+  // The block checksums of its slices (layout->pieces_in_shard(shard_rank), in order), when taken
+  // of this very memory as the optimizer last wrote it (checkpoint/update_crcs.h); else empty, and
+  // the writer computes them. Used only where the shard is written in place, as fp32 on the host.
+  std::vector<std::vector<uint32_t>> crcs;
 };
 
 // What one rank wrote of one checksum block of a tensor.

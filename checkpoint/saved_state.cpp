@@ -29,7 +29,7 @@ std::vector<FullUnit> saved_units(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer
   size_t trainable_index = 0;
   for (fsdp::FlatParam* f : saved_flats(model, adapters_only))
     for (auto& [kind, shard] : state_of(f, optimizer, trainable_index))
-      units.push_back({kind, &f->layout(), f->shard_rank(), shard});
+      units.push_back({kind, &f->layout(), f->shard_rank(), shard, {}});
   return units;
 }
 

@@ -114,8 +114,9 @@ VerifyReport verify_sharded_checkpoint(const std::string& dir, const std::functi
 }
 
 std::string save_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, const TrainingState& state,
-                            dist::ProcessGroups& groups, const std::string& root, int64_t keep_last, bool consolidated) {
-  CheckpointSave save(model, optimizer, state, groups, root, keep_last, consolidated);
+                            dist::ProcessGroups& groups, const std::string& root, int64_t keep_last, bool consolidated,
+                            UpdateCrcs* taken) {
+  CheckpointSave save(model, optimizer, state, groups, root, keep_last, consolidated, taken);
   save.write();
   return save.commit();
 }

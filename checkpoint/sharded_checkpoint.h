@@ -20,6 +20,8 @@
 
 namespace shardtune::checkpoint {
 
+class UpdateCrcs;  // update_crcs.h
+
 struct TrainingState {
   int64_t step = 0;             // optimizer steps taken
   int64_t epoch = 0;            // the epoch the next step belongs to
@@ -44,9 +46,10 @@ struct TrainingState {
 // throws and nothing is committed. `optimizer` may be null (weights only). `consolidated`
 // (checkpoint_type "full"): model.h5 holding every tensor in its own shape, written by world
 // rank 0, to which its shard group gathers one flat parameter at a time.
+// `taken` (may be null): checksums taken during the last optimizer update (update_crcs.h).
 std::string save_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, const TrainingState& state,
                             dist::ProcessGroups& groups, const std::string& root, int64_t keep_last,
-                            bool consolidated = false);
+                            bool consolidated = false, UpdateCrcs* taken = nullptr);
 
 // Collective over `world`. Fills the model's shards (and the optimizer's moments and step, when both
 // the checkpoint and `optimizer` have them) from any checkpoint, whatever world size and strategy

@@ -20,6 +20,7 @@
 #include "checkpoint/hf/model_identity.h"
 #include "checkpoint/manifest.h"
 #include "checkpoint/sharded_checkpoint.h"
+#include "checkpoint/update_crcs.h"
 #include "common/error.h"
 #include "common/job/job_writer.h"
 #include "common/job/schema.h"
@@ -198,6 +199,14 @@ struct Timer {
   double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); }
 };
 
+// What a save's log line says of checksums taken during the update (the time they took there, on
+// the training thread, belongs to the save).
+std::string taken_note(const checkpoint::UpdateCrcs& crcs) {
+  return crcs.used() == 0 ? std::string()
+                          : fmt::format("; {} tensors' checksums taken during the update in {:.3f} s", crcs.used(),
+                                        crcs.seconds());
+}
+
 // A save written on its own thread ([checkpoint] async), as the training loop sees it.
 class SaveInBackground final : public train::SaveInFlight {
  public:
@@ -288,23 +297,27 @@ train::CheckpointHooks checkpoint_hooks(const job::Job& job, const std::string& 
   };
   // Pruning after a background save runs on a thread (world rank 0); any later save waits for it.
   auto pruner = std::make_shared<checkpoint::Pruner>();
-  hooks.save = [&job, &model, &groups, state_at, pruner](fsdp::AdamW& optimizer, const train::ResumePoint& at) {
+  // A sharded save's checksums are taken during the update of the step it follows.
+  const bool sharded = job.fsdp.checkpoint_type != job::CheckpointType::kFull;
+  auto crcs = std::make_shared<checkpoint::UpdateCrcs>();
+  if (sharded) hooks.watch_update = [&model, crcs](fsdp::AdamW& optimizer) { return crcs->watch(model, optimizer); };
+  hooks.save = [&job, &model, &groups, state_at, pruner, crcs](fsdp::AdamW& optimizer, const train::ResumePoint& at) {
     const Timer timer;
     pruner->wait();
     const std::string dir = checkpoint::save_checkpoint(
         model, job.fsdp.save_optimizer ? &optimizer : nullptr, state_at(at), groups, job.checkpoint.dir,
-        job.checkpoint.keep_last, job.fsdp.checkpoint_type == job::CheckpointType::kFull);
-    spdlog::info("checkpoint committed: {} (saved in {:.3f} s)", dir, timer.seconds());
+        job.checkpoint.keep_last, job.fsdp.checkpoint_type == job::CheckpointType::kFull, crcs.get());
+    spdlog::info("checkpoint committed: {} (saved in {:.3f} s{})", dir, timer.seconds(), taken_note(*crcs));
   };
   if (!job.checkpoint.async) return hooks;
   // The host copies of one save are kept for the next.
   auto buffers = std::make_shared<std::vector<at::Tensor>>();
-  hooks.start_save = [&job, &model, &groups, state_at, buffers, pruner](
+  hooks.start_save = [&job, &model, &groups, state_at, buffers, pruner, crcs](
                          fsdp::AdamW& optimizer, const train::ResumePoint& at) -> std::unique_ptr<train::SaveInFlight> {
     const Timer timer;
     auto save = std::make_unique<checkpoint::CheckpointSave>(
         model, job.fsdp.save_optimizer ? &optimizer : nullptr, state_at(at), groups, job.checkpoint.dir,
-        job.checkpoint.keep_last, job.fsdp.checkpoint_type == job::CheckpointType::kFull);
+        job.checkpoint.keep_last, job.fsdp.checkpoint_type == job::CheckpointType::kFull, crcs.get());
     if (!save->writes_alone()) {
       static bool said = false;  // once a run
       if (!std::exchange(said, true))
@@ -315,10 +328,11 @@ train::CheckpointHooks checkpoint_hooks(const job::Job& job, const std::string& 
       return nullptr;
     }
     spdlog::info("checkpoint of step {}: begun in {:.3f} s; this rank's state ({:.1f} MiB, {} bytes) is {} in the "
-                 "background",
+                 "background{}",
                  at.step, timer.seconds(), static_cast<double>(save->host_bytes()) / (1 << 20), save->host_bytes(),
                  save->copies_to_host() ? "copied to host memory and written"
-                                        : "written (the next optimizer update waits until it is read)");
+                                        : "written (the next optimizer update waits until it is read)",
+                 taken_note(*crcs));
     return std::make_unique<SaveInBackground>(std::move(save), buffers, pruner, *groups.world);
   };
   return hooks;

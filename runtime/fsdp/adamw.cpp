@@ -25,7 +25,7 @@ void AdamW::set_step_count(int64_t step) {
   std::fill(steps_.begin(), steps_.end(), step);
 }
 
-void AdamW::step(double lr) {
+void AdamW::step(double lr, const PieceObserver& updated) {
   at::NoGradGuard no_grad;
   ++step_;
   const double b1 = config_.beta1, b2 = config_.beta2;
@@ -41,7 +41,7 @@ void AdamW::step(double lr) {
     const bool flat = p.is_contiguous() && grads_[i].is_contiguous() && exp_avg_[i].is_contiguous() &&
                       exp_avg_sq_[i].is_contiguous();
     const int64_t n = p.numel();
-    const int64_t piece = flat ? std::min(n, kPieceElements) : n;
+    const int64_t piece = flat ? std::min(n, updated ? kObservedPieceElements : kPieceElements) : n;
     for (int64_t start = 0; start < n; start += piece) {
       const int64_t len = std::min(piece, n - start);
       const auto part = [&](const at::Tensor& t) { return flat ? t.view({-1}).narrow(0, start, len) : t; };
@@ -52,6 +52,7 @@ void AdamW::step(double lr) {
       v.mul_(b2).addcmul_(g, g, 1 - b2);
       const at::Tensor denom = v.sqrt().div_(bias_correction2_sqrt).add_(config_.eps);
       pp.addcdiv_(m, denom, -step_size);
+      if (updated) updated(i, start, len);
     }
   }
 }

@@ -6,6 +6,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace shardtune::fsdp {
@@ -23,10 +24,18 @@ class AdamW {
 
   // `param` is updated in place from `grad` at each step; the moments take the param's dtype.
   void add(at::Tensor param, at::Tensor grad);
-  void step(double lr);
 
-  // Contiguous tensors are updated in pieces of this many elements (64 MiB of fp32).
+  // Told after each piece of a parameter is updated: the parameter's index and the piece's elements
+  // [start, start + count) in flat order, where the parameter and its moments now hold the step's
+  // values (likely still in cache). The pieces of a parameter come in order and cover it once.
+  using PieceObserver = std::function<void(size_t param, int64_t start, int64_t count)>;
+  void step(double lr, const PieceObserver& updated = nullptr);
+
+  // Contiguous tensors are updated in pieces of this many elements (64 MiB of fp32); with an
+  // observer, of kObservedPieceElements (512 KiB of fp32 per tensor), so that the observer reads
+  // the piece from cache.
   static constexpr int64_t kPieceElements = int64_t{1} << 24;
+  static constexpr int64_t kObservedPieceElements = int64_t{1} << 17;
 
   // Steps taken. Each parameter also counts its own (its bias correction's step), as
   // torch.optim.AdamW keeps state['step'] per parameter: a parameter that starts training later

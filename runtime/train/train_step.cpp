@@ -79,7 +79,7 @@ StepResult train_step(fsdp::FsdpLlama& model, fsdp::AdamW& optimizer, const std:
       result.skipped = true;
     } else {
       if (options.before_update) options.before_update();
-      optimizer.step(options.lr);
+      optimizer.step(options.lr, options.updated_piece);
     }
   }
   model.zero_grad();

@@ -29,6 +29,8 @@ struct StepOptions {
   // Called before the optimizer changes the shards and moments (a checkpoint still copying them
   // in the background waits here); may be empty.
   std::function<void()> before_update = nullptr;
+  // Told of each piece the optimizer updates (AdamW::PieceObserver); may be empty.
+  fsdp::AdamW::PieceObserver updated_piece = nullptr;
 };
 
 struct StepResult {

@@ -273,6 +273,10 @@ Trainer::Outcome Trainer::take_step(Run& run, const StepSpan& span, const std::v
     }
     out.data_wait = seconds_since(start);
     run.step.lr = run.schedule->lr(span);
+    const int64_t every = options_.checkpoint_every_steps;
+    const bool save_follows = (every > 0 && (run.steps_taken + 1) % every == 0) ||
+                              run.schedule->finished(run.schedule->after(span));
+    run.step.updated_piece = save_follows && hooks_.watch_update ? hooks_.watch_update(run.optimizer) : nullptr;
     // Dropout masks follow from the seed, the step and the rank: a rerun or a resume at the same
     // world size draws the same ones.
     run.step.dropout = {true, model::mix_seed(model::mix_seed(static_cast<uint64_t>(options_.train.seed),

@@ -54,6 +54,9 @@ struct CheckpointHooks {
   std::function<std::optional<ResumePoint>(fsdp::AdamW&)> resume;
   std::function<void(fsdp::AdamW&, const ResumePoint&)> save;
   std::function<std::unique_ptr<SaveInFlight>(fsdp::AdamW&, const ResumePoint&)> start_save;
+  // For the update of a step a save follows: an observer that takes the save's checksums as the
+  // optimizer writes each piece (checkpoint/update_crcs.h). May be empty.
+  std::function<fsdp::AdamW::PieceObserver(fsdp::AdamW&)> watch_update;
 };
 
 struct TrainSummary {

@@ -95,6 +95,11 @@ PY
 }
 
 run "$tmp/straight" 4 3 20 || fail "straight run: $(tail -5 "$tmp/log")"
+# Both saves (steps 10 and 20) took their checksums during the update before them; verify and the
+# resumes below read them back.
+taken=$(grep -c "checkpoint committed: .*(saved in [0-9.]* s; 12 tensors' checksums taken during the update" \
+  "$tmp/straight/logs/rank-00000.log")
+[ "$taken" = 2 ] || fail "$taken of 2 saves took their checksums during the update"
 run "$tmp/resumed" 4 3 10 || fail "first half: $(tail -5 "$tmp/log")"
 run "$tmp/resumed" 4 3 20 || fail "second half: $(tail -5 "$tmp/log")"
 grep -q "resuming at step 10" "$tmp/resumed/logs/rank-00000.log" || fail "the second half did not resume"

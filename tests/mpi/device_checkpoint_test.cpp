@@ -14,8 +14,11 @@
 #include <map>
 #include <tuple>
 
+#include "checkpoint/block_crc.h"
 #include "checkpoint/manifest.h"
+#include "checkpoint/saved_state.h"
 #include "checkpoint/sharded_checkpoint.h"
+#include "checkpoint/update_crcs.h"
 #include "common/job/schema.h"
 #include "runtime/model/init.h"
 #include "runtime/train/dataset.h"
@@ -66,9 +69,10 @@ fsdp::FsdpOptions options_on(const c10::Device& device, bool pure_bf16) {
 
 // A sharded model and its optimizer on one device, without weights until trained or loaded.
 struct Trained {
-  Trained(const c10::Device& device, bool pure_bf16, dist::ProcessGroups groups_in)
+  Trained(const c10::Device& device, bool pure_bf16, dist::ProcessGroups groups_in,
+          const model::LlamaConfig& config = model::LlamaConfig::tiny())
       : groups(std::move(groups_in)),
-        skeleton(model::LlamaConfig::tiny(), at::TensorOptions().device(at::kMeta)),
+        skeleton(config, at::TensorOptions().device(at::kMeta)),
         model(skeleton, groups, options_on(device, pure_bf16)),
         optimizer({}) {
     train::add_trainable_shards(model, optimizer);
@@ -145,6 +149,73 @@ TEST(DeviceCheckpoint, DeviceAndCpuSavesAreTheSameFilesAndLoadIntoEachOther) {
       if (rank == 0) fs::remove_all(root);
     }
   }
+}
+
+// A sharded save whose checksums were taken during the update it follows writes the same slices
+// and checksums as one that computes them from the written memory, and each checksum taken equals
+// the CRC-32 of its slice's block computed afresh (block_crcs). A tensor changed in place after the
+// update is not given the old checksums. Shards of 0.3M to 1M elements: several of the optimizer's
+// observed pieces each, with slices that straddle them.
+TEST(DeviceCheckpoint, ChecksumsTakenDuringTheUpdateAreTheWrittenSlices) {
+  const int rank = world_rank(), world = world_size();
+  model::LlamaConfig config = model::LlamaConfig::tiny();
+  config.hidden_size = 256;
+  config.intermediate_size = 688;
+  config.vocab_size = 4096;
+  Trained t(c10::kCPU, false, dist::make_mpi_groups(MPI_COMM_WORLD, world, 60.0), config);
+  {
+    model::LlamaForCausalLM init(config, at::TensorOptions().dtype(at::kFloat));
+    model::init_weights(init, 7);
+    fsdp::FsdpLlama source(init, t.groups, options_on(c10::kCPU, false));
+    const auto from = source.flat_params(), to = t.model.flat_params();
+    for (size_t i = 0; i < from.size(); ++i) to[i]->shard().copy_(from[i]->shard());
+  }
+  const train::SyntheticCopyDataset data(config.vocab_size, 16, 256, 3);
+  checkpoint::UpdateCrcs crcs;
+  for (int step = 0; step < 2; ++step) {
+    at::Tensor ids = at::empty({1, 16}, at::kLong);
+    const train::Sample s = data.get(step * world + rank);
+    std::copy(s.input_ids.begin(), s.input_ids.end(), ids.data_ptr<int64_t>());
+    train::StepOptions options{1e-3};
+    if (step == 1) options.updated_piece = crcs.watch(t.model, t.optimizer);
+    train::train_step(t.model, t.optimizer, {{ids, ids, {}, 1.0, {}}}, options, *t.groups.world);
+  }
+  ASSERT_EQ(crcs.complete(), 3 * t.optimizer.size()) << "a shard or moment was not summed whole";
+  int64_t largest = 0;
+  for (fsdp::FlatParam* f : t.model.flat_params()) largest = std::max(largest, f->shard().numel());
+  ASSERT_GT(largest, 2 * fsdp::AdamW::kObservedPieceElements) << "no shard spans several observed pieces";
+
+  std::vector<checkpoint::FullUnit> units = checkpoint::saved_units(t.model, &t.optimizer, false);
+  EXPECT_EQ(crcs.fill(units), units.size());
+  for (const checkpoint::FullUnit& u : units) {
+    const auto pieces = u.layout->pieces_in_shard(u.shard_rank);
+    ASSERT_EQ(u.crcs.size(), pieces.size()) << u.kind;
+    for (size_t i = 0; i < pieces.size(); ++i)
+      EXPECT_EQ(u.crcs[i], checkpoint::block_crcs(u.shard.data_ptr<float>() + pieces[i].shard_offset, pieces[i].length))
+          << u.kind << " " << u.layout->params()[pieces[i].param].name;
+  }
+
+  const std::string root = shared_dir("taken");
+  checkpoint::TrainingState state;
+  state.step = 2;
+  const std::string taken = checkpoint::save_checkpoint(t.model, &t.optimizer, state, t.groups, root + "/taken", 1,
+                                                        false, &crcs);
+  EXPECT_EQ(crcs.used(), units.size());
+  const std::string computed = checkpoint::save_checkpoint(t.model, &t.optimizer, state, t.groups, root + "/computed", 1);
+  EXPECT_TRUE(slice_sums(taken) == slice_sums(computed)) << "checksums taken during the update differ from the file's";
+  EXPECT_TRUE(checkpoint::verify_sharded_checkpoint(taken).problems.empty());
+
+  // Changed in place after the update: its old checksums must not describe it.
+  t.optimizer.exp_avg(0).add_(1.0);
+  std::vector<checkpoint::FullUnit> again = checkpoint::saved_units(t.model, &t.optimizer, false);
+  EXPECT_EQ(crcs.fill(again), units.size() - 1);
+  const std::string changed = checkpoint::save_checkpoint(t.model, &t.optimizer, state, t.groups, root + "/changed", 1,
+                                                          false, &crcs);
+  const checkpoint::VerifyReport report = checkpoint::verify_sharded_checkpoint(changed);
+  EXPECT_TRUE(report.problems.empty()) << report.problems.front();
+  EXPECT_FALSE(slice_sums(changed) == slice_sums(taken));
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) fs::remove_all(root);
 }
 
 }  // namespace

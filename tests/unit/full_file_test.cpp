@@ -64,7 +64,7 @@ TEST(FullFile, PiecesWrittenSideBySideReadBackWholeWithCombinedBlockChecksums) {
     for (int s = 0; s < c.shards; ++s)
       for (const char* kind : {"param", "exp_avg"})
         writers[static_cast<size_t>(s)].push_back(
-            {kind, &layout, s, flat.narrow(0, layout.shard_begin(s), layout.shard_numel())});
+            {kind, &layout, s, flat.narrow(0, layout.shard_begin(s), layout.shard_numel()), {}});
     const std::vector<int64_t> offsets = create_full_file(path, writers[0]);
     std::vector<int> order(static_cast<size_t>(c.shards));
     std::iota(order.begin(), order.end(), 0);
@@ -102,8 +102,8 @@ TEST(FullFile, BlocksNotCoveredExactlyByTheWritersAreAnError) {
   testing_support::TempDir dir;
   const fsdp::FlatLayout layout({{"w", {4, 5}}}, 2);
   const at::Tensor flat = at::arange(layout.padded_numel(), at::TensorOptions().dtype(at::kFloat));
-  std::vector<FullUnit> units0{{"param", &layout, 0, flat.narrow(0, 0, layout.shard_numel())}};
-  std::vector<FullUnit> units1{{"param", &layout, 1, flat.narrow(0, layout.shard_numel(), layout.shard_numel())}};
+  std::vector<FullUnit> units0{{"param", &layout, 0, flat.narrow(0, 0, layout.shard_numel()), {}}};
+  std::vector<FullUnit> units1{{"param", &layout, 1, flat.narrow(0, layout.shard_numel(), layout.shard_numel()), {}}};
   const std::string path = dir.file("model.h5");
   const std::vector<int64_t> offsets = create_full_file(path, units0);
   const auto first = write_full_pieces(path, units0, offsets, 3);
