@@ -91,15 +91,23 @@ for l in log:
         windows.append(range(begun + 1, step + 1))
         stood += float(m.group(1))
 inside = {s for w in windows for s in w}
-quiet = [t for s, t in times.items() if s not in inside and 1 < s < steps]
-median = statistics.median(quiet)
+quiet = sorted(s for s in times if s not in inside and 1 < s < steps)
+median = statistics.median(times[s] for s in quiet)
 extra = sum(times[s] - median for s in inside if s < steps) + stood
+# The same against each save's own neighbours (the two quiet steps before it and the two after):
+# this machine has slow spells of several steps, which a run-wide median counts against the save.
+local = stood
+for w in windows:
+    near = [s for s in quiet if s < w.start][-2:] + [s for s in quiet if s >= w.stop][:2]
+    local += sum(times[s] - statistics.median(times[n] for n in near) for s in w if s < steps)
 saves = len(windows)
+mean_blocking = statistics.mean(blocking)
 print(f"steps: median {median:.3f} s without a save under way ({len(quiet)} steps)")
-print(f"blocking save: {statistics.mean(blocking):.3f} s each (mean of {len(blocking)}: {', '.join(f'{b:.2f}' for b in blocking)})")
-print(f"async save: {extra / saves:.3f} s of extra training time each ({saves} saves, {len(inside)} steps under way, "
-      f"{stood / saves:.3f} s of it at the step boundaries)")
-print(f"extra / blocking: {extra / saves / statistics.mean(blocking):.3f}")
+print(f"blocking save: {mean_blocking:.3f} s each (mean of {len(blocking)}: {', '.join(f'{b:.2f}' for b in blocking)})")
+print(f"async save: {extra / saves:.3f} s of extra training time each against the run's median step, "
+      f"{local / saves:.3f} s against its neighbour steps ({saves} saves, {len(inside)} steps under way, "
+      f"{stood / saves:.3f} s of it at the step boundaries and in the update)")
+print(f"extra / blocking: {extra / saves / mean_blocking:.3f} (run's median), {local / saves / mean_blocking:.3f} (neighbours)")
 # The CPU the background writes took from training, per rank and save: on a machine whose cores
 # training keeps busy, the least extra time they can cost; unlike step times, free of the noise of
 # other work on the machine.
@@ -107,5 +115,53 @@ cpu = [float(m.group(1)) for r in range(int(sys.argv[3]))
        for l in open(f"{work}/run-async/logs/rank-{r:05d}.log")
        if (m := re.search(r"written in [0-9.]+ s \(([0-9.]+) s of CPU\)", l))]
 print(f"background CPU: {statistics.mean(cpu):.3f} s a rank and save (mean of {len(cpu)}); "
-      f"/ blocking: {statistics.mean(cpu) / statistics.mean(blocking):.3f}")
+      f"/ blocking: {statistics.mean(cpu) / mean_blocking:.3f}")
+print(f"shardtune's own cost of a background save (boundaries, update, writer CPU): "
+      f"{(stood / saves + statistics.mean(cpu)) / mean_blocking:.3f} of blocking")
+PY
+# What the machine charges for the disk writes themselves: a compute loop on every core, alone and
+# while RANKS writers put one save's bytes on the disk with O_DIRECT (no shardtune involved). On a
+# virtual machine whose disk is emulated on the same cores, the loop slows by the host's work.
+/usr/bin/python3 - "$work" "$ranks" <<'PY'
+import mmap, os, re, statistics, subprocess, sys, time
+work, ranks = sys.argv[1], int(sys.argv[2])
+size = max(int(m.group(1)) for l in open(f"{work}/run-async/logs/rank-00000.log")
+           if (m := re.search(r"this rank's state \([0-9.]+ MiB, (\d+) bytes\)", l)))
+go = f"{work}/go"
+SPIN = "import time\nt = time.perf_counter()\nx = 0\nfor i in range(25_000_000): x += i * i\nprint(time.perf_counter() - t)"
+WRITE = """import mmap, os, sys, time
+path, size, go = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+chunk = 16 << 20
+buf = mmap.mmap(-1, chunk)
+buf.write(b"\\x01" * chunk)
+view = memoryview(buf)
+while not os.path.exists(go): time.sleep(0.005)
+fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_DIRECT, 0o644)
+for off in range(0, size, chunk):
+    n = min(chunk, size - off)
+    os.pwrite(fd, view[:(n + 4095) // 4096 * 4096], off)
+os.fdatasync(fd)
+os.close(fd)
+os.unlink(path)
+"""
+
+def spins(cores):
+    procs = [subprocess.Popen([sys.executable, "-c", SPIN], stdout=subprocess.PIPE, text=True) for _ in range(cores)]
+    return statistics.mean(float(p.communicate()[0]) for p in procs)
+
+cores = os.cpu_count()
+alone, beside = [], []
+for trial in range(3):
+    alone.append(spins(cores))
+    if os.path.exists(go): os.unlink(go)
+    writers = [subprocess.Popen([sys.executable, "-c", WRITE, f"{work}/write-{r}.bin", str(size), go]) for r in range(ranks)]
+    time.sleep(1.0)  # their buffers filled
+    open(go, "w").close()
+    beside.append(spins(cores))
+    for w in writers: w.wait()
+os.unlink(go)
+charge = statistics.mean(beside) - statistics.mean(alone)
+print(f"machine: a compute loop on each of {cores} cores took {statistics.mean(alone):.3f} s alone, "
+      f"{statistics.mean(beside):.3f} s while {ranks} writers put {ranks} x {size / 2**20:.0f} MiB on the disk "
+      f"(O_DIRECT; means of 3): the disk writes of one save cost each core {charge:.3f} s")
 PY

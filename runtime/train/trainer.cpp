@@ -214,7 +214,10 @@ void Trainer::start(Run& run) {
   run.peak = m.jsonl ? peak_flops(m, model_.device()) : std::nullopt;
   run.step.measure_grad_norm = true;  // the non-finite guard reads it
   run.step.before_update = [&run] {
-    if (run.in_flight) run.in_flight->wait_for_copy();
+    if (!run.in_flight) return;
+    const auto start = Clock::now();
+    run.in_flight->wait_for_copy();  // training stands still here too when the write is slower than a step
+    run.summary.save_seconds += seconds_since(start);
   };
   run.step.model_config = &options_.model_config;
   run.profiler.emplace(ProfilerOptions{m.use_profiler, m.profiler_dir, m.profiler_wait_steps, m.profiler_warmup_steps,
