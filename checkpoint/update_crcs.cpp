@@ -35,6 +35,9 @@ fsdp::AdamW::PieceObserver UpdateCrcs::watch(fsdp::FsdpLlama& model, fsdp::AdamW
   };
 }
 
+// The slices lie in the tensor in order and apart (pieces_in_shard walks the flat layout's params
+// by offset), and the pieces come in order: each piece sums its overlap with the slices from
+// `next` on.
 void UpdateCrcs::Tensor::feed(int64_t start, int64_t count) {
   const float* data = count > 0 ? tensor.data_ptr<float>() : nullptr;
   const int64_t end = start + count;
