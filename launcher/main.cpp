@@ -14,6 +14,7 @@
 #include "common/subprocess.h"
 #include "common/file_io.h"
 #include "common/log.h"
+#include "common/malloc_pages.h"
 #include "common/job/job_checks.h"
 #include "common/job/job_loader.h"
 #include "common/job/schema.h"
@@ -123,6 +124,9 @@ int cmd_run(const std::string& path, std::vector<std::string> overrides, int ran
   // Rank 0's stderr reaches this terminal through mpirun's pipes: tell it, so it draws progress bars.
   if (common::is_terminal(STDERR_FILENO))
     ::setenv(common::kTerminalColumnsEnv, std::to_string(common::terminal_columns(STDERR_FILENO)).c_str(), 1);
+  // The ranks' malloc on huge pages (see common/malloc_pages.h); mpirun passes its environment on.
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  ::setenv("GLIBC_TUNABLES", common::tunables_with_huge_pages(tunables ? tunables : "").c_str(), 1);
   launcher::exec_argv(argv);
 }
 

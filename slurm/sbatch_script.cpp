@@ -8,6 +8,7 @@
 #include "common/dir_lock.h"
 #include "common/error.h"
 #include "common/exit_codes.h"
+#include "common/malloc_pages.h"
 #include "common/shell_words.h"
 
 namespace shardtune::slurm {
@@ -101,6 +102,11 @@ readonly REQUEUE_EXIT={requeue_exit}
 readonly DIVERGED_EXIT={diverged_exit}
 readonly NODES=${{SLURM_JOB_NUM_NODES:-{nodes}}}
 {cpus_env}
+# The ranks' malloc on huge pages, unless the environment already decides (see the rank's log).
+case ":${{GLIBC_TUNABLES:-}}" in
+  *:{hugetlb}=*) ;;
+  *) export GLIBC_TUNABLES="${{GLIBC_TUNABLES:+$GLIBC_TUNABLES:}}{hugetlb}=1" ;;
+esac
 ranks=({launcher})
 
 # Bash 5.2 (Debian 12) loses a trapped signal that arrives while it expands a `$(...)`: the trap
@@ -359,6 +365,7 @@ std::string sbatch_script(const job::Job& job, const ScriptPaths& paths) {
                         fmt::arg("job_ids_name", kJobIdsName),
                         fmt::arg("nodes", job.slurm.nodes),
                         fmt::arg("cpus_env", cpus_env(job)),
+                        fmt::arg("hugetlb", common::kMallocHugePagesTunable),
                         fmt::arg("launcher", launcher_words(job, paths)),
                         fmt::arg("launcher_exe", shell_quote(paths.launcher_exe)));
   return script;

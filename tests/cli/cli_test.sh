@@ -49,14 +49,17 @@ if ! nvidia-smi -L >/dev/null 2>&1; then
   ls "$tmp"/cuda/checkpoints/step-* >/dev/null 2>&1 && fail "device = cuda without a GPU wrote checkpoints"
 fi
 
-# A real local run: 2 ranks train, each logging to its own file.
+# A real local run: 2 ranks train, each logging to its own file. Started from an environment
+# without GLIBC_TUNABLES, the ranks get huge pages for malloc from the launcher.
 out="$tmp/run2"
-if "$st" run "$src/configs/tiny-cpu.toml" -n 2 --set "job.output_dir=$out" --set train.max_train_step=40 >"$tmp/log" 2>&1; then
+if env -u GLIBC_TUNABLES "$st" run "$src/configs/tiny-cpu.toml" -n 2 --set "job.output_dir=$out" --set train.max_train_step=40 \
+     >"$tmp/log" 2>&1; then
   for r in 0 1; do
     f=$(printf '%s/logs/rank-%05d.log' "$out" "$r")
     [ -s "$f" ] || fail "missing $f"
     grep -q "\[rank $r/2 node 0 host " "$f" || fail "$f lacks rank/node/host prefixes"
     grep -q "preflight passed" "$f" || fail "$f: no preflight result"
+    grep -q "malloc: huge pages asked for (glibc.malloc.hugetlb=1)" "$f" || fail "$f: the launcher did not give malloc huge pages"
     grep -q "done: 40 steps" "$f" || fail "$f: training did not finish its 40 steps"
   done
   "$st" validate "$out/job.toml" >/dev/null 2>&1 || fail "the resolved job written for the ranks does not validate"
@@ -101,9 +104,12 @@ kill -TERM "$first"
 wait "$first"
 flock -n "$held/.shardtune.lock" true || fail "the lock outlived the run"
 
-# Deterministic: the same seed and world size give bit-identical losses.
-if "$st" run "$src/configs/tiny-cpu.toml" -n 2 --set "job.output_dir=$tmp/run2b" --set train.max_train_step=40 \
-     >"$tmp/log" 2>&1; then
+# Deterministic: the same seed and world size give bit-identical losses, on huge pages or not (this
+# run's environment turns them off, and the launcher leaves that be).
+if GLIBC_TUNABLES=glibc.malloc.hugetlb=0 "$st" run "$src/configs/tiny-cpu.toml" -n 2 --set "job.output_dir=$tmp/run2b" \
+     --set train.max_train_step=40 >"$tmp/log" 2>&1; then
+  grep -q "malloc: 4 KiB pages: glibc.malloc.hugetlb=0 from the environment" "$tmp/run2b/logs/rank-00001.log" ||
+    fail "the launcher overrode the environment's glibc.malloc.hugetlb=0"
   strip() { sed 's/, "step_seconds".*//' "$1"; }
   [ "$(grep -c '"step":' "$out/metrics.jsonl")" -eq 40 ] || fail "metrics.jsonl does not have one line per step"
   [ "$(strip "$out/metrics.jsonl")" = "$(strip "$tmp/run2b/metrics.jsonl")" ] || fail "two identical runs gave different losses"

@@ -10,6 +10,7 @@
 
 #include "common/error.h"
 #include "common/job/job_loader.h"
+#include "common/malloc_pages.h"
 #include "common/shell_words.h"
 #include "common/subprocess.h"
 #include "slurm/job_state.h"
@@ -79,6 +80,42 @@ TEST(SbatchScript, IsAPureFunctionOfTheJob) {
             (std::vector<std::string>{"srun", "--mpi=pmix", "--kill-on-bad-exit=1", "--nodes=2", "--ntasks-per-node=2",
                                       "--ntasks=4", "/opt/st/bin/shardtune-rank", "/scratch/runs/t/job.toml"}));
   EXPECT_NE(script.find("scontrol requeue \"$SLURM_JOB_ID\""), std::string::npos);
+}
+
+// The batch script and `shardtune run` start the ranks with the same GLIBC_TUNABLES: huge pages
+// for malloc added to what the environment has, and never over a value the environment set.
+TEST(SbatchScript, StartsRanksWithHugePageMallocUnlessTheEnvironmentDecides) {
+  const std::string script = sbatch_script(load("[slurm]\nnodes = 2\n"), kPaths);
+  const size_t begin = script.find("case \":${GLIBC_TUNABLES:-}\" in");
+  ASSERT_NE(begin, std::string::npos);
+  const std::string block = script.substr(begin, script.find("esac\n", begin) + 5 - begin);
+  const std::vector<std::pair<const char*, std::string>> cases = {
+      {nullptr, "glibc.malloc.hugetlb=1"},
+      {"", "glibc.malloc.hugetlb=1"},
+      {"glibc.malloc.arena_max=2", "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"},
+      {"glibc.malloc.hugetlb=0", "glibc.malloc.hugetlb=0"},
+      {"glibc.malloc.arena_max=2:glibc.malloc.hugetlb=2", "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=2"},
+      {"x.glibc.malloc.hugetlb=0", "x.glibc.malloc.hugetlb=0:glibc.malloc.hugetlb=1"},
+  };
+  for (const auto& [before, after] : cases) {
+    const std::string env = before ? fmt::format("export GLIBC_TUNABLES={}\n", common::shell_quote(before))
+                                   : std::string("unset GLIBC_TUNABLES\n");
+    const common::CommandResult r =
+        common::run_command({"bash", "-c", env + block + "\nprintf %s \"$GLIBC_TUNABLES\""});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, after) << (before ? before : "(unset)");
+    EXPECT_EQ(common::tunables_with_huge_pages(before ? before : ""), after) << (before ? before : "(unset)");
+  }
+}
+
+TEST(MallocPages, TheRankLogSaysWhatItsMallocWasStartedWith) {
+  EXPECT_EQ(common::malloc_pages_description("glibc.malloc.hugetlb=1", "madvise"),
+            "huge pages asked for (glibc.malloc.hugetlb=1); the kernel's transparent huge pages: madvise");
+  EXPECT_EQ(common::malloc_pages_description("glibc.malloc.hugetlb=1:glibc.malloc.hugetlb=0", ""),
+            "4 KiB pages: glibc.malloc.hugetlb=0 from the environment");
+  EXPECT_EQ(common::malloc_pages_description(nullptr, "never"),
+            "4 KiB pages: GLIBC_TUNABLES does not set glibc.malloc.hugetlb (shardtune run and shardtune submit set it "
+            "to 1); the kernel's transparent huge pages are off (never), so its pages stay 4 KiB");
 }
 
 // Bash 5.2 drops a trapped signal that arrives while it expands a $(...) command substitution, so
