@@ -49,17 +49,20 @@ run() {  # name, then the command; records the best tokens/s and the RSS and GFL
     gfs[$name]=$(json gflops_per_s <<<"$out")
   fi
 }
+# shardtune's ranks run as `shardtune run` and the batch script start them, malloc on huge pages;
+# the peer as python3 starts (bench/malloc_pages.sh measures both engines both ways).
 tb=(--device cpu --fp32 --seq "$seq" --micro-batch "$mb" --steps "$steps" --warmup 2)
+st_env=(-x GLIBC_TUNABLES=glibc.malloc.hugetlb=1)
 peer=(--seq "$seq" --micro-batch "$mb" --steps "$steps" --warmup 2)
 for r in $(seq 1 "$rounds"); do
   echo "round $r"
   run peer1 $py "$root/bench/torch_cpu_peer.py" train "$model" "${peer[@]}" --threads "$cores"
   run peer1_foreach $py "$root/bench/torch_cpu_peer.py" train "$model" "${peer[@]}" --threads "$cores" --foreach
-  run shardtune1 "${mpi[@]}" -np 1 "$build/bin/train_bench" "$model" "${tb[@]}"
+  run shardtune1 "${mpi[@]}" "${st_env[@]}" -np 1 "$build/bin/train_bench" "$model" "${tb[@]}"
   run ddp2 "${mpi[@]}" -np 2 $py "$root/bench/torch_cpu_peer.py" train "$model" "${peer[@]}" --threads 1
   run ddp2_foreach "${mpi[@]}" -np 2 $py "$root/bench/torch_cpu_peer.py" train "$model" "${peer[@]}" --threads 1 --foreach
-  run shardtune2 "${mpi[@]}" -np 2 "$build/bin/train_bench" "$model" "${tb[@]}"
-  run shardtune2_noshard "${mpi[@]}" -np 2 "$build/bin/train_bench" "$model" "${tb[@]}" --strategy no_shard
+  run shardtune2 "${mpi[@]}" "${st_env[@]}" -np 2 "$build/bin/train_bench" "$model" "${tb[@]}"
+  run shardtune2_noshard "${mpi[@]}" "${st_env[@]}" -np 2 "$build/bin/train_bench" "$model" "${tb[@]}" --strategy no_shard
 done
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a / b }'; }
