@@ -11,8 +11,8 @@
 
 #include "common/cpu_affinity.h"
 #include "common/error.h"
-#include "common/malloc_pages.h"
 #include "common/job/schema.h"
+#include "common/malloc_pages.h"
 #include "rank/preflight.h"
 #include "runtime/dist/cpu_threads.h"
 #include "runtime/dist/device.h"
