@@ -263,6 +263,10 @@ def out_dir(name):
     return os.path.join(TMP, "runs", name)
 
 
+# A run starts 1 rank unless what it shows takes more: a gather to a full checkpoint, a save in the
+# background, the second rank's trace, weights streamed to other ranks. Rows that compare two runs
+# compare runs of the same world size.
+TWO_RANKS = {"misc", "profiler", "stream", "stream_min", "stream_rank0"}
 RUN_LOCKS = {name: threading.Lock() for name in RUNS}  # rows are checked two at a time: each run once
 
 
@@ -283,7 +287,8 @@ def run_once(name, done):
         r = sh([os.path.join(BIN, "shardtune-ckpt"), "export-peft", latest, PEFT])
         assert r.returncode == 0, r.stderr
     out = out_dir(start_in or name)
-    r = sh([ST, "run", BASE_FILE, "-n", "2", "--set", f"job.output_dir={out}"] + overrides(pairs))
+    ranks = "2" if name in TWO_RANKS else "1"
+    r = sh([ST, "run", BASE_FILE, "-n", ranks, "--set", f"job.output_dir={out}"] + overrides(pairs))
     log = r.stdout + r.stderr
     rank0 = os.path.join(out, "logs", "rank-00000.log")
     if os.path.exists(rank0):
