@@ -11,7 +11,7 @@
 # would not).
 # usage: batch_signal_test.sh SHARDTUNE SOURCE_DIR [RUNS]
 set -u
-st=$1 src=$2 runs=${3:-40}
+st=$1 src=$2 runs=${3:-24}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 failures=0

@@ -18,6 +18,9 @@ trap 'rm -rf "$tmp"' EXIT
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 cd "$src" || exit 1
+# Runs start 2 ranks where ranks share the work or must stop together (the first tokenization and
+# its cache, a damaged cache rebuilt, the SentencePiece conversion, batches by length, a bad record
+# and a missing field stopping the job); 1 where the data alone is the point.
 
 # A tokenizer.json whose added token has the id 2147483647 (once a crash, SIGSEGV): a named error.
 /usr/bin/python3 - configs/data/tiny-tokenizer/tokenizer.json "$tmp/evil.json" <<'PY'
@@ -49,7 +52,7 @@ again=(--set "data.train_file=$tmp/train.json" --set train.max_train_step=2)
 "$st" run configs/tiny-alpaca.toml -n 2 --set "job.output_dir=$tmp/c1" "${again[@]}" >"$tmp/log" 2>&1 || fail "cache run 1"
 grep -q "cached by an earlier run" "$tmp/log" && fail "the first run claims cached tokens"
 ls "$tmp"/.train.json.training.*.tokens >/dev/null 2>&1 || fail "no token file next to the data"
-"$st" run configs/tiny-alpaca.toml -n 2 --set "job.output_dir=$tmp/c2" "${again[@]}" >"$tmp/log" 2>&1 || fail "cache run 2"
+"$st" run configs/tiny-alpaca.toml -n 1 --set "job.output_dir=$tmp/c2" "${again[@]}" >"$tmp/log" 2>&1 || fail "cache run 2"
 grep -q "training data: 1900 examples, .* (tokens cached by an earlier run)" "$tmp/log" || fail "the second run tokenized again"
 # A damaged token file (one byte flipped in its arrays) is named and tokenized anew, not trained on.
 tokens=$(ls "$tmp"/.train.json.training.*.tokens)
@@ -58,14 +61,14 @@ printf '\x7f' | dd of="$tokens" bs=1 seek=$(($(stat -c %s "$tokens") - 5)) conv=
 grep -q "$tokens is damaged: its checksum does not match" "$tmp/log" && grep -q "tokenizing again" "$tmp/log" ||
   fail "the damaged token file was not named: $(grep -m2 -i 'damaged\|warn' "$tmp/log")"
 grep -q "tokens cached by an earlier run" "$tmp/log" && fail "the damaged token file was used"
-"$st" run configs/tiny-alpaca.toml -n 2 --set "job.output_dir=$tmp/c2c" "${again[@]}" >"$tmp/log" 2>&1 || fail "cache run after rebuild"
+"$st" run configs/tiny-alpaca.toml -n 1 --set "job.output_dir=$tmp/c2c" "${again[@]}" >"$tmp/log" 2>&1 || fail "cache run after rebuild"
 grep -q "(tokens cached by an earlier run)" "$tmp/log" || fail "the rebuilt token file was not used"
 /usr/bin/python3 - "$tmp/train.json" <<'PY'
 import json, sys
 records = json.load(open(sys.argv[1]))
 json.dump(records[:1000], open(sys.argv[1], "w"))
 PY
-"$st" run configs/tiny-alpaca.toml -n 2 --set "job.output_dir=$tmp/c3" "${again[@]}" >"$tmp/log" 2>&1 || fail "cache run 3"
+"$st" run configs/tiny-alpaca.toml -n 1 --set "job.output_dir=$tmp/c3" "${again[@]}" >"$tmp/log" 2>&1 || fail "cache run 3"
 grep -q "training data: 950 examples, [0-9]* tokens ([0-9]* learned, the rest prompt), packed into [0-9]* rows of 128$" "$tmp/log" ||
   fail "a changed data file did not invalidate the cached tokens: $(grep 'training data' "$tmp/log")"
 
@@ -110,17 +113,17 @@ if "$st" run configs/tiny-alpaca.toml -n 2 --set "job.output_dir=$tmp/bad" "${co
   fail "a malformed record did not stop the job"
 fi
 grep -q "bad record at $tmp/bad.jsonl:3: not valid JSON" "$tmp/log" || fail "the error does not name bad.jsonl:3: $(grep -m1 rror "$tmp/log")"
-"$st" run configs/tiny-alpaca.toml -n 2 --set "job.output_dir=$tmp/skip" "${common[@]}" --set data.on_bad_record=skip \
+"$st" run configs/tiny-alpaca.toml -n 1 --set "job.output_dir=$tmp/skip" "${common[@]}" --set data.on_bad_record=skip \
   >"$tmp/log" 2>&1 || fail "skip: the job failed: $(tail -3 "$tmp/log")"
 grep -q "skipped 1 bad record(s) of 203" "$tmp/log" || fail "skip: the skipped record is not counted"
 
 # The token cache's key includes on_bad_record: after the skip run, the same data with "error" is
 # read again and refused, and the skip run's count comes back with its cached tokens.
-if "$st" run configs/tiny-alpaca.toml -n 2 --set "job.output_dir=$tmp/bad2" "${common[@]}" >"$tmp/log" 2>&1; then
+if "$st" run configs/tiny-alpaca.toml -n 1 --set "job.output_dir=$tmp/bad2" "${common[@]}" >"$tmp/log" 2>&1; then
   fail "after a skip run, on_bad_record = \"error\" trained from the skip run's cached tokens"
 fi
 grep -q "bad record at $tmp/bad.jsonl:3" "$tmp/log" || fail "error after skip: $(grep -m1 rror "$tmp/log")"
-"$st" run configs/tiny-alpaca.toml -n 2 --set "job.output_dir=$tmp/skip2" "${common[@]}" --set data.on_bad_record=skip \
+"$st" run configs/tiny-alpaca.toml -n 1 --set "job.output_dir=$tmp/skip2" "${common[@]}" --set data.on_bad_record=skip \
   >"$tmp/log" 2>&1 || fail "skip again: the job failed: $(tail -3 "$tmp/log")"
 grep -q "from the token cache: $tmp/bad.jsonl: skipped 1 bad record(s) of 203" "$tmp/log" ||
   fail "the cached tokens lost their skip count: $(grep -m2 'token cache\|skipped' "$tmp/log")"
@@ -132,7 +135,7 @@ echo '{"query": "no question here", "response": "x"}' >>"$tmp/qa.jsonl"
 qa=(--set data.format=jsonl --set "data.train_file=$tmp/qa.jsonl" --set data.val_fraction=0.1
     --set 'data.prompt_template="Question: {question}\nAnswer: "' --set train.context_length=32
     --set data.tokenizer=configs/data/tiny-tokenizer/tokenizer.json --set train.max_train_step=2)
-"$st" run configs/tiny-alpaca.toml -n 2 --set "job.output_dir=$tmp/qa" "${qa[@]}" --set data.on_bad_record=skip \
+"$st" run configs/tiny-alpaca.toml -n 1 --set "job.output_dir=$tmp/qa" "${qa[@]}" --set data.on_bad_record=skip \
   >"$tmp/log" 2>&1 || fail "the README's prompt template did not train: $(grep -m2 -i error "$tmp/log")"
 grep -q "skipped 1 bad record(s) of 121; first: $tmp/qa.jsonl:121: no field \"question\"" "$tmp/log" ||
   fail "a record without the template's field was not skipped: $(grep -m1 skipped "$tmp/log")"
@@ -149,7 +152,7 @@ for k in 1 2 3 4; do
   echo "a token file of other settings" >"$f"
   touch -d '2 days ago' "$f"
 done
-"$st" run configs/tiny-alpaca.toml -n 2 --set "job.output_dir=$tmp/clean" "${again[@]}" >"$tmp/log" 2>&1 || fail "cleanup run"
+"$st" run configs/tiny-alpaca.toml -n 1 --set "job.output_dir=$tmp/clean" "${again[@]}" >"$tmp/log" 2>&1 || fail "cleanup run"
 left=$(ls "$tmp"/.train.json.training.000000000000000[1-4].tokens 2>/dev/null | wc -l)
 [[ $left -eq 2 ]] || fail "$left of 4 stale token files left, not 2"
 [[ $(grep -c "removed the token file" "$tmp/log") -eq 2 ]] || fail "the removals were not logged: $(grep -c removed "$tmp/log")"
@@ -161,7 +164,7 @@ import json, sys
 words = " ".join(f"word{i}" for i in range(40))
 json.dump([{"instruction": f"Repeat these words: {words}", "input": "", "output": "ok"}] * 3, open(sys.argv[1], "w"))
 PY
-"$st" run configs/tiny-alpaca.toml -n 2 --set "job.output_dir=$tmp/long" --set "data.val_file=$tmp/long-val.json" \
+"$st" run configs/tiny-alpaca.toml -n 1 --set "job.output_dir=$tmp/long" --set "data.val_file=$tmp/long-val.json" \
   --set train.context_length=64 --set train.max_train_step=2 --set train.num_epochs=1 >"$tmp/log" 2>&1 ||
   fail "long validation records: $(tail -3 "$tmp/log")"
 /usr/bin/python3 - "$tmp/long/metrics.jsonl" <<'PY' || fail "validation is not finite with prompt-only rows"
@@ -185,7 +188,7 @@ if "$st" run configs/tiny-alpaca.toml -n 1 --set "job.output_dir=$tmp/one" --set
 fi
 grep -q "no validation record: $tmp/one.json (val_fraction = 0.05) holds out none" "$tmp/log" ||
   fail "no validation record: $(grep -m1 rror "$tmp/log")"
-if "$st" run configs/tiny-alpaca.toml -n 2 --set "job.output_dir=$tmp/cut" --set "data.val_file=$tmp/long-val.json" \
+if "$st" run configs/tiny-alpaca.toml -n 1 --set "job.output_dir=$tmp/cut" --set "data.val_file=$tmp/long-val.json" \
   --set train.batching_strategy=padding --set train.context_length=80 >"$tmp/log" 2>&1; then
   fail "a validation set without a learned token trained"
 fi
