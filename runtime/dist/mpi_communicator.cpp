@@ -79,8 +79,15 @@ class MpiCommunicator::MpiWork final : public Work {
   void wait() override {
     if (waited_) return;
     waited_ = true;
-    for (MPI_Request& r : requests_) comm_->wait(r, op_, seq_);
-    if (then) then();
+    try {
+      for (MPI_Request& r : requests_) comm_->wait(r, op_, seq_);
+      if (then) then();
+    } catch (...) {
+      // Requests that never completed may still be written into by MPI: their buffers are never
+      // freed (the rank is ending with this error).
+      (void)new std::vector<at::Tensor>(std::move(keep_));
+      throw;
+    }
     keep_.clear();
   }
 

@@ -11,6 +11,9 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <mutex>
+#include <optional>
+#include <string>
 #include <thread>
 
 #include "common/error.h"
@@ -51,6 +54,30 @@ void back_off(int& polls) {
     return;
   }
   std::this_thread::sleep_for(std::chrono::microseconds(std::min(1000, (polls - 1024) + 50)));
+}
+
+// The first collective failure of this process: the rank is on its way out with it. A collective
+// started before it and waited for afterwards (by a destructor while that error unwinds, say) fails
+// at once with it, instead of waiting out a timeout of its own: without this, each collective in
+// flight when a node was lost added a whole timeout to the time the job took to notice.
+struct Failure {
+  common::ErrorKind kind;
+  std::string message;
+};
+std::mutex failure_mutex;
+std::optional<Failure> first_failure;
+
+std::optional<Failure> earlier_failure() {
+  std::lock_guard lock(failure_mutex);
+  return first_failure;
+}
+
+[[noreturn]] void raise_first(common::ErrorKind kind, const std::string& message) {
+  {
+    std::lock_guard lock(failure_mutex);
+    if (!first_failure) first_failure = Failure{kind, message};
+  }
+  common::raise(kind, message);
 }
 
 }  // namespace
@@ -102,6 +129,9 @@ void Watchdog::wait(const std::function<bool()>& poll, const CollectiveDesc& des
   int polls = 0;
   while (!poll()) {
     if (polls % 64 == 0) {
+      if (auto failed = earlier_failure())
+        common::raise(failed->kind, fmt::format("{} #{} on group '{}' given up: an earlier collective failed: {}",
+                                                desc.op, desc.seq, group_name_, failed->message));
       if (seconds_since(start) > timeout_s_) {
         fail(poll, desc);
         return;  // it finished during the census after all
@@ -174,8 +204,7 @@ void Watchdog::fail(const std::function<bool()>& poll, const CollectiveDesc& des
   msg += ". HINT: the rank logs under <output_dir>/logs say what the missing ranks were doing";
   // Ranks that never answered the census are gone (a lost node, a killed process) or stuck for good:
   // the job can go on from its checkpoint without them. A mismatch is a bug, not a loss.
-  common::raise(!missing.empty() && elsewhere.empty() ? common::ErrorKind::kPeerLost : common::ErrorKind::kTimeout,
-                msg);
+  raise_first(!missing.empty() && elsewhere.empty() ? common::ErrorKind::kPeerLost : common::ErrorKind::kTimeout, msg);
 }
 
 }  // namespace shardtune::dist

@@ -3,6 +3,9 @@
 //   staggered: rank 1 arrives 1.5 s after rank 0, rank 2 never: rank 1 is waiting when rank 0
 //             times out, so only rank 2 is named.
 //   late:     rank 2 arrives 0.5 s late, within the timeout: no error, the right sum.
+//   pending:  as absent, with a second all-reduce in flight behind the first: when the first times
+//             out, the second (destroyed unwaited as the error unwinds) gives up at once instead of
+//             waiting out a timeout of its own.
 // Expected for absent: the waiting ranks fail with an error naming rank 2, and the job ends.
 #include <ATen/ops/ones.h>
 #include <fmt/format.h>
@@ -31,7 +34,15 @@ int main(int argc, char** argv) {
       std::this_thread::sleep_for(std::chrono::milliseconds(scenario == "late" ? 500 : 60000));
       if (scenario != "late") return 0;
     }
-    world.all_reduce(x, dist::ReduceOp::kSum);
+    if (scenario == "pending") {
+      at::Tensor y = at::ones({16}, at::kFloat);
+      dist::WorkHandle first = world.start_all_reduce(x, dist::ReduceOp::kSum);
+      dist::WorkHandle second = world.start_all_reduce(y, dist::ReduceOp::kSum);
+      first->wait();
+      second->wait();
+    } else {
+      world.all_reduce(x, dist::ReduceOp::kSum);
+    }
     const bool right = x[0].item<float>() == 3.0f;
     fmt::print(stderr, "rank {}: the collective finished with {} sum\n", world.rank(), right ? "the right" : "a wrong");
     return right ? 0 : 4;

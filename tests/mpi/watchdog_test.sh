@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs watchdog_hang at 3 ranks and checks that the job fails fast, naming the guilty rank.
-# usage: watchdog_test.sh MPIEXEC WATCHDOG_HANG absent|staggered|late
+# usage: watchdog_test.sh MPIEXEC WATCHDOG_HANG absent|staggered|late|pending
 set -u
 mpiexec=$1 prog=$2 scenario=$3
 log=$(mktemp)
@@ -27,4 +27,10 @@ grep -q "lost peer: all_reduce #1 on group 'world' (3 ranks) did not finish with
 grep -q "ranks that never arrived: 2\." "$log" || fail "the absent rank 2 is not named, or not alone"
 grep -q "ranks that never arrived: 1" "$log" && fail "rank 1, which was waiting, is named as absent"
 grep -q "the collective finished" "$log" && fail "a collective completed despite the hang"
+if [ "$scenario" = pending ]; then
+  # Ranks 0 and 1 each: the second all-reduce gives up with the first one's error, not after 2 s more.
+  [ "$(grep -c "that nobody waited for failed: lost peer: all_reduce #2 on group 'world' given up: an earlier collective failed: all_reduce #1" "$log")" -eq 2 ] ||
+    fail "the all-reduce in flight behind the failed one did not give up at once"
+  grep -q "all_reduce #2 on group 'world' (3 ranks) did not finish" "$log" && fail "the second all-reduce waited out its own timeout"
+fi
 echo "PASS: failed in ${elapsed}s with exit code $rc"
