@@ -53,6 +53,9 @@ bg() {
   started=$((started + 1))
   (
     failures=0 log="$tmp/log-$started"
+    # Its mpiruns' own Open MPI session directory: two mpiruns ending and starting at once race on a
+    # shared one (tests/CMakeLists.txt).
+    export OMPI_MCA_orte_tmpdir_base="$tmp/mpi-session-$started"
     "$@"
     exit $((failures > 255 ? 255 : failures))
   ) &

@@ -90,7 +90,9 @@ wait "$holder" 2>/dev/null
 
 # A run holds the lock while its ranks train (mpirun inherits it), and frees it when they end.
 held="$tmp/held"
-"$st" run "$src/configs/tiny-cpu.toml" -n 2 --set "job.output_dir=$held" --set train.max_train_step=100000 \
+# (Its own Open MPI session directory: its mpirun and the second's run at once, tests/CMakeLists.txt.)
+OMPI_MCA_orte_tmpdir_base="$tmp/mpi-first" "$st" run "$src/configs/tiny-cpu.toml" -n 2 --set "job.output_dir=$held" \
+  --set train.max_train_step=100000 \
   >"$tmp/first.log" 2>&1 &
 first=$!
 deadline=$((SECONDS + 180))

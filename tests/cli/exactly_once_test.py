@@ -101,7 +101,10 @@ def start(out, ranks, mode, env=None):
     with open(os.path.join(out + ".log"), "a") as log:
         log.write(f"\n$ {' '.join(cmd)}  ({env or ''})\n")
         log.flush()
-        return subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}).returncode
+        # The two modes run at once: each its own Open MPI session directory (tests/CMakeLists.txt says why).
+        session = {"OMPI_MCA_orte_tmpdir_base": os.path.join(work, "mpi-session", mode)}
+        return subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT,
+                              env={**os.environ, **session, **(env or {})}).returncode
 
 
 def steps_of(out):

@@ -68,8 +68,9 @@ grep -q '"nonfinite": true' "$tmp/skip/metrics.jsonl" || fail "skipped steps are
 grep -q '"nonfinite_skips": 2' "$tmp/skip/metrics.jsonl" || fail "skipped steps are not counted in metrics.jsonl"
 
 # --- One writer per checkpoint folder -------------------------------------------------------------
-"$st" run "$src/configs/tiny-cpu.toml" -n 2 --set "job.output_dir=$tmp/first" --set train.max_train_step=100000 \
-  >"$tmp/first.log" 2>&1 &
+# The first run's own Open MPI session directory: its mpirun and the second's run at once (tests/CMakeLists.txt).
+OMPI_MCA_orte_tmpdir_base="$tmp/mpi-first" "$st" run "$src/configs/tiny-cpu.toml" -n 2 --set "job.output_dir=$tmp/first" \
+  --set train.max_train_step=100000 >"$tmp/first.log" 2>&1 &
 first=$!
 for _ in $(seq 600); do grep -q "training:" "$tmp/first/logs/rank-00000.log" 2>/dev/null && break; sleep 0.2; done
 run "$tmp/second" 2 --set "checkpoint.dir=$tmp/first/./checkpoints/"
@@ -131,11 +132,17 @@ ls -d "$bad".damaged-* >/dev/null 2>&1 || fail "the damaged checkpoint was not k
 for c in 4 8; do ln -sfn /dev/null "$tmp/fallback/checkpoints/step-000000$c/manifest.json"; done
 f=$(ls "$tmp"/fallback/checkpoints/step-0000010/*.h5 | head -1)
 printf '\x55\x55\x55\x55' | dd of="$f" bs=1 seek=$(($(stat -c %s "$f") / 2)) conv=notrunc status=none
+before=$(ls "$tmp/fallback/checkpoints" | tr '\n' ' ')
+n0=$failures
 run "$tmp/fallback" 2 --set train.max_train_step=14 --set checkpoint.keep_last=5 && fail "a job whose checkpoints are all damaged exited 0"
 grep -q "none of the 3 checkpoint(s) under .* loads, so the job cannot resume; nothing was deleted" "$tmp/log" ||
   fail "all damaged: $(grep -m1 -i 'error\|critical' "$tmp/log")"
 [ "$(ls -d "$tmp"/fallback/checkpoints/step-0000010 "$tmp"/fallback/checkpoints/step-000000[48] | wc -l)" -eq 3 ] ||
   fail "damaged checkpoints were moved or deleted when none loaded"
+[ "$failures" -eq "$n0" ] || {  # what the start saw and did, rank by rank
+  echo "checkpoints before: $before; after: $(ls "$tmp/fallback/checkpoints" | tr '\n' ' ')"
+  grep -h "resum\|skipping\|starting fresh\|none of\|committed\|set aside\|exit" "$tmp/log" | cut -c1-400
+}
 
 # --- status and plot --------------------------------------------------------------------------------
 mkdir -p "$tmp/proj"

@@ -288,7 +288,9 @@ def run_once(name, done):
         assert r.returncode == 0, r.stderr
     out = out_dir(start_in or name)
     ranks = "2" if name in TWO_RANKS else "1"
-    r = sh([ST, "run", BASE_FILE, "-n", ranks, "--set", f"job.output_dir={out}"] + overrides(pairs))
+    # Two runs at once: each its own Open MPI session directory (tests/CMakeLists.txt says why).
+    session = {**os.environ, "OMPI_MCA_orte_tmpdir_base": os.path.join(TMP, "mpi-session", name)}
+    r = sh([ST, "run", BASE_FILE, "-n", ranks, "--set", f"job.output_dir={out}"] + overrides(pairs), env=session)
     log = r.stdout + r.stderr
     rank0 = os.path.join(out, "logs", "rank-00000.log")
     if os.path.exists(rank0):
