@@ -37,6 +37,29 @@ if(TARGET c10_cuda OR TORCH_CUDA_LIBRARIES)
 else()
   set(SHARDTUNE_TORCH_HAS_CUDA FALSE)
 endif()
+# Debian's libtorch_cpu.so names two dozen libraries it takes no symbol from (OpenCV, FFmpeg,
+# ZeroMQ, ...), through which a process that loads it maps about 300 libraries and runs their
+# initialisers: most of the start of a rank or a shardtune-ckpt call. The programs load a copy
+# without those entries (scripts/trim_torch_needed.py, which checks that every symbol still
+# resolves), found first through their run path; where there is nothing to remove (a wheel's
+# LibTorch) or no patchelf, LibTorch's own. The torch_loads test checks what the programs load.
+option(SHARDTUNE_TRIM_TORCH "Load a copy of libtorch_cpu.so without the libraries it names but does not use" ON)
+set(SHARDTUNE_TORCH_TRIMMED "")
+if(SHARDTUNE_TRIM_TORCH AND TARGET torch_cpu)
+  get_target_property(st_torch_configs torch_cpu IMPORTED_CONFIGURATIONS)
+  list(GET st_torch_configs 0 st_torch_config)
+  get_target_property(st_torch_cpu torch_cpu IMPORTED_LOCATION_${st_torch_config})
+  if(st_torch_cpu)
+    find_package(Python3 REQUIRED COMPONENTS Interpreter)
+    execute_process(COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/scripts/trim_torch_needed.py ${st_torch_cpu}
+                            ${CMAKE_BINARY_DIR}/torch-trimmed
+                    OUTPUT_VARIABLE SHARDTUNE_TORCH_TRIMMED OUTPUT_STRIP_TRAILING_WHITESPACE)
+    set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${st_torch_cpu})
+  endif()
+  if(SHARDTUNE_TORCH_TRIMMED)
+    list(APPEND CMAKE_BUILD_RPATH ${CMAKE_BINARY_DIR}/torch-trimmed)
+  endif()
+endif()
 # TorchConfig puts its flags in TORCH_CXX_FLAGS (e.g. the C++11 ABI switch); apply them as a list.
 separate_arguments(SHARDTUNE_TORCH_CXX_FLAGS UNIX_COMMAND "${TORCH_CXX_FLAGS}")
 add_library(shardtune_torch INTERFACE)

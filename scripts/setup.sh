@@ -8,6 +8,7 @@ build=${SHARDTUNE_BUILD_DIR:-$root/build}
 
 packages=(
   build-essential cmake ninja-build pkg-config git
+  patchelf                                  # a libtorch_cpu.so without the libraries it names but does not use (cmake/ShardtuneDeps.cmake)
   libtorch-dev                              # LibTorch 1.13 (CPU); a CUDA LibTorch comes via Torch_DIR
   libopenblas0-openmp                       # OpenBLAS (OpenMP threads) as libblas.so.3: LibTorch's CPU matrix products
   libopenmpi-dev openmpi-bin                # Open MPI

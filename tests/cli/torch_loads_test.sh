@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# What the programs load (cmake/ShardtuneDeps.cmake): every symbol of every library they map
+# resolves (ldd -r: functions too, as a call would); where the build made a copy of libtorch_cpu.so
+# without the libraries it does not use, they load that copy, and fewer libraries than with
+# LibTorch's own (which LD_LIBRARY_PATH, searched before a run path, puts back).
+# usage: torch_loads_test.sh TRIMMED_COPY_OR_EMPTY ORIGINAL PROGRAM...
+set -u
+trimmed=$1 original=$2
+shift 2
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+for program in "$@"; do
+  out=$(ldd -r "$program" 2>&1)
+  bad=$(grep "undefined symbol\|not found" <<<"$out" | head -3)
+  [ -z "$bad" ] || fail "$program: $bad"
+  n=$(grep -c '=>' <<<"$out")
+  if [ -n "$trimmed" ]; then
+    grep -q "libtorch_cpu[^ ]* => $trimmed " <<<"$out" || fail "$program does not load $trimmed: $(grep libtorch_cpu <<<"$out")"
+    whole=$(LD_LIBRARY_PATH=$(dirname "$original") ldd "$program" | grep -c '=>')
+    ((n < whole)) || fail "$program loads $n libraries with the copy, $whole with LibTorch's own"
+    echo "$program: $n libraries (with LibTorch's own libtorch_cpu.so: $whole), every symbol resolved"
+  else
+    echo "$program: $n libraries, every symbol resolved"
+  fi
+done
+exit $((failures > 0))
