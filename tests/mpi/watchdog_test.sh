@@ -28,8 +28,10 @@ grep -q "ranks that never arrived: 2\." "$log" || fail "the absent rank 2 is not
 grep -q "ranks that never arrived: 1" "$log" && fail "rank 1, which was waiting, is named as absent"
 grep -q "the collective finished" "$log" && fail "a collective completed despite the hang"
 if [ "$scenario" = pending ]; then
-  # Ranks 0 and 1 each: the second all-reduce gives up with the first one's error, not after 2 s more.
-  [ "$(grep -c "that nobody waited for failed: lost peer: all_reduce #2 on group 'world' given up: an earlier collective failed: all_reduce #1" "$log")" -eq 2 ] ||
+  # The second all-reduce gives up with the first one's error, not after 2 s more. Ranks 0 and 1
+  # each say so as the error unwinds, before they abort; the first to abort may kill the other
+  # before it gets there, so at least one says it.
+  [ "$(grep -c "that nobody waited for failed: lost peer: all_reduce #2 on group 'world' given up: an earlier collective failed: all_reduce #1" "$log")" -ge 1 ] ||
     fail "the all-reduce in flight behind the failed one did not give up at once"
   grep -q "all_reduce #2 on group 'world' (3 ranks) did not finish" "$log" && fail "the second all-reduce waited out its own timeout"
 fi
