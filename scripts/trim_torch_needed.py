@@ -70,6 +70,7 @@ def main():
         shutil.copyfile(lib, copy)
         args = [a for n in unused for a in ("--remove-needed", n)]
         if subprocess.run(["patchelf", *args, copy], check=False).returncode != 0:
+            print(f"trim_torch_needed: {lib} kept whole: patchelf failed on its copy", file=sys.stderr)
             return 0
         env = dict(os.environ, LD_LIBRARY_PATH=tmp)
         extra = undefined_symbols_reported(copy, env) - undefined_symbols_reported(lib)
