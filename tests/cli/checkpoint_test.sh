@@ -395,17 +395,7 @@ grep -q "resuming at step 20" "$tmp/fromreshard/logs/rank-00000.log" || fail "di
 # A bit flipped in a slice: resume refuses, naming the file; the files stay as they were.
 bad="$tmp/corrupt"
 mkdir -p "$bad" && cp -r "$tmp/straight/checkpoints" "$bad/"
-$py - "$bad/checkpoints/step-0000020" <<'PY'
-import json, sys, h5py
-d = sys.argv[1]
-m = json.load(open(d + "/manifest.json"))
-s = next(s for s in m["slices"] if s["kind"] == "param" and s["file"] == "rank-00001.h5")
-with h5py.File(f"{d}/{s['file']}", "r+") as f:
-    ds = f[f"/param/{s['dataset']}"]
-    v = ds[()]
-    v.view("uint32")[s.get("dataset_offset", 0)] ^= 1
-    ds[...] = v
-PY
+$py "$src/tests/cli/damage_slice.py" "$bad/checkpoints/step-0000020" rank-00001.h5 >/dev/null
 "$ckpt" verify "$tmp/straight/checkpoints/step-0000020" >/dev/null || fail "shardtune-ckpt verify rejects a good checkpoint"
 "$ckpt" verify "$bad/checkpoints/step-0000020" >"$tmp/verify" 2>&1 && fail "shardtune-ckpt verify accepts a corrupt checkpoint"
 grep -q "BAD .*rank-00001.h5: param of .*checksum mismatch" "$tmp/verify" || fail "verify does not name the bad slice: $(cat "$tmp/verify")"
