@@ -20,6 +20,7 @@
 #include "common/log.h"
 #include "common/file_io.h"
 #include "common/job/schema.h"
+#include "runtime/data/chat.h"
 #include "runtime/data/packed_rows.h"
 #include "runtime/dist/agree.h"
 #include "runtime/data/token_cache.h"
@@ -51,10 +52,38 @@ class Findings {
   std::vector<std::string> lines_;
 };
 
-data::RecordFile read(const job::Job& job, const data::PromptFormat& format, const std::string& path,
-                      Findings& findings) {
-  data::RecordFile f =
-      data::read_records(path, format.required, format.may_be_empty, job.data.on_bad_record == job::BadRecordPolicy::kSkip);
+// How the job's records become examples: the format's prompt and response, or (chat) the
+// conversation rendered in the model's chat format.
+struct ExampleMaker {
+  data::PromptFormat format;             // not chat
+  std::optional<data::ChatOptions> chat;  // chat
+  std::string chat_how;                   // where the chat format came from, for the log and the token key
+
+  data::Example make(const data::Tokenizer& tokenizer, const data::Record& r, const data::ExampleOptions& options) const {
+    if (chat) return data::chat_example(tokenizer, data::render_chat(r.turns, *chat), options.max_tokens, r.where);
+    return data::make_example(tokenizer, format.prompt(r), r.fields.at(format.response_field), options);
+  }
+};
+
+ExampleMaker example_maker(const job::Job& job, const data::Tokenizer& tokenizer, const std::string& tok_path) {
+  ExampleMaker m;
+  if (job.data.format != job::DataFormat::kChat) {
+    m.format = data::prompt_format(job.data);
+    return m;
+  }
+  // The template sits beside the tokenizer the job names (a tokenizer.model is converted elsewhere).
+  const data::ChatChoice choice = data::choose_chat_style(job.data.chat_format, tokenizer_path(job));
+  data::ChatOptions o = data::chat_options(choice.style, tokenizer, tok_path);
+  o.train_on_all = job.data.train_on == job::TrainOn::kAll;
+  m.chat = o;
+  m.chat_how = fmt::format("{} ({})", data::chat_style_name(choice.style), choice.how);
+  return m;
+}
+
+data::RecordFile read(const job::Job& job, const ExampleMaker& maker, const std::string& path, Findings& findings) {
+  const bool skip = job.data.on_bad_record == job::BadRecordPolicy::kSkip;
+  data::RecordFile f = maker.chat ? data::read_conversations(path, skip)
+                                  : data::read_records(path, maker.format.required, maker.format.may_be_empty, skip);
   if (f.skipped > 0) {
     findings.warn(fmt::format("{}: skipped {} bad record(s) of {}; first: {}", path, f.skipped,
                               f.skipped + static_cast<int64_t>(f.records.size()), fmt::join(f.skip_reasons, "; ")));
@@ -77,13 +106,17 @@ bool wants_validation(const job::Job& job) {
 // code itself.
 constexpr int kTokenRules = 2;
 
-std::string examples_key(const job::Job& job, const std::string& tokenizer, const data::ExampleOptions& options) {
+std::string examples_key(const job::Job& job, const std::string& tokenizer, const data::ExampleOptions& options,
+                         const ExampleMaker& maker) {
   const std::string tokenizer_bytes = common::read_file(tokenizer, ErrorKind::kConfig, "the tokenizer");
+  const std::string chat = maker.chat ? fmt::format("; chat={} bos={} eos={} train_on={}", maker.chat_how,
+                                                    maker.chat->bos, maker.chat->eos, job::enum_name(job.data.train_on))
+                                      : std::string();
   return fmt::format("rules={}; tokenizer={:016x}; format={} prompt_field={} response_field={} template={:016x}; "
-                     "bos={} eos={} max_tokens={}; on_bad_record={}",
+                     "bos={} eos={} max_tokens={}; on_bad_record={}{}",
                      kTokenRules, data::fingerprint(tokenizer_bytes), job::enum_name(job.data.format),
                      job.data.prompt_field, job.data.response_field, data::fingerprint(job.data.prompt_template),
-                     options.bos, options.eos, options.max_tokens, job::enum_name(job.data.on_bad_record));
+                     options.bos, options.eos, options.max_tokens, job::enum_name(job.data.on_bad_record), chat);
 }
 
 std::string training_key(const job::Job& job, const std::string& examples) {
@@ -98,7 +131,7 @@ std::string validation_key(const job::Job& job, const std::string& examples) {
   return training_key(job, examples) + "; held out";
 }
 
-std::vector<data::Example> tokenize(const std::vector<data::Record>& records, const data::PromptFormat& format,
+std::vector<data::Example> tokenize(const std::vector<data::Record>& records, const ExampleMaker& maker,
                                     const data::Tokenizer& tokenizer, const data::ExampleOptions& options,
                                     const std::string& what, Findings& findings) {
   common::Progress progress(common::logged_progress("tokenizing the " + what + " data",
@@ -108,7 +141,7 @@ std::vector<data::Example> tokenize(const std::vector<data::Record>& records, co
   examples.reserve(records.size());
   std::vector<std::string> cut;  // examples truncation left without a learned token
   for (const data::Record& r : records) {
-    examples.push_back(data::make_example(tokenizer, format.prompt(r), r.fields.at(format.response_field), options));
+    examples.push_back(maker.make(tokenizer, r, options));
     const std::vector<int32_t>& labels = examples.back().labels;
     if (std::all_of(labels.begin() + std::min<size_t>(1, labels.size()), labels.end(),
                     [](int32_t l) { return l == data::kIgnoreLabel; }))
@@ -145,20 +178,20 @@ std::vector<data::Record> hold_out(const job::Job& job, std::vector<data::Record
 
 // Reads, splits and tokenizes the records; writes the token files.
 void build_token_files(const job::Job& job, const data::Tokenizer& tokenizer, const data::ExampleOptions& options,
-                       const data::TokenCache& train_cache, const data::TokenCache* val_cache) {
-  const data::PromptFormat format = data::prompt_format(job.data);
+                       const ExampleMaker& maker, const data::TokenCache& train_cache,
+                       const data::TokenCache* val_cache) {
   Findings train_findings, val_findings;
-  std::vector<data::Record> train_records = read(job, format, job.data.train_file, train_findings).records;
+  std::vector<data::Record> train_records = read(job, maker, job.data.train_file, train_findings).records;
   std::vector<data::Record> val_records;
   if (val_cache != nullptr && !job.data.val_file.empty()) {
-    val_records = read(job, format, job.data.val_file, val_findings).records;
+    val_records = read(job, maker, job.data.val_file, val_findings).records;
   } else if (splits_training_file(job)) {
     val_records = hold_out(job, train_records);
   }
-  train_cache.write(tokenize(train_records, format, tokenizer, options, "training", train_findings),
+  train_cache.write(tokenize(train_records, maker, tokenizer, options, "training", train_findings),
                     train_findings.notes());
   if (val_cache != nullptr)
-    val_cache->write(tokenize(val_records, format, tokenizer, options, "validation", val_findings), val_findings.notes());
+    val_cache->write(tokenize(val_records, maker, tokenizer, options, "validation", val_findings), val_findings.notes());
 }
 
 std::unique_ptr<train::Dataset> batched(std::shared_ptr<const data::TokenFile> tokens, const job::Job& job,
@@ -224,7 +257,12 @@ struct TokenFiles {
 
 TokenFiles token_files(const job::Job& job, const data::Tokenizer& tokenizer, const data::ExampleOptions& options,
                        int64_t vocab_size, const std::string& tok_path, const DataContext& context) {
-  const std::string examples = examples_key(job, tok_path, options);
+  const ExampleMaker maker = example_maker(job, tokenizer, tok_path);
+  if (maker.chat && context.rank == 0)
+    spdlog::info("chat data: rendered as {}; the loss on {}", maker.chat_how,
+                 maker.chat->train_on_all ? "every token ([data] train_on = \"all\")"
+                                          : "the assistant's turns, each with the token that ends it");
+  const std::string examples = examples_key(job, tok_path, options, maker);
   const std::string fallback = job.job.output_dir + "/token-cache";
   const data::TokenCache train_cache(job.data.train_file, fallback, training_key(job, examples), "training");
   const bool want_val = wants_validation(job);
@@ -238,7 +276,8 @@ TokenFiles token_files(const job::Job& job, const data::Tokenizer& tokenizer, co
   out.cached = context.all_agree(out.train != nullptr && (!want_val || out.val != nullptr));
   if (!out.cached) {
     // Rank 0 reads and tokenizes; every rank then maps the token files it wrote.
-    if (context.rank == 0) build_token_files(job, tokenizer, options, train_cache, want_val ? &val_cache : nullptr);
+    if (context.rank == 0)
+      build_token_files(job, tokenizer, options, maker, train_cache, want_val ? &val_cache : nullptr);
     context.barrier();
     out.train = train_cache.open(vocab_size);
     out.val = want_val ? val_cache.open(vocab_size) : nullptr;

@@ -15,6 +15,7 @@ packages=(
   libhdf5-openmpi-dev hdf5-tools            # parallel HDF5, h5dump/h5ls
   python3-h5py                              # reads checkpoints back in tests
   python3-torch                             # a plain-PyTorch Llama the model tests cross-check against
+  python3-jinja2                            # renders chat templates as transformers does, for the chat tests
   libtomlplusplus-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libcli11-dev libgtest-dev libdeflate-dev
   zlib1g-dev                                # crc32_combine (full checkpoints); reference CRC-32 in tests
   libssl-dev                                # SHA-256 (OpenSSL's libcrypto) of base-model identities

@@ -14,6 +14,8 @@
 #include <iostream>
 
 #include "common/file_io.h"
+#include "runtime/data/chat.h"
+#include "runtime/data/records.h"
 #include "runtime/data/sentencepiece_model.h"
 #include "runtime/data/tokenizer.h"
 #include "runtime/data/utf8.h"
@@ -29,6 +31,28 @@ std::vector<std::string> read_lines(const std::string& path) {
     lines.push_back(text.substr(start, nl - start));
   if (start < text.size()) lines.push_back(text.substr(start));
   return lines;
+}
+
+// Each conversation of a chat data file: its rendered text, ids and labels, one JSON object a line.
+void print_chat(const shardtune::data::Tokenizer& tokenizer, const std::string& tokenizer_path,
+                const std::string& data_path, const std::string& format, bool train_on_all, bool generation_prompt) {
+  using namespace shardtune;
+  job::ChatFormat setting = job::ChatFormat::kAuto;
+  if (format == "llama3") setting = job::ChatFormat::kLlama3;
+  if (format == "llama3.1") setting = job::ChatFormat::kLlama31;
+  if (format == "llama2") setting = job::ChatFormat::kLlama2;
+  const data::ChatChoice choice = data::choose_chat_style(setting, tokenizer_path);
+  data::ChatOptions options = data::chat_options(choice.style, tokenizer, tokenizer_path);
+  options.train_on_all = train_on_all;
+  options.generation_prompt = generation_prompt;
+  std::cerr << fmt::format("chat format {} ({})\n", data::chat_style_name(choice.style), choice.how);
+  for (const data::Record& r : data::read_conversations(data_path, false).records) {
+    const std::vector<data::ChatPiece> pieces = data::render_chat(r.turns, options);
+    std::string text;
+    for (const data::ChatPiece& p : pieces) text += p.text;
+    const data::Example e = data::chat_example(tokenizer, pieces, 0, r.where);
+    std::cout << nlohmann::json{{"where", r.where}, {"text", text}, {"ids", e.ids}, {"labels", e.labels}}.dump() << "\n";
+  }
 }
 
 }  // namespace
@@ -49,6 +73,15 @@ int main(int argc, char** argv) {
   app.add_flag("--roundtrip-skip-special", skip_special_lines,
                "SentencePiece style: leave out of the round-trip check the lines that hold special tokens (a space "
                "is prepended to the text after each) or U+2581 (the format's own symbol for a space)");
+  bool json_lines = false, generation_prompt = false;
+  std::string chat, train_on = "assistant";
+  app.add_flag("--json-lines", json_lines, "Each line is a JSON string (so it may hold newlines) to tokenize");
+  app.add_option("--chat", chat,
+                 "The lines file is chat data (JSON or JSONL conversations): print each conversation's ids and "
+                 "labels as [data] format = \"chat\" makes them, in this chat_format")
+      ->check(CLI::IsMember({"auto", "llama3", "llama3.1", "llama2"}));
+  app.add_option("--train-on", train_on, "With --chat: [data] train_on")->check(CLI::IsMember({"assistant", "all"}));
+  app.add_flag("--generation-prompt", generation_prompt, "With --chat: end with the assistant's header");
   CLI11_PARSE(app, argc, argv);
   try {
     using namespace shardtune::data;
@@ -83,7 +116,14 @@ int main(int argc, char** argv) {
       decode = [&](const std::vector<int32_t>& ids) { return tokenizer->decode(ids); };
       is_special = [&](int32_t id) { return tokenizer->is_added_token(id); };
     }
-    const std::vector<std::string> lines = read_lines(lines_path);
+    if (!chat.empty()) {
+      ST_CHECK(tokenizer.has_value(), shardtune::common::ErrorKind::kUsage, "--chat takes a tokenizer.json");
+      print_chat(*tokenizer, tokenizer_path, lines_path, chat, train_on == "all", generation_prompt);
+      return 0;
+    }
+    std::vector<std::string> lines = read_lines(lines_path);
+    if (json_lines)
+      for (std::string& line : lines) line = nlohmann::json::parse(line).get<std::string>();
     if (repeat > 0) {
       int64_t tokens = 0, bytes = 0;
       const auto start = std::chrono::steady_clock::now();

@@ -16,7 +16,9 @@ enum class Device { kAuto, kCuda, kCpu };
 enum class ModelInit { kPretrained, kRandom };
 enum class ModelPreset { kNone, kTiny };
 enum class PeftMethod { kNone, kLora, kQlora };
-enum class DataFormat { kSynthetic, kAlpaca, kSamsum, kGrammar, kJsonl };
+enum class DataFormat { kSynthetic, kAlpaca, kSamsum, kGrammar, kJsonl, kChat };
+enum class ChatFormat { kAuto, kLlama3, kLlama31, kLlama2 };
+enum class TrainOn { kAssistant, kAll };
 enum class BadRecordPolicy { kError, kSkip };
 enum class LongExamples { kSplit, kTruncate };
 enum class BatchingStrategy { kPacking, kPadding };
@@ -94,6 +96,8 @@ struct DataSection {
   std::string prompt_template;
   BadRecordPolicy on_bad_record = BadRecordPolicy::kError;
   LongExamples long_examples = LongExamples::kSplit;
+  ChatFormat chat_format = ChatFormat::kAuto;
+  TrainOn train_on = TrainOn::kAssistant;
 };
 
 struct TrainSection {

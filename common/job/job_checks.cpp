@@ -193,11 +193,11 @@ void check_data_files(const Job& job, Checker& c) {
     const std::string name = std::string(key).substr(5);
     c.error({key}, format_given
                        ? fmt::format("{} = \"{}\" is set, but format = \"synthetic\" generates its tokens and reads no "
-                                     "file: set the file's format (alpaca, samsum, grammar, jsonl) or remove {}",
+                                     "file: set the file's format (alpaca, samsum, grammar, jsonl, chat) or remove {}",
                                      name, *value, name)
                        : fmt::format("{} = \"{}\" is set, but [data] format is not: without one the job trains on "
                                      "synthetic tokens and reads no file. HINT: set [data] format = \"alpaca\", "
-                                     "\"samsum\", \"grammar\" or \"jsonl\"",
+                                     "\"samsum\", \"grammar\", \"jsonl\" or \"chat\"",
                                      name, *value));
   }
 }

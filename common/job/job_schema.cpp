@@ -39,12 +39,26 @@ struct EnumNames<PeftMethod> {
 };
 template <>
 struct EnumNames<DataFormat> {
-  static constexpr std::array<std::pair<DataFormat, std::string_view>, 5> kNames{
+  static constexpr std::array<std::pair<DataFormat, std::string_view>, 6> kNames{
       {{DataFormat::kSynthetic, "synthetic"},
        {DataFormat::kAlpaca, "alpaca"},
        {DataFormat::kSamsum, "samsum"},
        {DataFormat::kGrammar, "grammar"},
-       {DataFormat::kJsonl, "jsonl"}}};
+       {DataFormat::kJsonl, "jsonl"},
+       {DataFormat::kChat, "chat"}}};
+};
+template <>
+struct EnumNames<ChatFormat> {
+  static constexpr std::array<std::pair<ChatFormat, std::string_view>, 4> kNames{
+      {{ChatFormat::kAuto, "auto"},
+       {ChatFormat::kLlama3, "llama3"},
+       {ChatFormat::kLlama31, "llama3.1"},
+       {ChatFormat::kLlama2, "llama2"}}};
+};
+template <>
+struct EnumNames<TrainOn> {
+  static constexpr std::array<std::pair<TrainOn, std::string_view>, 2> kNames{
+      {{TrainOn::kAssistant, "assistant"}, {TrainOn::kAll, "all"}}};
 };
 template <>
 struct EnumNames<BadRecordPolicy> {
@@ -107,6 +121,8 @@ template std::string_view enum_name(ModelInit);
 template std::string_view enum_name(ModelPreset);
 template std::string_view enum_name(PeftMethod);
 template std::string_view enum_name(DataFormat);
+template std::string_view enum_name(ChatFormat);
+template std::string_view enum_name(TrainOn);
 template std::string_view enum_name(BadRecordPolicy);
 template std::string_view enum_name(LongExamples);
 template std::string_view enum_name(BatchingStrategy);
@@ -301,7 +317,8 @@ std::vector<SectionSpec> build_schema() {
     SectionBuilder<DataSection> s(schema, "data", "Training and validation data.", &Job::data);
     s.field("format", &DataSection::format,
             "synthetic (generated tokens, no files), alpaca (instruction/input/output JSON), samsum "
-            "(dialogue/summary JSON or JSONL), grammar (input/target CSV), jsonl (prompt_field/response_field).");
+            "(dialogue/summary JSON or JSONL), grammar (input/target CSV), jsonl (prompt_field/response_field), "
+            "chat (conversations: OpenAI-style messages or ShareGPT-style conversations, JSON or JSONL).");
     s.field("train_file", &DataSection::train_file, "Training data file (all formats but synthetic).")
         .require("one line without control characters", is_one_line);
     s.field("val_file", &DataSection::val_file,
@@ -324,6 +341,14 @@ std::vector<SectionSpec> build_schema() {
     s.field("long_examples", &DataSection::long_examples,
             "An example longer than context_length: split (its rest continues in the next row, positions "
             "restarting) or truncate (cut to context_length tokens; with padding, always truncated).");
+    s.field("chat_format", &DataSection::chat_format,
+            "How format = \"chat\" renders a conversation: auto (recognised from the chat_template beside the "
+            "tokenizer; an unknown template is refused), llama3 (Llama 3 Instruct), llama3.1 (Llama 3.1/3.3 "
+            "Instruct, whose system turn always opens with its knowledge date and \"Today Date: 26 Jul 2024\") or "
+            "llama2 (Llama 2 chat).");
+    s.field("train_on", &DataSection::train_on,
+            "Which tokens of a conversation carry the loss: assistant (the assistant's turns, each with the token "
+            "that ends it) or all.");
   }
   {
     SectionBuilder<TrainSection> s(schema, "train", "The training run (llama-recipes' names and defaults).",

@@ -25,6 +25,7 @@ Because unless_jsonl(const Job& j) {
     case DataFormat::kAlpaca: return std::string("format is \"alpaca\", whose fields are instruction, input and output");
     case DataFormat::kSamsum: return std::string("format is \"samsum\", whose fields are dialogue and summary");
     case DataFormat::kGrammar: return std::string("format is \"grammar\", whose fields are input and target");
+    case DataFormat::kChat: return std::string("format is \"chat\", whose records are conversations");
     case DataFormat::kSynthetic: return if_synthetic(j);
   }
   return std::nullopt;
@@ -89,7 +90,16 @@ std::vector<NoEffectRule> build_rules() {
     return when(!j.data.prompt_template.empty(), "prompt_template names the prompt's fields");
   });
   add("data.response_field", "a format other than `jsonl`", unless_jsonl);
-  for (const char* key : {"data.prompt_template", "data.on_bad_record"}) add(key, "synthetic data", if_synthetic);
+  add("data.prompt_template", "synthetic or chat data", [](const Job& j) -> Because {
+    if (auto b = if_synthetic(j)) return b;
+    return when(j.data.format == DataFormat::kChat, "format is \"chat\", rendered in the model's chat format");
+  });
+  add("data.on_bad_record", "synthetic data", if_synthetic);
+  for (const char* key : {"data.chat_format", "data.train_on"})
+    add(key, "a format other than `chat`", [](const Job& j) -> Because {
+      if (j.data.format == DataFormat::kChat) return std::nullopt;
+      return fmt::format("format is \"{}\" (only \"chat\" renders conversations)", enum_name(j.data.format));
+    });
   add("data.long_examples", "synthetic data, or `batching_strategy = \"padding\"`", [](const Job& j) -> Because {
     if (auto b = if_synthetic(j)) return b;
     return when(j.train.batching_strategy == BatchingStrategy::kPadding,

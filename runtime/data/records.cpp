@@ -38,10 +38,57 @@ class LineIndex {
 
 constexpr std::string_view kUtf8Bom = "\xEF\xBB\xBF";
 
+// A conversation's turns, from "messages" (role, content) or "conversations" (from, value), or why
+// the record holds none (see read_conversations).
+std::string conversation_of(const json& object, std::vector<Turn>& turns) {
+  const bool messages = object.contains("messages"), sharegpt = object.contains("conversations");
+  if (messages == sharegpt)
+    return messages ? "the record holds both \"messages\" and \"conversations\": give one"
+                    : "no \"messages\" (OpenAI style) or \"conversations\" (ShareGPT style) field";
+  const char* list = messages ? "messages" : "conversations";
+  const char* role_key = messages ? "role" : "from";
+  const char* content_key = messages ? "content" : "value";
+  const json& all = object.at(list);
+  if (!all.is_array()) return fmt::format("\"{}\" must be an array of turns, not {}", list, all.type_name());
+  bool assistant = false;
+  for (size_t i = 0; i < all.size(); ++i) {
+    const json& turn = all[i];
+    const std::string which = fmt::format("{}[{}]", list, i);
+    if (!turn.is_object()) return fmt::format("{} must be an object, not {}", which, turn.type_name());
+    if (!turn.contains(role_key) || !turn.at(role_key).is_string())
+      return fmt::format("{} has no \"{}\" string", which, role_key);
+    const std::string given = turn.at(role_key).get<std::string>();
+    std::string role = given;
+    if (!messages && given == "human") role = "user";
+    if (!messages && given == "gpt") role = "assistant";
+    if (role != "system" && role != "user" && role != "assistant")
+      return fmt::format("{}: unknown role {} (known: {})", which, common::json_quoted(given),
+                         messages ? "system, user, assistant" : "system, human, gpt, user, assistant");
+    if (!turn.contains(content_key)) return fmt::format("{} has no \"{}\"", which, content_key);
+    const json& content = turn.at(content_key);
+    if (!content.is_string())
+      return fmt::format("{}: \"{}\" must be a string, not {}", which, content_key, content.type_name());
+    // An optional system turn first; then user and assistant alternate, from the user's.
+    const size_t at = i - (!turns.empty() && turns[0].role == "system" ? 1 : 0);
+    if (role == "system" && i != 0) return fmt::format("{}: a system turn may only come first", which);
+    if (role != "system" && role != (at % 2 == 0 ? "user" : "assistant"))
+      return fmt::format("{}: a {} turn where a{} {} turn belongs (after an optional system turn, user and assistant "
+                         "turns alternate, from the user's)",
+                         which, given, at % 2 == 0 ? "" : "n", at % 2 == 0 ? "user" : "assistant");
+    if (role != "system" && content.get_ref<const std::string&>().find_first_not_of(" \t\r\n") == std::string::npos)
+      return fmt::format("{}: the {} turn is empty", which, given);
+    assistant = assistant || role == "assistant";
+    turns.push_back({role, content.get<std::string>()});
+  }
+  if (!assistant) return "a conversation without an assistant turn: nothing to learn";
+  return "";
+}
+
 class Collector {
  public:
-  Collector(const std::vector<std::string>& required, const std::vector<std::string>& may_be_empty, bool skip_bad)
-      : required_(required), may_be_empty_(may_be_empty), skip_bad_(skip_bad) {}
+  Collector(const std::vector<std::string>& required, const std::vector<std::string>& may_be_empty, bool skip_bad,
+            bool conversations = false)
+      : required_(required), may_be_empty_(may_be_empty), skip_bad_(skip_bad), conversations_(conversations) {}
 
   void bad(const std::string& where, const std::string& why) {
     const std::string message = fmt::format("{}: {}", where, why);
@@ -64,10 +111,14 @@ class Collector {
     out.records.push_back(std::move(r));
   }
 
-  // A JSON object's scalar fields as text.
+  // A JSON object's scalar fields as text, and its conversation when conversations are read.
   void add_object(const json& object, const std::string& where) {
     if (!object.is_object()) return bad(where, fmt::format("a record must be a JSON object, not {}", object.type_name()));
-    Record r{{}, where};
+    Record r{{}, where, {}};
+    if (conversations_) {
+      const std::string error = conversation_of(object, r.turns);
+      if (!error.empty()) return bad(where, error);
+    }
     for (const auto& [k, v] : object.items()) {
       if (v.is_string()) r.fields[k] = v.get<std::string>();
       else if (v.is_number() || v.is_boolean()) r.fields[k] = v.dump();
@@ -82,6 +133,7 @@ class Collector {
   const std::vector<std::string>& required_;
   const std::vector<std::string>& may_be_empty_;
   bool skip_bad_;
+  bool conversations_;
 };
 
 // Byte ranges [start, end) of each top-level element of a JSON array (to name its line): from its
@@ -223,12 +275,12 @@ std::vector<std::pair<int64_t, std::vector<std::string>>> parse_csv(const std::s
   return rows;
 }
 
-RecordFile read_records(const std::string& path, const std::vector<std::string>& required,
-                        const std::vector<std::string>& may_be_empty, bool skip_bad) {
+namespace {
+
+RecordFile read_all(const std::string& path, Collector& c) {
   std::string text = common::read_file(path, ErrorKind::kConfig, "the data file");
   if (text.compare(0, kUtf8Bom.size(), kUtf8Bom) == 0) text.erase(0, kUtf8Bom.size());  // no line moves
   const LineIndex lines(text);
-  Collector c(required, may_be_empty, skip_bad);
   switch (record_format_of(path)) {
     case RecordFormat::kJson: {
       const NotUtf8Elements not_utf8 = blank_not_utf8_elements(text);
@@ -312,7 +364,7 @@ RecordFile read_records(const std::string& path, const std::vector<std::string>&
           c.bad(where, fmt::format("{} field(s), the header has {}", cells.size(), header.size()));
           continue;
         }
-        Record rec{{}, where};
+        Record rec{{}, where, {}};
         for (size_t k = 0; k < header.size(); ++k) rec.fields[header[k]] = cells[k];
         c.add(std::move(rec));
       }
@@ -320,6 +372,23 @@ RecordFile read_records(const std::string& path, const std::vector<std::string>&
     }
   }
   return std::move(c.out);
+}
+
+}  // namespace
+
+RecordFile read_records(const std::string& path, const std::vector<std::string>& required,
+                        const std::vector<std::string>& may_be_empty, bool skip_bad) {
+  Collector c(required, may_be_empty, skip_bad);
+  return read_all(path, c);
+}
+
+RecordFile read_conversations(const std::string& path, bool skip_bad) {
+  ST_CHECK(record_format_of(path) != RecordFormat::kCsv, ErrorKind::kConfig,
+           "{}: chat data is JSON (an array of records) or JSON Lines, not CSV: a conversation is a list of turns",
+           path);
+  const std::vector<std::string> none;
+  Collector c(none, none, skip_bad, true);
+  return read_all(path, c);
 }
 
 }  // namespace shardtune::data

@@ -1,6 +1,7 @@
 // Records of the files users bring: a JSON array of objects (alpaca), JSON Lines, or CSV with a
-// header row. Every record remembers where it came from (file:line), so a bad one is reported
-// precisely; on_bad_record decides whether it stops the job or is skipped and counted.
+// header row; for chat data, conversations in JSON or JSON Lines. Every record remembers where it
+// came from (file:line), so a bad one is reported precisely; on_bad_record decides whether it stops
+// the job or is skipped and counted.
 #pragma once
 
 #include <cstdint>
@@ -10,9 +11,17 @@
 
 namespace shardtune::data {
 
+// A turn of a conversation, its role one of "system", "user" and "assistant".
+struct Turn {
+  std::string role;
+  std::string content;
+  bool operator==(const Turn&) const = default;
+};
+
 struct Record {
   std::map<std::string, std::string> fields;  // every string field of the record (numbers as text)
   std::string where;                          // "file:line"
+  std::vector<Turn> turns;                    // a conversation's turns (read_conversations)
 };
 
 struct RecordFile {
@@ -31,6 +40,13 @@ RecordFormat record_format_of(const std::string& path);
 // naming file:line (skip_bad = false: throws common::Error(kConfig)), or is skipped and counted.
 RecordFile read_records(const std::string& path, const std::vector<std::string>& required,
                         const std::vector<std::string>& may_be_empty, bool skip_bad);
+
+// Reads conversations from JSON or JSON Lines: each record holds either OpenAI-style "messages"
+// ([{"role", "content"}]) or ShareGPT-style "conversations" ([{"from", "value"}], where "human" is
+// the user and "gpt" the assistant). A conversation is an optional system turn, then user and
+// assistant turns alternating from the user's, with at least one assistant turn; every content a
+// string, and only the system's may be empty. Anything else is a bad record naming the turn.
+RecordFile read_conversations(const std::string& path, bool skip_bad);
 
 // Pure: RFC 4180 CSV (quoted fields may hold commas, quotes as "", and newlines). Each row with
 // the 1-based line it starts on. Throws on an unterminated quote.

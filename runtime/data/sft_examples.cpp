@@ -87,6 +87,8 @@ PromptFormat prompt_format(const job::DataSection& data) {
     }
     case job::DataFormat::kSynthetic:
       common::raise(ErrorKind::kInternal, "the synthetic format has no records");
+    case job::DataFormat::kChat:
+      common::raise(ErrorKind::kInternal, "the chat format has no prompt: conversations are rendered (data/chat.h)");
   }
   if (!data.prompt_template.empty()) use_template(f, data.prompt_template);
   return f;

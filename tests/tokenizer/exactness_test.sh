@@ -11,17 +11,10 @@
 # usage: exactness_test.sh SHARDTUNE_TOKENIZE SOURCE_DIR REFERENCE_DIR WORK_DIR TRAIN_SENTENCEPIECE
 set -u
 tok=$1 src=$2 ref=$3 work=$4 train_sp=$5
-# The npm reference (test-only), at the versions of package-lock.json; setup.sh installs it too.
-if ! cmp -s "$src/tests/tokenizer/package-lock.json" "$ref/package-lock.json" || [[ ! -d "$ref/node_modules" ]]; then
-  mkdir -p "$ref"
-  cp "$src/tests/tokenizer/package.json" "$src/tests/tokenizer/package-lock.json" "$ref/"
-  (cd "$ref" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error) ||
-    { echo "FAIL: cannot install the npm reference in $ref (needs Node.js and npm)"; exit 1; }
-fi
+source "$src/tests/tokenizer/npm_reference.sh" || exit 1
 mkdir -p "$work"
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-cp "$src/tests/tokenizer/reference.mjs" "$ref/"
 /usr/bin/python3 "$src/tests/tokenizer/make_corpus.py" "$work/corpus.txt" 10000 || fail "no corpus"
 for name in llama3 llama2 tiny; do
   models="$ref/node_modules/@lenml/tokenizer-$name/models"

@@ -1,5 +1,6 @@
 // Hugging Face's JavaScript tokenizers on the lines of a file: one JSON array of ids per line.
-// usage: node reference.mjs tokenizer.json tokenizer_config.json lines.txt [--bench N]
+// usage: node reference.mjs tokenizer.json tokenizer_config.json lines.txt [--bench N | --json-lines]
+// (--json-lines: each line is a JSON string, which may hold newlines)
 import { readFileSync } from "node:fs";
 import { Tokenizer } from "@huggingface/tokenizers";
 
@@ -17,6 +18,7 @@ for (let i = 0; i < bytes.length; ++i) {
   }
 }
 if (start < bytes.length) lines.push(decoder.decode(bytes.subarray(start)));
+if (flag === "--json-lines") lines.forEach((line, i) => { lines[i] = JSON.parse(line); });
 
 if (flag === "--bench") {
   let tokens = 0;
