@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The user's data end to end, through `shardtune run`:
-#  - the tiny example fine-tunes on its alpaca file (configs/data) and the loss falls;
+#  - the tiny example fine-tunes on its alpaca file (configs/data) and the loss falls; so does the
+#    tiny chat example on its conversations, rendered in Llama 3.1's format;
 #  - a tokenizer.model is converted and used;
 #  - a bad record stops the job before training with file:line named, or is skipped and counted
 #    with on_bad_record = "skip"; the token cache never carries a run's policy over to another, and
@@ -177,6 +178,36 @@ print("long rows:", [e["val_loss"] for e in evals], [e["val_rows"] for e in eval
 sys.exit(0 if ok else 1)
 PY
 grep -q "validation data: .*row(s) left out, they hold only prompt tokens" "$tmp/log" || fail "no prompt-only row was left out"
+
+# Chat data (configs/tiny-chat.toml): rendered in the Llama 3.1 format its tokenizer's template is,
+# the loss on the assistant turns and falling; train_on = "all" learns every token; a bad
+# conversation stops the job naming its line and turn.
+"$st" run configs/tiny-chat.toml -n 2 --set "job.output_dir=$tmp/chat" --set train.max_train_step=40 \
+  --set checkpoint.every_steps=0 --set train.run_validation=false >"$tmp/log" 2>&1 ||
+  fail "the chat job failed: $(tail -5 "$tmp/log")"
+grep -q 'chat data: rendered as llama3.1 (the chat template of .*configs/data/tiny-chat-tokenizer/tokenizer_config.json (Llama 3.1/3.3 Instruct.s)); the loss on the assistant.s turns' "$tmp/log" ||
+  fail "the chat format is not reported: $(grep -m2 -i 'chat\|error' "$tmp/log")"
+learned=$(sed -n 's/.*training data: 800 examples, \([0-9]*\) tokens (\([0-9]*\) learned.*/\1 \2/p' "$tmp/log")
+read -r all_tokens learned_tokens <<<"$learned"
+[[ -n "$learned" ]] && ((learned_tokens > 0 && 3 * learned_tokens < all_tokens)) ||
+  fail "chat: the assistant turns are not a small share of the tokens: '$learned'"
+/usr/bin/python3 - "$tmp/chat/metrics.jsonl" <<'PY' || fail "the loss did not fall on the chat data"
+import json, sys
+losses = [json.loads(l)["loss"] for l in open(sys.argv[1]) if '"step":' in l]
+first, last = sum(losses[:3]) / 3, sum(losses[-3:]) / 3
+print(f"chat: loss {first:.3f} -> {last:.3f} over {len(losses)} steps")
+sys.exit(0 if len(losses) == 40 and last < 0.6 * first else 1)
+PY
+"$st" run configs/tiny-chat.toml -n 1 --set "job.output_dir=$tmp/chat-all" --set train.max_train_step=1 \
+  --set data.train_on=all --set train.run_validation=false >"$tmp/log" 2>&1 || fail "train_on = all failed"
+grep -q "training data: 800 examples, $all_tokens tokens ($all_tokens learned" "$tmp/log" ||
+  fail "train_on = all does not learn every token: $(grep -m1 'training data' "$tmp/log")"
+head -5 configs/data/tiny-chat.jsonl >"$tmp/bad-chat.jsonl"
+echo '{"messages": [{"role": "user", "content": "hi"}, {"role": "tool", "content": "x"}]}' >>"$tmp/bad-chat.jsonl"
+"$st" run configs/tiny-chat.toml -n 1 --set "job.output_dir=$tmp/bad-chat" --set "data.train_file=$tmp/bad-chat.jsonl" \
+  >"$tmp/log" 2>&1 && fail "a bad conversation trained"
+grep -q "bad record at $tmp/bad-chat.jsonl:6: messages\[1\]: unknown role \"tool\"" "$tmp/log" ||
+  fail "the bad conversation is not named: $(grep -m1 -i error "$tmp/log")"
 
 # A validation set that evaluates nothing: one record cannot be split off; one whose only response
 # is cut away leaves no learned token (at 80 tokens, tiny-alpaca's training examples, whose prompts

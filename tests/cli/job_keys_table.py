@@ -86,6 +86,8 @@ def sets(*pairs):
 ALPACA_DATA = sets(("data.format", "alpaca"), ("data.train_file", ALPACA), ("data.tokenizer", TOK))
 JSONL_DATA = sets(("data.format", "jsonl"), ("data.train_file", QA), ("data.tokenizer", TOK),
                   ("data.response_field", "answer"))
+CHAT_DATA = sets(("data.format", "chat"), ("data.train_file", "configs/data/tiny-chat.jsonl"),
+                 ("data.tokenizer", "configs/data/tiny-chat-tokenizer/tokenizer.json"), ("train.context_length", "256"))
 FROM_FOLDER = sets(("model.preset", "none"), ("model.path", FOLDER), ("model.init", "pretrained"))
 LORA = sets(("peft.method", "lora"), ("train.lr", "0.01"))
 
@@ -129,6 +131,9 @@ RUNS = {
                                  ("train.batching_strategy", "padding"), ("train.context_length", "128"),
                                  ("train.lr_scheduler", "step"), ("train.gamma", "0.5"), ("train.num_epochs", "2"),
                                  ("train.max_train_step", "0"), ("train.run_validation", "false")), (0,), None),
+    "chat": (CHAT_DATA, (0,), None),
+    "chat_llama3": (CHAT_DATA + sets(("data.chat_format", "llama3")), (0,), None),
+    "chat_all": (CHAT_DATA + sets(("data.train_on", "all")), (0,), None),
     "folder": (FROM_FOLDER, (0,), None),
     "folder_random": (FROM_FOLDER + sets(("model.init", "random")), (0,), None),
     "stream": (FROM_FOLDER + sets(("fsdp.low_cpu_fsdp", "true")), (0,), None),
@@ -190,6 +195,9 @@ ROWS = [
      ("jsonl_template", "jsonl", r"training data: \d+ examples, (\d+) tokens")),
     ("data.on_bad_record", "skip", "log", ("padding", r"skipped 1 bad record\(s\)")),
     ("data.long_examples", "truncate", "differs", ("alpaca_trunc", "alpaca", r"packed into (\d+) rows")),
+    # Llama 3 has no system turn of its own where 3.1 (the tokenizer's template) writes one.
+    ("data.chat_format", "llama3", "differs", ("chat_llama3", "chat", r"training data: \d+ examples, (\d+) tokens")),
+    ("data.train_on", "all", "differs", ("chat_all", "chat", r"tokens \((\d+) learned")),
     ("train.batch_size_training", "2", "plan", []),
     ("train.val_batch_size", "3", "log", ("misc", r"batch\(es\) of 3 row\(s\) per rank")),
     ("train.context_length", "64", "plan", []),

@@ -4,7 +4,8 @@
 # Hugging Face's JavaScript tokenizer, must give exactly the ids of `[data] format = "chat"`, and
 # the labels must be the ids on exactly the assistant turns' tokens (chat_check.py), for:
 #  - Llama 3, 3.1 and Llama 2 templates recognised by chat_format = "auto", on the real Llama 3
-#    tokenizer and a SentencePiece-style one; multi-turn, system prompts, ShareGPT records;
+#    tokenizer and a SentencePiece-style one; multi-turn, system prompts, ShareGPT records, on
+#    hand-written conversations and 300 seeded random ones;
 #  - train_on = "all"; a generation prompt;
 #  - Llama 3.2's template: refused by auto (it writes the day's date), and chat_format = "llama3.1"
 #    equal to it rendered with the template's fixed date;
@@ -20,6 +21,33 @@ failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 data=$src/tests/fixtures/chat/conversations.jsonl
 templates=$src/tests/fixtures/chat_templates
+# And 300 seeded random conversations: any mix of turns, whitespace at the edges and inside, Unicode
+# spaces, newlines, digits, emoji, and the formats' own markers written as text.
+$py - "$work/random.jsonl" <<'PY'
+import json, random, sys
+rng = random.Random(31)
+pieces = ["the", "cat", "Paris", "42", "1234567", "3.14", "?", "!", "...", "é", "日本", "🎉", "\n", "\n\n", "\t", " ",
+          "  ", "\u00a0", "\u3000", "\u2028", "[INST]", "[/INST]", "<<SYS>>", "<s>", "</s>", "```", "def f(x):",
+          "'s", "don't", "-", "—", "(", ")"]
+def text(nonblank):
+    while True:
+        s = "".join(rng.choice(pieces) + rng.choice(["", " ", " ", "\n"]) for _ in range(rng.randint(1, 12)))
+        if not nonblank or s.strip():
+            return s
+with open(sys.argv[1], "w") as f:
+    for _ in range(300):
+        turns = [{"role": "system", "content": text(False)}] if rng.random() < 0.4 else []
+        for k in range(rng.randint(1, 4)):
+            turns += [{"role": "user", "content": text(True)}, {"role": "assistant", "content": text(True)}]
+        if rng.random() < 0.2:
+            turns.append({"role": "user", "content": text(True)})
+        if rng.random() < 0.3:
+            names = {"system": "system", "user": "human", "assistant": "gpt"}
+            record = {"conversations": [{"from": names[t["role"]], "value": t["content"]} for t in turns]}
+        else:
+            record = {"messages": turns}
+        f.write(json.dumps(record, ensure_ascii=rng.random() < 0.5) + "\n")
+PY
 
 # folder NAME TOKENIZER TEMPLATE BOS EOS: a tokenizer folder whose tokenizer_config.json holds TEMPLATE.
 folder() {
@@ -65,15 +93,19 @@ folder l32 llama3 "$templates/llama32.jinja" "<|begin_of_text|>" "<|eot_id|>"
 folder l2 llama2 "$templates/llama2.jinja" "<s>" "</s>"
 folder unknown llama3 "" "<|begin_of_text|>" "<|eot_id|>"
 
-check llama3 l3 "$templates/llama3.jinja" auto assistant
+for data in "$src/tests/fixtures/chat/conversations.jsonl" "$work/random.jsonl"; do
+  data_name=$(basename "$data" .jsonl)
+  check llama3-$data_name l3 "$templates/llama3.jinja" auto assistant
+  check llama3.1-$data_name l31 "$templates/llama31.jinja" auto assistant
+  check llama2-$data_name l2 "$templates/llama2.jinja" auto assistant
+done
+data=$src/tests/fixtures/chat/conversations.jsonl
 check llama3-generation l3 "$templates/llama3.jinja" auto assistant --generation-prompt
-check llama3.1 l31 "$templates/llama31.jinja" auto assistant
 check llama3.1-all l31 "$templates/llama31.jinja" auto all
-check llama2 l2 "$templates/llama2.jinja" auto assistant
 check llama2-forced l2 "$templates/llama2.jinja" llama2 assistant
 check llama3.2-as-3.1 l32 "$templates/llama32.jinja" llama3.1 assistant --date-string "26 Jul 2024"
 grep -q "chat format llama3.1 (the chat template of .*tokenizer_config.json (Llama 3.1/3.3 Instruct's))" \
-  "$work/llama3.1/ours.err" || fail "auto did not say it recognised Llama 3.1's template: $(cat "$work/llama3.1/ours.err")"
+  "$work/llama3.1-conversations/ours.err" || fail "auto did not say it recognised Llama 3.1's template: $(cat "$work/llama3.1-conversations/ours.err")"
 
 # Refusals: Llama 3.2's dated template under auto; a template shardtune does not know; no template.
 "$tok" "$work/l32/tokenizer.json" "$data" --chat auto >/dev/null 2>"$work/l32.err" && fail "auto took Llama 3.2's template"

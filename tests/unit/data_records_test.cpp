@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "runtime/data/chat.h"
 #include "runtime/data/packed_rows.h"
 #include "runtime/data/packing.h"
 #include "runtime/data/token_file.h"
@@ -157,6 +158,73 @@ TEST(Records, NotUtf8RecordsOfAJsonArrayAreNamedAndSkippedAndNeverPrintedRaw) {
   const RecordFile rows = read_records(csv, {"input"}, {}, true);
   ASSERT_EQ(rows.skip_reasons.size(), 1u);
   EXPECT_TRUE(is_valid_utf8(rows.skip_reasons[0])) << rows.skip_reasons[0];
+}
+
+TEST(Conversations, BothShapesAreReadAndEveryBadOneIsNamedByLineAndTurn) {
+  const std::string path = write(
+      "c.jsonl",
+      "{\"messages\": [{\"role\": \"system\", \"content\": \"\"}, {\"role\": \"user\", \"content\": \"hi\"}, "
+      "{\"role\": \"assistant\", \"content\": \"yo\"}]}\n"                                       // 1: good
+      "{\"conversations\": [{\"from\": \"human\", \"value\": \"q\"}, {\"from\": \"gpt\", \"value\": \"a\"}]}\n"  // 2: good
+      "{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"tool\", \"content\": \"x\"}]}\n"  // 3
+      "{\"messages\": [{\"role\": \"user\", \"content\": \"only a question\"}]}\n"                     // 4
+      "{\"messages\": [{\"role\": \"user\", \"content\": [\"a\"]}, {\"role\": \"assistant\", \"content\": \"b\"}]}\n"  // 5
+      "{\"messages\": [{\"role\": \"assistant\", \"content\": \"a\"}, {\"role\": \"user\", \"content\": \"b\"}]}\n"  // 6
+      "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"system\", \"content\": \"b\"}]}\n"  // 7
+      "{\"prompt\": \"a\", \"response\": \"b\"}\n"                                                     // 8
+      "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \" \\n\"}]}\n"  // 9
+      "{\"messages\": [], \"conversations\": []}\n"                                                        // 10
+      "{\"messages\": [{\"role\": \"user\", \"content\": null}, {\"role\": \"assistant\", \"content\": \"b\"}]}\n"  // 11
+      "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\"}, "
+      "{\"role\": \"assistant\", \"content\": \"c\"}]}\n");                                            // 12
+  const RecordFile f = read_conversations(path, true);
+  ASSERT_EQ(f.records.size(), 2u);
+  EXPECT_EQ(f.records[0].turns, (std::vector<Turn>{{"system", ""}, {"user", "hi"}, {"assistant", "yo"}}));
+  EXPECT_EQ(f.records[1].turns, (std::vector<Turn>{{"user", "q"}, {"assistant", "a"}}));
+  EXPECT_EQ(f.records[1].where, path + ":2");
+  EXPECT_EQ(f.skipped, 10);
+  // Each bad record stops a job that does not skip, with its line and what is wrong in it.
+  const std::vector<std::pair<int, std::string>> bad = {
+      {3, "messages[1]: unknown role \"tool\" (known: system, user, assistant)"},
+      {4, "a conversation without an assistant turn"},
+      {5, "messages[0]: \"content\" must be a string, not array"},
+      {6, "messages[0]: a assistant turn where a user turn belongs"},
+      {7, "messages[1]: a system turn may only come first"},
+      {8, "no \"messages\" (OpenAI style) or \"conversations\" (ShareGPT style) field"},
+      {9, "messages[1]: the assistant turn is empty"},
+      {10, "the record holds both \"messages\" and \"conversations\""},
+      {11, "messages[0]: \"content\" must be a string, not null"},
+      {12, "messages[2]: a assistant turn where a user turn belongs"},
+  };
+  const std::string good = "{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, "
+                           "{\"role\": \"assistant\", \"content\": \"a\"}]}\n";
+  std::ifstream in(path);
+  std::vector<std::string> all;
+  for (std::string l; std::getline(in, l);) all.push_back(l);
+  for (const auto& [line, why] : bad) {
+    const std::string one = write("one.jsonl", good + all[static_cast<size_t>(line - 1)] + "\n");
+    const std::string error = error_of([&] { read_conversations(one, false); });
+    EXPECT_NE(error.find(one + ":2: " + why), std::string::npos) << "line " << line << ": " << error;
+  }
+  // ShareGPT's own role names, and a JSON array.
+  const std::string sharegpt = write("s.json", "[\n{\"conversations\": [{\"from\": \"human\", \"value\": \"q\"}, "
+                                               "{\"from\": \"bot\", \"value\": \"a\"}]}\n]\n");
+  EXPECT_NE(error_of([&] { read_conversations(sharegpt, false); })
+                .find(sharegpt + ":2: conversations[1]: unknown role \"bot\" (known: system, human, gpt, user, assistant)"),
+            std::string::npos);
+  const std::string csv = write("c.csv", "messages\nx\n");
+  EXPECT_NE(error_of([&] { read_conversations(csv, false); }).find(csv + ": chat data is JSON"), std::string::npos);
+}
+
+TEST(Chat, PythonStripRemovesWhatStrStripRemovesAndNothingElse) {
+  // str.isspace(): ASCII whitespace, U+001C..U+001F, U+0085, U+00A0, U+1680, U+2000..U+200A,
+  // U+2028, U+2029, U+202F, U+205F, U+3000. Not U+200B (zero width space) or U+FEFF.
+  EXPECT_EQ(python_strip(" \t\n\v\f\r\x1c\x1f x y \r\n"), "x y");
+  EXPECT_EQ(python_strip("\u00a0\u3000\u2003\u2028x\u0085\u202f\u205f\u1680\u2029"), "x");
+  EXPECT_EQ(python_strip("\u200bx\ufeff"), "\u200bx\ufeff");
+  EXPECT_EQ(python_strip("   "), "");
+  EXPECT_EQ(python_strip(""), "");
+  EXPECT_EQ(python_strip("\u00e9 \u00e9"), "\u00e9 \u00e9");
 }
 
 TEST(Utf8, EscapedKeepsValidTextAndNamesEveryOtherByte) {

@@ -4,11 +4,12 @@
 on it, set up exactly like Llama 3's (same pre-tokenizer regex, byte-level alphabet, special
 tokens <|begin_of_text|> and <|end_of_text|>). Deterministic: rerunning gives the same files.
 usage: make_tiny_alpaca.py OUT_DIR [EXAMPLES] [MERGES]"""
-import collections
 import json
 import os
 import random
 import sys
+
+import tiny_bpe
 
 out_dir = sys.argv[1]
 n_examples = int(sys.argv[2]) if len(sys.argv) > 2 else 2000
@@ -45,65 +46,13 @@ os.makedirs(os.path.join(out_dir, "tiny-tokenizer"), exist_ok=True)
 with open(os.path.join(out_dir, "tiny-alpaca.json"), "w", encoding="utf-8") as f:
     f.write("[\n" + ",\n".join("  " + json.dumps(e) for e in examples) + "\n]\n")
 
-# GPT-2's byte-level alphabet.
-printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-byte_char, extra = {}, 0
-for b in range(256):
-    if b in printable:
-        byte_char[b] = chr(b)
-    else:
-        byte_char[b] = chr(256 + extra)
-        extra += 1
-
 # Merges learned on the text the prompts and responses make (words with their leading space).
 preamble = ("Below is an instruction that describes a task, paired with an input that provides further context. "
             "Write a response that appropriately completes the request. ### Instruction: ### Input: ### Response:")
 text = " ".join([preamble] * 50 + [" ".join(e.values()) for e in examples])
-counts = collections.Counter()
-for i, w in enumerate(text.split(" ")):
-    if w:
-        counts[tuple(byte_char[b] for b in ((" " if i else "") + w).encode("utf-8"))] += 1
-vocab = {byte_char[b]: b for b in range(256)}
-merges = []
-for _ in range(n_merges):
-    pairs = collections.Counter()
-    for word, c in counts.items():
-        for a, b in zip(word, word[1:]):
-            pairs[(a, b)] += c
-    if not pairs:
-        break
-    (a, b), _ = max(pairs.items(), key=lambda kv: (kv[1], kv[0]))
-    merges.append([a, b])
-    vocab[a + b] = len(vocab)
-    merged = collections.Counter()
-    for word, c in counts.items():
-        out, i = [], 0
-        while i < len(word):
-            if i + 1 < len(word) and word[i] == a and word[i + 1] == b:
-                out.append(a + b)
-                i += 2
-            else:
-                out.append(word[i])
-                i += 1
-        merged[tuple(out)] += c
-    counts = merged
-
 specials = ["<|begin_of_text|>", "<|end_of_text|>"]
-added = [{"id": len(vocab) + i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
-          "normalized": False, "special": True} for i, s in enumerate(specials)]
-regex = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|"
-         r"\s+(?!\S)|\s+")
-tokenizer = {
-    "version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
-    "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
-        {"type": "Split", "pattern": {"Regex": regex}, "behavior": "Isolated", "invert": False},
-        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]},
-    "post_processor": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True},
-    "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
-    "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
-              "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": True,
-              "vocab": vocab, "merges": merges},
-}
+tokenizer = tiny_bpe.train(text, n_merges, specials)
+vocab, merges = tokenizer["model"]["vocab"], tokenizer["model"]["merges"]
 with open(os.path.join(out_dir, "tiny-tokenizer", "tokenizer.json"), "w", encoding="utf-8") as f:
     json.dump(tokenizer, f, ensure_ascii=False, indent=1)
 with open(os.path.join(out_dir, "tiny-tokenizer", "tokenizer_config.json"), "w", encoding="utf-8") as f:
