@@ -205,6 +205,12 @@ int main(int argc, char** argv) {
 
   auto* schema = app.add_subcommand("schema", "Print the job-file reference (docs/job-file.md)");
 
+  auto* generate = app.add_subcommand("generate", "Generate text with a model, a checkpoint or a job's output folder "
+                                                  "(shardtune-generate; `shardtune generate --help` for its options)");
+  generate->prefix_command();
+  generate->allow_extras();
+  generate->set_help_flag();  // --help goes to shardtune-generate
+
   // For the batch script: the newest committed checkpoint of a directory as the ranks resume it,
   // "<commit number> <step>" ("0 0" when there is none). A start made progress when the number grew.
   std::string position_dir;
@@ -229,6 +235,11 @@ int main(int argc, char** argv) {
       const checkpoint::CheckpointPosition newest = checkpoint::newest_position(position_dir);
       std::cout << newest.commit << " " << newest.step << "\n";
       return 0;
+    }
+    if (generate->parsed()) {
+      std::vector<std::string> argv{common::sibling_executable("shardtune-generate")};
+      for (const std::string& a : generate->remaining()) argv.push_back(a);
+      launcher::exec_argv(argv);
     }
     if (schema->parsed()) {
       std::cout << job::schema_markdown();

@@ -93,6 +93,8 @@ class LlamaForCausalLM {
   LlamaForCausalLM(const LlamaConfig& config, const at::TensorOptions& options);
 
   const LlamaConfig& config() const { return config_; }
+  // The dtype and device of the parameters (the embedding's).
+  at::TensorOptions options() const { return embed_tokens_.options(); }
 
   // Every parameter under its Hugging Face name, in Hugging Face's order, each LoRA adapter after
   // its Linear's weight. With tied embeddings the head has no weight of its own ("lm_head.weight"
@@ -103,6 +105,7 @@ class LlamaForCausalLM {
   at::Tensor embed(const at::Tensor& input_ids) const;             // (B, T) -> (B, T, H)
   int64_t num_layers() const { return static_cast<int64_t>(layers_.size()); }
   DecoderLayer& layer(int64_t i) { return layers_.at(static_cast<size_t>(i)); }
+  const DecoderLayer& layer(int64_t i) const { return layers_.at(static_cast<size_t>(i)); }
   at::Tensor head(const at::Tensor& hidden, const DropoutSeed& dropout = {}) const;  // final norm + lm_head
   LoraAdapter& head_adapter() { return head_lora_; }
 

@@ -14,6 +14,7 @@
 #include "checkpoint/hf/hf_model_io.h"
 #include "checkpoint/hf/peft_adapter.h"
 #include "checkpoint/hf/safetensors_torch.h"
+#include "runtime/model/generate.h"
 #include "runtime/model/lora.h"
 #include "runtime/model/loss.h"
 
@@ -86,6 +87,35 @@ TEST(TorchReference, LogitsLossAndGradientsMatchThePlainTorchLlama) {
   const auto folders = reference_folders(root);
   ASSERT_GE(folders.size(), 5u) << "reference folders under " << root;
   for (const fs::path& dir : folders) expect_matches_reference(dir);
+}
+
+// Greedy decoding with the KV cache (model::generate) gives, token for token, the reference's
+// greedy decode, which recomputes the whole sequence in float64 at each step. The reference's
+// choices are all decisive (the runner-up at least 1e-4 of the largest logit behind), so float32
+// rounding cannot flip one.
+TEST(TorchReference, GreedyDecodingWithTheKvCacheEqualsThePlainTorchLlama) {
+  const char* root = std::getenv("SHARDTUNE_TORCH_REFERENCE");
+  if (root == nullptr) GTEST_SKIP() << "SHARDTUNE_TORCH_REFERENCE is not set (ctest -R torch_reference sets it)";
+  int decoded = 0;
+  for (const fs::path& dir : reference_folders(root)) {
+    const SafetensorsFile ref = SafetensorsFile::open((dir / "reference.safetensors").string());
+    if (ref.find("greedy_ids") == nullptr) continue;  // packed rows: no decode
+    SCOPED_TRACE(dir.string());
+    const HfFolder folder = HfFolder::open(dir.string());
+    model::LlamaForCausalLM m(read_hf_config(folder), at::TensorOptions().dtype(at::kFloat));
+    load_hf_weights(m, folder);
+    ASSERT_GT(read_tensor(ref, "greedy_margin").min().item<double>(), 1e-4);
+    const at::Tensor prompt = read_tensor(ref, "greedy_prompt"), want = read_tensor(ref, "greedy_ids");
+    model::GenerateOptions options;
+    options.max_new_tokens = want.numel();
+    const model::Generation got =
+        model::generate(m, std::vector<int32_t>(prompt.data_ptr<int64_t>(), prompt.data_ptr<int64_t>() + prompt.numel()),
+                        options);
+    EXPECT_EQ(got.tokens, std::vector<int32_t>(want.data_ptr<int64_t>(), want.data_ptr<int64_t>() + want.numel()));
+    EXPECT_FALSE(got.stopped);
+    ++decoded;
+  }
+  EXPECT_GE(decoded, 4) << "reference folders with a greedy decode under " << root;
 }
 
 // LoRA: the plain-PyTorch reference's base model with its PEFT adapter folder, loaded by

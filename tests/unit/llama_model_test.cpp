@@ -26,7 +26,9 @@
 #include <limits>
 
 #include "common/error.h"
+#include "runtime/model/generate.h"
 #include "runtime/model/init.h"
+#include "runtime/model/kv_cache.h"
 #include "runtime/model/llama.h"
 #include "runtime/model/loss.h"
 
@@ -399,6 +401,67 @@ TEST(Llama, MaterializeGivesMetaParametersStorage) {
   init_weights(m, 3);
   const at::Tensor ids = tokens(1, 4, 256, 8);
   EXPECT_EQ(m.forward(ids).sizes(), (std::vector<int64_t>{1, 4, 256}));
+}
+
+}  // namespace
+}  // namespace shardtune::model
+
+namespace shardtune::model {
+namespace {
+
+// The KV cache's logits, fed a prompt at once and then a token or a few at a time, equal the
+// full forward of the whole sequence within 1e-5 of the largest logit (float32), on a model with
+// grouped-query attention, Llama 3 RoPE scaling and biases.
+TEST(KvCache, LogitsEqualTheWholeSequencesForwardWithin1e5) {
+  LlamaConfig c = LlamaConfig::tiny();
+  c.attention_bias = c.mlp_bias = true;
+  const LlamaForCausalLM m = make_model(c, at::kFloat, 11);
+  const at::Tensor ids = tokens(2, 21, c.vocab_size, 5);
+  const at::Tensor whole = m.forward(ids);
+  KvCache cache(c, 2, 24, m.options());
+  std::vector<at::Tensor> parts;
+  int64_t at = 0;
+  for (const int64_t n : {7, 1, 1, 3, 1, 8}) {
+    parts.push_back(cache.forward(m, ids.narrow(1, at, n)));
+    at += n;
+  }
+  ASSERT_EQ(cache.length(), 21);
+  const at::Tensor cached = at::cat(parts, 1);
+  const double scale = whole.abs().max().item<double>();
+  EXPECT_LT((cached - whole).abs().max().item<double>() / scale, 1e-5);
+  EXPECT_THROW(cache.forward(m, ids.narrow(1, 0, 4)), common::Error);  // 25 > 24
+}
+
+// Sampling against its formula: the same seed draws the same tokens; top_k = 1, or a tiny top_p,
+// is greedy; draws stay among the top k, or the top-p set; and the frequencies of 40000 draws at a
+// temperature are softmax(logits / T) within 5 standard deviations.
+TEST(Sampling, DrawsFollowTheWarpedSoftmaxAndTheSeed) {
+  const std::vector<double> l = {1.0, 3.0, 2.5, -1.0, 0.0, 3.0, 2.0, -4.0};
+  const at::Tensor logits = at::tensor(l, at::kDouble).to(at::kFloat);
+  auto draws = [&](SamplingOptions o, int n) {
+    TokenSampler s(o);
+    std::vector<int32_t> out;
+    for (int i = 0; i < n; ++i) out.push_back(s.next(logits));
+    return out;
+  };
+  EXPECT_EQ(TokenSampler({}).next(logits), 1);  // greedy: the first of the two largest
+  EXPECT_EQ(draws({1.0, 0, 1.0, 9}, 50), draws({1.0, 0, 1.0, 9}, 50));
+  EXPECT_NE(draws({1.0, 0, 1.0, 9}, 50), draws({1.0, 0, 1.0, 10}, 50));
+  for (int32_t t : draws({2.0, 1, 1.0, 3}, 50)) EXPECT_EQ(t, 1);
+  for (int32_t t : draws({2.0, 0, 1e-6, 3}, 50)) EXPECT_EQ(t, 1);
+  for (int32_t t : draws({5.0, 3, 1.0, 4}, 500)) EXPECT_TRUE(t == 1 || t == 5 || t == 2) << t;
+  // top_p = 0.5 at T = 1: tokens 1 and 5 hold 0.315 of the mass each, so the set is {1, 5}.
+  for (int32_t t : draws({1.0, 0, 0.5, 6}, 500)) EXPECT_TRUE(t == 1 || t == 5) << t;
+  const double temperature = 1.7;
+  const int n = 40000;
+  std::vector<int> count(l.size(), 0);
+  for (int32_t t : draws({temperature, 0, 1.0, 7}, n)) ++count[static_cast<size_t>(t)];
+  double z = 0;
+  for (double x : l) z += std::exp(x / temperature);
+  for (size_t i = 0; i < l.size(); ++i) {
+    const double p = std::exp(l[i] / temperature) / z;
+    EXPECT_LT(std::abs(count[i] - n * p), 5 * std::sqrt(n * p * (1 - p)) + 1) << "token " << i;
+  }
 }
 
 }  // namespace

@@ -18,6 +18,8 @@ implementation computed in float64 from the stored weights:
 
     input_ids, labels, [position_ids]   I64 (B, T)
     logits F32 (B, T, V), loss F32 (), grad.<name> F32 for every parameter
+    greedy_prompt I64 (4,), greedy_ids I64 (12,), greedy_margin F32 (12,): a greedy decode of
+    12 tokens after the first row's first 4, recomputing the sequence each step (not packed)
 
 tests/unit/hf_reference_test.cpp (TorchReference) matches shardtune against these folders; the
 folders made by transformers itself (make_llama_fixtures.py) are the primary reference, this
@@ -231,6 +233,26 @@ def forward(cfg, w, input_ids, position_ids, lora_scale=None):
     return logits
 
 
+GREEDY_PROMPT, GREEDY_NEW = 4, 12
+
+
+def greedy_decode(cfg, w, prompt):
+    """Greedy decoding without a cache: each new token is the argmax (the lowest id of equal ones) of
+    the last position's float64 logits, the whole sequence recomputed each step. Also the margin of
+    each choice (its logit minus the runner-up's, over the largest logit's magnitude), so a test can
+    see that the choice is not a near tie that float32 rounding could flip."""
+    ids, margins = prompt.tolist(), []
+    with torch.no_grad():
+        for _ in range(GREEDY_NEW):
+            x = torch.tensor([ids])
+            last = forward(cfg, w, x, torch.arange(len(ids))[None])[0, -1]
+            top = torch.topk(last, 2).values
+            margins.append(((top[0] - top[1]) / last.abs().max()).item())
+            ids.append(int(torch.argmax(last)))
+    return {"greedy_prompt": prompt.contiguous(), "greedy_ids": torch.tensor(ids[len(prompt):]),
+            "greedy_margin": torch.tensor(margins, dtype=torch.float32)}
+
+
 def causal_lm_loss(logits, labels):
     v = logits.shape[-1]
     return F.cross_entropy(logits[:, :-1].reshape(-1, v), labels[:, 1:].reshape(-1), ignore_index=-100)
@@ -277,6 +299,8 @@ def make_one(folder, cfg, packed=False, shards=1, bf16=False):
     tensors["logits"] = logits.detach().float()
     tensors["loss"] = loss.detach().float().reshape(())
     tensors.update({"grad." + n: t.grad.float() for n, t in exact.items()})
+    if not packed:
+        tensors.update(greedy_decode(cfg, {n: t.detach() for n, t in exact.items()}, input_ids[0, :GREEDY_PROMPT]))
     write_safetensors(os.path.join(folder, "reference.safetensors"), tensors)
     with open(os.path.join(folder, "versions.json"), "w") as f:
         json.dump({"reference": "tools/reference/llama_torch_reference.py", "torch": torch.__version__,

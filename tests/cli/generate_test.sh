@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# `shardtune generate` end to end:
+#  - the chat demo: configs/tiny-chat.toml trains, and generate, given each training question as a
+#    chat turn, answers with the training answer (greedy), stopping at <|eot_id|>;
+#  - one model, every source: a 2-rank sharded checkpoint (through the job's output folder), the
+#    same step saved full, and its Hugging Face export give the same greedy tokens, bitwise the
+#    same logits (world size 1 reads any world size's checkpoint);
+#  - LoRA and QLoRA checkpoints with their base: the logits of merge-lora's merged folder within
+#    1e-4 of the largest (the adapters kept apart instead of merged in; QLoRA's base as NF4 values);
+#  - sampling with a seed is reproducible, and another seed draws otherwise;
+#  - `shardtune generate` is shardtune-generate; bad input (no folder, no prompt, a base of
+#    another model) is refused by name.
+# usage: generate_test.sh SHARDTUNE SOURCE_DIR SHARDTUNE_CKPT
+set -u
+st=$1 src=$2 ckpt=$3
+gen=$(dirname "$st")/shardtune-generate
+py=/usr/bin/python3
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+cd "$src" || exit 1
+
+# --- The chat demo ---------------------------------------------------------------------------------
+"$st" run configs/tiny-chat.toml -n 2 --set "job.output_dir=$tmp/chat" --set train.run_validation=false \
+  --set checkpoint.every_steps=0 >"$tmp/log" 2>&1 || { fail "tiny-chat failed"; tail -5 "$tmp/log"; }
+$py - "$gen" "$tmp/chat" configs/data/tiny-chat.jsonl <<'PY' || fail "the chat demo does not answer its questions"
+import json, subprocess, sys
+gen, run, data = sys.argv[1:]
+pairs = {}
+for line in open(data):
+    m = json.loads(line)["messages"]
+    for q, a in zip(m, m[1:]):
+        if q["role"] == "user" and a["role"] == "assistant":
+            pairs[q["content"]] = a["content"]
+right = 0
+for question, answer in sorted(pairs.items()):
+    r = subprocess.run([gen, run, "--chat", question, "--max-new-tokens", "24", "--json"], capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"generate failed: {r.stderr}")
+    out = json.loads(r.stdout)
+    ok = out["stopped"] and out["text"] == answer
+    right += ok
+    print(f"{'ok ' if ok else 'BAD'} {question!r} -> {out['text']!r}")
+print(f"{right} of {len(pairs)} questions answered with their training answer")
+sys.exit(0 if right == len(pairs) else 1)
+PY
+
+# --- One model, every source -----------------------------------------------------------------------
+json_of() { "$gen" "$@" --ids 1,40,41,42 --max-new-tokens 8 --json --json-logits 2>>"$tmp/gen.err"; }
+sharded=$(json_of "$tmp/chat") || fail "generate from the job folder: $(tail -2 "$tmp/gen.err")"
+"$st" run configs/tiny-chat.toml -n 2 --set "job.output_dir=$tmp/full" --set train.run_validation=false \
+  --set train.max_train_step=20 --set checkpoint.every_steps=0 --set fsdp.checkpoint_type=full >"$tmp/log" 2>&1 ||
+  fail "the full-checkpoint run failed"
+"$st" run configs/tiny-chat.toml -n 2 --set "job.output_dir=$tmp/sh20" --set train.run_validation=false \
+  --set train.max_train_step=20 --set checkpoint.every_steps=0 >"$tmp/log" 2>&1 || fail "the sharded run failed"
+"$ckpt" export-hf "$tmp/sh20/checkpoints/step-0000020" "$tmp/hf20" >/dev/null 2>&1 || fail "export-hf failed"
+a=$(json_of "$tmp/sh20/checkpoints/step-0000020") || fail "generate from a sharded checkpoint"
+b=$(json_of "$tmp/full/checkpoints/step-0000020") || fail "generate from a full checkpoint"
+c=$(json_of "$tmp/hf20" --tokenizer configs/data/tiny-chat-tokenizer/tokenizer.json) || fail "generate from an HF folder"
+[[ -n "$a" && "$a" == "$b" && "$a" == "$c" ]] || fail "sharded, full and HF sources differ: $a | $b | $c"
+[[ "$a" != "$sharded" ]] || fail "step 20 and the trained model generate the same logits"
+grep -q "loaded checkpoint .*step-0000020 (step 20, saved by 2 rank(s))" "$tmp/gen.err" || fail "the source is not named"
+
+# --- LoRA and QLoRA: adapters on their base, against the merged model ------------------------------
+for method in lora qlora; do
+  "$st" run configs/tiny-$method.toml -n 2 --set "job.output_dir=$tmp/$method" --set train.max_train_step=10 \
+    --set train.run_validation=false --set checkpoint.every_steps=0 >"$tmp/log" 2>&1 || fail "tiny-$method failed"
+  step=$tmp/$method/checkpoints/step-0000010
+  "$ckpt" merge-lora "$step" configs/data/tiny-llama "$tmp/$method-merged" >/dev/null 2>&1 || fail "$method: merge-lora"
+  x=$(json_of "$step") || fail "$method: generate from the adapter checkpoint: $(tail -2 "$tmp/gen.err")"
+  y=$(json_of "$tmp/$method-merged") || fail "$method: generate from the merged folder"
+  $py - "$x" "$y" <<'PY' || fail "$method: the adapter checkpoint and the merged model generate differently"
+import json, sys
+x, y = (json.loads(a) for a in sys.argv[1:])
+scale = max(abs(v) for v in y["logits"][0])
+err = max(abs(p - q) for p, q in zip(x["logits"][0], y["logits"][0])) / scale
+print(f"first-step logits: {err:.2e} of the largest apart")
+sys.exit(0 if err < 1e-4 else 1)
+PY
+done
+grep -q "QLoRA adapters (r = 8) on .*configs/data/tiny-llama" "$tmp/gen.err" || fail "the QLoRA source is not named"
+"$gen" "$tmp/lora/checkpoints/step-0000010" --base configs/data/tiny-chat-tokenizer --ids 1 >/dev/null 2>"$tmp/err" &&
+  fail "a base that is not a model was taken"
+"$gen" "$tmp/qlora/checkpoints/step-0000010" --base "$tmp/hf20" --ids 1 >/dev/null 2>"$tmp/err" &&
+  fail "another model was taken as the base"
+grep -q "is not the base model the adapters of .* were trained on" "$tmp/err" || fail "a wrong base: $(cat "$tmp/err")"
+
+# --- Sampling, the launcher's subcommand, bad input ------------------------------------------------
+s1=$("$st" generate "$tmp/chat" --prompt "What" --temperature 1.0 --top-k 50 --top-p 0.9 --seed 3 --json 2>/dev/null)
+s2=$("$st" generate "$tmp/chat" --prompt "What" --temperature 1.0 --top-k 50 --top-p 0.9 --seed 3 --json 2>/dev/null)
+s3=$("$st" generate "$tmp/chat" --prompt "What" --temperature 1.0 --top-k 50 --top-p 0.9 --seed 4 --json 2>/dev/null)
+[[ -n "$s1" && "$s1" == "$s2" ]] || fail "the same seed drew differently: $s1 | $s2"
+[[ "$s1" != "$s3" ]] || fail "another seed drew the same: $s1"
+"$gen" "$tmp/nowhere" --prompt x >/dev/null 2>"$tmp/err" && fail "a missing folder was accepted"
+grep -q "$tmp/nowhere is not a folder" "$tmp/err" || fail "the missing folder is not named: $(cat "$tmp/err")"
+"$gen" "$tmp/chat" >/dev/null 2>"$tmp/err" && fail "no prompt was accepted"
+grep -q "give --prompt, --chat, --ids or --interactive" "$tmp/err" || fail "no prompt: $(cat "$tmp/err")"
+echo "What color is the sky?" | "$st" generate "$tmp/chat" --interactive >"$tmp/chat.out" 2>"$tmp/err" ||
+  fail "interactive: $(cat "$tmp/err")"
+grep -qx "The sky is blue." "$tmp/chat.out" || fail "interactive chat: $(cat "$tmp/chat.out")"
+grep -q "new token(s) (stopped at an end token): the [0-9]*-token prompt in [0-9.]* s, then [0-9.]* tokens/s" "$tmp/err" ||
+  fail "no rate reported: $(cat "$tmp/err")"
+
+((failures == 0)) && echo "PASS"
+exit $((failures > 0))
