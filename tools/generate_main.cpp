@@ -174,7 +174,18 @@ int run(const Options& o) {
   const model::Generation out = run_once(o, m, tokenizer ? &*tokenizer : nullptr, prompt, g);
   if (o.json) {
     nlohmann::json j{{"prompt_ids", prompt}, {"tokens", out.tokens}, {"stopped", out.stopped}};
-    if (o.json_logits) j["logits"] = logits;
+    if (o.json_logits) {
+      j["logits"] = logits;
+      // Every prompt position's, from one forward of the whole prompt (no cache).
+      const at::Tensor ids = at::tensor(std::vector<int64_t>(prompt.begin(), prompt.end()), at::kLong)
+                                 .to(m.model->options().device())
+                                 .view({1, -1});
+      const at::Tensor all = m.model->forward(ids).select(0, 0).to(at::kCPU, at::kFloat).contiguous();
+      std::vector<std::vector<float>> rows;
+      for (int64_t i = 0; i < all.size(0); ++i)
+        rows.emplace_back(all[i].data_ptr<float>(), all[i].data_ptr<float>() + all.size(1));
+      j["prompt_logits"] = rows;
+    }
     if (tokenizer) j["text"] = tokenizer->decode(text_tokens(out));
     std::cout << j.dump() << "\n";
   }
@@ -211,7 +222,7 @@ int main(int argc, char** argv) {
   app.add_option("--seed", s.seed, "Seed of the sampling");
   app.add_option("--device", o.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_flag("--json", o.json, "Print one JSON line (prompt ids, new tokens, text) instead of streaming the text");
-  app.add_flag("--json-logits", o.json_logits, "With --json: each step's logits too (vocab floats a step)");
+  app.add_flag("--json-logits", o.json_logits, "With --json: each step's logits too, and every prompt position's (vocab floats each)");
   CLI11_PARSE(app, argc, argv);
   if (o.prompt.empty() && o.chat.empty() && o.ids.empty() && !o.interactive) {
     std::cerr << "shardtune-generate: give --prompt, --chat, --ids or --interactive\n";
