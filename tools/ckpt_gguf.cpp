@@ -247,18 +247,15 @@ void add_model_metadata(checkpoint::GgufWriter& w, const Source& s, GgmlType typ
   w.add_string("general.type", "model");
   w.add_string("general.name", s.name);
   w.add_u32("general.file_type", type == GgmlType::kF32 ? 0 : type == GgmlType::kF16 ? 1 : 32);
-  w.add_u32("llama.context_length", static_cast<uint32_t>(c.max_position_embeddings));
-  w.add_u32("llama.embedding_length", static_cast<uint32_t>(c.hidden_size));
-  w.add_u32("llama.block_count", static_cast<uint32_t>(c.num_hidden_layers));
-  w.add_u32("llama.feed_forward_length", static_cast<uint32_t>(c.intermediate_size));
-  w.add_u32("llama.attention.head_count", static_cast<uint32_t>(c.num_attention_heads));
-  w.add_u32("llama.attention.head_count_kv", static_cast<uint32_t>(c.num_key_value_heads));
+  const std::pair<const char*, int64_t> counts[] = {
+      {"llama.context_length", c.max_position_embeddings}, {"llama.embedding_length", c.hidden_size},
+      {"llama.block_count", c.num_hidden_layers},          {"llama.feed_forward_length", c.intermediate_size},
+      {"llama.attention.head_count", c.num_attention_heads}, {"llama.attention.head_count_kv", c.num_key_value_heads},
+      {"llama.vocab_size", c.vocab_size},                  {"llama.rope.dimension_count", c.head_dim},
+      {"llama.attention.key_length", c.head_dim},          {"llama.attention.value_length", c.head_dim}};
+  for (const auto& [key, value] : counts) w.add_u32(key, static_cast<uint32_t>(value));
   w.add_f32("llama.rope.freq_base", static_cast<float>(c.rope_theta));
   w.add_f32("llama.attention.layer_norm_rms_epsilon", static_cast<float>(c.rms_norm_eps));
-  w.add_u32("llama.vocab_size", static_cast<uint32_t>(c.vocab_size));
-  w.add_u32("llama.rope.dimension_count", static_cast<uint32_t>(c.head_dim));
-  w.add_u32("llama.attention.key_length", static_cast<uint32_t>(c.head_dim));
-  w.add_u32("llama.attention.value_length", static_cast<uint32_t>(c.head_dim));
   if (c.rope_scaling.type == "linear") {
     w.add_string("llama.rope.scaling.type", "linear");
     w.add_f32("llama.rope.scaling.factor", static_cast<float>(c.rope_scaling.factor));

@@ -15,7 +15,6 @@
 #include "checkpoint/adapter_base.h"
 #include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/hf/bnb_nf4.h"
-#include "checkpoint/hf/model_identity.h"
 #include "checkpoint/hf/weights_digest.h"
 #include "checkpoint/hf/hf_folder.h"
 #include "checkpoint/hf/peft_adapter.h"
@@ -26,6 +25,7 @@
 #include "common/file_io.h"
 #include "common/pending_folder.h"
 #include "common/process_memory.h"
+#include "tools/base_check.h"
 #include "runtime/fsdp/nf4_storage.h"
 #include "runtime/quant/nf4.h"
 #include "tools/tool_progress.h"
@@ -116,16 +116,7 @@ void merge_lora(const std::string& src, const std::string& base_dir, const std::
            "the adapters with export-peft instead",
            base_dir);
   // The config, the tensor index and each tensor's first bytes now; every byte as the merge reads it.
-  checkpoint::AdapterRecord here = a;
-  here.base_path = base_dir;
-  const checkpoint::ModelIdentity id = checkpoint::model_identity(base, "");
-  here.base_config_sha256 = id.config_sha256;
-  here.base_tensors_sha256 = id.tensors_sha256;
-  here.base_weights_sha256.clear();
-  here.base_weights_sample_sha256 = id.weights_sample_sha256;
-  const std::optional<std::string> early = checkpoint::base_mismatch(a, here);
-  ST_CHECK(!early, ErrorKind::kConfig, "{} is not the base model the adapters of {} were trained on: {}", base_dir, src,
-           early.value_or(""));
+  checkpoint::AdapterRecord here = check_adapter_base(a, base, base_dir, src);
   checkpoint::WeightsDigest digest(base);
   common::PendingFolder pending(out);  // OUT appears whole, or not at all
 

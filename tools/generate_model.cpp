@@ -5,18 +5,17 @@
 
 #include <filesystem>
 
-#include "checkpoint/adapter_base.h"
 #include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/hf/bnb_nf4.h"
 #include "checkpoint/hf/hf_folder.h"
 #include "checkpoint/hf/hf_model_io.h"
-#include "checkpoint/hf/model_identity.h"
 #include "common/error.h"
 #include "common/job/job_loader.h"
 #include "common/job/schema.h"
 #include "runtime/model/init.h"
 #include "runtime/model/lora.h"
 #include "runtime/quant/nf4.h"
+#include "tools/base_check.h"
 
 namespace shardtune::tools {
 namespace {
@@ -46,16 +45,7 @@ void load_base(model::LlamaForCausalLM& m, const checkpoint::AdapterRecord& a, c
     return;
   }
   const checkpoint::HfFolder folder = checkpoint::HfFolder::open(base);
-  checkpoint::AdapterRecord here = a;
-  here.base_path = base;
-  const checkpoint::ModelIdentity id = checkpoint::model_identity(folder, "");
-  here.base_config_sha256 = id.config_sha256;
-  here.base_tensors_sha256 = id.tensors_sha256;
-  here.base_weights_sha256.clear();
-  here.base_weights_sample_sha256 = id.weights_sample_sha256;
-  const std::optional<std::string> mismatch = checkpoint::base_mismatch(a, here);
-  ST_CHECK(!mismatch, ErrorKind::kConfig, "{} is not the base model the adapters of {} were trained on: {}", base, src,
-           mismatch.value_or(""));
+  check_adapter_base(a, folder, base, src);
   checkpoint::load_hf_weights(m, folder);
 }
 
