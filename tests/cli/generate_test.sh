@@ -2,9 +2,9 @@
 # `shardtune generate` end to end:
 #  - the chat demo: configs/tiny-chat.toml trains, and generate, given each training question as a
 #    chat turn, answers with the training answer (greedy), stopping at <|eot_id|>;
-#  - one model, every source: a 2-rank sharded checkpoint (through the job's output folder), the
-#    same step saved full, and its Hugging Face export give the same greedy tokens, bitwise the
-#    same logits (world size 1 reads any world size's checkpoint);
+#  - one model, every source: the job's output folder, its 2-rank sharded checkpoint, that
+#    checkpoint consolidated into a full one, and its Hugging Face export give bitwise the same
+#    logits (world size 1 reads any world size's checkpoint);
 #  - LoRA and QLoRA checkpoints with their base: the logits of merge-lora's merged folder within
 #    1e-4 of the largest (the adapters kept apart instead of merged in; QLoRA's base as NF4 values);
 #  - sampling with a seed is reproducible, and another seed draws otherwise;
@@ -48,19 +48,17 @@ PY
 
 # --- One model, every source -----------------------------------------------------------------------
 json_of() { "$gen" "$@" --ids 1,40,41,42 --max-new-tokens 8 --json --json-logits 2>>"$tmp/gen.err"; }
-sharded=$(json_of "$tmp/chat") || fail "generate from the job folder: $(tail -2 "$tmp/gen.err")"
-"$st" run configs/tiny-chat.toml -n 2 --set "job.output_dir=$tmp/full" --set train.run_validation=false \
-  --set train.max_train_step=20 --set checkpoint.every_steps=0 --set fsdp.checkpoint_type=full >"$tmp/log" 2>&1 ||
-  fail "the full-checkpoint run failed"
-"$st" run configs/tiny-chat.toml -n 2 --set "job.output_dir=$tmp/sh20" --set train.run_validation=false \
-  --set train.max_train_step=20 --set checkpoint.every_steps=0 >"$tmp/log" 2>&1 || fail "the sharded run failed"
-"$ckpt" export-hf "$tmp/sh20/checkpoints/step-0000020" "$tmp/hf20" >/dev/null 2>&1 || fail "export-hf failed"
-a=$(json_of "$tmp/sh20/checkpoints/step-0000020") || fail "generate from a sharded checkpoint"
-b=$(json_of "$tmp/full/checkpoints/step-0000020") || fail "generate from a full checkpoint"
-c=$(json_of "$tmp/hf20" --tokenizer configs/data/tiny-chat-tokenizer/tokenizer.json) || fail "generate from an HF folder"
-[[ -n "$a" && "$a" == "$b" && "$a" == "$c" ]] || fail "sharded, full and HF sources differ: $a | $b | $c"
-[[ "$a" != "$sharded" ]] || fail "step 20 and the trained model generate the same logits"
-grep -q "loaded checkpoint .*step-0000020 (step 20, saved by 2 rank(s))" "$tmp/gen.err" || fail "the source is not named"
+step=$tmp/chat/checkpoints/step-0000450
+"$ckpt" consolidate "$step" "$tmp/full450" >/dev/null 2>&1 || fail "consolidate failed"
+"$ckpt" export-hf "$step" "$tmp/hf450" >/dev/null 2>&1 || fail "export-hf failed"
+job=$(json_of "$tmp/chat") || fail "generate from the job folder: $(tail -2 "$tmp/gen.err")"
+a=$(json_of "$step") || fail "generate from a sharded checkpoint"
+b=$(json_of "$tmp/full450") || fail "generate from a full checkpoint"
+c=$(json_of "$tmp/hf450" --tokenizer configs/data/tiny-chat-tokenizer/tokenizer.json) || fail "generate from an HF folder"
+[[ -n "$a" && "$a" == "$b" && "$a" == "$c" && "$a" == "$job" ]] ||
+  fail "the job folder, its sharded and full checkpoints and their HF export differ"
+grep -q "loaded checkpoint .*step-0000450 (step 450, saved by 2 rank(s))" "$tmp/gen.err" || fail "the source is not named"
+grep -q "loaded checkpoint .*full450 (step 450, saved by [0-9]* rank(s))" "$tmp/gen.err" || fail "the full checkpoint is not named"
 
 # --- LoRA and QLoRA: adapters on their base, against the merged model ------------------------------
 for method in lora qlora; do
@@ -82,7 +80,7 @@ done
 grep -q "QLoRA adapters (r = 8) on .*configs/data/tiny-llama" "$tmp/gen.err" || fail "the QLoRA source is not named"
 "$gen" "$tmp/lora/checkpoints/step-0000010" --base configs/data/tiny-chat-tokenizer --ids 1 >/dev/null 2>"$tmp/err" &&
   fail "a base that is not a model was taken"
-"$gen" "$tmp/qlora/checkpoints/step-0000010" --base "$tmp/hf20" --ids 1 >/dev/null 2>"$tmp/err" &&
+"$gen" "$tmp/qlora/checkpoints/step-0000010" --base "$tmp/hf450" --ids 1 >/dev/null 2>"$tmp/err" &&
   fail "another model was taken as the base"
 grep -q "is not the base model the adapters of .* were trained on" "$tmp/err" || fail "a wrong base: $(cat "$tmp/err")"
 

@@ -25,13 +25,22 @@ failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 cd "$src" || exit 1
 ids='[1, 17, 305, 42, 99, 7, 250, 3, 511, 12, 60, 200, 44, 123]'
+exports=()  # MODEL.gguf=OUT pairs for llama.cpp, which then runs once for all of them
 
-# compare NAME GGUF BOUND SOURCE [generate options]: llama.cpp's logits on $ids against shardtune's.
+# export NAME SOURCE [export-gguf options]: $work/NAME.gguf, queued for llama.cpp.
+export_one() {
+  local name=$1 source=$2
+  shift 2
+  "$ckpt" export-gguf "$source" "$work/$name.gguf" "$@" >"$work/$name.export" 2>&1 ||
+    { fail "$name: export-gguf: $(tail -3 "$work/$name.export")"; return; }
+  exports+=("$work/$name.gguf=$work/$name.llama")
+}
+
+# compare NAME BOUND SOURCE [generate options]: llama.cpp's logits on $ids against shardtune's.
 compare() {
-  local name=$1 gguf=$2 bound=$3 source=$4
-  shift 4
-  node "$ref/llama_cpp_logprobs.mjs" "$gguf" "$ids" >"$work/$name.llama.json" 2>"$work/$name.meta" ||
-    { fail "$name: llama.cpp did not load or run $gguf: $(tail -3 "$work/$name.meta")"; return; }
+  local name=$1 bound=$2 source=$3
+  shift 3
+  [[ -s "$work/$name.llama.json" ]] || { fail "$name: llama.cpp did not evaluate it"; return; }
   "$gen" "$source" --ids "$(tr -d '[] ' <<<"$ids")" --max-new-tokens 1 --json --json-logits "$@" \
     >"$work/$name.st.json" 2>"$work/$name.st.err" || { fail "$name: shardtune-generate: $(cat "$work/$name.st.err")"; return; }
   $py - "$work/$name.llama.json" "$work/$name.st.json" "$bound" "$name" <<'PY' || fail "$name: llama.cpp's logits differ"
@@ -51,63 +60,62 @@ sys.exit(0 if worst <= bound else 1)
 PY
 }
 
-# --- The fixture models, f32 ------------------------------------------------------------------------
+# --- What is exported: the fixture models in f32, a trained sharded checkpoint in f32, f16 and bf16,
+# and the Llama 2 fixture with a SentencePiece tokenizer trained here (converted to tokenizer.json as
+# transformers converts Llama's) ---------------------------------------------------------------------
 tiny_tok=configs/data/tiny-tokenizer/tokenizer.json
-for model in llama2-mha llama3-gqa-rope llama32-tied llama-bias-linear; do
-  "$ckpt" export-gguf "$torch_ref/$model" "$work/$model.gguf" --tokenizer "$tiny_tok" --dtype f32 >"$work/export.log" 2>&1 ||
-    { fail "$model: export-gguf: $(tail -3 "$work/export.log")"; continue; }
-  compare "$model" "$work/$model.gguf" 1e-4 "$torch_ref/$model" --tokenizer "$tiny_tok"
-done
-grep -q '"architecture":"llama","tokens":1024,"tokenizer":"gpt2"' "$work/llama2-mha.meta" ||
-  fail "the fixture's vocabulary is not 1024 tokens of a gpt2 tokenizer: $(cat "$work/llama2-mha.meta")"
-
-# --- A trained sharded checkpoint, in f32, f16 and bf16 --------------------------------------------
+models=(llama2-mha llama3-gqa-rope llama32-tied llama-bias-linear)
+for model in "${models[@]}"; do export_one "$model" "$torch_ref/$model" --tokenizer "$tiny_tok" --dtype f32; done
 "$st" run configs/tiny-chat.toml -n 2 --set "job.output_dir=$work/chat" --set train.max_train_step=20 \
   --set train.run_validation=false --set checkpoint.every_steps=0 >"$work/run.log" 2>&1 || fail "tiny-chat failed"
 step=$work/chat/checkpoints/step-0000020
-# f16 and bf16: llama.cpp multiplies with the activations rounded to the weights' type too, so the
-# bound follows the type's precision (2^-11 and 2^-8 relative), not shardtune's arithmetic.
-for dtype_bound in f32:1e-4 f16:5e-3 bf16:4e-2; do
-  dtype=${dtype_bound%%:*} bound=${dtype_bound#*:}
-  "$ckpt" export-gguf "$step" "$work/chat-$dtype.gguf" --dtype "$dtype" >"$work/export.log" 2>&1 ||
-    { fail "chat $dtype: export-gguf: $(tail -3 "$work/export.log")"; continue; }
-  grep -q "exported .*chat-$dtype.gguf ($dtype, tokenizer \"gpt2\", chat template)" "$work/export.log" ||
-    fail "chat $dtype: the export does not say what it wrote: $(tail -2 "$work/export.log")"
-  compare "chat-$dtype" "$work/chat-$dtype.gguf" "$bound" "$step"
-done
-f32_bytes=$(stat -c %s "$work/chat-f32.gguf") bf16_bytes=$(stat -c %s "$work/chat-bf16.gguf")
-((bf16_bytes < f32_bytes * 6 / 10)) || fail "bf16 ($bf16_bytes bytes) is not about half of f32 ($f32_bytes)"
-$py - "$work/chat-f32.meta" configs/data/tiny-chat-tokenizer/tokenizer_config.json <<'PY' || fail "the chat template is not the tokenizer's"
-import json, sys
-meta, config = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
-sys.exit(0 if meta["chat_template"] == config["chat_template"] and meta["tokens"] == 533 else 1)
-PY
-
-# --- The embedded tokenizers tokenize as Hugging Face's ---------------------------------------------
+for dtype in f32 f16 bf16; do export_one "chat-$dtype" "$step" --dtype "$dtype"; done
 printf '%s\n' "What color is the sky?" "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi!<|eot_id|>" \
   "  spaces,  tabs	and 123456 numbers" "Ünïcödé — 日本語 🎉" "don't won't it's" >"$work/lines.txt"
-check_tokens() {  # NAME GGUF TOKENIZER_JSON
-  node "$ref/llama_cpp_logprobs.mjs" "$2" --tokenize "$work/lines.txt" >"$work/$1.llama-ids" 2>/dev/null ||
-    { fail "$1: llama.cpp could not tokenize"; return; }
-  "$tok" "$3" "$work/lines.txt" >"$work/$1.st-ids" || { fail "$1: shardtune-tokenize failed"; return; }
-  diff -q <(tr -d ' ' <"$work/$1.llama-ids") <(tr -d ' ' <"$work/$1.st-ids") >/dev/null ||
-    fail "$1: llama.cpp tokenizes otherwise: $(diff <(tr -d ' ' <"$work/$1.llama-ids") <(tr -d ' ' <"$work/$1.st-ids") | head -4)"
-}
-check_tokens gpt2 "$work/chat-f32.gguf" configs/data/tiny-chat-tokenizer/tokenizer.json
-# A SentencePiece BPE (Llama 2's kind) trained here, converted to tokenizer.json as transformers
-# converts Llama's, on the Llama 2 fixture.
+grep -v '<|' "$work/lines.txt" >"$work/lines-plain.txt"
 sp=$work/sp && mkdir -p "$sp"
 $py -c 'import json; [print(r["instruction"], r["input"], r["output"]) for r in json.load(open("configs/data/tiny-alpaca.json"))]' \
   >"$sp/train.txt"
 cat "$work/lines.txt" >>"$sp/train.txt"
 "$train_sp" "$sp/train.txt" "$sp/tokenizer" 600 2>"$sp/train.log" || fail "sentencepiece training: $(tail -2 "$sp/train.log")"
 "$tok" "$sp/tokenizer.model" --write-json "$sp/tokenizer.json" || fail "no tokenizer.json from the SentencePiece model"
-"$ckpt" export-gguf "$torch_ref/llama2-mha" "$work/spm.gguf" --tokenizer "$sp/tokenizer.json" --dtype f32 >"$work/export.log" 2>&1 ||
-  fail "spm: export-gguf: $(tail -3 "$work/export.log")"
-grep -q 'tokenizer "llama"' "$work/export.log" || fail "the SentencePiece tokenizer is not exported as \"llama\""
-compare spm "$work/spm.gguf" 1e-4 "$torch_ref/llama2-mha" --tokenizer "$sp/tokenizer.json"
-grep -v '<|' "$work/lines.txt" >"$work/lines-plain.txt" && mv "$work/lines-plain.txt" "$work/lines.txt"
-check_tokens spm "$work/spm.gguf" "$sp/tokenizer.json"
+export_one spm "$torch_ref/llama2-mha" --tokenizer "$sp/tokenizer.json" --dtype f32
+node "$ref/llama_cpp_logprobs.mjs" --ids "$ids" "${exports[@]}" 2>"$work/llama.err" ||
+  fail "llama.cpp did not load or run the exports: $(tail -3 "$work/llama.err")"
+node "$ref/llama_cpp_logprobs.mjs" --tokenize "$work/lines.txt" "$work/chat-f32.gguf=$work/gpt2-ids" 2>>"$work/llama.err" &&
+  node "$ref/llama_cpp_logprobs.mjs" --tokenize "$work/lines-plain.txt" "$work/spm.gguf=$work/spm-ids" 2>>"$work/llama.err" ||
+  fail "llama.cpp could not tokenize: $(tail -3 "$work/llama.err")"
+
+# --- Logits ---------------------------------------------------------------------------------------
+for model in "${models[@]}"; do compare "$model" 1e-4 "$torch_ref/$model" --tokenizer "$tiny_tok"; done
+grep -q '"architecture":"llama","tokens":1024,"tokenizer":"gpt2"' "$work/llama2-mha.llama.meta" ||
+  fail "the fixture's vocabulary is not 1024 tokens of a gpt2 tokenizer: $(cat "$work/llama2-mha.llama.meta")"
+# f16 and bf16: llama.cpp multiplies with the activations rounded to the weights' type too, so the
+# bound follows the type's precision (2^-11 and 2^-8 relative), not shardtune's arithmetic.
+for dtype_bound in f32:1e-4 f16:5e-3 bf16:4e-2; do
+  dtype=${dtype_bound%%:*} bound=${dtype_bound#*:}
+  grep -q "exported .*chat-$dtype.gguf ($dtype, tokenizer \"gpt2\", chat template)" "$work/chat-$dtype.export" ||
+    fail "chat $dtype: the export does not say what it wrote: $(tail -2 "$work/chat-$dtype.export")"
+  compare "chat-$dtype" "$bound" "$step"
+done
+f32_bytes=$(stat -c %s "$work/chat-f32.gguf") bf16_bytes=$(stat -c %s "$work/chat-bf16.gguf")
+((bf16_bytes < f32_bytes * 6 / 10)) || fail "bf16 ($bf16_bytes bytes) is not about half of f32 ($f32_bytes)"
+$py - "$work/chat-f32.llama.meta" configs/data/tiny-chat-tokenizer/tokenizer_config.json <<'PY' || fail "the chat template is not the tokenizer's"
+import json, sys
+meta, config = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+sys.exit(0 if meta["chat_template"] == config["chat_template"] and meta["tokens"] == 533 else 1)
+PY
+grep -q 'tokenizer "llama"' "$work/spm.export" || fail "the SentencePiece tokenizer is not exported as \"llama\""
+compare spm 1e-4 "$torch_ref/llama2-mha" --tokenizer "$sp/tokenizer.json"
+
+# --- The embedded tokenizers tokenize as Hugging Face's -------------------------------------------
+check_tokens() {  # NAME LINES TOKENIZER_JSON
+  "$tok" "$3" "$2" >"$work/$1.st-ids" || { fail "$1: shardtune-tokenize failed"; return; }
+  diff -q <(tr -d ' ' <"$work/$1-ids.json") <(tr -d ' ' <"$work/$1.st-ids") >/dev/null ||
+    fail "$1: llama.cpp tokenizes otherwise: $(diff <(tr -d ' ' <"$work/$1-ids.json") <(tr -d ' ' <"$work/$1.st-ids") | head -4)"
+}
+check_tokens gpt2 "$work/lines.txt" configs/data/tiny-chat-tokenizer/tokenizer.json
+check_tokens spm "$work/lines-plain.txt" "$sp/tokenizer.json"
 
 # --- Refusals ---------------------------------------------------------------------------------------
 "$ckpt" export-gguf "$torch_ref/llama2-mha" "$work/none.gguf" >"$work/err" 2>&1 && fail "an export without a tokenizer"
@@ -119,6 +127,6 @@ grep -q "holds LoRA adapters, not a whole model: merge-lora" "$work/err" || fail
 [[ -e "$work/none.gguf" || -e "$work/lora.gguf" ]] && fail "a refused export left a file"
 ls -a "$work" | grep -q "\.tmp" && fail "a temporary file was left: $(ls -a "$work")"
 
-grep -o '"llama_cpp":"[^"]*"' "$work/chat-f32.meta" | head -1
+grep -o '"llama_cpp":"[^"]*"' "$work/chat-f32.llama.meta" | head -1
 ((failures == 0)) && echo "PASS"
 exit $((failures > 0))
