@@ -72,9 +72,10 @@ std::string conversation_of(const json& object, std::vector<Turn>& turns) {
     const size_t at = i - (!turns.empty() && turns[0].role == "system" ? 1 : 0);
     if (role == "system" && i != 0) return fmt::format("{}: a system turn may only come first", which);
     if (role != "system" && role != (at % 2 == 0 ? "user" : "assistant"))
-      return fmt::format("{}: a {} turn where a{} {} turn belongs (after an optional system turn, user and assistant "
+      return fmt::format("{}: {} {} turn where {} turn belongs (after an optional system turn, user and assistant "
                          "turns alternate, from the user's)",
-                         which, given, at % 2 == 0 ? "" : "n", at % 2 == 0 ? "user" : "assistant");
+                         which, std::string("aeiou").find(given[0]) == std::string::npos ? "a" : "an", given,
+                         at % 2 == 0 ? "a user" : "an assistant");
     if (role != "system" && content.get_ref<const std::string&>().find_first_not_of(" \t\r\n") == std::string::npos)
       return fmt::format("{}: the {} turn is empty", which, given);
     assistant = assistant || role == "assistant";

@@ -188,13 +188,13 @@ TEST(Conversations, BothShapesAreReadAndEveryBadOneIsNamedByLineAndTurn) {
       {3, "messages[1]: unknown role \"tool\" (known: system, user, assistant)"},
       {4, "a conversation without an assistant turn"},
       {5, "messages[0]: \"content\" must be a string, not array"},
-      {6, "messages[0]: a assistant turn where a user turn belongs"},
+      {6, "messages[0]: an assistant turn where a user turn belongs"},
       {7, "messages[1]: a system turn may only come first"},
       {8, "no \"messages\" (OpenAI style) or \"conversations\" (ShareGPT style) field"},
       {9, "messages[1]: the assistant turn is empty"},
       {10, "the record holds both \"messages\" and \"conversations\""},
       {11, "messages[0]: \"content\" must be a string, not null"},
-      {12, "messages[2]: a assistant turn where a user turn belongs"},
+      {12, "messages[2]: an assistant turn where a user turn belongs"},
   };
   const std::string good = "{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, "
                            "{\"role\": \"assistant\", \"content\": \"a\"}]}\n";
