@@ -16,6 +16,7 @@
 
 #include "common/error.h"
 #include "common/job/job.h"
+#include "common/job/schema.h"
 #include "runtime/data/chat.h"
 #include "runtime/data/tokenizer.h"
 #include "runtime/model/generate.h"
@@ -31,13 +32,6 @@ struct Options {
   bool interactive = false, json = false, json_logits = false;
   model::GenerateOptions generate;
 };
-
-job::ChatFormat chat_setting(const std::string& name) {
-  if (name == "llama3") return job::ChatFormat::kLlama3;
-  if (name == "llama3.1") return job::ChatFormat::kLlama31;
-  if (name == "llama2") return job::ChatFormat::kLlama2;
-  return job::ChatFormat::kAuto;
-}
 
 // Prints the text of the tokens generated so far as it grows, whole characters only.
 class Streamer {
@@ -71,7 +65,8 @@ struct Chat {
 
 Chat chat_of(const Options& o, const tools::GenerationModel& m, const data::Tokenizer& tokenizer) {
   const std::string format = o.chat_format.empty() ? m.chat_format : o.chat_format;
-  const data::ChatChoice choice = data::choose_chat_style(chat_setting(format), m.tokenizer);
+  const data::ChatChoice choice =
+      data::choose_chat_style(job::enum_value<job::ChatFormat>(format).value(), m.tokenizer);
   Chat c{data::chat_options(choice.style, tokenizer, m.tokenizer), {}};
   c.options.generation_prompt = true;
   const char* end = choice.style == data::ChatStyle::kLlama2 ? nullptr : "<|eot_id|>";

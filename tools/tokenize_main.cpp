@@ -14,6 +14,7 @@
 #include <iostream>
 
 #include "common/file_io.h"
+#include "common/job/schema.h"
 #include "runtime/data/chat.h"
 #include "runtime/data/records.h"
 #include "runtime/data/sentencepiece_model.h"
@@ -37,11 +38,8 @@ std::vector<std::string> read_lines(const std::string& path) {
 void print_chat(const shardtune::data::Tokenizer& tokenizer, const std::string& tokenizer_path,
                 const std::string& data_path, const std::string& format, bool train_on_all, bool generation_prompt) {
   using namespace shardtune;
-  job::ChatFormat setting = job::ChatFormat::kAuto;
-  if (format == "llama3") setting = job::ChatFormat::kLlama3;
-  if (format == "llama3.1") setting = job::ChatFormat::kLlama31;
-  if (format == "llama2") setting = job::ChatFormat::kLlama2;
-  const data::ChatChoice choice = data::choose_chat_style(setting, tokenizer_path);
+  const data::ChatChoice choice =
+      data::choose_chat_style(job::enum_value<job::ChatFormat>(format).value(), tokenizer_path);
   data::ChatOptions options = data::chat_options(choice.style, tokenizer, tokenizer_path);
   options.train_on_all = train_on_all;
   options.generation_prompt = generation_prompt;

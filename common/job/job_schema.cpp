@@ -115,6 +115,14 @@ template <class E>
 std::string_view enum_name(E value) {
   return detail::FieldType<E>::name_of(value);
 }
+template <class E>
+std::optional<E> enum_value(std::string_view name) {
+  for (const auto& [value, spelled] : detail::EnumNames<E>::kNames)
+    if (spelled == name) return value;
+  return std::nullopt;
+}
+template std::optional<ChatFormat> enum_value(std::string_view);
+
 template std::string_view enum_name(Launcher);
 template std::string_view enum_name(Device);
 template std::string_view enum_name(ModelInit);

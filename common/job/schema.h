@@ -51,4 +51,8 @@ std::optional<std::string> foreign_key_hint(std::string_view section, std::strin
 template <class E>
 std::string_view enum_name(E value);
 
+// The enum value a job file writes as `name`; nullopt for a name the key does not take.
+template <class E>
+std::optional<E> enum_value(std::string_view name);
+
 }  // namespace shardtune::job
