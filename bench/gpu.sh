@@ -7,7 +7,8 @@
 # peak GPU memory; PyTorch FSDP2 (fully_shard) eager and with torch.compile at the same micro-batch,
 # and the ratios. Also packed rows (per-document attention) against one document per row at equal
 # tokens, and both with cuDNN's attention, which training leaves out. Writes bench.json and bench.md
-# into OUT_DIR. Run by scripts/gpu-check.sh, after
+# into OUT_DIR. ST_BENCH_QUICK=1: without activation checkpointing only, and PyTorch eager only.
+# Run by scripts/gpu-check.sh, after
 # scripts/gpu-env.sh (Open MPI and the libraries from the prefix).
 # usage: bench/gpu.sh BUILD_DIR OUT_DIR
 set -uo pipefail
@@ -28,11 +29,15 @@ if [ ! -f "$model/model.safetensors.index.json" ]; then
 fi
 python3 "$root/bench/torch_baseline.py" matmul >>"$results" 2>"$out/matmul.err" || echo "bench: the matmul measurement failed"
 
-shardtune() {  # shardtune MICRO_BATCH EXTRA_ARGS...: appends the JSON line; returns 3 if it does not fit
+train_bench() {  # train_bench MICRO_BATCH EXTRA_ARGS...
   local b=$1
   shift
   with_libs mpirun -np 1 --bind-to none --mca btl self,vader,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo \
-    "$build/bin/train_bench" "$model" --device cuda --seq $seq --micro-batch "$b" "$@" >"$out/run.json" 2>"$out/run.err"
+    "$build/bin/train_bench" "$model" --device cuda --seq $seq --micro-batch "$b" "$@"
+}
+
+shardtune() {  # shardtune MICRO_BATCH EXTRA_ARGS...: appends the JSON line; returns 3 if it does not fit
+  train_bench "$@" >"$out/run.json" 2>"$out/run.err"
   local rc=$?
   [ $rc -eq 0 ] && tail -1 "$out/run.json" >>"$results"
   [ $rc -ne 0 ] && [ $rc -ne 3 ] && tail -3 "$out/run.err"
@@ -49,16 +54,25 @@ torch_run() {  # torch_run MICRO_BATCH EXTRA_ARGS...
   return $rc
 }
 
-for ckpt in "" --checkpointing; do
+quick=${ST_BENCH_QUICK:-0}
+modes=("" --checkpointing)
+sizes="16 8 4 2 1"
+[ "$quick" = 1 ] && { modes=(""); sizes="8 4 2 1"; }
+for ckpt in "${modes[@]}"; do
   best=0
-  for b in 16 8 4 2 1; do  # each size that does not fit costs a load of the model
+  for b in $sizes; do  # each size that does not fit costs a load of the model
     shardtune "$b" $ckpt && { best=$b; break; }
     [ $? -ne 3 ] && break
   done
   echo "bench: shardtune ${ckpt:-without checkpointing}: largest micro-batch $best"
   [ "$best" -gt 0 ] || continue
   torch_run "$best" $ckpt || true
-  torch_run "$best" $ckpt --compile || true
+  if [ -z "$ckpt" ]; then  # where the time goes: a trace of two steps, kernels included (trace.json.gz)
+    mkdir -p "$out/trace"
+    train_bench "$best" --steps 1 --warmup 1 --trace "$out/trace" >/dev/null 2>"$out/trace.err" &&
+      gzip -c "$out/trace/rank-00000.trace.json" >"$out/trace.json.gz" || echo "bench: the trace failed"
+  fi
+  [ "$quick" = 1 ] || torch_run "$best" $ckpt --compile || true
   if [ -n "$ckpt" ]; then
     shardtune "$best" $ckpt --packed || true
     # cuDNN's attention, which training leaves out: fixed-length rows, and documents of many lengths.

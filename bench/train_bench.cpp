@@ -6,7 +6,7 @@
 // does, and compares the figures with PyTorch measured on the same GPU in the same run.
 //   mpirun -np W train_bench MODEL_DIR [--device cuda|cpu] [--seq 2048] [--micro-batch 4]
 //       [--checkpointing] [--packed] [--cudnn-attention] [--steps 10] [--warmup 3] [--fp32]
-//       [--strategy full_shard|no_shard] [--threads N]
+//       [--strategy full_shard|no_shard] [--threads N] [--trace DIR]
 // --fp32: no mixed precision (parameters, products and gradients in fp32), as CPU training runs.
 // --threads: CPU threads per rank (0: the rank's share of the node, as jobs choose; -1: leave
 // LibTorch's and OpenBLAS's own defaults, to measure what that choice gains).
@@ -14,6 +14,9 @@
 // attention); otherwise each row is one document (plain causal attention), at equal tokens.
 // --cudnn-attention: lets scaled_dot_product_attention use cuDNN, which training leaves out
 // (runtime/dist/device.h), to measure what that choice costs or saves.
+// --trace DIR: after the timed steps, three more of which the last two are traced by the step
+// profiler (GPU kernels included on CUDA) into DIR/rank-NNNNN.trace.json; the figures are of the
+// timed steps alone.
 #include <ATen/ops/empty.h>
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -38,6 +41,7 @@
 #include "runtime/fsdp/fsdp_llama.h"
 #include "runtime/fsdp/shard_loader.h"
 #include "runtime/train/flops.h"
+#include "runtime/train/profiler.h"
 #include "runtime/train/train_step.h"
 
 using namespace shardtune;
@@ -60,6 +64,7 @@ struct Args {
   bool fp32 = false;
   std::string strategy = "full_shard";
   int threads = 0;
+  std::string trace_dir;
 };
 
 // Deterministic tokens for step `step` of rank `rank`; with `packed`, positions restarting at the
@@ -141,6 +146,23 @@ int run(const Args& a) {
       train::train_step(model, optimizer, {batch}, {1e-5}, *groups.world);  // ends reading the loss: synchronous
       if (s >= a.warmup) step_seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count());
     }
+    if (!a.trace_dir.empty()) {
+      train::ProfilerOptions trace;
+      trace.trace = true;
+      trace.dir = a.trace_dir;
+      trace.wait = 0;
+      trace.warmup = 1;
+      trace.active = 2;
+      trace.cuda = device.is_cuda();
+      train::StepProfiler profiler(trace, rank);
+      for (int64_t n = 1; n <= trace.warmup + trace.active; ++n) {
+        const train::Batch batch = make_batch(a, config.vocab_size, a.warmup + a.steps + static_cast<int>(n), rank);
+        profiler.begin_step(n);
+        train::train_step(model, optimizer, {batch}, {1e-5}, *groups.world);
+        profiler.end_step(n);
+      }
+      if (rank == 0) fmt::print(stderr, "trace: {}\n", profiler.trace_path());
+    }
   } catch (const std::exception& e) {
     if (!is_out_of_memory(e)) throw;
     if (rank == 0) fmt::print(stderr, "micro-batch {} does not fit: {}\n", a.micro_batch, e.what());
@@ -212,6 +234,7 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", a.warmup, "Untimed steps first")->check(CLI::Range(0, 100000));
   app.add_flag("--fp32", a.fp32, "fp32 throughout (no mixed precision)");
   app.add_option("--strategy", a.strategy, "full_shard or no_shard")->check(CLI::IsMember({"full_shard", "no_shard"}));
+  app.add_option("--trace", a.trace_dir, "Trace two more steps with the step profiler into this folder");
   app.add_option("--threads", a.threads, "CPU threads per rank (0: the rank's share; -1: the libraries' defaults)")
       ->check(CLI::Range(-1, 4096));
   CLI11_PARSE(app, argc, argv);

@@ -16,9 +16,12 @@
 #   bench       bench/gpu.sh: shardtune against PyTorch FSDP2 eager and compiled
 #   extras      the LoRA benchmark, the planner against the CUDA allocator, the tokenizer against
 #               Hugging Face's Rust tokenizers
-# A device call has a time limit, so a session may run the stages over several calls into the
-# same REPORT_DIR: each check's row replaces the one of its earlier run, and the report is
-# rewritten after every check, so a call stopped at its limit still leaves the report of what ran.
+# Stages run in the order --stages lists them. A device call has a time limit, so a session may
+# run the stages over several calls into the same REPORT_DIR: each check's row replaces the one of
+# its earlier run, and the report is rewritten after every check, so a call stopped at its limit
+# still leaves the report of what ran. ST_TEST_NPS ("1 2" by default) chooses the world sizes of
+# the tests and lora stages; ST_BENCH_QUICK=1 makes the benchmark its shortest (bench/gpu.sh).
+# A target that fails to build fails the build check, and the checks that do not need it still run.
 # --build-only runs the multi-rank programs on the CPU instead of any stage (scripts/gpu-env-check.sh:
 # the build environment tried on a CPU machine). --no-bench: every stage but bench and extras.
 #
@@ -49,7 +52,6 @@ done
 for s in ${stages//,/ }; do
   [[ ",$all_stages," == *",$s,"* ]] || { echo "gpu-check: no stage '$s' (stages: $all_stages)" >&2; exit 2; }
 done
-stage() { [[ ",$stages," == *",$1,"* ]]; }
 mkdir -p "$report/logs"
 report=$(cd "$report" && pwd)
 build=${SHARDTUNE_GPU_BUILD_DIR:-$root/build-gpu}
@@ -130,11 +132,15 @@ targets=(shardtune shardtune-rank shardtune-make-model shardtune-ckpt shardtune-
          fsdp_equivalence_test fsdp_training_test shard_loader_test device_checkpoint_test hf_model_test train_bench
          lora_fsdp_test lora_bench)
 build_cmd=(cmake --build "$build" -j"$jobs" --target)
+keep_going=()
+[ ${#generator[@]} -gt 0 ] && keep_going=(-- -k 0)  # every target that can be built, and every error
 if [ $build_only -eq 1 ]; then  # what the runs below need
   targets=(shardtune shardtune-rank shardtune-tokenize mpi_collectives_test shard_loader_test device_checkpoint_test)
   [ -n "${ST_OBJECTS_FROM:-}" ] && build_cmd=(python3 "$root/scripts/build_from_objects.py" "$build" "$ST_OBJECTS_FROM" "$jobs")
 fi
-if ! limit=${ST_BUILD_LIMIT_S:-900} check build st_with_libs "${build_cmd[@]}" "${targets[@]}"; then
+build_args=("${targets[@]}")
+[ $build_only -eq 0 ] && build_args+=("${keep_going[@]}")
+if ! limit=${ST_BUILD_LIMIT_S:-900} check build st_with_libs "${build_cmd[@]}" "${build_args[@]}" && [ $build_only -eq 1 ]; then
   python3 "$root/scripts/gpu_check_report.py" "$report" "$build_only"
   exit 1
 fi
@@ -168,15 +174,17 @@ if [ $build_only -eq 1 ]; then
   stages=""
 fi
 
-if stage tests; then
+nps=${ST_TEST_NPS:-1 2}
+
+stage_tests() {
   check nccl_comm st_with_libs mpirun "${mpirun_args[@]}" "$bin/nccl_comm_test"
-  for t in mpi_collectives_test fsdp_equivalence_test fsdp_training_test shard_loader_test device_checkpoint_test; do
-    for np in 1 2; do
+  for np in $nps; do
+    for t in mpi_collectives_test fsdp_equivalence_test fsdp_training_test shard_loader_test device_checkpoint_test; do
       mpirun_np $np
       check "${t%_test}_np$np" st_with_libs env ST_TEST_DEVICE=cuda mpirun "${np_args[@]}" "$bin/$t"
     done
   done
-fi
+}
 
 # gpu_job NP OUT: the tiny job on the GPU, as a user runs it, at NP ranks; its log and metrics must
 # say that it ran on the GPU and learned.
@@ -200,12 +208,12 @@ PY
 
 export -f gpu_job
 
-if stage jobs; then
+stage_jobs() {
   # One rank over NCCL, then two on the one GPU.
-  for np in 1 2; do
+  for np in $nps; do
     check "job_np$np" gpu_job $np "$report/job-np$np"
   done
-fi
+}
 
 # The plain-PyTorch references of the Llama (and of LoRA), made once into REPORT_DIR.
 torch_reference=$report/torch_reference
@@ -215,7 +223,7 @@ make_torch_reference() {
       touch '$torch_reference/.complete'"
 }
 
-if stage references; then
+stage_references() {
   # Against transformers itself: the reference folders, then the model tests that need them.
   check hf_fixtures python3 "$root/tools/reference/make_llama_fixtures.py" "$root/tests/fixtures/hf"
   check hf_reference st_with_libs "$bin/hf_model_test" --gtest_filter='HfReference.*:HfRoundTrip.*'
@@ -224,13 +232,13 @@ if stage references; then
   make_torch_reference
   check torch_reference st_with_libs env "SHARDTUNE_TORCH_REFERENCE=$torch_reference" "$bin/hf_model_test" \
     --gtest_filter='TorchReference.*'
-fi
+}
 
-if stage lora; then
+stage_lora() {
   # LoRA: under FSDP on the GPU against the plain-PyTorch LoRA reference; the tiny LoRA job on the
   # GPU; its adapters exported, and loaded by peft onto transformers' Llama with the same logits.
   make_torch_reference
-  for np in 1 2; do
+  for np in $nps; do
     mpirun_np $np
     check "lora_fsdp_np$np" st_with_libs env ST_TEST_DEVICE=cuda "SHARDTUNE_TORCH_REFERENCE=$torch_reference" \
       mpirun "${np_args[@]}" "$bin/lora_fsdp_test"
@@ -241,13 +249,13 @@ if stage lora; then
   check lora_export_peft st_with_libs "$bin/shardtune-ckpt" export-peft "$report/lora-job/checkpoints/latest" \
     "$report/lora-peft"
   check lora_peft python3 "$root/tests/cli/lora_check.py" peft "$root/configs/data/tiny-llama" "$report/lora-peft"
-fi
+}
 
-if stage bench; then
-  limit=560 check benchmark bash "$root/bench/gpu.sh" "$build" "$report/bench"
-fi
+stage_bench() {
+  limit=${ST_BENCH_LIMIT_S:-560} check benchmark bash "$root/bench/gpu.sh" "$build" "$report/bench"
+}
 
-if stage extras; then
+stage_extras() {
   # LoRA against full fine-tuning of a 0.63B model on one GPU: memory, step time, gradient bytes.
   limit=400 check lora_bench st_with_libs bash "$root/bench/lora.sh" "$build" "$report/lora-bench-model" 1 cuda 2048 16
   # The memory planner against the CUDA allocator's peaks (bench/plan.sh's GPU configurations).
@@ -255,6 +263,10 @@ if stage extras; then
   # Against Hugging Face's Rust tokenizers, on this machine's CPU: identical ids, and tokens/s.
   check tokenizer_rust st_with_libs bash "$root/bench/tokenizer_rust.sh" "$build" "$root/.deps/gpu/tokenizers" \
     "$report/tokenizer"
-fi
+}
+
+for s in ${stages//,/ }; do
+  "stage_$s"
+done
 
 python3 "$root/scripts/gpu_check_report.py" "$report" "$build_only"
