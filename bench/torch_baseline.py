@@ -63,7 +63,7 @@ def train(args):
 
             block = checkpoint_wrapper(block, preserve_rng_state=False)
         if args.compile:
-            block = torch.compile(block, fullgraph=True)
+            block = torch.compile(block)  # a graph break in transformers' block is not an error
         layers[i] = block
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     for block in layers:

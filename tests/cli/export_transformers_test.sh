@@ -7,7 +7,13 @@
 # usage: export_transformers_test.sh SHARDTUNE_CKPT SHARDTUNE_MAKE_MODEL
 set -u
 ckpt=$1 make_model=$2
-python3 -c "import torch, transformers" 2>/dev/null || { echo "SKIP: python3 lacks torch or transformers"; exit 77; }
+# Python runs with its own libraries, not those on the programs' library path (scripts/gpu-env.sh).
+py() { env -u LD_LIBRARY_PATH python3 "$@"; }
+if ! err=$(py -c "import torch, transformers" 2>&1); then
+  grep -q ModuleNotFoundError <<<"$err" && { echo "SKIP: python3 lacks torch or transformers"; exit 77; }
+  echo "$err"
+  exit 1
+fi
 tmp=$(mktemp -d /var/tmp/shardtune-export-tf.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 set -e
@@ -16,7 +22,7 @@ set -e
 "$ckpt" export-hf "$tmp/full" "$tmp/fp32" --dtype fp32 --max-shard-bytes 100000 2>/dev/null  # several shards + index
 "$ckpt" export-hf "$tmp/full" "$tmp/bf16" --dtype bf16 2>/dev/null
 set +e
-python3 - "$tmp" <<'PY'
+py - "$tmp" <<'PY'
 import json, sys, torch
 from transformers import LlamaForCausalLM
 tmp = sys.argv[1]

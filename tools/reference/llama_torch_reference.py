@@ -151,8 +151,10 @@ def random_weights(cfg, generator, dtype):
 
 def inv_freq(cfg):
     hd = head_dim(cfg)
-    inv = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
-    scaling = cfg.get("rope_scaling")
+    # transformers 5 writes both inside rope_parameters.
+    scaling = cfg.get("rope_scaling") or cfg.get("rope_parameters")
+    theta = cfg["rope_theta"] if "rope_theta" in cfg else scaling["rope_theta"]
+    inv = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
     kind = scaling and scaling.get("rope_type", scaling.get("type"))
     if not kind or kind == "default":
         return inv
