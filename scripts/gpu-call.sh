@@ -11,6 +11,7 @@ stages=$1 limit=$2 out=$3
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root" || exit 1
 mkdir -p "$out" out/gc
+out=$(cd "$out" && pwd)
 {
   date -u
   head -2 /etc/os-release
