@@ -66,7 +66,9 @@ endif()
 # TorchConfig puts its flags in TORCH_CXX_FLAGS (e.g. the C++11 ABI switch); apply them as a list.
 separate_arguments(SHARDTUNE_TORCH_CXX_FLAGS UNIX_COMMAND "${TORCH_CXX_FLAGS}")
 add_library(shardtune_torch INTERFACE)
-target_link_libraries(shardtune_torch INTERFACE ${TORCH_LIBRARIES})
+# fmt first: a wheel's LibTorch ships fmt headers of another major version in torch/include, and
+# the fmt that spdlog was built with must be the one every source includes.
+target_link_libraries(shardtune_torch INTERFACE fmt::fmt ${TORCH_LIBRARIES})
 target_compile_options(shardtune_torch INTERFACE ${SHARDTUNE_TORCH_CXX_FLAGS})
 
 # CUDA and NCCL: compiled whenever found, even with a CPU LibTorch. The NCCL layer works on raw

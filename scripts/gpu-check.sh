@@ -123,10 +123,11 @@ command -v ninja >/dev/null && generator=(-G Ninja)
 # objects scripts/build_from_objects.py reuses, so it is configured the same way.
 build_type=Release
 [ -n "${ST_OBJECTS_FROM:-}" ] && build_type=$(sed -n 's/^CMAKE_BUILD_TYPE:STRING=//p' "$ST_OBJECTS_FROM/CMakeCache.txt")
-# SHARDTUNE_TRIM_TORCH off: a wheel's LibTorch names no library it does not use, and the CPU trial
-# of this build (gpu-env-check.sh) would copy Debian's 120 MB libtorch_cpu.so for nothing.
+# SHARDTUNE_TRIM_TORCH off: the wheel's LibTorch is not Debian's, and the CPU trial of this build
+# (gpu-env-check.sh) would copy Debian's 120 MB libtorch_cpu.so for nothing. SHARDTUNE_FUZZ off: the
+# fuzz targets need clang's libFuzzer, which a GPU machine may lack, and run in the CPU suite.
 check configure st_with_libs cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE="$build_type" \
-  -DSHARDTUNE_TRIM_TORCH=OFF "${ST_CMAKE_ARGS[@]}"
+  -DSHARDTUNE_TRIM_TORCH=OFF -DSHARDTUNE_FUZZ=OFF "${ST_CMAKE_ARGS[@]}"
 # CI compiles the test programs among these against LibTorch 2.x headers too (CMakeLists.txt).
 targets=(shardtune shardtune-rank shardtune-make-model shardtune-ckpt shardtune-tokenize nccl_comm_test mpi_collectives_test
          fsdp_equivalence_test fsdp_training_test shard_loader_test device_checkpoint_test hf_model_test train_bench

@@ -2,7 +2,13 @@
 // timeouts (see the header for why).
 #include "runtime/dist/nccl_communicator.h"
 
+#if __has_include(<c10/cuda/CUDAEvent.h>)
+// LibTorch 2.9 and later: the event alone, without ATen's CUDA context header, which includes the
+// cuBLAS, cuSPARSE and cuSOLVER headers a CUDA toolkit need not have.
+#include <c10/cuda/CUDAEvent.h>
+#else
 #include <ATen/cuda/CUDAEvent.h>
+#endif
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <fmt/format.h>
@@ -15,6 +21,12 @@
 
 namespace shardtune::dist {
 namespace {
+
+#if __has_include(<c10/cuda/CUDAEvent.h>)
+using CudaEvent = c10::cuda::CUDAEvent;
+#else
+using CudaEvent = at::cuda::CUDAEvent;
+#endif
 
 using common::ErrorKind;
 
@@ -38,7 +50,7 @@ struct NcclCommunicator::StreamHolder {
 struct NcclCommunicator::InFlight {
   std::string_view op;
   uint64_t seq = 0;
-  at::cuda::CUDAEvent done;
+  CudaEvent done;
 };
 
 class NcclCommunicator::NcclWork final : public Work {
@@ -109,7 +121,7 @@ WorkHandle NcclCommunicator::launch(std::string_view op, std::vector<at::Tensor>
   const c10::cuda::CUDAStream caller = caller_stream(device_);
   const c10::cuda::CUDAStream& mine = stream_->stream;
   // The inputs were produced on the caller's stream: the group's stream starts after them.
-  at::cuda::CUDAEvent ready;
+  CudaEvent ready;
   ready.record(caller);
   ready.block(mine);
   auto flight = std::make_shared<InFlight>();
