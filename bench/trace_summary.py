@@ -32,7 +32,9 @@ def main():
     opener = gzip.open if a.trace.endswith(".gz") else open
     with opener(a.trace, "rt") as f:
         events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
-    kernels = [e for e in events if e.get("cat") == "kernel"]
+    # The GPU rows also hold shardtune's ranges as the GPU ran them (fsdp.*, optimizer.step, ...).
+    ranges_on_gpu = re.compile(r"^(fsdp|optimizer|data|checkpoint|train|lora|shardtune)\.")
+    kernels = [e for e in events if e.get("cat") == "kernel" and not ranges_on_gpu.match(e["name"])]
     if not events:
         raise SystemExit(f"{a.trace}: no events")
     start = min(e["ts"] for e in events)
