@@ -67,8 +67,12 @@ endif()
 separate_arguments(SHARDTUNE_TORCH_CXX_FLAGS UNIX_COMMAND "${TORCH_CXX_FLAGS}")
 add_library(shardtune_torch INTERFACE)
 # fmt first: a wheel's LibTorch ships fmt headers of another major version in torch/include, and
-# the fmt that spdlog was built with must be the one every source includes.
-target_link_libraries(shardtune_torch INTERFACE fmt::fmt ${TORCH_LIBRARIES})
+# the fmt that spdlog was built with must be the one every source includes. The C++ library before
+# LibTorch too: a wheel's libtorch.so exports std::filesystem functions of its own (linked in from
+# its toolchain's libstdc++_nonshared.a), and a program that needs libtorch.so first has its calls
+# bound to them; std::filesystem::remove_all so bound jumped to address 0 on an H100 machine
+# (PyTorch 2.11 wheel, Ubuntu 24.04, 2026-11-27). tests/cli/torch_loads_test.sh checks the order.
+target_link_libraries(shardtune_torch INTERFACE fmt::fmt stdc++ ${TORCH_LIBRARIES})
 target_compile_options(shardtune_torch INTERFACE ${SHARDTUNE_TORCH_CXX_FLAGS})
 
 # CUDA and NCCL: compiled whenever found, even with a CPU LibTorch. The NCCL layer works on raw

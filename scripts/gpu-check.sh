@@ -71,6 +71,7 @@ record() {
 # for one check) is stopped and fails, so one hung rank cannot spend a whole device call. The build
 # has 900 s (ST_BUILD_LIMIT_S), as much as one device call gives it.
 check_limit=${ST_CHECK_LIMIT_S:-300}
+plain() { sed 's/\x1b\[[0-9;]*m//g' "$1"; }  # a log without GoogleTest's colours
 check() {
   local name=$1
   shift
@@ -91,12 +92,14 @@ check() {
     detail="stopped after ${limit:-$check_limit} s"
   elif [ $rc -ne 0 ]; then
     status=FAIL
-    detail=$(grep -m1 -E "Failure|FAIL|error|Error" "$report/logs/$name.log" | cut -c1-200 | tr '\t' ' ')
+    # The first line that says what failed (a test's failure, a crash), not a library's warning.
+    detail=$(plain "$report/logs/$name.log" | grep -v -E "dlopen error|Perhaps a missing symbol" |
+      grep -m1 -E "Failure|FAIL|Segmentation fault|Assertion|error|Error" | cut -c1-200 | tr '\t' ' ')
     [ -n "$detail" ] || detail="exit $rc"
   else
     # A test program that skipped tests (a missing fixture, no GPU) still exits 0: say so.
     local skipped
-    skipped=$(grep -m1 -oE '\[  SKIPPED \] [0-9]+ tests?,' "$report/logs/$name.log" | grep -oE '[0-9]+')
+    skipped=$(plain "$report/logs/$name.log" | grep -m1 -oE '\[  SKIPPED \] [0-9]+ tests?,' | grep -oE '[0-9]+')
     [ -n "$skipped" ] && detail="$skipped GoogleTest tests skipped"
   fi
   record "$name" "$status" "$((SECONDS - t0))" "$detail"
@@ -151,6 +154,11 @@ if ! limit=${ST_BUILD_LIMIT_S:-900} check build st_with_libs "${build_cmd[@]}" "
   python3 "$root/scripts/gpu_check_report.py" "$report" "$build_only"
   exit 1
 fi
+
+# Every symbol of the programs resolves, and they bind the C++ library's functions before LibTorch's
+# (a wheel's libtorch.so exports std::filesystem functions of its own: cmake/ShardtuneDeps.cmake).
+check link_order st_with_libs bash "$root/tests/cli/torch_loads_test.sh" "" "" "$build/bin/shardtune-rank" \
+  "$build/bin/shard_loader_test"
 
 mpirun_args=(-np 1 --oversubscribe --bind-to none --mca btl self,vader,tcp --mca btl_tcp_if_include lo
              --mca oob_tcp_if_include lo)  # ranks on this machine inherit the environment

@@ -43,6 +43,10 @@ export PKG_CONFIG_SYSROOT_DIR="$ST_PREFIX"
 # Debian's Open MPI defaults (openmpi-mca-params.conf: no UCX, no OFI) come from the prefix's /etc,
 # which OPAL_PREFIX alone does not move.
 export OPAL_SYSCONFDIR="$ST_PREFIX/etc/openmpi"
+# PMIx looks for its plugins where Debian installs them, which on an Ubuntu 24.04 image holds
+# Ubuntu's own PMIx 5 plugins ("dlopen error: ... pmix_mca_pcompress_zlib.so: undefined symbol:
+# pmix_output_info", an H100 machine, 2026-11-27): the prefix's instead.
+export PMIX_MCA_mca_base_component_path="$ST_PREFIX/usr/lib/$multiarch/pmix2/lib/pmix"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # Open MPI 4.1 refuses to start, even one local rank, when neither ssh nor rsh is installed (its rsh
 # launcher checks for them first); every rank here is local, so it is not needed.

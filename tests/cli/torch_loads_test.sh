@@ -2,7 +2,9 @@
 # What the programs load (cmake/ShardtuneDeps.cmake): every symbol of every library they map
 # resolves (ldd -r: functions too, as a call would); where the build made a copy of libtorch_cpu.so
 # without the libraries it does not use, they load that copy, and fewer libraries than with
-# LibTorch's own (which LD_LIBRARY_PATH, searched before a run path, puts back).
+# LibTorch's own (which LD_LIBRARY_PATH, searched before a run path, puts back); and they need the
+# C++ library before any of LibTorch's, so that a C++ library function binds to the C++ library even
+# where LibTorch exports one of its own (a wheel's libtorch.so: std::filesystem, cmake/ShardtuneDeps.cmake).
 # usage: torch_loads_test.sh TRIMMED_COPY_OR_EMPTY ORIGINAL PROGRAM...
 set -u
 trimmed=$1 original=$2
@@ -13,6 +15,11 @@ for program in "$@"; do
   out=$(ldd -r "$program" 2>&1)
   bad=$(grep "undefined symbol\|not found" <<<"$out" | head -3)
   [ -z "$bad" ] || fail "$program: $bad"
+  needed=$(readelf -d "$program" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
+  cxx=$(grep -n -m1 '^libstdc++' <<<"$needed" | cut -d: -f1)
+  torch=$(grep -n -m1 -E '^lib(torch|c10)' <<<"$needed" | cut -d: -f1)
+  [ -n "$cxx" ] && [ -n "$torch" ] && ((cxx < torch)) ||
+    fail "$program needs the C++ library after LibTorch: $(tr '\n' ' ' <<<"$needed")"
   n=$(grep -c '=>' <<<"$out")
   if [ -n "$trimmed" ]; then
     grep -q "libtorch_cpu[^ ]* => $trimmed " <<<"$out" || fail "$program does not load $trimmed: $(grep libtorch_cpu <<<"$out")"
