@@ -1,6 +1,7 @@
-// AdamW, as torch.optim.AdamW.
+// AdamW, as torch.optim.AdamW: fused where the state is fp32, an operation at a time otherwise.
 #include "runtime/fsdp/adamw.h"
 
+#include <ATen/Parallel.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/all.h>
@@ -9,6 +10,20 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <utility>
+
+#include "common/error.h"
+#include "runtime/fsdp/adamw_kernel.h"
+
+// LibTorch 2.x with CUDA has torch.optim.AdamW(fused=True)'s kernel.
+#if defined(SHARDTUNE_TORCH_HAS_CUDA) && __has_include(<ATen/ops/_fused_adamw.h>)
+#include <ATen/ops/_fused_adamw.h>
+#include <ATen/ops/full.h>
+#define ST_DEVICE_FUSED_ADAMW 1
+#else
+#define ST_DEVICE_FUSED_ADAMW 0
+#endif
 
 namespace shardtune::fsdp {
 
@@ -25,36 +40,128 @@ void AdamW::set_step_count(int64_t step) {
   std::fill(steps_.begin(), steps_.end(), step);
 }
 
+AdamW::Path AdamW::path(size_t i) const {
+  const at::Tensor &p = params_[i], &g = grads_[i];
+  const bool fp32 = p.scalar_type() == at::kFloat && p.is_contiguous() && exp_avg_[i].is_contiguous() &&
+                    exp_avg_sq_[i].is_contiguous() && g.is_contiguous() && g.device() == p.device();
+  if (!config_.fused || !fp32) return Path::kOps;
+  if (p.is_cpu() && (g.scalar_type() == at::kFloat || g.scalar_type() == at::kBFloat16)) return Path::kHostFused;
+#if ST_DEVICE_FUSED_ADAMW
+  if (p.is_cuda() && g.scalar_type() == at::kFloat) return Path::kDeviceFused;
+#endif
+  return Path::kOps;
+}
+
+bool AdamW::fused(size_t i) const { return path(i) != Path::kOps; }
+
 void AdamW::step(double lr, const PieceObserver& updated) {
   at::NoGradGuard no_grad;
   ++step_;
+  std::vector<size_t> on_device;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const auto step = static_cast<double>(++steps_[i]);
+    const double bias_correction1 = 1 - std::pow(config_.beta1, step);
+    const double bias_correction2_sqrt = std::sqrt(1 - std::pow(config_.beta2, step));
+    switch (path(i)) {
+      case Path::kHostFused: step_host_fused(i, lr, bias_correction1, bias_correction2_sqrt, updated); break;
+      case Path::kDeviceFused: on_device.push_back(i); break;
+      case Path::kOps: step_ops(i, lr, bias_correction1, bias_correction2_sqrt, updated); break;
+    }
+  }
+  if (on_device.empty()) return;
+  step_device_fused(on_device, lr);
+  if (updated)
+    for (size_t i : on_device)
+      for (int64_t start = 0; start < params_[i].numel(); start += kObservedPieceElements)
+        updated(i, start, std::min(kObservedPieceElements, params_[i].numel() - start));
+}
+
+void AdamW::step_ops(size_t i, double lr, double bias_correction1, double bias_correction2_sqrt,
+                     const PieceObserver& updated) {
   const double b1 = config_.beta1, b2 = config_.beta2;
+  const double step_size = lr / bias_correction1;
   // Element by element, so a tensor can be updated a piece at a time: the temporaries (the
   // denominator, a gradient of another dtype) then stay at one piece each, where a whole
   // 1B-parameter shard on one GPU would add 10 GB at every step. Same results either way.
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const auto step = static_cast<double>(++steps_[i]);
-    const double bias_correction1 = 1 - std::pow(b1, step);
-    const double bias_correction2_sqrt = std::sqrt(1 - std::pow(b2, step));
-    const double step_size = lr / bias_correction1;
-    at::Tensor& p = params_[i];
-    const bool flat = p.is_contiguous() && grads_[i].is_contiguous() && exp_avg_[i].is_contiguous() &&
-                      exp_avg_sq_[i].is_contiguous();
-    const int64_t n = p.numel();
-    const int64_t piece = flat ? std::min(n, updated ? kObservedPieceElements : kPieceElements) : n;
-    for (int64_t start = 0; start < n; start += piece) {
-      const int64_t len = std::min(piece, n - start);
-      const auto part = [&](const at::Tensor& t) { return flat ? t.view({-1}).narrow(0, start, len) : t; };
-      at::Tensor pp = part(p), m = part(exp_avg_[i]), v = part(exp_avg_sq_[i]);
-      const at::Tensor g = part(grads_[i]).to(p.scalar_type());
-      pp.mul_(1 - lr * config_.weight_decay);
-      m.mul_(b1).add_(g, 1 - b1);
-      v.mul_(b2).addcmul_(g, g, 1 - b2);
-      const at::Tensor denom = v.sqrt().div_(bias_correction2_sqrt).add_(config_.eps);
-      pp.addcdiv_(m, denom, -step_size);
-      if (updated) updated(i, start, len);
-    }
+  at::Tensor& p = params_[i];
+  const bool flat = p.is_contiguous() && grads_[i].is_contiguous() && exp_avg_[i].is_contiguous() &&
+                    exp_avg_sq_[i].is_contiguous();
+  const int64_t n = p.numel();
+  const int64_t piece = flat ? std::min(n, updated ? kObservedPieceElements : kPieceElements) : n;
+  for (int64_t start = 0; start < n; start += piece) {
+    const int64_t len = std::min(piece, n - start);
+    const auto part = [&](const at::Tensor& t) { return flat ? t.view({-1}).narrow(0, start, len) : t; };
+    at::Tensor pp = part(p), m = part(exp_avg_[i]), v = part(exp_avg_sq_[i]);
+    const at::Tensor g = part(grads_[i]).to(p.scalar_type());
+    pp.mul_(1 - lr * config_.weight_decay);
+    m.mul_(b1).add_(g, 1 - b1);
+    v.mul_(b2).addcmul_(g, g, 1 - b2);
+    const at::Tensor denom = v.sqrt().div_(bias_correction2_sqrt).add_(config_.eps);
+    pp.addcdiv_(m, denom, -step_size);
+    if (updated) updated(i, start, len);
   }
+}
+
+void AdamW::step_host_fused(size_t i, double lr, double bias_correction1, double bias_correction2_sqrt,
+                            const PieceObserver& updated) {
+  const AdamWScalars s{static_cast<float>(1 - lr * config_.weight_decay),
+                       static_cast<float>(config_.beta1),
+                       static_cast<float>(1 - config_.beta1),
+                       static_cast<float>(config_.beta2),
+                       static_cast<float>(1 - config_.beta2),
+                       static_cast<float>(bias_correction2_sqrt),
+                       static_cast<float>(config_.eps),
+                       static_cast<float>(-lr / bias_correction1)};
+  float* p = params_[i].data_ptr<float>();
+  float* m = exp_avg_[i].data_ptr<float>();
+  float* v = exp_avg_sq_[i].data_ptr<float>();
+  const at::Tensor& grad = grads_[i];
+  const auto update = [&](int64_t begin, int64_t end) {
+    if (grad.scalar_type() == at::kFloat) {
+      adamw_update(p + begin, grad.data_ptr<float>() + begin, m + begin, v + begin, end - begin, s);
+    } else {
+      const auto* g = reinterpret_cast<const uint16_t*>(grad.data_ptr<at::BFloat16>());
+      adamw_update(p + begin, g + begin, m + begin, v + begin, end - begin, s);
+    }
+  };
+  // Written through their data, so their version counters move on as an in-place operation's
+  // would: a copy gathered from the old shard, or a checksum taken of the old state, is then stale.
+  for (at::Tensor* t : {&params_[i], &exp_avg_[i], &exp_avg_sq_[i]}) t->unsafeGetTensorImpl()->bump_version();
+  const int64_t n = params_[i].numel();
+  // With an observer, a piece at a time, so that it reads each piece from cache.
+  const int64_t piece = updated ? kObservedPieceElements : std::max<int64_t>(n, 1);
+  for (int64_t start = 0; start < n; start += piece) {
+    const int64_t len = std::min(piece, n - start);
+    at::parallel_for(start, start + len, kGrainElements, update);
+    if (updated) updated(i, start, len);
+  }
+}
+
+void AdamW::step_device_fused(const std::vector<size_t>& params, double lr) {
+#if ST_DEVICE_FUSED_ADAMW
+  // One launch sequence per device and per step count (parameters that started training later
+  // count their own); the kernel reads the step from a tensor on the device.
+  std::map<std::pair<int64_t, int>, std::vector<size_t>> groups;
+  for (size_t i : params) groups[{steps_[i], params_[i].device().index()}].push_back(i);
+  for (const auto& [key, members] : groups) {
+    const at::Tensor step = at::full({}, static_cast<double>(key.first),
+                                     at::TensorOptions().dtype(at::kFloat).device(params_[members.front()].device()));
+    std::vector<at::Tensor> p, g, m, v, steps;
+    for (size_t i : members) {
+      p.push_back(params_[i]);
+      g.push_back(grads_[i]);
+      m.push_back(exp_avg_[i]);
+      v.push_back(exp_avg_sq_[i]);
+      steps.push_back(step);
+    }
+    at::_fused_adamw_(p, g, m, v, {}, steps, lr, config_.beta1, config_.beta2, config_.weight_decay, config_.eps,
+                      /*amsgrad=*/false, /*maximize=*/false);
+  }
+#else
+  (void)params;
+  (void)lr;
+  ST_CHECK(false, common::ErrorKind::kInternal, "AdamW: no fused kernel for the device in this build");
+#endif
 }
 
 void AdamW::reset_state() {

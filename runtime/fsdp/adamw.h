@@ -1,6 +1,10 @@
-// AdamW with decoupled weight decay, element by element as torch.optim.AdamW (single-tensor
-// path) computes it. Each parameter is any tensor with its gradient tensor: an FSDP shard or, in
-// a plain reference training, a whole parameter; either way the state is shaped like it.
+// AdamW with decoupled weight decay, element by element as torch.optim.AdamW computes it. Each
+// parameter is any tensor with its gradient tensor: an FSDP shard or, in a plain reference
+// training, a whole parameter; either way the state is shaped like it.
+//
+// fp32 state is updated in one fused pass: on the host by adamw_kernel.h's loop, on a GPU by
+// LibTorch's fused AdamW kernel (torch.optim.AdamW(fused=True)). Other dtypes, and `fused =
+// false`, take an operation at a time, LibTorch's single-tensor path exactly.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -16,6 +20,7 @@ struct AdamWConfig {
   double beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 0.0;
+  bool fused = true;
 };
 
 class AdamW {
@@ -36,6 +41,11 @@ class AdamW {
   // the piece from cache.
   static constexpr int64_t kPieceElements = int64_t{1} << 24;
   static constexpr int64_t kObservedPieceElements = int64_t{1} << 17;
+  // The fused host update splits a tensor over LibTorch's intra-op threads in chunks of at least this.
+  static constexpr int64_t kGrainElements = int64_t{1} << 16;
+
+  // Whether parameter i is updated in one fused pass (see above).
+  bool fused(size_t i) const;
 
   // Steps taken. Each parameter also counts its own (its bias correction's step), as
   // torch.optim.AdamW keeps state['step'] per parameter: a parameter that starts training later
@@ -54,6 +64,13 @@ class AdamW {
   at::Tensor& exp_avg_sq(size_t i) { return exp_avg_sq_.at(i); }
 
  private:
+  enum class Path { kOps, kHostFused, kDeviceFused };
+  Path path(size_t i) const;
+  void step_ops(size_t i, double lr, double bias_correction1, double bias_correction2_sqrt, const PieceObserver& updated);
+  void step_host_fused(size_t i, double lr, double bias_correction1, double bias_correction2_sqrt,
+                       const PieceObserver& updated);
+  void step_device_fused(const std::vector<size_t>& params, double lr);
+
   AdamWConfig config_;
   int64_t step_ = 0;
   std::vector<int64_t> steps_;  // per parameter

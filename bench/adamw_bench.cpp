@@ -1,0 +1,54 @@
+// AdamW's step on the host: the fused fp32 pass against the operation-at-a-time path (LibTorch's
+// single-tensor AdamW), on the same tensors in the same run, alternating. Printed: each one's
+// median seconds per step, its bandwidth over the bytes the fused pass must move (28 B an element:
+// parameter, both moments read and written, the gradient read), and the ratio.
+// Run: bench/adamw.sh, or build/bin/adamw_bench [MILLIONS_OF_PARAMETERS] [STEPS].
+#include <ATen/Parallel.h>
+#include <ATen/ops/randn.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <vector>
+
+#include "runtime/fsdp/adamw.h"
+
+using namespace shardtune;
+
+int main(int argc, char** argv) {
+  const int64_t n = (argc > 1 ? std::atoll(argv[1]) : 64) * 1000000;
+  const int steps = argc > 2 ? std::atoi(argv[2]) : 7;
+  // Two parameters, as a flat block and a small one.
+  std::vector<int64_t> sizes = {n - n / 64, n / 64};
+  fsdp::AdamW fused({0.9, 0.95, 1e-8, 0.1, true}), ops({0.9, 0.95, 1e-8, 0.1, false});
+  std::vector<at::Tensor> keep;
+  for (int64_t size : sizes)
+    for (fsdp::AdamW* opt : {&fused, &ops}) {
+      at::Tensor p = at::randn({size}), g = at::randn({size});
+      opt->add(p, g);
+      keep.insert(keep.end(), {p, g});
+    }
+  std::vector<double> t_fused, t_ops;
+  const auto time = [](fsdp::AdamW& opt) {
+    const auto start = std::chrono::steady_clock::now();
+    opt.step(1e-4);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  time(fused);  // first touch of the moments
+  time(ops);
+  for (int s = 0; s < steps; ++s) {
+    t_fused.push_back(time(fused));
+    t_ops.push_back(time(ops));
+  }
+  const auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  const double f = median(t_fused), o = median(t_ops), bytes = 28.0 * static_cast<double>(n);
+  fmt::print("AdamW step, {:.0f}M fp32 parameters, {} threads, median of {} steps\n", n / 1e6, at::get_num_threads(), steps);
+  fmt::print("  operation at a time  {:8.3f} s  {:6.1f} GB/s (of the fused pass's bytes)\n", o, bytes / o / 1e9);
+  fmt::print("  fused                {:8.3f} s  {:6.1f} GB/s\n", f, bytes / f / 1e9);
+  fmt::print("  fused / operation at a time: {:.2f}x faster\n", o / f);
+  return 0;
+}
