@@ -86,7 +86,7 @@ FlatParam::FlatParam(FlatLayout layout, std::vector<at::Tensor*> slots, bool tra
 }
 
 at::Tensor& FlatParam::grad_shard() {
-  ST_CHECK(reduce_work_ == nullptr, common::ErrorKind::kInternal,
+  ST_CHECK(!reduced_.defined(), common::ErrorKind::kInternal,
            "the gradient shard was read while its reduction was in flight (FsdpLlama::finish_grad_sync was not called)");
   if (trainable_ && !grad_shard_.defined())
     grad_shard_ = zeros_on_huge_pages(layout_.shard_numel(), shard_.options());
@@ -252,37 +252,68 @@ void FlatParam::reset_leaves() {
 void FlatParam::accumulate_grad(size_t param, const at::Tensor& grad) {
   at::NoGradGuard no_grad;
   ST_CHECK(trainable_, common::ErrorKind::kInternal, "gradient for a frozen parameter");
-  if (!full_grad_.defined())
-    full_grad_ = at::zeros({layout_.padded_numel()}, shard_.options().dtype(options_.precision.reduce));
+  if (!full_grad_.defined()) {
+    // Not zero-filled: a parameter's first gradient is copied in, later ones added, and what no
+    // gradient reached is zeroed when the reduction starts (zero_unwritten_grad).
+    full_grad_ = at::empty({layout_.padded_numel()}, shard_.options().dtype(options_.precision.reduce));
+    grad_written_.assign(layout_.params().size(), false);
+  }
   const ParamSpan& p = layout_.params().at(param);
-  full_grad_.narrow(0, p.offset, p.numel).add_(grad.reshape({-1}));
+  at::Tensor target = full_grad_.narrow(0, p.offset, p.numel);
+  if (grad_written_.at(param)) {
+    target.add_(grad.reshape({-1}));
+  } else {
+    target.copy_(grad.reshape({-1}));
+    grad_written_[param] = true;
+  }
+}
+
+void FlatParam::zero_unwritten_grad() {
+  int64_t cursor = 0;  // parameters lie in the flat buffer in order, alignment gaps between them
+  for (size_t i = 0; i < layout_.params().size(); ++i) {
+    const ParamSpan& p = layout_.params()[i];
+    if (p.offset > cursor) full_grad_.narrow(0, cursor, p.offset - cursor).zero_();
+    if (!grad_written_[i]) full_grad_.narrow(0, p.offset, p.numel).zero_();
+    cursor = p.offset + p.numel;
+  }
+  if (layout_.padded_numel() > cursor) full_grad_.narrow(0, cursor, layout_.padded_numel() - cursor).zero_();
 }
 
 void FlatParam::start_reduce(dist::Communicator& shard_group) {
   if (!full_grad_.defined()) return;
-  ST_CHECK(reduce_work_ == nullptr, common::ErrorKind::kInternal, "a second gradient reduction of one flat parameter");
+  ST_CHECK(!reduced_.defined(), common::ErrorKind::kInternal, "a second gradient reduction of one flat parameter");
   at::NoGradGuard no_grad;
+  zero_unwritten_grad();
+  all_reducing_ = false;
+  if (shard_group.size() == 1) {
+    // One shard: the reduce-scatter's average over one rank is the gradient itself.
+    reduced_ = std::move(full_grad_);
+    full_grad_ = at::Tensor();
+    return;
+  }
   reduced_ = at::empty({layout_.shard_numel()}, full_grad_.options());
-  if (shard_group.size() > 1) wire_.reduced += static_cast<int64_t>(full_grad_.nbytes());
+  wire_.reduced += static_cast<int64_t>(full_grad_.nbytes());
   // The work keeps the unsharded gradient alive until the reduce-scatter is done with it.
   reduce_work_ = shard_group.start_reduce_scatter(full_grad_, reduced_, dist::ReduceOp::kAvg);
-  all_reducing_ = false;
   full_grad_ = at::Tensor();
 }
 
 bool FlatParam::advance_reduce(dist::Communicator& replicate_group) {
-  if (!reduce_work_) return true;
+  if (!reduced_.defined()) return true;
   at::NoGradGuard no_grad;
-  reduce_work_->wait();
-  reduce_work_.reset();
+  if (reduce_work_) {
+    reduce_work_->wait();
+    reduce_work_.reset();
+  }
   if (!all_reducing_ && replicate_group.size() > 1) {
     wire_.reduced += static_cast<int64_t>(reduced_.nbytes());
     reduce_work_ = replicate_group.start_all_reduce(reduced_, dist::ReduceOp::kAvg);
     all_reducing_ = true;
     return false;
   }
-  grad_shard().add_(reduced_);
+  const at::Tensor reduced = std::move(reduced_);
   reduced_ = at::Tensor();
+  grad_shard().add_(reduced);
   return true;
 }
 

@@ -90,7 +90,7 @@ class FlatParam {
   // the gradient is in grad_shard().
   void start_reduce(dist::Communicator& shard_group);
   bool advance_reduce(dist::Communicator& replicate_group);
-  bool reducing() const { return reduce_work_ != nullptr; }
+  bool reducing() const { return reduced_.defined(); }
   void reduce_grad(dist::Communicator& shard_group, dist::Communicator& replicate_group) {
     start_reduce(shard_group);
     while (!advance_reduce(replicate_group)) {
@@ -124,7 +124,9 @@ class FlatParam {
   dist::WorkHandle gather_work_;  // the all-gather into full_, while in flight
   std::vector<at::Tensor> leaves_;
   at::Tensor full_grad_;  // (padded_numel,) reduce dtype, while gradients are unreduced
-  at::Tensor reduced_;    // (shard_numel,) reduce dtype, this rank's part while it is reduced
+  std::vector<bool> grad_written_;  // per parameter: full_grad_ holds a gradient of it
+  at::Tensor reduced_;    // (shard_numel,) reduce dtype, this rank's part from the reduction's start to its end
+  void zero_unwritten_grad();
   dist::WorkHandle reduce_work_;
   bool all_reducing_ = false;  // reduce_work_ is the all-reduce across replicas
   WireBytes wire_;

@@ -1,0 +1,87 @@
+// A flat parameter's gradient path against the exact sum: gradients accumulated over micro-batches
+// (a parameter reached twice, once, or never), reduced over the shard group and, under HSDP,
+// across replicas, then added into a gradient shard that already holds a value. Each rank's
+// gradients differ; the expected shard is computed in float64 from all of them. Each round starts
+// after freeing a buffer of NaN of the reduction's size, so that a reused buffer cannot pass off
+// stale values for the zeros of a parameter no gradient reached. At every world size, with the whole world as one
+// shard group, and with shard groups of one rank (the path that skips the reduce-scatter).
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/zeros.h>
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cmath>
+
+#include "runtime/fsdp/flat_param.h"
+#include "tests/mpi/test_device.h"
+
+namespace shardtune {
+namespace {
+
+// A gradient of `numel` values that depends on the rank, the round, the micro-batch and the parameter.
+at::Tensor grad_of(int64_t numel, int rank, int round, int micro, int param) {
+  at::Tensor g = at::zeros({numel}, at::TensorOptions().dtype(at::kDouble));
+  for (int64_t i = 0; i < numel; ++i)
+    g[i] = std::sin(1.0 + i + 7.0 * rank + 13.0 * round + 29.0 * micro + 101.0 * param);
+  return g;
+}
+
+void check_gradient_path(int shard_size) {
+  int rank = 0, world = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  dist::ProcessGroups groups = testing_support::make_test_groups(shard_size);
+  fsdp::FsdpOptions options;
+  options.device = testing_support::test_device();
+  options.shard_size = shard_size;
+  const fsdp::FlatLayout layout({{"a", {5}}, {"b", {2, 3}}, {"c", {3}}, {"d", {4}}}, shard_size);
+  std::vector<at::Tensor> values;
+  std::vector<at::Tensor*> slots;
+  for (const fsdp::ParamSpan& p : layout.params()) values.push_back(at::zeros(p.shape));
+  for (at::Tensor& v : values) slots.push_back(&v);
+  const int shard_rank = rank % shard_size;
+  fsdp::FlatParam flat(layout, slots, /*trainable=*/true, options, shard_rank);
+  flat.grad_shard().fill_(0.5);
+
+  // Micro-batch 0 reaches a and c, micro-batch 1 reaches a and d; b is never reached.
+  const std::vector<std::pair<int, int>> reached = {{0, 0}, {0, 2}, {1, 0}, {1, 3}};
+  at::Tensor expected_shard = at::full({layout.shard_numel()}, 0.5, at::TensorOptions().dtype(at::kDouble));
+  for (int round = 0; round < 3; ++round) {
+    // A freed buffer of the reduction's size full of NaN, which the allocator is likely to hand
+    // out again: zeros that were never written would show.
+    at::full({layout.padded_numel()}, NAN, at::TensorOptions().device(options.device));
+    for (const auto& [micro, param] : reached) {
+      const fsdp::ParamSpan& p = layout.params()[static_cast<size_t>(param)];
+      flat.accumulate_grad(static_cast<size_t>(param),
+                           grad_of(p.numel, rank, round, micro, param).to(at::kFloat).view(p.shape).to(options.device));
+    }
+    flat.reduce_grad(*groups.shard, *groups.replicate);
+    // The average over every rank of each rank's accumulated gradient, in float64.
+    at::Tensor full = at::zeros({layout.padded_numel()}, at::TensorOptions().dtype(at::kDouble));
+    for (int r = 0; r < world; ++r)
+      for (const auto& [micro, param] : reached) {
+        const fsdp::ParamSpan& p = layout.params()[static_cast<size_t>(param)];
+        full.narrow(0, p.offset, p.numel) += grad_of(p.numel, r, round, micro, param).to(at::kFloat).to(at::kDouble) / world;
+      }
+    expected_shard += full.narrow(0, layout.shard_begin(shard_rank), layout.shard_numel());
+    const at::Tensor got = flat.grad_shard().to(at::kCPU).to(at::kDouble);
+    // Each element: a sum of 2·world fp32 values of magnitude ≤ 1, averaged, then added to the
+    // shard; fp32 rounding bounds the error by (2·world + 3)·u·(its magnitude, at most 2·3 + 0.5).
+    const double bound = (2.0 * world + 3) * std::ldexp(1.0, -24) * 7;
+    const at::Tensor error = (got - expected_shard).abs();
+    EXPECT_LE(error.max().item<double>(), bound)
+        << "round " << round << ", shard groups of " << shard_size << ": element " << error.argmax().item<int64_t>()
+        << " is " << got[error.argmax()].item<double>() << ", expected " << expected_shard[error.argmax()].item<double>();
+  }
+}
+
+TEST(FlatParamGradients, OneShardGroupOfTheWholeWorld) {
+  int world = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  check_gradient_path(world);
+}
+TEST(FlatParamGradients, ShardGroupsOfOneRank) { check_gradient_path(1); }
+
+}  // namespace
+}  // namespace shardtune
