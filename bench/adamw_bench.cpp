@@ -1,8 +1,10 @@
 // AdamW's step on the host: the fused fp32 pass against the operation-at-a-time path (LibTorch's
-// single-tensor AdamW), on the same tensors in the same run, alternating. Printed: each one's
-// median seconds per step, its bandwidth over the bytes the fused pass must move (28 B an element:
-// parameter, both moments read and written, the gradient read), and the ratio.
-// Run: bench/adamw.sh, or build/bin/adamw_bench [MILLIONS_OF_PARAMETERS] [STEPS].
+// single-tensor AdamW), on tensors of the same sizes in the same run, alternating. The tensors:
+// the flat parameters of bench/cpu_model.sh's 0.12B Llama at one rank (embedding, 12 blocks,
+// head), SCALE times each. Printed: each one's median seconds per step, its bandwidth over the
+// bytes the fused pass must move (28 B an element: parameter, both moments read and written, the
+// gradient read), and the ratio.
+// Run: bench/adamw.sh, or build/bin/adamw_bench [SCALE] [STEPS].
 #include <ATen/Parallel.h>
 #include <ATen/ops/randn.h>
 #include <fmt/format.h>
@@ -17,11 +19,15 @@
 using namespace shardtune;
 
 int main(int argc, char** argv) {
-  const int64_t n = (argc > 1 ? std::atoll(argv[1]) : 64) * 1000000;
+  const double scale = argc > 1 ? std::atof(argv[1]) : 1.0;
   const int steps = argc > 2 ? std::atoi(argv[2]) : 7;
-  // Two parameters, as a flat block and a small one.
-  std::vector<int64_t> sizes = {n - n / 64, n / 64};
-  fsdp::AdamW fused({0.9, 0.95, 1e-8, 0.1, true}), ops({0.9, 0.95, 1e-8, 0.1, false});
+  const int64_t embedding = 32000 * 768, block = 2 * 768 * 768 + 2 * 256 * 768 + 3 * 768 * 2048 + 2 * 768;
+  std::vector<int64_t> sizes = {embedding};
+  for (int b = 0; b < 12; ++b) sizes.push_back(block);
+  sizes.push_back(embedding + 768);
+  int64_t n = 0;
+  for (int64_t& size : sizes) n += size = static_cast<int64_t>(static_cast<double>(size) * scale);
+  fsdp::AdamW fused({0.9, 0.95, 1e-8, 0.1, true, true}), ops({0.9, 0.95, 1e-8, 0.1, false, false});
   std::vector<at::Tensor> keep;
   for (int64_t size : sizes)
     for (fsdp::AdamW* opt : {&fused, &ops}) {
@@ -46,7 +52,8 @@ int main(int argc, char** argv) {
     return v[v.size() / 2];
   };
   const double f = median(t_fused), o = median(t_ops), bytes = 28.0 * static_cast<double>(n);
-  fmt::print("AdamW step, {:.0f}M fp32 parameters, {} threads, median of {} steps\n", n / 1e6, at::get_num_threads(), steps);
+  fmt::print("AdamW step, {:.1f}M fp32 parameters in {} tensors, {} threads, median of {} steps\n", n / 1e6, sizes.size(),
+             at::get_num_threads(), steps);
   fmt::print("  operation at a time  {:8.3f} s  {:6.1f} GB/s (of the fused pass's bytes)\n", o, bytes / o / 1e9);
   fmt::print("  fused                {:8.3f} s  {:6.1f} GB/s\n", f, bytes / f / 1e9);
   fmt::print("  fused / operation at a time: {:.2f}x faster\n", o / f);

@@ -6,7 +6,8 @@
 # token) against the GPU's bf16 dense peak and against a bf16 matmul measured on the same GPU,
 # peak GPU memory; PyTorch FSDP2 (fully_shard) eager and with torch.compile at the same micro-batch,
 # and the ratios. Also packed rows (per-document attention) against one document per row at equal
-# tokens, and both with cuDNN's attention, which training leaves out. Writes bench.json and bench.md
+# tokens, and both with cuDNN's attention, which training leaves out; and shardtune with AdamW an
+# operation at a time (what its fused AdamW is worth). Writes bench.json and bench.md
 # into OUT_DIR. ST_BENCH_QUICK=1: without activation checkpointing only, and PyTorch eager only.
 # Run by scripts/gpu-check.sh, after
 # scripts/gpu-env.sh (Open MPI and the libraries from the prefix).
@@ -73,6 +74,8 @@ for ckpt in "${modes[@]}"; do
       gzip -c "$out/trace/rank-00000.trace.json" >"$out/trace.json.gz" || echo "bench: the trace failed"
   fi
   [ "$quick" = 1 ] || torch_run "$best" $ckpt --compile || true
+  # The fused AdamW's share: the same run with AdamW an operation at a time.
+  [ -z "$ckpt" ] && { shardtune "$best" --adamw-ops || true; }
   if [ -n "$ckpt" ]; then
     shardtune "$best" $ckpt --packed || true
     # cuDNN's attention, which training leaves out: fixed-length rows, and documents of many lengths.

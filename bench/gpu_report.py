@@ -20,7 +20,8 @@ for r in runs:
         continue
     achieved = r["tokens_per_s"] * flops / 1e12 if flops else None
     ours = next((s for s in runs if s["engine"] == "shardtune" and s["activation_checkpointing"] == r["activation_checkpointing"]
-                 and s["micro_batch"] == r["micro_batch"] and not s.get("packed") and not s.get("cudnn_attention")), None)
+                 and s["micro_batch"] == r["micro_batch"] and not s.get("packed") and not s.get("cudnn_attention")
+                 and s.get("adamw", "fused") == "fused"), None)
     rows.append(dict(r, tflops=achieved,
                      mfu_spec=achieved / spec if achieved and spec else None,
                      mfu_matmul=achieved / matmul["tflops_per_s"] if achieved and matmul else None,
@@ -37,7 +38,8 @@ lines = [f"## Llama 3.2 1B shapes, sequence 2048, bf16 mixed precision, world si
 yes_no = lambda v: "yes" if v else "no"
 for r in rows:
     cudnn = yes_no(r["cudnn_attention"]) if "cudnn_attention" in r else "PyTorch's choice"
-    lines.append(f"| {r['engine']} | {yes_no(r['activation_checkpointing'])} | {yes_no(r.get('packed'))} | {cudnn} "
+    engine = r["engine"] + (", AdamW an operation at a time" if r.get("adamw") == "ops" else "")
+    lines.append(f"| {engine} | {yes_no(r['activation_checkpointing'])} | {yes_no(r.get('packed'))} | {cudnn} "
                  f"| {r['micro_batch']} | {r['tokens_per_s']:.0f} | {f(r['tflops'], 1)} | {f(r['mfu_spec'] and 100 * r['mfu_spec'], 1)}% "
                  f"| {f(r['mfu_matmul'] and 100 * r['mfu_matmul'], 1)}% | {r['peak_allocated_gib']:.1f} | {f(r['shardtune_ratio'])} |")
 open(f"{out}/bench.md", "w").write("\n".join(lines) + "\n")

@@ -1,4 +1,5 @@
-// AdamW, as torch.optim.AdamW: fused where the state is fp32, an operation at a time otherwise.
+// AdamW, as torch.optim.AdamW: fused where the state is fp32 (on the host when asked), an
+// operation at a time otherwise.
 #include "runtime/fsdp/adamw.h"
 
 #include <ATen/Parallel.h>
@@ -6,7 +7,7 @@
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/all.h>
 #include <ATen/ops/isfinite.h>
-#include <ATen/ops/zeros_like.h>
+#include <ATen/ops/zeros.h>
 
 #include <algorithm>
 #include <cmath>
@@ -30,8 +31,9 @@ namespace shardtune::fsdp {
 void AdamW::add(at::Tensor param, at::Tensor grad) {
   params_.push_back(param);
   grads_.push_back(grad);
-  exp_avg_.push_back(at::zeros_like(param));
-  exp_avg_sq_.push_back(at::zeros_like(param));
+  // Contiguous whatever the parameter's strides, as the fused pass needs.
+  exp_avg_.push_back(at::zeros(param.sizes(), param.options()));
+  exp_avg_sq_.push_back(at::zeros(param.sizes(), param.options()));
   steps_.push_back(step_);
 }
 
@@ -45,7 +47,8 @@ AdamW::Path AdamW::path(size_t i) const {
   const bool fp32 = p.scalar_type() == at::kFloat && p.is_contiguous() && exp_avg_[i].is_contiguous() &&
                     exp_avg_sq_[i].is_contiguous() && g.is_contiguous() && g.device() == p.device();
   if (!config_.fused || !fp32) return Path::kOps;
-  if (p.is_cpu() && (g.scalar_type() == at::kFloat || g.scalar_type() == at::kBFloat16)) return Path::kHostFused;
+  if (p.is_cpu() && config_.fused_on_host && (g.scalar_type() == at::kFloat || g.scalar_type() == at::kBFloat16))
+    return Path::kHostFused;
 #if ST_DEVICE_FUSED_ADAMW
   if (p.is_cuda() && g.scalar_type() == at::kFloat) return Path::kDeviceFused;
 #endif
