@@ -20,7 +20,7 @@
 // LibTorch 2.x with CUDA has torch.optim.AdamW(fused=True)'s kernel.
 #if defined(SHARDTUNE_TORCH_HAS_CUDA) && __has_include(<ATen/ops/_fused_adamw.h>)
 #include <ATen/ops/_fused_adamw.h>
-#include <ATen/ops/full.h>
+#include <ATen/ops/tensor.h>
 #define ST_DEVICE_FUSED_ADAMW 1
 #else
 #define ST_DEVICE_FUSED_ADAMW 0
@@ -142,22 +142,27 @@ void AdamW::step_host_fused(size_t i, double lr, double bias_correction1, double
 
 void AdamW::step_device_fused(const std::vector<size_t>& params, double lr) {
 #if ST_DEVICE_FUSED_ADAMW
-  // One launch sequence per device and per step count (parameters that started training later
-  // count their own); the kernel reads the step from a tensor on the device.
-  std::map<std::pair<int64_t, int>, std::vector<size_t>> groups;
-  for (size_t i : params) groups[{steps_[i], params_[i].device().index()}].push_back(i);
-  for (const auto& [key, members] : groups) {
-    const at::Tensor step = at::full({}, static_cast<double>(key.first),
-                                     at::TensorOptions().dtype(at::kFloat).device(params_[members.front()].device()));
-    std::vector<at::Tensor> p, g, m, v, steps;
-    for (size_t i : members) {
+  // One call per device. The kernel reads each parameter's step (its own count: a parameter that
+  // started training later counts from then) from a float32 scalar on the device, as
+  // torch.optim.AdamW(fused=True) keeps state["step"]: here the elements of one tensor, copied
+  // from the host once a step.
+  std::map<int, std::vector<size_t>> by_device;
+  for (size_t i : params) by_device[params_[i].device().index()].push_back(i);
+  for (const auto& [index, members] : by_device) {
+    std::vector<float> counts;
+    for (size_t i : members) counts.push_back(static_cast<float>(steps_[i]));
+    const at::Tensor steps = at::tensor(counts, at::TensorOptions().dtype(at::kFloat))
+                                 .to(params_[members.front()].device(), /*non_blocking=*/false, /*copy=*/true);
+    std::vector<at::Tensor> p, g, m, v, step;
+    for (size_t k = 0; k < members.size(); ++k) {
+      const size_t i = members[k];
       p.push_back(params_[i]);
       g.push_back(grads_[i]);
       m.push_back(exp_avg_[i]);
       v.push_back(exp_avg_sq_[i]);
-      steps.push_back(step);
+      step.push_back(steps.select(0, static_cast<int64_t>(k)));
     }
-    at::_fused_adamw_(p, g, m, v, {}, steps, lr, config_.beta1, config_.beta2, config_.weight_decay, config_.eps,
+    at::_fused_adamw_(p, g, m, v, {}, step, lr, config_.beta1, config_.beta2, config_.weight_decay, config_.eps,
                       /*amsgrad=*/false, /*maximize=*/false);
   }
 #else
