@@ -27,7 +27,7 @@ int main(int argc, char** argv) {
   sizes.push_back(embedding + 768);
   int64_t n = 0;
   for (int64_t& size : sizes) n += size = static_cast<int64_t>(static_cast<double>(size) * scale);
-  fsdp::AdamW fused({0.9, 0.95, 1e-8, 0.1, true, true}), ops({0.9, 0.95, 1e-8, 0.1, false, false});
+  fsdp::AdamW fused({0.9, 0.95, 1e-8, 0.1, true}), ops({0.9, 0.95, 1e-8, 0.1, false});
   std::vector<at::Tensor> keep;
   for (int64_t size : sizes)
     for (fsdp::AdamW* opt : {&fused, &ops}) {

@@ -66,7 +66,6 @@ struct Args {
   int threads = 0;
   std::string trace_dir;
   bool adamw_ops = false;
-  bool adamw_fused_host = false;
 };
 
 // Deterministic tokens for step `step` of rank `rank`; with `packed`, positions restarting at the
@@ -137,7 +136,6 @@ int run(const Args& a) {
   const fsdp::LoadStats load = fsdp::load_shards(model, source, MPI_COMM_WORLD);
   fsdp::AdamWConfig adamw;
   adamw.fused = !a.adamw_ops;
-  adamw.fused_on_host = a.adamw_fused_host;
   fsdp::AdamW optimizer(adamw);
   train::add_trainable_shards(model, optimizer);
 
@@ -197,7 +195,7 @@ int run(const Args& a) {
         {"seq", a.seq},
         {"precision", a.fp32 ? "fp32" : "bf16 mixed"},
         {"strategy", a.strategy},
-        {"adamw", a.adamw_ops || (device.is_cpu() && !a.adamw_fused_host) ? "ops" : "fused"},
+        {"adamw", a.adamw_ops ? "ops" : "fused"},
         {"threads", at::get_num_threads()},
         {"blas_threads", dist::blas_threads()},
         {"threads_reason", threads_reason},
@@ -241,7 +239,6 @@ int main(int argc, char** argv) {
   app.add_flag("--fp32", a.fp32, "fp32 throughout (no mixed precision)");
   app.add_option("--strategy", a.strategy, "full_shard or no_shard")->check(CLI::IsMember({"full_shard", "no_shard"}));
   app.add_flag("--adamw-ops", a.adamw_ops, "AdamW an operation at a time (LibTorch's single-tensor path), not fused");
-  app.add_flag("--adamw-fused-host", a.adamw_fused_host, "On the CPU, AdamW's fused host loop (off by default)");
   app.add_option("--trace", a.trace_dir, "Trace two more steps with the step profiler into this folder");
   app.add_option("--threads", a.threads, "CPU threads per rank (0: the rank's share; -1: the libraries' defaults)")
       ->check(CLI::Range(-1, 4096));

@@ -1,5 +1,4 @@
-// AdamW, as torch.optim.AdamW: fused where the state is fp32 (on the host when asked), an
-// operation at a time otherwise.
+// AdamW, as torch.optim.AdamW: fused where the state is fp32, an operation at a time otherwise.
 #include "runtime/fsdp/adamw.h"
 
 #include <ATen/Parallel.h>
@@ -47,8 +46,7 @@ AdamW::Path AdamW::path(size_t i) const {
   const bool fp32 = p.scalar_type() == at::kFloat && p.is_contiguous() && exp_avg_[i].is_contiguous() &&
                     exp_avg_sq_[i].is_contiguous() && g.is_contiguous() && g.device() == p.device();
   if (!config_.fused || !fp32) return Path::kOps;
-  if (p.is_cpu() && config_.fused_on_host && (g.scalar_type() == at::kFloat || g.scalar_type() == at::kBFloat16))
-    return Path::kHostFused;
+  if (p.is_cpu() && (g.scalar_type() == at::kFloat || g.scalar_type() == at::kBFloat16)) return Path::kHostFused;
 #if ST_DEVICE_FUSED_ADAMW
   if (p.is_cuda() && g.scalar_type() == at::kFloat) return Path::kDeviceFused;
 #endif

@@ -2,11 +2,9 @@
 // parameter is any tensor with its gradient tensor: an FSDP shard or, in a plain reference
 // training, a whole parameter; either way the state is shaped like it.
 //
-// fp32 state on a GPU is updated in one fused pass, by LibTorch's fused AdamW kernel
-// (torch.optim.AdamW(fused=True)); on the host with `fused_on_host`, by adamw_kernel.h's loop.
-// Everything else takes an operation at a time, LibTorch's single-tensor path exactly. The host
-// loop is off by default: alone it is 4.8x faster than the operations, but inside training steps
-// on these 2-core virtual machines it measured slower (bench/adamw.sh).
+// fp32 state is updated in one fused pass: on the host by adamw_kernel.h's loop, on a GPU by
+// LibTorch's fused AdamW kernel (torch.optim.AdamW(fused=True)). Other dtypes, and `fused =
+// false`, take an operation at a time, LibTorch's single-tensor path exactly.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -22,8 +20,7 @@ struct AdamWConfig {
   double beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 0.0;
-  bool fused = true;           // on a GPU
-  bool fused_on_host = false;  // on the host (with `fused`)
+  bool fused = true;
 };
 
 class AdamW {

@@ -1,5 +1,5 @@
 // shardtune's AdamW: the operation-at-a-time path against LibTorch's own torch::optim::AdamW
-// (bitwise), the host's fused fp32 loop against the exact (float64) step from the same state, and the
+// (bitwise), the fused fp32 path against the exact (float64) step from the same state, and the
 // sharding property the optimizer relies on: updating shards of a parameter separately equals
 // updating it whole.
 #include <ATen/ops/equal.h>
@@ -15,8 +15,7 @@ namespace shardtune::fsdp {
 namespace {
 
 constexpr AdamWConfig kOps{0.9, 0.95, 1e-8, 0.1, /*fused=*/false};
-// The host's fused loop (off by default).
-constexpr AdamWConfig kHostFused{0.9, 0.95, 1e-8, 0.1, /*fused=*/true, /*fused_on_host=*/true};
+constexpr AdamWConfig kFused{0.9, 0.95, 1e-8, 0.1, /*fused=*/true};
 
 TEST(AdamW, MatchesLibTorchAdamW) {
   torch::manual_seed(3);
@@ -65,7 +64,7 @@ TEST(AdamW, ATensorOfSeveralPiecesMatchesLibTorchAdamW) {
 TEST(AdamW, ShardsUpdatedSeparatelyEqualTheWhole) {
   for (bool fused : {true, false}) {
     torch::manual_seed(4);
-    const AdamWConfig config{0.9, 0.999, 1e-8, 0.01, fused, fused};
+    const AdamWConfig config{0.9, 0.999, 1e-8, 0.01, fused};
     at::Tensor whole = torch::randn({100});
     at::Tensor parts = whole.clone();
     at::Tensor grad = torch::zeros({100});
@@ -95,7 +94,7 @@ TEST(AdamW, FusedStepIsTheExactStepWithinItsRoundings) {
   for (int trial = 0; trial < 300; ++trial) {
     const int64_t n = 1 + static_cast<int64_t>(unit(rng) * 700);
     const AdamWConfig config{0.8 + 0.19 * unit(rng), 0.9 + 0.0999 * unit(rng), std::pow(10.0, -10 + 4 * unit(rng)),
-                             trial % 2 ? 0.1 * unit(rng) : 0.0, true, true};
+                             trial % 2 ? 0.1 * unit(rng) : 0.0, true};
     const double lr = std::pow(10.0, -5 + 4 * unit(rng));
     const int64_t prior = static_cast<int64_t>(unit(rng) * 2000);
     const double scale = std::pow(10.0, -8 + 9 * unit(rng));
@@ -135,7 +134,7 @@ TEST(AdamW, FusedStaysWithLibTorchAdamW) {
   at::Tensor ours = torch::randn({4099});
   at::Tensor theirs = ours.clone().requires_grad_(true);
   at::Tensor grad = torch::zeros_like(ours);
-  AdamW opt(kHostFused);
+  AdamW opt(kFused);
   opt.add(ours, grad);
   torch::optim::AdamW ref({theirs}, torch::optim::AdamWOptions(1e-3).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.1));
   for (int step = 0; step < 30; ++step) {
@@ -155,7 +154,7 @@ TEST(AdamW, FusedBf16GradientsEqualTheirFp32Values) {
   torch::manual_seed(7);
   at::Tensor a = torch::randn({1001}), b = a.clone();
   const at::Tensor g16 = torch::randn({1001}).to(at::kBFloat16), g32 = g16.to(at::kFloat);
-  AdamW x(kHostFused), y(kHostFused);
+  AdamW x(kFused), y(kFused);
   x.add(a, g16);
   y.add(b, g32);
   ASSERT_TRUE(x.fused(0));
@@ -174,7 +173,7 @@ TEST(AdamW, FusedObservedPiecesCoverEachParameterOnce) {
   const int64_t n = 3 * AdamW::kObservedPieceElements + 17;
   at::Tensor a = torch::randn({n}), b = a.clone(), c = torch::randn({5}), d = c.clone();
   const at::Tensor g = torch::randn({n}), h = torch::randn({5});
-  AdamW observed(kHostFused), plain(kHostFused);
+  AdamW observed(kFused), plain(kFused);
   observed.add(a, g);
   observed.add(c, h);
   plain.add(b, g);
@@ -200,7 +199,7 @@ TEST(AdamW, FusedObservedPiecesCoverEachParameterOnce) {
 TEST(AdamW, FusedStepMovesVersionCounters) {
   for (bool fused : {true, false}) {
     at::Tensor p = torch::randn({10}), g = torch::randn({10});
-    AdamW opt({0.9, 0.95, 1e-8, 0.1, fused, fused});
+    AdamW opt({0.9, 0.95, 1e-8, 0.1, fused});
     opt.add(p, g);
     const auto before = std::vector<int64_t>{p._version(), opt.exp_avg(0)._version(), opt.exp_avg_sq(0)._version()};
     opt.step(1e-2);
@@ -210,18 +209,18 @@ TEST(AdamW, FusedStepMovesVersionCounters) {
   }
 }
 
-// On the host the default is an operation at a time.
-TEST(AdamW, HostDefaultIsTheOperationPath) {
+// The default is the fused pass.
+TEST(AdamW, DefaultIsFused) {
   AdamW opt({});
   opt.add(torch::randn({4}), torch::randn({4}));
-  EXPECT_FALSE(opt.fused(0));
+  EXPECT_TRUE(opt.fused(0));
 }
 
 // Other dtypes take an operation at a time, as LibTorch's AdamW.
 TEST(AdamW, Float64StateTakesTheOperationPath) {
   at::Tensor p = torch::randn({9}, at::kDouble), g = torch::randn({9}, at::kDouble);
   at::Tensor theirs = p.clone().requires_grad_(true);
-  AdamW opt(kHostFused);
+  AdamW opt(kFused);
   opt.add(p, g);
   EXPECT_FALSE(opt.fused(0));
   opt.step(1e-2);
