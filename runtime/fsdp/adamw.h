@@ -36,9 +36,10 @@ class AdamW {
   using PieceObserver = std::function<void(size_t param, int64_t start, int64_t count)>;
   void step(double lr, const PieceObserver& updated = nullptr);
 
-  // Contiguous tensors are updated in pieces of this many elements (64 MiB of fp32); with an
-  // observer, of kObservedPieceElements (512 KiB of fp32 per tensor), so that the observer reads
-  // the piece from cache.
+  // An operation at a time, contiguous tensors are updated in pieces of this many elements (64 MiB
+  // of fp32), bounding the temporaries; the fused host pass needs none. With an observer, both
+  // update pieces of kObservedPieceElements (512 KiB of fp32 per tensor), so that the observer
+  // reads the piece from cache.
   static constexpr int64_t kPieceElements = int64_t{1} << 24;
   static constexpr int64_t kObservedPieceElements = int64_t{1} << 17;
   // The fused host update splits a tensor over LibTorch's intra-op threads in chunks of at least this.

@@ -110,6 +110,9 @@ class FlatParam {
   const WireBytes& wire_bytes() const { return wire_; }
 
  private:
+  // Zeroes what of full_grad_ no gradient reached: unwritten parameters, alignment gaps, padding.
+  void zero_unwritten_grad();
+
   FlatLayout layout_;
   std::vector<at::Tensor*> slots_;
   bool trainable_;
@@ -126,7 +129,6 @@ class FlatParam {
   at::Tensor full_grad_;  // (padded_numel,) reduce dtype, while gradients are unreduced
   std::vector<bool> grad_written_;  // per parameter: full_grad_ holds a gradient of it
   at::Tensor reduced_;    // (shard_numel,) reduce dtype, this rank's part from the reduction's start to its end
-  void zero_unwritten_grad();
   dist::WorkHandle reduce_work_;
   bool all_reducing_ = false;  // reduce_work_ is the all-reduce across replicas
   WireBytes wire_;
