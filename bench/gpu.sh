@@ -5,10 +5,13 @@
 # fits shardtune. For each: tokens/s, MFU by torchtitan's formula (6·N + 12·L·H·Q·T FLOPs per
 # token) against the GPU's bf16 dense peak and against a bf16 matmul measured on the same GPU,
 # peak GPU memory; PyTorch FSDP2 (fully_shard) eager and with torch.compile at the same micro-batch,
-# and the ratios. Also packed rows (per-document attention) against one document per row at equal
-# tokens, and both with cuDNN's attention, which training leaves out; and shardtune with AdamW an
-# operation at a time (what its fused AdamW is worth). Writes bench.json and bench.md
-# into OUT_DIR. ST_BENCH_QUICK=1: without activation checkpointing only, and PyTorch eager only.
+# and the ratios, PyTorch with shardtune's attention kernel (flash) and with its own choice (each
+# row lists the attention kernels it ran), its AdamW fused with shardtune's hyper-parameters, both
+# clocks read around the whole step with the device idle. Also shardtune with cuDNN's attention,
+# which training leaves out; packed rows (per-document attention) against one document per row at
+# equal tokens; shardtune with AdamW an operation at a time (what its fused AdamW is worth); a
+# two-step kernel trace. Writes bench.json and bench.md into OUT_DIR.
+# ST_BENCH_QUICK=1: without activation checkpointing only (micro-batch 8 down).
 # Run by scripts/gpu-check.sh, after
 # scripts/gpu-env.sh (Open MPI and the libraries from the prefix).
 # usage: bench/gpu.sh BUILD_DIR OUT_DIR
@@ -55,6 +58,9 @@ torch_run() {  # torch_run MICRO_BATCH EXTRA_ARGS...
   return $rc
 }
 
+# flash_ran FILE: whether the torch run whose JSON line is FILE's last ran flash attention kernels.
+flash_ran() { tail -1 "$1" | python3 -c 'import json, sys; sys.exit(0 if any("flash" in k.lower() for k in json.load(sys.stdin).get("attention_kernels", {})) else 1)'; }
+
 quick=${ST_BENCH_QUICK:-0}
 modes=("" --checkpointing)
 sizes="16 8 4 2 1"
@@ -67,19 +73,27 @@ for ckpt in "${modes[@]}"; do
   done
   echo "bench: shardtune ${ckpt:-without checkpointing}: largest micro-batch $best"
   [ "$best" -gt 0 ] || continue
+  # PyTorch like for like: shardtune's attention kernel (flash: it leaves cuDNN out), then PyTorch's
+  # own choice, eager and compiled; each row lists the attention kernels it ran.
+  torch_run "$best" $ckpt --sdpa flash || true
   torch_run "$best" $ckpt || true
-  if [ -z "$ckpt" ]; then  # where the time goes: a trace of two steps, kernels included (trace.json.gz)
+  torch_run "$best" $ckpt --compile && cp "$out/torch.json" "$out/torch-compile.json" || true
+  if [ -z "$ckpt" ]; then
+    # The fused AdamW's share: the same run with AdamW an operation at a time.
+    shardtune "$best" --adamw-ops || true
+    # Where the time goes: a trace of two steps, kernels included (trace.json.gz).
     mkdir -p "$out/trace"
     train_bench "$best" --steps 1 --warmup 1 --trace "$out/trace" >/dev/null 2>"$out/trace.err" &&
       gzip -c "$out/trace/rank-00000.trace.json" >"$out/trace.json.gz" || echo "bench: the trace failed"
   fi
-  [ "$quick" = 1 ] || torch_run "$best" $ckpt --compile || true
-  # The fused AdamW's share: the same run with AdamW an operation at a time.
-  [ -z "$ckpt" ] && { shardtune "$best" --adamw-ops || true; }
+  # shardtune with cuDNN's attention allowed, which training leaves out.
+  shardtune "$best" $ckpt --cudnn-attention || true
+  # Compiled PyTorch with flash too, where its own choice was another kernel.
+  [ -f "$out/torch-compile.json" ] && ! flash_ran "$out/torch-compile.json" && { torch_run "$best" $ckpt --compile --sdpa flash || true; }
+  rm -f "$out/torch-compile.json"
   if [ -n "$ckpt" ]; then
+    # Packed rows (per-document attention) against one document per row, each kernel choice.
     shardtune "$best" $ckpt --packed || true
-    # cuDNN's attention, which training leaves out: fixed-length rows, and documents of many lengths.
-    shardtune "$best" $ckpt --cudnn-attention || true
     shardtune "$best" $ckpt --packed --cudnn-attention || true
   fi
 done

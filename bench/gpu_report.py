@@ -4,12 +4,50 @@ one JSON object per line) with its achieved TFLOP/s, MFU against the GPU's bf16 
 and against the measured matmul, and shardtune's tokens/s over each at the same configuration.
 Writes bench.json and bench.md into OUT_DIR.  usage: gpu_report.py RUNS_JSONL OUT_DIR
 """
-import json, subprocess, sys
+import gzip, json, os, re, subprocess, sys
 results, out = sys.argv[1], sys.argv[2]
 runs = [json.loads(l) for l in open(results) if l.strip()]
+ATTENTION = re.compile(r"flash|fmha|attention|sdpa|cudnn", re.I)  # as bench/trace_summary.py
+
+
+def traced_attention(path):
+    """The attention kernels of shardtune's traced steps (train_bench --trace): {name: ms}."""
+    if not os.path.exists(path):
+        return None
+    with gzip.open(path, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    found = {}
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") == "kernel" and ATTENTION.search(e["name"]):
+            found[e["name"][:120]] = found.get(e["name"][:120], 0.0) + e["dur"] / 1e3
+    return {k: round(v, 3) for k, v in sorted(found.items(), key=lambda kv: -kv[1])}
+
+
+def kernel_kinds(kernels):
+    """flash, cuDNN, efficient (memory-efficient) or other, from the attention kernels' names."""
+    kinds = set()
+    for name in kernels:
+        low = name.lower()
+        kinds.add("flash" if "flash" in low else "cuDNN" if "cudnn" in low else
+                  "efficient" if "fmha" in low or "efficient" in low or "mem_eff" in low else "other")
+    return "+".join(sorted(kinds)) or "none seen"
+
+
+# shardtune's default row was traced (bench/gpu.sh): its attention kernels are those of the trace.
+shardtune_kernels = traced_attention(os.path.join(out, "trace.json.gz"))
+for r in runs:
+    if r["engine"] == "shardtune" and not r.get("cudnn_attention") and not r.get("packed") and shardtune_kernels is not None:
+        r.setdefault("attention_kernels", shardtune_kernels)
 matmul = next((r for r in runs if r["engine"] == "torch.matmul"), None)
-name = matmul["device"] if matmul else subprocess.run(
-    ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
+def gpu_name():
+    try:
+        return subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                              text=True).stdout.strip()
+    except OSError:  # no NVIDIA driver (the CPU test of this report)
+        return "no GPU"
+
+
+name = matmul["device"] if matmul else gpu_name()
 # bf16 dense tensor-core peaks from NVIDIA's data sheets, TFLOP/s.
 peaks = [("H200", 989.4), ("H100 PCIe", 756.0), ("H100", 989.4), ("A100", 312.0), ("L40S", 362.05), ("A10", 125.0)]
 spec = next((p for key, p in peaks if key in name), None)
@@ -19,10 +57,17 @@ for r in runs:
     if r["engine"] == "torch.matmul":
         continue
     achieved = r["tokens_per_s"] * flops / 1e12 if flops else None
+    if r["engine"] == "shardtune":
+        attention = ("cuDNN allowed" if r.get("cudnn_attention") else "cuDNN left out") + (
+            f": {kernel_kinds(r['attention_kernels'])}" if "attention_kernels" in r else "")
+    else:
+        attention = f"{r.get('sdpa', 'default')}: {kernel_kinds(r.get('attention_kernels', {}))}"
     ours = next((s for s in runs if s["engine"] == "shardtune" and s["activation_checkpointing"] == r["activation_checkpointing"]
                  and s["micro_batch"] == r["micro_batch"] and not s.get("packed") and not s.get("cudnn_attention")
                  and s.get("adamw", "fused") == "fused"), None)
-    rows.append(dict(r, tflops=achieved,
+    # Like for like: the same AdamW and the same timing window as the shardtune row compared with.
+    unlike = [k for k in ("adamw_hyper", "timing") if ours and ours is not r and r.get(k) != ours.get(k)]
+    rows.append(dict(r, tflops=achieved, attention=attention, unlike=unlike,
                      mfu_spec=achieved / spec if achieved and spec else None,
                      mfu_matmul=achieved / matmul["tflops_per_s"] if achieved and matmul else None,
                      shardtune_ratio=ours["tokens_per_s"] / r["tokens_per_s"] if ours and ours is not r else None))
@@ -33,14 +78,21 @@ f = lambda v, p=2: "-" if v is None else f"{v:.{p}f}"
 lines = [f"## Llama 3.2 1B shapes, sequence 2048, bf16 mixed precision, world size 1, {name}", "",
          f"bf16 peak (data sheet): {f(spec, 1)} TFLOP/s; bf16 8192³ matmul measured: "
          f"{f(doc['matmul_tflops'], 1)} TFLOP/s; FLOPs per token (torchtitan): {f(flops / 1e9 if flops else None)} G", "",
-         "| engine | activation ckpt | packed | cuDNN attention | micro-batch | tokens/s | TFLOP/s | MFU (peak) | MFU (matmul) | peak GiB | shardtune ÷ this |",
+         "Both engines: AdamW " + "; ".join(sorted({json.dumps(r.get("adamw_hyper"), sort_keys=True) for r in rows})) + "; timing: "
+         + "; ".join(sorted({str(r.get("timing")) for r in rows})) + ".", "",
+         "| engine | activation ckpt | packed | attention (asked: kernels run) | micro-batch | tokens/s | TFLOP/s | MFU (peak) | MFU (matmul) | peak GiB | shardtune ÷ this |",
          "|---|---|---|---|---|---|---|---|---|---|---|"]
 yes_no = lambda v: "yes" if v else "no"
 for r in rows:
-    cudnn = yes_no(r["cudnn_attention"]) if "cudnn_attention" in r else "PyTorch's choice"
     engine = r["engine"] + (", AdamW an operation at a time" if r.get("adamw") == "ops" else "")
-    lines.append(f"| {engine} | {yes_no(r['activation_checkpointing'])} | {yes_no(r.get('packed'))} | {cudnn} "
+    lines.append(f"| {engine} | {yes_no(r['activation_checkpointing'])} | {yes_no(r.get('packed'))} | {r['attention']} "
                  f"| {r['micro_batch']} | {r['tokens_per_s']:.0f} | {f(r['tflops'], 1)} | {f(r['mfu_spec'] and 100 * r['mfu_spec'], 1)}% "
-                 f"| {f(r['mfu_matmul'] and 100 * r['mfu_matmul'], 1)}% | {r['peak_allocated_gib']:.1f} | {f(r['shardtune_ratio'])} |")
+                 f"| {f(r['mfu_matmul'] and 100 * r['mfu_matmul'], 1)}% | {r['peak_allocated_gib']:.1f} | {f(r['shardtune_ratio'])}"
+                 + (f" (not like for like: {', '.join(r['unlike'])} differ)" if r["unlike"] else "") + " |")
+lines += ["", "Attention kernels by run (ms over the profiled step or steps):", ""]
+for r in rows:
+    if r.get("attention_kernels"):
+        lines.append(f"- {r['engine']} ({r['attention']}, micro-batch {r['micro_batch']}): "
+                     + ", ".join(f"`{k}` {v}" for k, v in r["attention_kernels"].items()))
 open(f"{out}/bench.md", "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))

@@ -50,6 +50,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr int kOutOfMemory = 3;
+constexpr double kLr = 1e-5;  // bench/torch_baseline.py uses the same AdamW: this, and AdamWConfig's defaults
 
 struct Args {
   std::string model_dir;
@@ -144,9 +145,13 @@ int run(const Args& a) {
     for (int s = 0; s < a.warmup + a.steps; ++s) {
       const train::Batch batch = make_batch(a, config.vocab_size, s, rank);
       if (s == a.warmup) dist::reset_peak_memory(device);
+      // The clock reads the whole step, AdamW included: the device is idle at both reads (the same
+      // window as bench/torch_baseline.py's), so no step's work runs into the next one's time.
+      dist::synchronize(device);
       groups.world->barrier();
       const auto start = Clock::now();
-      train::train_step(model, optimizer, {batch}, {1e-5}, *groups.world);  // ends reading the loss: synchronous
+      train::train_step(model, optimizer, {batch}, {kLr}, *groups.world);
+      dist::synchronize(device);
       if (s >= a.warmup) step_seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count());
     }
     if (!a.trace_dir.empty()) {
@@ -161,7 +166,7 @@ int run(const Args& a) {
       for (int64_t n = 1; n <= trace.warmup + trace.active; ++n) {
         const train::Batch batch = make_batch(a, config.vocab_size, a.warmup + a.steps + static_cast<int>(n), rank);
         profiler.begin_step(n);
-        train::train_step(model, optimizer, {batch}, {1e-5}, *groups.world);
+        train::train_step(model, optimizer, {batch}, {kLr}, *groups.world);
         profiler.end_step(n);
       }
       if (rank == 0) fmt::print(stderr, "trace: {}\n", profiler.trace_path());
@@ -196,6 +201,9 @@ int run(const Args& a) {
         {"precision", a.fp32 ? "fp32" : "bf16 mixed"},
         {"strategy", a.strategy},
         {"adamw", a.adamw_ops ? "ops" : "fused"},
+        {"adamw_hyper", {{"lr", kLr}, {"betas", {adamw.beta1, adamw.beta2}}, {"eps", adamw.eps},
+                         {"weight_decay", adamw.weight_decay}}},
+        {"timing", "device synchronised before and after each step, AdamW included"},
         {"threads", at::get_num_threads()},
         {"blas_threads", dist::blas_threads()},
         {"threads_reason", threads_reason},

@@ -56,56 +56,10 @@ done
 mkdir -p "$report/logs"
 report=$(cd "$report" && pwd)
 build=${SHARDTUNE_GPU_BUILD_DIR:-$root/build-gpu}
-results="$report/results.tsv"  # name, status, seconds, detail: one row per check, the latest run
-touch "$results"
-
-# record NAME STATUS SECONDS DETAIL: the check's row, in place of an earlier one; then the report.
-record() {
-  awk -F'\t' -v n="$1" '$1 != n' "$results" >"$results.new" && mv "$results.new" "$results"
-  printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$results"
-  python3 "$root/scripts/gpu_check_report.py" "$report" "$build_only" >/dev/null
-}
-
-# check NAME COMMAND...: runs one check, its output in logs/NAME.log; PASS on exit 0, SKIP on 77.
-# A check that runs past `limit` seconds (ST_CHECK_LIMIT_S, 300 by default; `limit=N check ...`
-# for one check) is stopped and fails, so one hung rank cannot spend a whole device call. The build
-# has 900 s (ST_BUILD_LIMIT_S), as much as one device call gives it.
-check_limit=${ST_CHECK_LIMIT_S:-300}
-plain() { sed 's/\x1b\[[0-9;]*m//g' "$1"; }  # a log without GoogleTest's colours
-check() {
-  local name=$1
-  shift
-  # ST_CHECKS (an extended regular expression): only the checks it matches, with the environment,
-  # configure and build always.
-  if [ -n "${ST_CHECKS:-}" ] && [[ ! "$name" =~ ^(configure|build)$ ]] && ! grep -qE "$ST_CHECKS" <<<"$name"; then
-    return 0
-  fi
-  local t0=$SECONDS
-  echo "== $name"
-  timeout -k 10 "${limit:-$check_limit}" bash -c '"$@"' "$name" "$@" >"$report/logs/$name.log" 2>&1
-  local rc=$?
-  local status=PASS detail=""
-  if [ $rc -eq 77 ]; then
-    status=SKIP
-  elif [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
-    status=FAIL
-    detail="stopped after ${limit:-$check_limit} s"
-  elif [ $rc -ne 0 ]; then
-    status=FAIL
-    # The first line that says what failed (a test's failure, a crash), not a library's warning.
-    detail=$(plain "$report/logs/$name.log" | grep -v -E "dlopen error|Perhaps a missing symbol" |
-      grep -m1 -E "Failure|FAIL|Segmentation fault|Assertion|error|Error" | cut -c1-200 | tr '\t' ' ')
-    [ -n "$detail" ] || detail="exit $rc"
-  else
-    # A test program that skipped tests (a missing fixture, no GPU) still exits 0: say so.
-    local skipped
-    skipped=$(plain "$report/logs/$name.log" | grep -m1 -oE '\[  SKIPPED \] [0-9]+ tests?,' | grep -oE '[0-9]+')
-    [ -n "$skipped" ] && detail="$skipped GoogleTest tests skipped"
-  fi
-  record "$name" "$status" "$((SECONDS - t0))" "$detail"
-  echo "   $status ($((SECONDS - t0)) s) $detail"
-  return $rc
-}
+# check, record, the stages' states and the report (the build has 900 s, ST_BUILD_LIMIT_S, as much
+# as one device call gives it).
+# shellcheck source=scripts/gpu-check-lib.sh
+source "$root/scripts/gpu-check-lib.sh"
 
 # The machine, as it reports itself.
 {
@@ -135,24 +89,30 @@ build_type=Release
 # SHARDTUNE_TRIM_TORCH off: the wheel's LibTorch is not Debian's, and the CPU trial of this build
 # (gpu-env-check.sh) would copy Debian's 120 MB libtorch_cpu.so for nothing. SHARDTUNE_FUZZ off: the
 # fuzz targets need clang's libFuzzer, which a GPU machine may lack, and run in the CPU suite.
-check configure st_with_libs cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE="$build_type" \
-  -DSHARDTUNE_TRIM_TORCH=OFF -DSHARDTUNE_FUZZ=OFF "${ST_CMAKE_ARGS[@]}"
-# CI compiles the test programs among these against LibTorch 2.x headers too (CMakeLists.txt).
-targets=(shardtune shardtune-rank shardtune-make-model shardtune-ckpt shardtune-tokenize nccl_comm_test mpi_collectives_test
-         fsdp_equivalence_test fsdp_training_test shard_loader_test device_checkpoint_test hf_model_test train_bench
-         lora_fsdp_test lora_bench)
-build_cmd=(cmake --build "$build" -j"$jobs" --target)
-keep_going=()
-[ ${#generator[@]} -gt 0 ] && keep_going=(-- -k 0)  # every target that can be built, and every error
-if [ $build_only -eq 1 ]; then  # what the runs below need
-  targets=(shardtune shardtune-rank shardtune-tokenize mpi_collectives_test shard_loader_test device_checkpoint_test)
-  [ -n "${ST_OBJECTS_FROM:-}" ] && build_cmd=(python3 "$root/scripts/build_from_objects.py" "$build" "$ST_OBJECTS_FROM" "$jobs")
-fi
-build_args=("${targets[@]}")
-[ $build_only -eq 0 ] && build_args+=("${keep_going[@]}")
-if ! limit=${ST_BUILD_LIMIT_S:-900} check build st_with_libs "${build_cmd[@]}" "${build_args[@]}" && [ $build_only -eq 1 ]; then
-  python3 "$root/scripts/gpu_check_report.py" "$report" "$build_only"
-  exit 1
+# ST_KEEP_BUILD=1: a later call on the same machine runs the programs the earlier call built (the
+# tree is copied again at every call, which may make every source look newer than its object).
+if [ "${ST_KEEP_BUILD:-0}" = 1 ] && [ $build_only -eq 0 ] && [ -x "$build/bin/train_bench" ]; then
+  echo "== configure, build: kept from the earlier call on this machine (ST_KEEP_BUILD=1)"
+else
+  check configure st_with_libs cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE="$build_type" \
+    -DSHARDTUNE_TRIM_TORCH=OFF -DSHARDTUNE_FUZZ=OFF "${ST_CMAKE_ARGS[@]}"
+  # CI compiles the test programs among these against LibTorch 2.x headers too (CMakeLists.txt).
+  targets=(shardtune shardtune-rank shardtune-make-model shardtune-ckpt shardtune-tokenize nccl_comm_test mpi_collectives_test
+           fsdp_equivalence_test fsdp_training_test shard_loader_test device_checkpoint_test hf_model_test train_bench
+           lora_fsdp_test lora_bench)
+  build_cmd=(cmake --build "$build" -j"$jobs" --target)
+  keep_going=()
+  [ ${#generator[@]} -gt 0 ] && keep_going=(-- -k 0)  # every target that can be built, and every error
+  if [ $build_only -eq 1 ]; then  # what the runs below need
+    targets=(shardtune shardtune-rank shardtune-tokenize mpi_collectives_test shard_loader_test device_checkpoint_test)
+    [ -n "${ST_OBJECTS_FROM:-}" ] && build_cmd=(python3 "$root/scripts/build_from_objects.py" "$build" "$ST_OBJECTS_FROM" "$jobs")
+  fi
+  build_args=("${targets[@]}")
+  [ $build_only -eq 0 ] && build_args+=("${keep_going[@]}")
+  if ! limit=${ST_BUILD_LIMIT_S:-900} check build st_with_libs "${build_cmd[@]}" "${build_args[@]}" && [ $build_only -eq 1 ]; then
+    python3 "$root/scripts/gpu_check_report.py" "$report" "$build_only"
+    exit 1
+  fi
 fi
 
 # Every symbol of the programs resolves, and they bind the C++ library's functions before LibTorch's
@@ -215,10 +175,12 @@ gpu_job() {
       --set checkpoint.every_steps=100 || return 1
   done
   python3 - "$out" "$np" <<'PY'
-import json, sys
+import json, re, sys
 out, np = sys.argv[1], int(sys.argv[2])
 log = open(f"{out}-cuda/logs/rank-00000.log").read()
-assert "device: one GPU visible to this task: device 0" in log, "not on the GPU"
+# The rank's device line names a GPU: the one GPU it sees, or its local rank's of several.
+assert re.search(r"device: (one GPU visible to this task: device 0|\d+ GPUs visible to \d+ local ranks: device = local rank \d+)$",
+                 log, re.M), "not on the GPU"
 assert "done: 200 steps" in log, "did not finish"
 def losses(d):
     return [json.loads(l)["loss"] for l in open(f"{out}-{d}/metrics.jsonl") if '"step":' in l]
@@ -292,8 +254,11 @@ stage_extras() {
     "$report/tokenizer"
 }
 
+stages_planned "$stages"
 for s in ${stages//,/ }; do
+  stage_begin "$s"
   "stage_$s"
+  stage_end "$s"
 done
 
 python3 "$root/scripts/gpu_check_report.py" "$report" "$build_only"

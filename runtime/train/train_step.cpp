@@ -41,8 +41,12 @@ StepResult train_step(fsdp::FsdpLlama& model, fsdp::AdamW& optimizer, const std:
     // Non-blocking, as the model's inputs: the host queues the loss and backward without waiting
     // for the forward to finish first.
     const at::Tensor labels = b.labels.to(model.device(), b.labels.scalar_type(), /*non_blocking=*/true);
-    at::Tensor loss = model::causal_lm_loss(logits, labels) / n;
-    if (b.weight != 1.0) loss = loss * b.weight;
+    at::Tensor loss;
+    {
+      RECORD_USER_SCOPE("train.loss");  // its own range in a trace: the loss's forward
+      loss = model::causal_lm_loss(logits, labels) / n;
+      if (b.weight != 1.0) loss = loss * b.weight;
+    }
     if (options.loss_scaler != nullptr) {
       (loss * options.loss_scaler->scale()).backward();
     } else {

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # train_bench (the GPU benchmark's training binary) on the CPU with a tiny model: it loads a
-# folder, trains, and prints one JSON object whose figures are consistent with each other.
-# usage: train_bench_smoke.sh MPIRUN TRAIN_BENCH MAKE_MODEL
+# folder, trains, and prints one JSON object whose figures are consistent with each other; its
+# AdamW and timing window are bench/torch_baseline.py's (the PyTorch baseline is like for like), and
+# bench/gpu_report.py prints them and marks a baseline row that differs.
+# usage: train_bench_smoke.sh MPIRUN TRAIN_BENCH MAKE_MODEL REPO
 set -u
-mpirun=$1 bench=$2 make_model=$3
+mpirun=$1 bench=$2 make_model=$3 repo=$4
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 failures=0
@@ -23,9 +25,36 @@ tokens = 2 * 48 * 2  # micro-batch x seq x ranks
 assert abs(r["tokens_per_s"] * r["step_seconds_median"] - tokens) < 1e-6 * tokens, r
 assert abs(r["tflops_per_s_per_device"] * 1e12 * 2 - r["tokens_per_s"] * r["flops_per_token"]) < 1e-3 * r["tokens_per_s"] * r["flops_per_token"], r
 PY
+    [ -z "$packed" ] && cp "$tmp/out" "$tmp/plain.json"
   else
     fail "train_bench $packed failed: $(tail -5 "$tmp/err")"
   fi
 done
+# Like for like: the PyTorch baseline's AdamW and timing window are train_bench's, and the report
+# prints them; a baseline row with another weight decay is marked as not like for like.
+if [ -f "$tmp/plain.json" ]; then
+  /usr/bin/python3 - "$tmp/plain.json" "$repo/bench" "$tmp" <<'PY' || fail "like for like with bench/torch_baseline.py"
+import json, subprocess, sys
+ours = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+sys.path.insert(0, sys.argv[2])
+import torch_baseline  # imports torch only inside its functions
+hyper = {k: list(v) if isinstance(v, tuple) else v for k, v in torch_baseline.ADAMW.items() if k != "fused"}
+assert torch_baseline.ADAMW["fused"] and ours["adamw"] == "fused", (torch_baseline.ADAMW, ours["adamw"])
+assert ours["adamw_hyper"] == hyper, (ours["adamw_hyper"], hyper)
+assert ours["timing"] == torch_baseline.TIMING, (ours["timing"], torch_baseline.TIMING)
+def report(torch_row):
+    open(f"{sys.argv[3]}/runs.jsonl", "w").write(json.dumps(ours) + "\n" + json.dumps(torch_row) + "\n")
+    return subprocess.run([sys.executable, f"{sys.argv[2]}/gpu_report.py", f"{sys.argv[3]}/runs.jsonl", sys.argv[3]],
+                          capture_output=True, text=True, check=True).stdout
+row = {"engine": "pytorch-fsdp2", "micro_batch": ours["micro_batch"], "activation_checkpointing": False,
+       "sdpa": "flash", "attention_kernels": {"flash_fwd_kernel": 1.0}, "adamw": "fused", "adamw_hyper": hyper,
+       "timing": torch_baseline.TIMING, "tokens_per_s": ours["tokens_per_s"] / 2, "peak_allocated_gib": 1.0}
+text = report(row)
+assert "Both engines: AdamW " + json.dumps(hyper, sort_keys=True) + "; timing: " + torch_baseline.TIMING in text, text
+assert "| 2.00 |" in text and "not like for like" not in text, text
+text = report(dict(row, adamw_hyper=dict(hyper, weight_decay=0.01)))
+assert "| 2.00 (not like for like: adamw_hyper differ) |" in text, text
+PY
+fi
 [ "$failures" -eq 0 ] && echo "train_bench_smoke: all checks passed"
 [ "$failures" -eq 0 ]
