@@ -58,8 +58,9 @@ torch_run() {  # torch_run MICRO_BATCH EXTRA_ARGS...
   return $rc
 }
 
-# flash_ran FILE: whether the torch run whose JSON line is FILE's last ran flash attention kernels.
-flash_ran() { tail -1 "$1" | python3 -c 'import json, sys; sys.exit(0 if any("flash" in k.lower() for k in json.load(sys.stdin).get("attention_kernels", {})) else 1)'; }
+# flash_ran FILE: whether the torch run whose JSON line is FILE's last ran PyTorch's flash attention
+# kernels (pytorch_flash::...; cuDNN's kernels have "flash" in their names too).
+flash_ran() { tail -1 "$1" | python3 -c 'import json, sys; sys.exit(0 if any("pytorch_flash" in k for k in json.load(sys.stdin).get("attention_kernels", {})) else 1)'; }
 
 quick=${ST_BENCH_QUICK:-0}
 modes=("" --checkpointing)

@@ -73,6 +73,13 @@ add_library(shardtune_torch INTERFACE)
 # bound to them; std::filesystem::remove_all so bound jumped to address 0 on an H100 machine
 # (PyTorch 2.11 wheel, Ubuntu 24.04, 2026-11-27). tests/cli/torch_loads_test.sh checks the order.
 target_link_libraries(shardtune_torch INTERFACE fmt::fmt stdc++ ${TORCH_LIBRARIES})
+# That was not enough with a wheel (H200, PyTorch 2.11 and its NCCL 2.28.9, Ubuntu 24.04,
+# 2026-11-28): the programs needed no libstdc++ at all. The linker there drops a library that no
+# symbol needs at its place on the line (--as-needed), so some library before it on the line
+# (Debian's PCRE2, HDF5, libdeflate, zlib, Open MPI, or the wheel's NCCL: which one was not
+# established) had already defined every C++ symbol the program uses. So every program and
+# library needs libstdc++ first, before anything else.
+add_link_options("SHELL:-Wl,--push-state,--no-as-needed -lstdc++ -Wl,--pop-state")
 target_compile_options(shardtune_torch INTERFACE ${SHARDTUNE_TORCH_CXX_FLAGS})
 
 # CUDA and NCCL: compiled whenever found, even with a CPU LibTorch. The NCCL layer works on raw

@@ -162,6 +162,11 @@ void AdamW::step_device_fused(const std::vector<size_t>& params, double lr) {
     }
     at::_fused_adamw_(p, g, m, v, {}, step, lr, config_.beta1, config_.beta2, config_.weight_decay, config_.eps,
                       /*amsgrad=*/false, /*maximize=*/false);
+    // The shards' version counters are what says a gathered copy is stale (runtime/fsdp/
+    // flat_param.cpp); on an H200 (PyTorch 2.11, 2026-11-28) a bf16 copy kept gathered across
+    // steps (NO_SHARD) never saw this call's updates. Moved here, as the host pass does.
+    for (const std::vector<at::Tensor>* list : {&p, &m, &v})
+      for (const at::Tensor& t : *list) t.unsafeGetTensorImpl()->bump_version();
   }
 #else
   (void)params;

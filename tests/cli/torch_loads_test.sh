@@ -16,10 +16,12 @@ for program in "$@"; do
   bad=$(grep "undefined symbol\|not found" <<<"$out" | head -3)
   [ -z "$bad" ] || fail "$program: $bad"
   needed=$(readelf -d "$program" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
+  # First of all: any library before it that exports C++ library functions (a wheel's LibTorch,
+  # a library with a static C++ library inside) would have them bound to its copies.
   cxx=$(grep -n -m1 '^libstdc++' <<<"$needed" | cut -d: -f1)
   torch=$(grep -n -m1 -E '^lib(torch|c10)' <<<"$needed" | cut -d: -f1)
-  [ -n "$cxx" ] && [ -n "$torch" ] && ((cxx < torch)) ||
-    fail "$program needs the C++ library after LibTorch: $(tr '\n' ' ' <<<"$needed")"
+  [ -n "$torch" ] || fail "$program needs no LibTorch library: $(tr '\n' ' ' <<<"$needed")"
+  [ "$cxx" = 1 ] || fail "$program does not need the C++ library first: $(tr '\n' ' ' <<<"$needed")"
   n=$(grep -c '=>' <<<"$out")
   if [ -n "$trimmed" ]; then
     grep -q "libtorch_cpu[^ ]* => $trimmed " <<<"$out" || fail "$program does not load $trimmed: $(grep libtorch_cpu <<<"$out")"

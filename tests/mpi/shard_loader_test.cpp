@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <map>
 #include <optional>
 
 #include "checkpoint/hf/hf_tensor_source.h"
@@ -119,6 +120,9 @@ TEST(ShardLoader, GatheredShardsEqualTheFilesForEveryStrategy) {
   std::vector<std::pair<job::ShardingStrategy, int>> strategies = {
       {job::ShardingStrategy::kFullShard, 0}, {job::ShardingStrategy::kShardGradOp, 0}, {job::ShardingStrategy::kNoShard, 0}};
   if (world_size() == 4) strategies.push_back({job::ShardingStrategy::kHybridShard, 2});
+  // The groups of each shard size made once (every rank in the same order): a GPU's NCCL
+  // communicators take over a second each to make, for each of this test's many loads.
+  std::map<int, dist::ProcessGroups> groups_by_size;
   for (at::ScalarType stored : {at::kBFloat16, at::kFloat}) {
     for (bool tied : {false, true}) {
       cfg.tie_word_embeddings = tied;
@@ -131,7 +135,10 @@ TEST(ShardLoader, GatheredShardsEqualTheFilesForEveryStrategy) {
             SCOPED_TRACE(testing::Message() << c10::toString(stored) << (tied ? " tied " : " ") << job::enum_name(strategy)
                                             << " " << mode.name << (pure_bf16 ? " bf16 masters" : " fp32 masters"));
             const fsdp::FsdpOptions options = options_for(strategy, hsdp, pure_bf16);
-            dist::ProcessGroups groups = testing_support::make_test_groups(options.shard_size);
+            auto made = groups_by_size.find(options.shard_size);
+            if (made == groups_by_size.end())
+              made = groups_by_size.emplace(options.shard_size, testing_support::make_test_groups(options.shard_size)).first;
+            dist::ProcessGroups& groups = made->second;
             model::LlamaForCausalLM m(cfg, at::TensorOptions().device(at::kMeta));
             fsdp::validate_source(m, hf_source(dir), MPI_COMM_WORLD);
             fsdp::FsdpLlama sharded(m, groups, options);
