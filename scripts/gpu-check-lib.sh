@@ -49,13 +49,13 @@ stage_end() {
 # A check that runs past `limit` seconds (ST_CHECK_LIMIT_S, 300 by default; `limit=N check ...`
 # for one check) is stopped, with every process it started, and fails, so one hung rank cannot
 # spend a whole device call. ST_CHECKS (an extended regular expression): only the checks it
-# matches, with the environment, configure and build always.
+# matches, with the environment, configure, build and the programs' link order always.
 check_limit=${ST_CHECK_LIMIT_S:-300}
 plain() { sed 's/\x1b\[[0-9;]*m//g' "$1"; }  # a log without GoogleTest's colours
 check() {
   local name=$1
   shift
-  if [ -n "${ST_CHECKS:-}" ] && [[ ! "$name" =~ ^(configure|build)$ ]] && ! grep -qE "$ST_CHECKS" <<<"$name"; then
+  if [ -n "${ST_CHECKS:-}" ] && [[ ! "$name" =~ ^(configure|build|link_order)$ ]] && ! grep -qE "$ST_CHECKS" <<<"$name"; then
     return 0
   fi
   local t0=$SECONDS

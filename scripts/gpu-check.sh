@@ -19,9 +19,11 @@
 # Stages run in the order --stages lists them. A device call has a time limit, so a session may
 # run the stages over several calls into the same REPORT_DIR: each check's row replaces the one of
 # its earlier run, and the report is rewritten after every check, so a call stopped at its limit
-# still leaves the report of what ran. ST_CHECKS (a regular expression) runs only the checks whose
-# names it matches, besides configure and build. ST_TEST_NPS ("1 2" by default) chooses the world sizes of
-# the tests and lora stages; ST_BENCH_QUICK=1 makes the benchmark its shortest (bench/gpu.sh).
+# still leaves the report of what ran; stages.tsv and the report say which stage a limit cut short
+# and which stages did not run. ST_CHECKS (a regular expression) runs only the checks whose names it
+# matches, besides configure, build and link_order. ST_TEST_NPS ("1 2" by default) chooses the world
+# sizes of the tests, jobs and lora stages; ST_BENCH_QUICK=1 makes the benchmark its shortest
+# (bench/gpu.sh); ST_KEEP_BUILD=1 and ST_BUILD_TARGETS below.
 # A target that fails to build fails the build check, and the checks that do not need it still run.
 # --build-only runs the multi-rank programs on the CPU instead of any stage (scripts/gpu-env-check.sh:
 # the build environment tried on a CPU machine). --no-bench: every stage but bench and extras.
@@ -107,7 +109,8 @@ else
     targets=(shardtune shardtune-rank shardtune-tokenize mpi_collectives_test shard_loader_test device_checkpoint_test)
     [ -n "${ST_OBJECTS_FROM:-}" ] && build_cmd=(python3 "$root/scripts/build_from_objects.py" "$build" "$ST_OBJECTS_FROM" "$jobs")
   fi
-  # ST_BUILD_TARGETS: only these (a short call that reruns a few checks).
+  # ST_BUILD_TARGETS: only these (a short call that reruns a few checks; the jobs need shardtune,
+  # shardtune-rank and shardtune-tokenize, the benchmark train_bench and shardtune-make-model).
   [ -n "${ST_BUILD_TARGETS:-}" ] && read -r -a targets <<<"$ST_BUILD_TARGETS"
   build_args=("${targets[@]}")
   [ $build_only -eq 0 ] && build_args+=("${keep_going[@]}")
