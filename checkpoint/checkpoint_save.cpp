@@ -308,6 +308,7 @@ CheckpointSave::CheckpointSave(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, c
   m.job_toml = state.job_toml;
   if (!state.model_config.empty()) m.model_config = nlohmann::json::parse(state.model_config);
   m.adapter = state.adapter;
+  m.data = state.data;
   for (fsdp::FlatParam* f : saved_flats(model, adapters_only_))
     for (const fsdp::ParamSpan& p : f->layout().params()) m.tensors[p.name] = {p.shape, "F32"};
   if (optimizer != nullptr) m.moment_steps = moment_steps(model, *optimizer, adapters_only_);
@@ -401,10 +402,7 @@ std::string CheckpointSave::commit(Pruner* pruner) {
       if (pruner != nullptr)
         pruner->start(root_, keep_last_, step_dir_name(manifest_.step), pending_->started_ns());
       for (const std::string& w : done.warnings) spdlog::warn("checkpoint {} is committed, but {}", done.dir, w);
-      for (const std::string& a : done.set_aside)
-        spdlog::warn("set aside {}: a later step of the history this run rolled back from (it resumed an older "
-                     "checkpoint); kept, never resumed",
-                     a);
+      for (const std::string& a : done.set_aside) spdlog::warn("set aside {}; kept, never resumed", a);
     } catch (const std::exception& e) {
       common::raise(ErrorKind::kIo, fmt::format("checkpoint at step {} could not be committed: {}", step, e.what()));
     }

@@ -37,29 +37,28 @@ int64_t mtime_ns(const fs::path& p) {
   return ec ? 0 : std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
 
-// Puts `from` in place of `to`. An existing `to` is swapped out atomically (both names exist
-// throughout) and then removed; removal failures come back as warnings.
-void rename_into_place(const std::string& from, const std::string& to, std::vector<std::string>& warnings) {
-  if (::rename(from.c_str(), to.c_str()) == 0) return;
+// Puts `from` in place of `to`. An existing `to` (the same step saved again: after a rollback, a
+// fresh start over the same folder, or a step folder without its manifest) is swapped out
+// atomically (both names exist throughout) and then set aside as `to`.abandoned-<suffix>, never
+// deleted: it may be the only copy of that history. Returns where it went ("" when there was none).
+std::string rename_into_place(const std::string& from, const std::string& to, std::vector<std::string>& warnings) {
+  if (::rename(from.c_str(), to.c_str()) == 0) return "";
   const int err = errno;
   ST_CHECK(err == EEXIST || err == ENOTEMPTY, ErrorKind::kIo, "cannot rename {} to {}: {}", from, to, std::strerror(err));
-  // A committed checkpoint of the same step (a rerun): exchange, so that no moment is without one.
+  const std::string aside = fmt::format("{}.abandoned-{}", to, common::unique_suffix());
   if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_EXCHANGE) != 0) {
     // A filesystem without RENAME_EXCHANGE: move the old one aside first.
-    const std::string aside = fmt::format("{}/{}replaced-{}", fs::path(to).parent_path().string(), kTmpPrefix,
-                                          common::unique_suffix());
     ST_CHECK(::rename(to.c_str(), aside.c_str()) == 0, ErrorKind::kIo, "cannot move {} aside: {}", to,
              std::strerror(errno));
     ST_CHECK(::rename(from.c_str(), to.c_str()) == 0, ErrorKind::kIo, "cannot rename {} to {}: {}", from, to,
              std::strerror(errno));
-    std::error_code ec;
-    fs::remove_all(aside, ec);
-    if (ec) warnings.push_back(fmt::format("could not remove the replaced checkpoint {}: {}", aside, ec.message()));
-    return;
+    return aside;
   }
-  std::error_code ec;
-  fs::remove_all(from, ec);  // now the replaced checkpoint
-  if (ec) warnings.push_back(fmt::format("could not remove the replaced checkpoint (now {}): {}", from, ec.message()));
+  if (::rename(from.c_str(), aside.c_str()) != 0) {  // `from` now holds the replaced checkpoint
+    warnings.push_back(fmt::format("could not set aside the replaced {} (now {}): {}", to, from, std::strerror(errno)));
+    return from;
+  }
+  return aside;
 }
 
 struct CommittedDir {
@@ -121,7 +120,8 @@ std::vector<std::string> set_aside_later_steps(const std::string& root, int64_t 
     std::error_code ec;
     fs::rename(from, to, ec);
     if (ec) warnings.push_back(fmt::format("could not set aside {}, of a step past the new one: {}", from, ec.message()));
-    else moved.push_back(fmt::format("{} (now {})", from, to));
+    else moved.push_back(fmt::format("{} (now {}): a later step of the history this run rolled back from (it "
+                                     "resumed an older checkpoint, or none)", from, to));
   }
   return moved;
 }
@@ -178,7 +178,11 @@ PendingCheckpoint::Committed PendingCheckpoint::commit(const Manifest& manifest,
   common::kill_point("manifest-written", manifest.step);
   const std::string final_dir = root_ + "/" + step_dir_name(step_);
   Committed out{final_dir, {}};
-  rename_into_place(dir_, final_dir, out.warnings);
+  const std::string replaced = rename_into_place(dir_, final_dir, out.warnings);
+  if (!replaced.empty())
+    out.set_aside.push_back(fmt::format("{} (now {}): a folder of the same step from an earlier run of this "
+                                        "directory (a rolled-back or fresh start, or a save that lost its manifest)",
+                                        final_dir, replaced));
   committed_ = true;
   common::fsync_path(root_, true);
   common::kill_point("renamed", manifest.step);
@@ -192,7 +196,7 @@ PendingCheckpoint::Committed PendingCheckpoint::commit(const Manifest& manifest,
     out.warnings.push_back(fmt::format("could not point {}/latest at {}: {}", root_, step_dir_name(step_), e.what()));
   }
   common::kill_point("latest-updated", manifest.step);
-  out.set_aside = set_aside_later_steps(root_, step_, out.warnings);
+  for (std::string& later : set_aside_later_steps(root_, step_, out.warnings)) out.set_aside.push_back(std::move(later));
   if (keep_last > 0) {
     std::vector<std::string> pruned = prune_checkpoints(root_, keep_last, step_dir_name(step_), started_ns_);
     out.warnings.insert(out.warnings.end(), pruned.begin(), pruned.end());
@@ -243,6 +247,24 @@ std::vector<std::string> committed_checkpoints(const std::string& root) {
   if (!fs::is_directory(root, ec)) return {};
   std::vector<std::string> out;
   for (const CommittedDir& c : committed_dirs(root)) out.push_back(root + "/" + c.name);
+  return out;
+}
+
+std::string pinned_dir(const std::string& path) {
+  std::error_code ec;
+  const fs::path resolved = fs::canonical(path, ec);
+  return ec ? path : resolved.string();
+}
+
+std::vector<std::string> uncommitted_step_dirs(const std::string& root) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    if (step_of_dir_name(e.path().filename().string()) && fs::is_directory(e.path()) &&
+        !fs::exists(e.path() / kManifestFile))
+      out.push_back(e.path().string());
+  }
+  std::sort(out.begin(), out.end());
   return out;
 }
 

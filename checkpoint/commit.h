@@ -45,7 +45,7 @@ class PendingCheckpoint {
   struct Committed {
     std::string dir;                    // <root>/step-NNNNNNN
     std::vector<std::string> warnings;  // what went wrong after the commit (pruning, cleanup)
-    std::vector<std::string> set_aside;  // checkpoints of later steps set aside, and where they went
+    std::vector<std::string> set_aside;  // what was set aside (later steps, the same step's old folder), where and why
   };
   // Writes the manifest, fsyncs, renames into place, moves `latest`, prunes to `keep_last`
   // committed checkpoints (0: none pruned). Throws common::Error(kIo) if nothing was committed.
@@ -86,6 +86,15 @@ std::optional<std::string> find_latest_checkpoint(const std::string& root);
 // by commit number (a checkpoint from before commit numbers, or one whose manifest does not read,
 // counts its step), then by step.
 std::vector<std::string> committed_checkpoints(const std::string& root);
+
+// The folder `path` names, its links resolved once: `latest` becomes the step folder it points at
+// now, so that a tool reads one checkpoint, manifest and files alike, even while a job moves
+// `latest` on. `path` as given when it does not resolve (the error then names it).
+std::string pinned_dir(const std::string& path);
+
+// Step folders under `root` without a manifest (a save that died after its rename, or a checkpoint
+// whose manifest was lost): never resumed; a save of the same step sets them aside.
+std::vector<std::string> uncommitted_step_dirs(const std::string& root);
 
 struct CheckpointPosition {
   std::string dir;     // empty when there is none

@@ -215,6 +215,7 @@ std::string manifest_text(const Manifest& m) {
   if (!m.model_config.is_null()) j["model_config"] = m.model_config;
   if (!m.moment_steps.empty()) j["moment_steps"] = m.moment_steps;
   if (m.commit > 0) j["commit"] = m.commit;
+  if (!m.data.empty()) j["data"] = {{"decides", m.data.decides}, {"made_from", m.data.made_from}};
   if (m.adapter) {
     const AdapterRecord& a = *m.adapter;
     j["adapter"] = {{"method", a.method},
@@ -291,6 +292,18 @@ Manifest parse_manifest(const std::string& text, const std::string& where) {
   m.shard_group_size = f.integer(j, "shard_group_size", where, 1, 1, v3);
   m.job_toml = f.string(j, "job", where, false);
   if (const json* c = f.get(j, "model_config", where, false)) m.model_config = *c;
+  if (const json* d = f.get(j, "data", where, false)) {
+    bool ok = d->is_object();
+    for (const auto& [part, into] : {std::pair{"decides", &m.data.decides}, std::pair{"made_from", &m.data.made_from}}) {
+      const json* items = ok && d->contains(part) ? &d->at(part) : nullptr;
+      ok = ok && items != nullptr && items->is_object();
+      for (const auto& [name, value] : ok ? items->items() : kEmptyObject.items()) {
+        ok = ok && value.is_string();
+        if (ok) (*into)[name] = value.get<std::string>();
+      }
+    }
+    if (!ok) f.problem(fmt::format("{}: data is not {{\"decides\": {{...}}, \"made_from\": {{...}}}} of strings", where));
+  }
   if (const json* a = f.get(j, "adapter", where, false)) {
     const std::string at = where + ": adapter";
     AdapterRecord r;

@@ -223,6 +223,7 @@ TrainingState load_shards_of(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, con
   state.validation_pending = manifest.validation_pending;
   state.job_toml = manifest.job_toml;
   state.adapter = manifest.adapter;
+  state.data = manifest.data;
   state.has_optimizer = manifest.has_optimizer;
   return state;
 }

@@ -33,6 +33,7 @@ struct TrainingState {
   std::string model_config;     // the model's config.json, so the checkpoint converts to HF alone
   // LoRA: the checkpoint holds only the trainable flat parameters (the adapters), and records this.
   std::optional<AdapterRecord> adapter{};
+  DataIdentity data{};  // what the run trained on (manifest.h); empty when not recorded
   // On a load with the optimizer: tensors that train now but were frozen when the checkpoint was
   // saved (their moments and their AdamW step start at zero), and tensors frozen now whose saved
   // moments are not used.

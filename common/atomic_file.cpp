@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "common/error.h"
+#include "common/interrupt_cleanup.h"
 
 namespace shardtune::common {
 namespace {
@@ -33,9 +34,11 @@ AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), tmp_(temporar
   ST_CHECK(!ec, ErrorKind::kIo, "cannot create the directory of {}: {}", path_, ec.message());
   fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   ST_CHECK(fd_ >= 0, ErrorKind::kIo, "cannot write {} (temporary file {}): {}", path_, tmp_, std::strerror(errno));
+  registered_ = register_temporary(tmp_);
 }
 
 AtomicFile::~AtomicFile() {
+  forget_temporary(registered_);
   if (fd_ >= 0) ::close(fd_);
   if (!committed_) ::unlink(tmp_.c_str());
 }

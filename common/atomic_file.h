@@ -33,6 +33,7 @@ class AtomicFile {
   std::string path_, tmp_;
   int fd_ = -1;
   bool committed_ = false;
+  int registered_ = -1;  // common/interrupt_cleanup.h: removed if a tool is interrupted
 };
 
 // Durability of a directory entry (a rename, a new file) or of a file's data. Throws Error(kIo).

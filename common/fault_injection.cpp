@@ -1,4 +1,5 @@
-// Test-only faults: SIGKILL at a named phase of a save, a stop signal after a step, a slow save.
+// Test-only faults: SIGKILL at a named phase of a save, a stop signal after a step, a slow save, a
+// non-finite loss.
 #include "common/fault_injection.h"
 
 #include <fmt/format.h>
@@ -33,6 +34,11 @@ void save_delay_point(const char* part) {
   const std::string prefix = fmt::format("{}:", part);
   if (spec == nullptr || std::string_view(spec).substr(0, prefix.size()) != prefix) return;
   std::this_thread::sleep_for(std::chrono::duration<double>(std::strtod(spec + prefix.size(), nullptr)));
+}
+
+bool nonfinite_point(int64_t step, int rank) {
+  static const char* spec = std::getenv("SHARDTUNE_TEST_NONFINITE_AT");
+  return spec != nullptr && spec == fmt::format("{}:{}", step, rank);
 }
 
 }  // namespace shardtune::common

@@ -7,6 +7,8 @@
 // - SHARDTUNE_TEST_SAVE_DELAY_S="<part>:<seconds>": a checkpoint written in the background waits that
 //   long before its part: copy (before it reads the state, which the next optimizer update waits
 //   for) or write (before it reports its files written: training goes on with the save in flight).
+// - SHARDTUNE_TEST_NONFINITE_AT="<step>:<rank>": that rank's loss of optimizer step <step> is NaN,
+//   as a diverging run's is; the step's reduction gives every rank the NaN.
 #pragma once
 
 #include <cstdint>
@@ -16,5 +18,6 @@ namespace shardtune::common {
 void kill_point(const char* phase, int64_t step, int rank = 0);
 void signal_point(int64_t step, int rank);
 void save_delay_point(const char* part);
+bool nonfinite_point(int64_t step, int rank);
 
 }  // namespace shardtune::common

@@ -21,6 +21,9 @@ std::vector<std::string> local_mpirun_argv(const job::Job& job, const LocalRunOp
   if (options.allow_run_as_root) argv.push_back("--allow-run-as-root");
   // A local run may start more ranks than cores (tests do): no binding, no refusal.
   for (const char* a : {"--oversubscribe", "--bind-to", "none"}) argv.emplace_back(a);
+  // No input to rank 0: mpirun runs in a process group of its own (launcher/stop_relay.h), where
+  // reading the terminal would stop it.
+  for (const char* a : {"--stdin", "none"}) argv.emplace_back(a);
   // Keep MPI's traffic on this machine.
   for (const char* a : {"--mca", "btl_tcp_if_include", "lo", "--mca", "oob_tcp_if_include", "lo"}) argv.emplace_back(a);
   argv.insert(argv.end(), job.launch.extra_mpirun_options.begin(), job.launch.extra_mpirun_options.end());

@@ -25,6 +25,7 @@
 #include "launcher/plan.h"
 #include "launcher/plot.h"
 #include "launcher/status.h"
+#include "launcher/stop_relay.h"
 #include "launcher/submit.h"
 #include "launcher/writer_guard.h"
 
@@ -57,6 +58,7 @@ job::Job resolve(const std::string& path, const std::vector<std::string>& overri
   if (!loaded.diagnostics.has_errors()) {
     if (auto facts = readable_model_facts(loaded.job, model_config))
       job::check_against_model(loaded.job, *facts, loaded.sources, path, loaded.diagnostics);
+    job::check_launch_paths(loaded.job, loaded.sources, path, loaded.diagnostics);
   }
   if (loaded.diagnostics.has_errors()) throw job::JobError(loaded.diagnostics);
   std::cerr << loaded.diagnostics.to_string();
@@ -78,7 +80,7 @@ void note_submit_only_keys(const job::Job& job) {
       const std::string dotted = f.dotted();
       const bool submit_only = std::string(section) == "slurm"
                                    ? dotted != "slurm.nodes" && dotted != "slurm.ntasks_per_node" &&
-                                         dotted != "slurm.gpus_per_node" && dotted != "slurm.cpus_per_task"
+                                         dotted != "slurm.gpus_per_node"
                                    : dotted == "launch.launcher" || dotted == "launch.srun_mpi" ||
                                          dotted == "launch.extra_srun_options";
       if (submit_only && f.literal(job) != f.literal(defaults)) keys.push_back(dotted);
@@ -115,7 +117,7 @@ int cmd_run(const std::string& path, std::vector<std::string> overrides, int ran
     return 0;
   }
   // One writer per output directory: no queued or running Slurm job of it, and its lock held by
-  // mpirun (inherited across exec) until the last process of the run exits.
+  // this process and mpirun (inherited across fork and exec) until the last process of the run exits.
   launcher::refuse_if_slurm_job_active(job.job.output_dir);
   std::vector<common::DirLock> locks = launcher::lock_job_dirs(job, launcher::holder_note("shardtune run"));
   for (common::DirLock& lock : locks) lock.keep_across_exec();
@@ -127,7 +129,9 @@ int cmd_run(const std::string& path, std::vector<std::string> overrides, int ran
   // The ranks' malloc on huge pages (see common/malloc_pages.h); mpirun passes its environment on.
   const char* tunables = std::getenv("GLIBC_TUNABLES");
   ::setenv("GLIBC_TUNABLES", common::tunables_with_huge_pages(tunables ? tunables : "").c_str(), 1);
-  launcher::exec_argv(argv);
+  // A stop (Ctrl-C, TERM) becomes the ranks' checkpoint-and-stop request, and the run exits with
+  // their code: 75 after a stop with a committed checkpoint (launcher/stop_relay.h).
+  return launcher::run_relaying_stops(argv, std::filesystem::path(options.rank_exe).filename().string().substr(0, 15));
 }
 
 int cmd_submit(const std::string& path, const std::vector<std::string>& overrides, bool dry_run) {

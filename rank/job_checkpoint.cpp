@@ -17,6 +17,7 @@
 #include "checkpoint/background_save.h"
 #include "checkpoint/checkpoint_save.h"
 #include "checkpoint/commit.h"
+#include "checkpoint/data_identity.h"
 #include "checkpoint/hf/model_identity.h"
 #include "checkpoint/manifest.h"
 #include "checkpoint/sharded_checkpoint.h"
@@ -50,6 +51,10 @@ bool is_damage(const common::Error& e) {
 std::vector<std::string> resume_candidates(const job::CheckpointSection& checkpoint, int64_t restart_count) {
   if (checkpoint.resume == "none") return {};
   std::vector<std::string> own = checkpoint::committed_checkpoints(checkpoint.dir);
+  for (const std::string& dir : checkpoint::uncommitted_step_dirs(checkpoint.dir))
+    spdlog::warn("{} has no manifest.json: not a committed checkpoint (a save cut short, or a lost manifest), so it "
+                 "is not resumed; a save of its step sets it aside, never deletes it",
+                 dir);
   if (checkpoint.resume == "auto") return own;
   if (restart_count > 0 && !own.empty()) {
     spdlog::info("requeued start {}: continuing from the job's own checkpoint {}, not from [checkpoint] resume = {}",
@@ -170,17 +175,34 @@ void log_optimizer_state(const std::string& dir, const checkpoint::TrainingState
                  dir, by_block(state.unused_moments));
 }
 
-// Loads checkpoint `dir` into every rank, or throws the same error on every rank.
+// What differs between a checkpoint's data and the job's, as one error or, with on_data_change =
+// "new_schedule", as the warning of a new schedule; empty when nothing does.
+std::string data_change_text(const std::string& dir, const std::vector<std::string>& changes) {
+  return fmt::format("{} was trained on other data or in another order than this job's:\n  {}", dir,
+                     fmt::join(changes, "\n  "));
+}
+
+// Loads checkpoint `dir` into every rank, or throws the same error on every rank. A checkpoint of
+// other data (`data`) is refused, or, with on_data_change = "new_schedule", starts this job's
+// schedule from its first sample: step 0, the cursor at the start.
 train::ResumePoint load(const std::string& dir, fsdp::FsdpLlama& model, fsdp::AdamW& optimizer,
                         dist::Communicator& world, const std::optional<checkpoint::AdapterRecord>& adapter,
-                        bool job_saves_optimizer) {
-  dist::decide_on_root(world, [&] {
+                        const checkpoint::DataIdentity& data, const job::Job& job) {
+  const std::string changed = dist::decide_on_root(world, [&] {
     const checkpoint::Manifest manifest = checkpoint::read_manifest(dir);
     if (manifest.adapter && adapter) {
       const std::vector<std::string> problems = adapter_mismatches(*manifest.adapter, *adapter);
       ST_CHECK(problems.empty(), common::ErrorKind::kConfig, "cannot resume {}: {}", dir, fmt::join(problems, "; "));
     }
-    return std::string();
+    const std::vector<std::string> changes = checkpoint::data_changes(manifest.data, data);
+    if (changes.empty()) return std::string();
+    ST_CHECK(job.checkpoint.on_data_change == job::OnDataChange::kNewSchedule, common::ErrorKind::kConfig,
+             "cannot resume the checkpoint {}\nits sample cursor would train some samples of this data twice "
+             "and others never. HINT: to go on with that run, restore the settings and data it was trained with; to "
+             "train its weights on this data from the first sample, set [checkpoint] on_data_change = "
+             "\"new_schedule\"; to start over, set [checkpoint] resume = \"none\"",
+             data_change_text(dir, changes));
+    return data_change_text(dir, changes);
   });
   optimizer.reset_state();  // an earlier attempt may have filled part of it
   const checkpoint::TrainingState state = checkpoint::load_sharded_checkpoint(model, &optimizer, dir, world);
@@ -189,7 +211,14 @@ train::ResumePoint load(const std::string& dir, fsdp::FsdpLlama& model, fsdp::Ad
            "the ranks loaded different steps from {} ({} to {}): the checkpoint changed while they read it", dir,
            lowest, highest);
   spdlog::info("loaded checkpoint {}", dir);
-  log_optimizer_state(dir, state, job_saves_optimizer);
+  log_optimizer_state(dir, state, job.fsdp.save_optimizer);
+  if (!changed.empty()) {
+    spdlog::warn("{}\nits weights and optimizer state start a new schedule over this data ([checkpoint] "
+                 "on_data_change = \"new_schedule\"): step 0, from the first sample, the learning rate schedule "
+                 "from its start",
+                 changed);
+    return {0, {0, 0}, state.loss_scale, 0, false};
+  }
   return {state.step, {state.epoch, state.sample_in_epoch}, state.loss_scale, state.reference_batch,
           state.validation_pending};
 }
@@ -236,7 +265,7 @@ class SaveInBackground final : public train::SaveInFlight {
 std::optional<train::ResumePoint> resume_job(const job::Job& job, fsdp::FsdpLlama& model, dist::ProcessGroups& groups,
                                              int64_t restart_count,
                                              const std::optional<checkpoint::AdapterRecord>& adapter,
-                                             fsdp::AdamW& optimizer) {
+                                             const checkpoint::DataIdentity& data, fsdp::AdamW& optimizer) {
   dist::Communicator& world = *groups.world;
   // World rank 0 lists: every rank must try the same checkpoints, even if the directory changes
   // while they look (a save of another job, a file system that lists lazily).
@@ -255,7 +284,7 @@ std::optional<train::ResumePoint> resume_job(const job::Job& job, fsdp::FsdpLlam
   std::vector<std::string> skipped, why;
   for (const std::string& dir : candidates) {
     try {
-      const train::ResumePoint at = load(dir, model, optimizer, world, adapter, job.fsdp.save_optimizer);
+      const train::ResumePoint at = load(dir, model, optimizer, world, adapter, data, job);
       if (world.rank() == 0) set_aside(skipped);
       return at;
     } catch (const common::Error& e) {
@@ -276,13 +305,14 @@ std::optional<train::ResumePoint> resume_job(const job::Job& job, fsdp::FsdpLlam
 
 train::CheckpointHooks checkpoint_hooks(const job::Job& job, const std::string& model_config, fsdp::FsdpLlama& model,
                                         dist::ProcessGroups& groups, int64_t restart_count,
-                                        std::optional<checkpoint::AdapterRecord> adapter) {
+                                        std::optional<checkpoint::AdapterRecord> adapter,
+                                        checkpoint::DataIdentity data) {
   train::CheckpointHooks hooks;
-  hooks.resume = [&job, &model, &groups, restart_count, adapter](fsdp::AdamW& optimizer) {
-    return resume_job(job, model, groups, restart_count, adapter, optimizer);
+  hooks.resume = [&job, &model, &groups, restart_count, adapter, data](fsdp::AdamW& optimizer) {
+    return resume_job(job, model, groups, restart_count, adapter, data, optimizer);
   };
   // What a checkpoint of step `at` records besides the tensors.
-  auto state_at = [model_config, adapter, job_toml = job::to_toml(job)](const train::ResumePoint& at) {
+  auto state_at = [model_config, adapter, data, job_toml = job::to_toml(job)](const train::ResumePoint& at) {
     checkpoint::TrainingState s;
     s.step = at.step;
     s.epoch = at.cursor.epoch;
@@ -293,6 +323,7 @@ train::CheckpointHooks checkpoint_hooks(const job::Job& job, const std::string& 
     s.job_toml = job_toml;
     s.model_config = model_config;
     s.adapter = adapter;
+    s.data = data;
     return s;
   };
   // Pruning after a background save runs on a thread (world rank 0); any later save waits for it.

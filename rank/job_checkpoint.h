@@ -39,9 +39,12 @@ std::vector<std::string> adapter_mismatches(const checkpoint::AdapterRecord& sav
 
 // Hooks for the Trainer over the job's checkpoint directory. `model_config`: the model's
 // config.json text, recorded in every checkpoint. With LoRA (`adapter`), checkpoints hold only the
-// adapters and record the base model. The references must outlive the hooks.
+// adapters and record the base model. `data`: what the job trains on (JobData::identity), recorded
+// in every checkpoint; a resume of a checkpoint of other data is refused, or starts a new
+// schedule ([checkpoint] on_data_change). The references must outlive the hooks.
 train::CheckpointHooks checkpoint_hooks(const job::Job& job, const std::string& model_config, fsdp::FsdpLlama& model,
                                         dist::ProcessGroups& groups, int64_t restart_count,
-                                        std::optional<checkpoint::AdapterRecord> adapter);
+                                        std::optional<checkpoint::AdapterRecord> adapter,
+                                        checkpoint::DataIdentity data);
 
 }  // namespace shardtune::rank_program

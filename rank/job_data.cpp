@@ -12,6 +12,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <numeric>
 #include <random>
@@ -253,6 +254,7 @@ namespace {
 struct TokenFiles {
   std::shared_ptr<const data::TokenFile> train, val;  // val: null when the job does not validate
   bool cached = false;
+  std::string train_key;  // what the training token file was made from (training_key)
 };
 
 TokenFiles token_files(const job::Job& job, const data::Tokenizer& tokenizer, const data::ExampleOptions& options,
@@ -269,6 +271,7 @@ TokenFiles token_files(const job::Job& job, const data::Tokenizer& tokenizer, co
   const data::TokenCache val_cache(job.data.val_file.empty() ? job.data.train_file : job.data.val_file, fallback,
                                    validation_key(job, examples), "validation");
   TokenFiles out;
+  out.train_key = training_key(job, examples);
   out.train = train_cache.open(vocab_size);
   out.val = want_val ? val_cache.open(vocab_size) : nullptr;
   // Collective: another job may be writing the same token files right now, so ranks could see
@@ -295,6 +298,26 @@ TokenFiles token_files(const job::Job& job, const data::Tokenizer& tokenizer, co
         spdlog::info("removed the token file {}: made for other data or settings, unused for a day", removed);
   }
   return out;
+}
+
+// The items of a token file's key ("name=value ...; name=value"), by name.
+std::map<std::string, std::string> key_items(const std::string& key) {
+  std::map<std::string, std::string> out;
+  for (size_t at = 0; at < key.size();) {
+    const size_t end = std::min(key.find("; ", at), key.size());
+    const std::string item = key.substr(at, end - at);
+    const size_t eq = item.find('=');
+    if (eq != std::string::npos) out[item.substr(0, eq)] = item.substr(eq + 1);
+    at = end + 2;
+  }
+  return out;
+}
+
+// What decides the samples and their order, besides the tokens: checkpoints record it.
+void add_order_items(const job::Job& job, checkpoint::DataIdentity& identity) {
+  identity.decides["train.seed"] = std::to_string(job.train.seed);
+  identity.decides["train.batching_strategy"] = std::string(job::enum_name(job.train.batching_strategy));
+  identity.decides["train.context_length"] = std::to_string(job.train.context_length);
 }
 
 // A validation set that evaluates nothing would report a perfect or an undefined loss: an error
@@ -327,6 +350,9 @@ JobData load_job_data(const job::Job& job, const model::LlamaConfig& config, con
     // The same rows at every world size.
     out.val = std::make_unique<train::SyntheticCopyDataset>(t.val_batch_size * 8, t.context_length, config.vocab_size,
                                                             static_cast<uint64_t>(t.seed) + 1);
+    out.identity.decides["training tokens"] = "synthetic";
+    out.identity.decides["training samples"] = std::to_string(out.train->size());
+    add_order_items(job, out.identity);
     return out;
   }
   ST_CHECK(!tok_path.empty(), ErrorKind::kConfig, "[data] format \"{}\" needs a tokenizer: set [data] tokenizer",
@@ -348,6 +374,12 @@ JobData load_job_data(const job::Job& job, const model::LlamaConfig& config, con
            "response is lost behind its prompt. HINT: raise [train] context_length, or use batching_strategy = "
            "\"packing\" with [data] long_examples = \"split\"",
            job.data.train_file, t.context_length);
+  out.identity.decides["training tokens"] =
+      fmt::format("{} examples, {} tokens, checksum {:016x}", tokens.train->num_examples(), tokens.train->num_tokens(),
+                  tokens.train->checksum());
+  out.identity.decides["training samples"] = std::to_string(out.train->size());
+  add_order_items(job, out.identity);
+  out.identity.made_from = key_items(tokens.train_key);
   if (tokens.val != nullptr && tokens.val->num_examples() > 0)
     out.val = batched(tokens.val, job, options, "validation", tokens.cached);
   check_validation(job, tokens, out.val.get());

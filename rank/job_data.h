@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "checkpoint/manifest.h"
 #include "common/job/job.h"
 #include "runtime/model/llama_config.h"
 #include "runtime/train/dataset.h"
@@ -28,6 +29,9 @@ std::string prepare_tokenizer(const job::Job& job, MPI_Comm world, const std::st
 struct JobData {
   std::unique_ptr<train::Dataset> train;
   std::unique_ptr<train::Dataset> val;  // null when there is none
+  // Which samples the job trains and in what order, recorded in its checkpoints: a resume over
+  // other data is refused (checkpoint/data_identity.h).
+  checkpoint::DataIdentity identity;
 };
 
 struct DataContext {

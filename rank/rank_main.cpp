@@ -165,7 +165,7 @@ int run_job(const job::Job& job, const dist::Topology& topo) {
   const int64_t restarts = slurm::read_slurm_env([](const char* name) { return std::getenv(name); }).restart_count;
   const train::CheckpointHooks hooks = rank_program::checkpoint_hooks(
       job, config_json, *model.sharded, start.groups, restarts,
-      rank_program::adapter_record(job, config_json, *start.groups.world, model.weights_sha256));
+      rank_program::adapter_record(job, config_json, *start.groups.world, model.weights_sha256), data.identity);
   return train(job, config, start.groups, *model.sharded, data, hooks);
 }
 
@@ -173,6 +173,9 @@ int run_job(const job::Job& job, const dist::Topology& topo) {
 
 int main(int argc, char** argv) {
   common::keep_freed_host_memory();
+  // Before MPI starts: a stop that arrives while the rank starts is kept, not fatal. (run() installs
+  // them again after MPI_Init, in case MPI took the signals.)
+  train::install_stop_handlers();
   int code = 0;
   try {
     dist::MpiRuntime mpi(&argc, &argv);

@@ -17,9 +17,10 @@ namespace {
 
 void log_model(const job::Job& job, const ShardedModel& m, const std::set<std::string>& frozen,
                const fsdp::FsdpOptions& options) {
+  // From the flat parameters' layouts: the model's own tensors are views of freed storage by now.
   int64_t trainable = 0;
-  for (const model::NamedParam& p : m.model->named_parameters())
-    if (!frozen.count(p.name)) trainable += p.tensor->numel();
+  for (fsdp::FlatParam* f : m.sharded->flat_params())
+    if (f->trainable()) trainable += f->layout().numel();
   const bool lora = job.peft.adapters();
   spdlog::info("model: {:.1f}M parameters, {} trainable ({} frozen tensors{}), {} units; {} bytes of shards per rank",
                static_cast<double>(m.model->config().num_parameters()) / 1e6, trainable, frozen.size(),

@@ -13,11 +13,14 @@
 
 #include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/gguf_writer.h"
+#include "checkpoint/hf/bnb_nf4.h"
 #include "checkpoint/hf/hf_folder.h"
+#include "checkpoint/hf/hf_model_io.h"
 #include "checkpoint/hf/hf_tensor_source.h"
 #include "common/error.h"
 #include "common/file_io.h"
 #include "common/job/job_loader.h"
+#include "runtime/fsdp/shard_loader.h"
 #include "runtime/model/llama.h"
 #include "runtime/model/rope.h"
 #include "tools/tool_progress.h"
@@ -71,8 +74,19 @@ Source open_folder(const std::string& dir) {
   Source s;
   s.config_json = source->folder().config();
   s.config = model::LlamaConfig::from_json(s.config_json, dir + "/config.json");
+  ST_CHECK(!checkpoint::is_bnb_4bit(source->folder()), ErrorKind::kConfig,
+           "{} stores its projections in 4 bits (a bitsandbytes folder), which GGUF's f32, f16 and bf16 types do not "
+           "hold: export its original (unquantised) folder instead",
+           dir);
+  // Every tensor against config.json before anything is written: a missing, extra or misshapen
+  // one, or one that is not a float, is named (as training and import-hf name them).
+  model::LlamaForCausalLM skeleton(s.config, at::TensorOptions().device(at::kMeta));
+  const std::vector<std::string> ignored = checkpoint::check_hf_weights(skeleton, source->folder());
+  if (!ignored.empty()) fmt::print(stderr, "{}: {}\n", dir, fsdp::ignored_tensors_note(ignored));
   s.tokenizer = fs::exists(dir + "/tokenizer.json") ? dir + "/tokenizer.json" : "";
-  s.name = fs::path(dir).filename().string();
+  fs::path named = fs::path(dir).lexically_normal();
+  if (!named.has_filename()) named = named.parent_path();  // "models/x/" names x too
+  s.name = named.filename().string();
   s.read = [source](const std::string& name) {
     const checkpoint::TensorInfo& info = source->folder().info(name);
     at::Tensor t = at::empty(std::vector<int64_t>(info.shape.begin(), info.shape.end()), at::kFloat);
@@ -282,6 +296,9 @@ void add_vocab_metadata(checkpoint::GgufWriter& w, const Vocab& v) {
 
 void export_gguf(const std::string& src, const std::string& out, const std::string& dtype, const std::string& tokenizer) {
   const GgmlType type = dtype == "f32" ? GgmlType::kF32 : dtype == "f16" ? GgmlType::kF16 : GgmlType::kBF16;
+  std::error_code ec;
+  ST_CHECK(!fs::exists(fs::symlink_status(out, ec)), ErrorKind::kIo,
+           "{} exists: choose a new path (no conversion writes over a file or folder)", out);
   Source s = fs::exists(src + "/manifest.json") ? open_checkpoint(src) : open_folder(src);
   if (!tokenizer.empty()) s.tokenizer = tokenizer;
   ST_CHECK(!s.tokenizer.empty() && fs::exists(s.tokenizer), ErrorKind::kConfig,

@@ -16,9 +16,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/commit.h"
 #include "checkpoint/h5_check.h"
 #include "checkpoint/manifest.h"
 #include "checkpoint/sharded_checkpoint.h"
+#include "common/interrupt_cleanup.h"
 #include "common/process_exit.h"
 #include "common/process_memory.h"
 #include "common/strict_json.h"
@@ -42,10 +44,14 @@ int inspect(const std::string& dir) {
   fmt::print("step {} (epoch {}, {} samples into it); saved by {} ranks in shard groups of {}; optimizer state: {}\n",
              m.step, m.epoch + 1, m.sample_in_epoch, m.world_size, m.shard_group_size, m.has_optimizer ? "yes" : "no");
   if (m.adapter)
-    fmt::print("LoRA adapters only: r = {}, alpha = {}, dropout = {}, on [{}]; base model {} (SHA-256 of config.json "
+    fmt::print("{} adapters only: r = {}, alpha = {}, dropout = {}, on [{}]; base model {}{} (SHA-256 of config.json "
                "{}, tensor index {}, weights {})\n",
-               m.adapter->r, m.adapter->alpha, m.adapter->dropout, shown(fmt::format("{}", fmt::join(m.adapter->target_modules, ", "))),
-               shown(m.adapter->base_path), shown(m.adapter->base_config_sha256), shown(m.adapter->base_tensors_sha256),
+               m.adapter->method == "qlora" ? "QLoRA" : "LoRA", m.adapter->r, m.adapter->alpha, m.adapter->dropout, shown(fmt::format("{}", fmt::join(m.adapter->target_modules, ", "))),
+               shown(m.adapter->base_path),
+               m.adapter->method == "qlora" ? fmt::format(" in NF4 (blocks of {}{})", m.adapter->nf4_block_size,
+                                                           m.adapter->nf4_double_quant ? ", scales double-quantised" : "")
+                                            : "",
+               shown(m.adapter->base_config_sha256), shown(m.adapter->base_tensors_sha256),
                shown(m.adapter->base_weights_sha256.empty() ? m.adapter->base_weights_sample_sha256 + " (first bytes)"
                                                             : m.adapter->base_weights_sha256));
   std::map<std::string, int64_t> files;
@@ -134,6 +140,11 @@ int run_tool(int argc, char** argv) {
   gguf->add_option("--tokenizer", tokenizer,
                    "tokenizer.json to embed (default: the folder's, or the one the checkpoint's job trained with)");
   CLI11_PARSE(app, argc, argv);
+  // `checkpoints/latest` read once: a job that saves meanwhile moves the link, never this tool's files.
+  dir = checkpoint::pinned_dir(dir);
+  if (!other.empty()) other = checkpoint::pinned_dir(other);
+  // Ctrl-C or TERM during a conversion removes its unfinished output (common/interrupt_cleanup.h).
+  common::remove_temporaries_on_interrupt();
   try {
     checkpoint::silence_hdf5_auto_print();
     if (ins->parsed()) return inspect(dir);

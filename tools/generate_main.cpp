@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -65,8 +66,13 @@ struct Chat {
 
 Chat chat_of(const Options& o, const tools::GenerationModel& m, const data::Tokenizer& tokenizer) {
   const std::string format = o.chat_format.empty() ? m.chat_format : o.chat_format;
-  const data::ChatChoice choice =
-      data::choose_chat_style(job::enum_value<job::ChatFormat>(format).value(), m.tokenizer);
+  data::ChatChoice choice;
+  try {
+    choice = data::choose_chat_style(job::enum_value<job::ChatFormat>(format).value(), m.tokenizer);
+  } catch (const common::Error& e) {
+    // Its hint names the job's key; here the format is chosen on the command line.
+    common::raise(e.kind(), fmt::format("{}\nHere: give --chat-format llama3, llama3.1 or llama2", e.what()));
+  }
   Chat c{data::chat_options(choice.style, tokenizer, m.tokenizer), {}};
   c.options.generation_prompt = true;
   const char* end = choice.style == data::ChatStyle::kLlama2 ? nullptr : "<|eot_id|>";
@@ -117,11 +123,15 @@ std::vector<int32_t> parse_ids(const std::string& text) {
   std::vector<int32_t> ids;
   std::stringstream in(text);
   for (std::string id; std::getline(in, id, ',');) {
-    try {
-      ids.push_back(std::stoi(id));
-    } catch (const std::exception&) {
+    // The whole item, spaces around it aside: "2x" is no id (std::stoi would read its 2).
+    const size_t first = id.find_first_not_of(' '), last = id.find_last_not_of(' ');
+    const std::string_view digits =
+        first == std::string::npos ? std::string_view() : std::string_view(id).substr(first, last - first + 1);
+    int32_t value = 0;
+    const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+    if (digits.empty() || error != std::errc() || end != digits.data() + digits.size())
       common::raise(ErrorKind::kUsage, fmt::format("--ids: \"{}\" is not a token id", id));
-    }
+    ids.push_back(value);
   }
   return ids;
 }
@@ -160,6 +170,9 @@ int run(const Options& o) {
     prompt = tokenizer->encode(o.prompt);
     if (auto bos = tokenizer->bos_id()) prompt.insert(prompt.begin(), *bos);
   }
+  if (o.chat.empty() && !o.interactive && (!o.system.empty() || !o.chat_format.empty()))
+    std::cerr << "note: --system and --chat-format shape --chat and --interactive only; the prompt of "
+              << (o.ids.empty() ? "--prompt" : "--ids") << " is used as given\n";
   std::vector<std::vector<float>> logits;  // --json-logits: each step's
   if (o.json_logits)
     g.on_logits = [&](const at::Tensor& l) {

@@ -4,11 +4,16 @@
 #include <fmt/format.h>
 
 #include <filesystem>
+#include <map>
 
+#include "checkpoint/adapter_base.h"
 #include "checkpoint/checkpoint_reader.h"
+#include "checkpoint/commit.h"
 #include "checkpoint/hf/bnb_nf4.h"
 #include "checkpoint/hf/hf_folder.h"
 #include "checkpoint/hf/hf_model_io.h"
+#include "checkpoint/hf/safetensors_torch.h"
+#include "checkpoint/hf/weights_digest.h"
 #include "common/error.h"
 #include "common/job/job_loader.h"
 #include "common/job/schema.h"
@@ -36,6 +41,27 @@ void to_nf4_values(at::Tensor& t, const quant::Nf4Format& format) {
   t.copy_(at::from_blob(values.data(), {x.numel()}, at::kFloat).view(t.sizes()));
 }
 
+// A base stored in 4 bits as bitsandbytes writes it (the QLoRA base a job trained on as it is):
+// each projection's NF4 records dequantised, the rest read as stored.
+void load_bnb_base(model::LlamaForCausalLM& m, const checkpoint::HfFolder& folder) {
+  const std::map<std::string, checkpoint::BnbNf4Weight> nf4 = checkpoint::read_bnb_nf4_weights(folder);
+  for (const model::NamedParam& p : m.named_parameters()) {
+    const auto w = nf4.find(p.name);
+    if (w == nf4.end()) {
+      p.tensor->copy_(checkpoint::read_tensor(folder.file_of(p.name), p.name).to(at::kFloat).view(p.tensor->sizes()));
+      continue;
+    }
+    const quant::Nf4Format& f = w->second.format;
+    const int64_t records = f.records(w->second.numel);
+    std::vector<uint8_t> raw(static_cast<size_t>(records * f.record_bytes()));
+    uint64_t bytes = 0;
+    checkpoint::read_bnb_records(folder, w->second, 0, records, raw.data(), &bytes);
+    std::vector<float> values(static_cast<size_t>(records * f.record_elements()));
+    quant::dequantize_records(raw.data(), records, f, values.data());
+    p.tensor->copy_(at::from_blob(values.data(), {w->second.numel}, at::kFloat).view(p.tensor->sizes()));
+  }
+}
+
 // The base of an adapter checkpoint: its folder (checked against the identity the checkpoint
 // records), or the preset's random initialisation from the job's seed.
 void load_base(model::LlamaForCausalLM& m, const checkpoint::AdapterRecord& a, const std::string& base,
@@ -45,8 +71,20 @@ void load_base(model::LlamaForCausalLM& m, const checkpoint::AdapterRecord& a, c
     return;
   }
   const checkpoint::HfFolder folder = checkpoint::HfFolder::open(base);
-  check_adapter_base(a, folder, base, src);
-  checkpoint::load_hf_weights(m, folder);
+  // The config, the index and each tensor's first bytes at once; every byte as it loads (as
+  // merge-lora and a resume compare them).
+  checkpoint::AdapterRecord here = check_adapter_base(a, folder, base, src);
+  checkpoint::WeightsDigest digest(folder);
+  if (checkpoint::is_bnb_4bit(folder)) {
+    load_bnb_base(m, folder);
+    digest.complete(folder);
+  } else {
+    checkpoint::load_hf_weights(m, folder, &digest);
+  }
+  here.base_weights_sha256 = digest.hex();
+  const std::optional<std::string> mismatch = checkpoint::base_mismatch(a, here);
+  ST_CHECK(!mismatch, ErrorKind::kConfig, "{} is not the base model the adapters of {} were trained on: {}", base, src,
+           mismatch.value_or(""));
 }
 
 GenerationModel from_checkpoint(const std::string& dir, const std::string& base_override,
@@ -65,7 +103,9 @@ GenerationModel from_checkpoint(const std::string& dir, const std::string& base_
     const checkpoint::AdapterRecord& a = *manifest.adapter;
     const std::string base = base_override.empty() ? a.base_path : base_override;
     load_base(m, a, base, dir, job);
-    if (a.method == "qlora") {
+    // A bitsandbytes base holds its NF4 values already; a plain one is quantised as training did.
+    const bool stored_nf4 = base.rfind("preset:", 0) != 0 && checkpoint::is_bnb_4bit(checkpoint::HfFolder::open(base));
+    if (a.method == "qlora" && !stored_nf4) {
       const quant::Nf4Format nf4{a.nf4_block_size, a.nf4_double_quant};
       for (const model::NamedParam& p : m.named_parameters())
         if (quant::is_nf4_weight(p.name)) to_nf4_values(*p.tensor, nf4);
@@ -99,7 +139,7 @@ GenerationModel load_generation_model(const std::string& source, const std::stri
            "{} is not a folder: give a Hugging Face model folder, a checkpoint, or a job's output folder", source);
   GenerationModel out;
   if (fs::exists(source + "/manifest.json")) {
-    out = from_checkpoint(source, base, options);
+    out = from_checkpoint(checkpoint::pinned_dir(source), base, options);  // a path through `latest`, read once
   } else if (fs::exists(source + "/checkpoints/latest")) {
     out = from_checkpoint(fs::canonical(source + "/checkpoints/latest").string(), base, options);
   } else {

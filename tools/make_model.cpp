@@ -15,6 +15,7 @@
 
 #include "checkpoint/hf/safetensors_torch.h"
 #include "common/error.h"
+#include "common/interrupt_cleanup.h"
 #include "runtime/fsdp/llama_units.h"
 #include "runtime/model/init.h"
 #include "runtime/model/llama.h"
@@ -35,6 +36,7 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", dtype_name, "Stored dtype")->check(CLI::IsMember({"bf16", "fp32"}));
   app.add_option("--seed", seed, "Initialisation seed");
   CLI11_PARSE(app, argc, argv);
+  common::remove_temporaries_on_interrupt();  // an interrupted write leaves no partial folder
   try {
     model::LlamaConfig c = config_path.empty() ? model::LlamaConfig::tiny() : model::LlamaConfig::from_file(config_path);
     if (layers > 0) c.num_hidden_layers = layers;

@@ -24,6 +24,7 @@ enum class LongExamples { kSplit, kTruncate };
 enum class BatchingStrategy { kPacking, kPadding };
 enum class LrScheduler { kStep, kCosine };
 enum class OnNonFinite { kStop, kSkipStep };
+enum class OnDataChange { kRefuse, kNewSchedule };
 enum class ShardingStrategy { kFullShard, kShardGradOp, kNoShard, kHybridShard };
 enum class CheckpointType { kFull, kSharded };
 enum class LoadReaders { kNode, kRank0 };
@@ -146,6 +147,7 @@ struct CheckpointSection {
   int64_t keep_last = 2;
   std::string resume = "auto";
   bool async = false;
+  OnDataChange on_data_change = OnDataChange::kRefuse;
 };
 
 struct MetricsSection {

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
+#include <system_error>
 #include <utility>
 
 #include "common/job/no_effect.h"
@@ -254,6 +256,26 @@ void check_against_model(const Job& job, const ModelFacts& model, const FieldSou
     c.error({"train.num_freeze_layers", "train.freeze_layers"},
             fmt::format("num_freeze_layers = {} but the model has {} blocks (num_hidden_layers in {}): at most {}",
                         job.train.num_freeze_layers, model.num_hidden_layers, model.source, model.num_hidden_layers));
+  }
+}
+
+void check_launch_paths(const Job& job, const FieldSources& sources, const std::string& file, Diagnostics& diags) {
+  Checker c(sources, file, diags);
+  const std::string& resume = job.checkpoint.resume;
+  if (resume == "auto" || resume == "none" || resume.empty()) return;
+  std::error_code ec;
+  const std::filesystem::path dir(resume);
+  if (!std::filesystem::is_directory(dir, ec)) {
+    c.error({"checkpoint.resume"},
+            fmt::format("resume = \"{}\": no such checkpoint folder ({}). HINT: \"auto\" resumes the newest "
+                        "checkpoint under [checkpoint] dir, \"none\" starts fresh; a path names one checkpoint "
+                        "(a step-NNNNNNN folder)",
+                        resume, std::filesystem::absolute(dir, ec).lexically_normal().string()));
+  } else if (!std::filesystem::is_regular_file(dir / "manifest.json", ec)) {
+    c.error({"checkpoint.resume"},
+            fmt::format("resume = \"{}\" is a folder without a manifest.json: not a committed checkpoint. HINT: "
+                        "name a step-NNNNNNN folder under a job's checkpoints/, or \"auto\"",
+                        resume));
   }
 }
 

@@ -26,4 +26,9 @@ struct ModelFacts {
 void check_against_model(const Job& job, const ModelFacts& model, const FieldSources& sources, const std::string& file,
                          Diagnostics& diags);
 
+// The checks of what the job names on disk that only a fresh start can make (a requeued start
+// resumes its own checkpoints, whatever became of these): [checkpoint] resume's folder. Run by
+// the launcher (validate, run, submit), never by the ranks.
+void check_launch_paths(const Job& job, const FieldSources& sources, const std::string& file, Diagnostics& diags);
+
 }  // namespace shardtune::job

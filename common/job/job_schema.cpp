@@ -3,6 +3,7 @@
 #include "common/job/schema.h"
 
 #include <algorithm>
+#include <cctype>
 
 #include "common/job/field_builder.h"
 #include "common/job/slurm_time.h"
@@ -86,6 +87,11 @@ struct EnumNames<OnNonFinite> {
       {{OnNonFinite::kStop, "stop"}, {OnNonFinite::kSkipStep, "skip_step"}}};
 };
 template <>
+struct EnumNames<OnDataChange> {
+  static constexpr std::array<std::pair<OnDataChange, std::string_view>, 2> kNames{
+      {{OnDataChange::kRefuse, "refuse"}, {OnDataChange::kNewSchedule, "new_schedule"}}};
+};
+template <>
 struct EnumNames<ShardingStrategy> {
   static constexpr std::array<std::pair<ShardingStrategy, std::string_view>, 4> kNames{
       {{ShardingStrategy::kFullShard, "FULL_SHARD"},
@@ -139,6 +145,7 @@ template std::string_view enum_name(ShardingStrategy);
 template std::string_view enum_name(common::Dtype);
 template std::string_view enum_name(CheckpointType);
 template std::string_view enum_name(LoadReaders);
+template std::string_view enum_name(OnDataChange);
 
 namespace {
 
@@ -464,12 +471,26 @@ std::vector<SectionSpec> build_schema() {
         .at_least(1);
     s.field("resume", &CheckpointSection::resume,
             "auto: continue from the newest complete checkpoint; none: start fresh; or a checkpoint path.")
-        .require("\"auto\", \"none\" or a path", [](const std::string& v) { return !v.empty() && is_one_line(v); });
+        .require("\"auto\", \"none\" or a checkpoint folder's path (\"Auto\", \"latest\" and other words are "
+                 "not keywords)",
+                 [](const std::string& v) {
+                   std::string low = v;
+                   for (char& ch : low) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+                   const bool keyword_like = low == "auto" || low == "none" || low == "latest" || low == "newest" ||
+                                             low == "last" || low == "fresh";
+                   return !v.empty() && is_one_line(v) && (v == "auto" || v == "none" || !keyword_like);
+                 });
     s.field("async", &CheckpointSection::async,
             "Write checkpoints in the background: at the step boundary each rank's shards (and moments) are "
             "copied to host memory, training goes on while a thread writes them, and the ranks commit at a "
             "later boundary. At most one is in flight; the next save, a stop and the end wait for it. The "
             "last step's save, and one a stop asks for, are written before going on.");
+    s.field("on_data_change", &CheckpointSection::on_data_change,
+            "When the checkpoint to resume was trained on other data or in another order (its training tokens, "
+            "train.seed, batching_strategy, context_length or sample count differ from this job's). refuse: the "
+            "job stops before training, naming what changed, so that no sample is trained twice or never. "
+            "new_schedule: the checkpoint's weights and optimizer state start a new run over this data from its "
+            "first sample, at step 0, with the learning rate schedule from its start.");
   }
   {
     SectionBuilder<MetricsSection> s(schema, "metrics", "What the job reports.", &Job::metrics);

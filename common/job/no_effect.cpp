@@ -130,6 +130,10 @@ std::vector<NoEffectRule> build_rules() {
     return when(j.train.pure_bf16, "pure_bf16 is true: parameters, compute and optimizer state are all bf16");
   });
   // [fsdp]
+  add("fsdp.reduce_dtype", "neither `mixed_precision` nor `pure_bf16`", [](const Job& j) {
+    return when(!j.train.mixed_precision && !j.train.pure_bf16,
+                "[train] mixed_precision and pure_bf16 are false: gradients are computed and reduced in fp32");
+  });
   add("fsdp.hsdp_shard_size", "a strategy other than `HYBRID_SHARD`", [](const Job& j) -> Because {
     if (j.fsdp.sharding_strategy == ShardingStrategy::kHybridShard) return std::nullopt;
     return fmt::format("sharding_strategy is {}", enum_name(j.fsdp.sharding_strategy));
@@ -140,6 +144,10 @@ std::vector<NoEffectRule> build_rules() {
     if (auto b = if_weights_made_in_place(j)) return b;
     return when(!j.fsdp.low_cpu_fsdp && j.fsdp.low_cpu_fsdp_min_params == 0,
                 "the weights are not streamed (low_cpu_fsdp is false and low_cpu_fsdp_min_params is 0)");
+  });
+  // [checkpoint]
+  add("checkpoint.on_data_change", "`resume = \"none\"`", [](const Job& j) {
+    return when(j.checkpoint.resume == "none", "resume is \"none\": no checkpoint is resumed");
   });
   // [metrics]
   add("metrics.peak_tflops", "`jsonl = false`",

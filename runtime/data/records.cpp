@@ -14,6 +14,7 @@
 #include "common/error.h"
 #include "common/file_io.h"
 #include "common/strict_json.h"
+#include "runtime/data/chat.h"
 #include "runtime/data/utf8.h"
 
 namespace shardtune::data {
@@ -64,6 +65,14 @@ std::string conversation_of(const json& object, std::vector<Turn>& turns) {
     if (role != "system" && role != "user" && role != "assistant")
       return fmt::format("{}: unknown role {} (known: {})", which, common::json_quoted(given),
                          messages ? "system, user, assistant" : "system, human, gpt, user, assistant");
+    // Meta's Llama 3.1 template renders an assistant's tool calls; shardtune's formats render role and
+    // content alone, so a turn that holds calls would train on text the model's template never shows.
+    if (turn.contains("tool_calls") && !turn.at("tool_calls").is_null() &&
+        !(turn.at("tool_calls").is_array() && turn.at("tool_calls").empty()))
+      return fmt::format("{} holds \"tool_calls\", which Meta's chat templates render and shardtune's chat formats "
+                         "do not (they render role and content only): remove them, or skip such records "
+                         "([data] on_bad_record = \"skip\")",
+                         which);
     if (!turn.contains(content_key)) return fmt::format("{} has no \"{}\"", which, content_key);
     const json& content = turn.at(content_key);
     if (!content.is_string())
@@ -74,10 +83,11 @@ std::string conversation_of(const json& object, std::vector<Turn>& turns) {
     if (role != "system" && role != (at % 2 == 0 ? "user" : "assistant"))
       return fmt::format("{}: {} {} turn where {} turn belongs (after an optional system turn, user and assistant "
                          "turns alternate, from the user's)",
-                         which, std::string("aeiou").find(given[0]) == std::string::npos ? "a" : "an", given,
+                         which, given == "assistant" ? "an" : "a", given,
                          at % 2 == 0 ? "a user" : "an assistant");
-    if (role != "system" && content.get_ref<const std::string&>().find_first_not_of(" \t\r\n") == std::string::npos)
-      return fmt::format("{}: the {} turn is empty", which, given);
+    // Empty as the chat templates see it: what Python's str.strip() (Jinja's trim) leaves.
+    if (role != "system" && python_strip(content.get_ref<const std::string&>()).empty())
+      return fmt::format("{}: the {} turn is empty (nothing but white space)", which, given);
     assistant = assistant || role == "assistant";
     turns.push_back({role, content.get<std::string>()});
   }

@@ -135,6 +135,7 @@ std::shared_ptr<const TokenFile> TokenFile::open(const std::string& path, const 
   const size_t arrays = (counts[0] + 1) * 8 + counts[1] * 8;
   if (at + arrays != size) damaged(fmt::format("{} bytes, where its counts make {}", size, at + arrays));
   if (words_checksum(base + at, arrays) != counts[2]) damaged("its checksum does not match");
+  f->checksum_ = counts[2];
   f->offsets_ = {reinterpret_cast<const int64_t*>(base + at), counts[0] + 1};
   at += (counts[0] + 1) * 8;
   f->ids_ = {reinterpret_cast<const int32_t*>(base + at), counts[1]};
@@ -164,6 +165,11 @@ std::shared_ptr<const TokenFile> TokenFile::from_examples(const std::vector<Exam
   f->ids_ = f->owned_ids_;
   f->labels_ = f->owned_labels_;
   f->offsets_ = f->owned_offsets_;
+  // The file's layout, so that the checksum is the one write() would store.
+  std::string arrays(reinterpret_cast<const char*>(f->offsets_.data()), f->offsets_.size_bytes());
+  arrays.append(reinterpret_cast<const char*>(f->ids_.data()), f->ids_.size_bytes());
+  arrays.append(reinterpret_cast<const char*>(f->labels_.data()), f->labels_.size_bytes());
+  f->checksum_ = words_checksum(arrays.data(), arrays.size());
   return f;
 }
 

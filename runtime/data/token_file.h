@@ -35,6 +35,10 @@ class TokenFile {
   TokenFile& operator=(const TokenFile&) = delete;
 
   const std::string& notes() const { return notes_; }
+  // The checksum of the examples' offsets, ids and labels (the file's own): the same tokens give
+  // the same value wherever the file was written or copied. A checkpoint records it as the
+  // identity of the data it trained on.
+  uint64_t checksum() const { return checksum_; }
   int64_t num_examples() const { return static_cast<int64_t>(offsets_.size()) - 1; }
   int64_t num_tokens() const { return offsets_.empty() ? 0 : offsets_.back(); }
   std::span<const int32_t> ids() const { return ids_; }
@@ -51,6 +55,7 @@ class TokenFile {
   std::span<const int32_t> ids_, labels_;
   std::span<const int64_t> offsets_;
   std::string notes_;
+  uint64_t checksum_ = 0;
 };
 
 // Whether the file at `path` is a token file of a format this build no longer reads.

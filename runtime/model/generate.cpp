@@ -35,10 +35,12 @@ int32_t TokenSampler::next(const at::Tensor& logits) {
   std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return l[a] > l[b]; });
   size_t keep = order.size();
   if (options_.top_k > 0) keep = std::min<size_t>(keep, static_cast<size_t>(options_.top_k));
+  // Relative to the largest before dividing: at any temperature > 0 the most likely token weighs 1
+  // (a tiny temperature would overflow l / T to infinity, and inf - inf is NaN).
   std::vector<double> p(keep);
-  const double top = l[order[0]] / options_.temperature;
+  const double top = l[order[0]];
   double sum = 0;
-  for (size_t i = 0; i < keep; ++i) sum += p[i] = std::exp(l[order[i]] / options_.temperature - top);
+  for (size_t i = 0; i < keep; ++i) sum += p[i] = std::exp((l[order[i]] - top) / options_.temperature);
   if (options_.top_p < 1) {
     // The fewest tokens whose probabilities reach top_p (at least one).
     double cumulative = 0;

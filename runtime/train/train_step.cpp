@@ -61,6 +61,7 @@ StepResult train_step(fsdp::FsdpLlama& model, fsdp::AdamW& optimizer, const std:
       flops += static_cast<double>(b.input_ids.numel()) * training_flops_per_token(*options.model_config, seq_len);
   }
   // The step's loss is known before the update, so a non-finite one never reaches the shards.
+  if (options.poison_loss) loss_sum.fill_(std::numeric_limits<double>::quiet_NaN());
   totals.narrow(0, 1, 2).copy_(at::tensor({tokens, flops}, at::kDouble));
   world.all_reduce(totals, dist::ReduceOp::kSum);
   const at::Tensor host = totals.cpu();

@@ -31,6 +31,8 @@ struct StepOptions {
   std::function<void()> before_update = nullptr;
   // Told of each piece the optimizer updates (AdamW::PieceObserver); may be empty.
   fsdp::AdamW::PieceObserver updated_piece = nullptr;
+  // This rank's loss is NaN, as a diverging run's (a test's fault: common/fault_injection.h).
+  bool poison_loss = false;
 };
 
 struct StepResult {

@@ -284,6 +284,7 @@ Trainer::Outcome Trainer::take_step(Run& run, const StepSpan& span, const std::v
     // world size draws the same ones.
     run.step.dropout = {true, model::mix_seed(model::mix_seed(static_cast<uint64_t>(options_.train.seed),
                                                               run.steps_taken), run.rank)};
+    run.step.poison_loss = common::nonfinite_point(run.steps_taken + 1, run.rank);
     out.result = train_step(model_, run.optimizer, micro, run.step, *groups_.world);
     out.seconds = seconds_since(start);
     for (const Batch& b : micro) {
@@ -303,7 +304,15 @@ Trainer::Outcome Trainer::take_step(Run& run, const StepSpan& span, const std::v
 bool Trainer::finish_step(Run& run, const StepSpan& span, Outcome& out) {
   ++run.steps_taken;
   run.summary.losses.push_back(out.result.loss);
-  run.guard.after_step(run.steps_taken, out.result);  // throws when the run must stop
+  try {
+    run.guard.after_step(run.steps_taken, out.result);  // throws when the run must stop
+  } catch (...) {
+    // The save in flight holds the last checkpointed step's finite state: it is committed, on
+    // every rank alike (they all see the same reduced loss), before the run stops. Dropped, a
+    // diverging run with asynchronous saves would keep no checkpoint of its finite steps.
+    if (run.in_flight) settle_save(run, "stopping on a non-finite step");
+    throw;
+  }
   common::signal_point(run.steps_taken, run.rank);
   const bool last = run.schedule->finished(run.cursor);
   AfterStep agreed;

@@ -3,8 +3,11 @@
 
 For packing and for padding, an uninterrupted run gives the reference. Then random sequences of
 starts, each at a random world size (1 to 4 ranks) and each ended by a stop signal after a random
-step (SIGUSR1 to a random rank, as Slurm sends ahead of a time limit) or by a SIGKILL of a random
-rank at a random phase of a checkpoint save, then resumed by the next start, until a last start
+step (SIGUSR1 to a random rank, as Slurm sends ahead of a time limit), by a non-finite loss on a
+random rank at a random step (the run stops with exit 3, every save due before that step
+committed, the one written in the background too), or by a SIGKILL of a random rank at a random
+phase of a checkpoint save, or by a stop signal (INT, TERM or USR1) to `shardtune run` itself at a
+random moment from its first millisecond, then resumed by the next start, until a last start
 finishes the job. Every stop and kill lands at or before the job's last step (a kill may hit the
 last step's save), so every start but the last is cut short; a mode's kills take the five phases in a
 random order before any phase repeats, and between them the two modes kill at every phase. The first
@@ -30,6 +33,7 @@ import os
 import random
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -95,7 +99,7 @@ sample_ids = true
 """)
 
 
-def start(out, ranks, mode, env=None):
+def start(out, ranks, mode, env=None, signal_after=None):
     cmd = [st, "run", os.path.join(work, "job.toml"), "-n", str(ranks), "--set", f"job.output_dir={out}",
            "--set", f"train.batching_strategy={mode}", "--set", f"checkpoint.async={str(mode == 'padding').lower()}"]
     with open(os.path.join(out + ".log"), "a") as log:
@@ -103,8 +107,13 @@ def start(out, ranks, mode, env=None):
         log.flush()
         # The two modes run at once: each its own Open MPI session directory (tests/CMakeLists.txt says why).
         session = {"OMPI_MCA_orte_tmpdir_base": os.path.join(work, "mpi-session", mode)}
-        return subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT,
-                              env={**os.environ, **session, **(env or {})}).returncode
+        p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **session, **(env or {})})
+        if signal_after is not None:  # (seconds, signal) to `shardtune run` itself, as a user's Ctrl-C or kill
+            try:
+                p.wait(timeout=signal_after[0])
+            except subprocess.TimeoutExpired:
+                p.send_signal(signal_after[1])
+        return p.wait()
 
 
 def steps_of(out):
@@ -211,10 +220,27 @@ def sequences(mode):
             # A stop at the last step changes nothing (the job ends there); a kill may hit any save
             # up to the last one: every third step, and the last step, whose save still owes the
             # last epoch's validation.
-            if epoch_end or (last - resumed > 1 and rng.random() < 0.4):  # 4 stops in 10: kills have 5 phases
+            draw = rng.random()
+            diverge_at = signal_after = None
+            if not epoch_end and draw < 0.2:
+                # A stop signal to `shardtune run` itself at a random moment from its first millisecond
+                # (INT as Ctrl-C, TERM as kill, USR1): the ranks checkpoint at their next step
+                # boundary and the run exits 75, or it had finished (exit 0).
+                signal_after = (rng.uniform(0.0, 4.0), rng.choice([signal.SIGINT, signal.SIGTERM, signal.SIGUSR1]))
+                env = {}
+                story.append(f"n={ranks} {signal.Signals(signal_after[1]).name}@{signal_after[0]:.2f}s")
+            elif epoch_end or (last - resumed > 1 and draw < 0.4):  # 2 stops in 10, 1 divergence, 2 signals: kills have 5 phases
                 at = epoch_end or resumed + rng.randint(1, min(6, last - 1 - resumed))
                 env = {"SHARDTUNE_TEST_SIGNAL_AT": f"{at}:{rank}"}
                 story.append(f"n={ranks} stop@{at}")
+            elif draw < 0.5 and last - resumed > 1:
+                # A step whose loss is not finite, on one rank: the run stops (exit 3). Half the time
+                # the step right after a save, while an asynchronous save may still be in flight.
+                after_save = (resumed // EVERY + 1) * EVERY + 1
+                at = after_save if after_save <= last and rng.random() < 0.5 else resumed + rng.randint(1, min(6, last - resumed))
+                diverge_at = at
+                env = {"SHARDTUNE_TEST_NONFINITE_AT": f"{at}:{rank}"}
+                story.append(f"n={ranks} diverge@{at}")
             else:
                 saves = sorted({s for s in range(resumed + 1, last + 1) if s % EVERY == 0} | {last})
                 at = rng.choice(saves[:2])
@@ -224,9 +250,20 @@ def sequences(mode):
                     rank = 0  # world rank 0 alone starts and commits a save: no other rank passes those points
                 env = {"SHARDTUNE_TEST_KILL_AT": f"{phase}@{at}:{rank}"}
                 story.append(f"n={ranks} kill@{phase}@{at}")
-            rc = start(out, ranks, mode, env)
-            if rc not in (0, 75) and "SHARDTUNE_TEST_SIGNAL_AT" in env:
+            before = resume_point(out)[0]
+            rc = start(out, ranks, mode, env, signal_after)
+            if rc not in (0, 75) and ("SHARDTUNE_TEST_SIGNAL_AT" in env or signal_after):
                 fail(f"{mode}-{n}: a start stopped by a signal exited {rc} (see {out}.log)")
+            if signal_after and rc == 75 and resume_point(out)[0] <= before:
+                fail(f"{mode}-{n}: a start stopped by {story[-1]} exited 75 without a new checkpoint (see {out}.log)")
+            if diverge_at is not None:
+                # Every save due before the diverging step is committed, the one in flight too; none after.
+                want = max([s for s in range(resumed + 1, diverge_at) if s % EVERY == 0], default=resumed)
+                if rc != 3:
+                    fail(f"{mode}-{n}: a start whose step {diverge_at} diverged exited {rc}, not 3 (see {out}.log)")
+                if resume_point(out)[0] != want:
+                    fail(f"{mode}-{n}: after a divergence at step {diverge_at} the newest checkpoint is step "
+                         f"{resume_point(out)[0]}, not {want} (see {out}.log)")
             if "SHARDTUNE_TEST_KILL_AT" in env:
                 if rc == 0:
                     fail(f"{mode}-{n}: a start to be killed at step {at} finished instead (see {out}.log)")

@@ -83,6 +83,21 @@ grep -q "QLoRA adapters (r = 8) on .*configs/data/tiny-llama" "$tmp/gen.err" || 
 "$gen" "$tmp/qlora/checkpoints/step-0000010" --base "$tmp/hf450" --ids 1 >/dev/null 2>"$tmp/err" &&
   fail "another model was taken as the base"
 grep -q "is not the base model the adapters of .* were trained on" "$tmp/err" || fail "a wrong base: $(cat "$tmp/err")"
+# The base with one byte changed past the first 64 bytes of every tensor (its last weight's last
+# byte): generate compares every byte, as merge-lora and a resume do.
+cp -r configs/data/tiny-llama "$tmp/altered"
+$py - "$tmp/altered" <<'PY'
+import glob, os, sys
+f = sorted(glob.glob(os.path.join(sys.argv[1], "*.safetensors")))[-1]
+with open(f, "r+b") as h:
+    h.seek(-1, os.SEEK_END)
+    b = h.read(1)
+    h.seek(-1, os.SEEK_END)
+    h.write(bytes([b[0] ^ 0x40]))
+PY
+"$gen" "$tmp/lora/checkpoints/step-0000010" --base "$tmp/altered" --ids 1 >/dev/null 2>"$tmp/err" &&
+  fail "a base with other weights (past their first bytes) was taken"
+grep -q "weights SHA-256 (every byte)" "$tmp/err" || fail "an altered base: $(cat "$tmp/err")"
 
 # --- Sampling, the launcher's subcommand, bad input ------------------------------------------------
 # (At a high temperature: the trained model is sure enough of itself to draw one answer at T = 1.)
@@ -92,6 +107,8 @@ s1=$(sample --seed 3) s2=$(sample --seed 3) s3=$(sample --seed 4)
 [[ "$s1" != "$s3" ]] || fail "another seed drew the same: $s1"
 "$gen" "$tmp/nowhere" --prompt x >/dev/null 2>"$tmp/err" && fail "a missing folder was accepted"
 grep -q "$tmp/nowhere is not a folder" "$tmp/err" || fail "the missing folder is not named: $(cat "$tmp/err")"
+"$gen" "$tmp/chat" --ids "1,2x,3" >/dev/null 2>"$tmp/err" && fail "--ids 1,2x,3 was accepted"
+grep -q -- '--ids: "2x" is not a token id' "$tmp/err" || fail "a bad --ids item is not named: $(cat "$tmp/err")"
 "$gen" "$tmp/chat" >/dev/null 2>"$tmp/err" && fail "no prompt was accepted"
 grep -q "give --prompt, --chat, --ids or --interactive" "$tmp/err" || fail "no prompt: $(cat "$tmp/err")"
 echo "What color is the sky?" | "$st" generate "$tmp/chat" --interactive >"$tmp/chat.out" 2>"$tmp/err" ||

@@ -118,6 +118,8 @@ RUNS = {
                       ("metrics.profiler_active_steps", "2")), (0,), None),
     "resume_first": ([], (0,), None),
     "resume_none": (sets(("checkpoint.resume", "none")), (0,), "resume_first"),
+    "data_first": ([], (0,), None),
+    "data_change": (sets(("train.seed", "7"), ("checkpoint.on_data_change", "new_schedule")), (0,), "data_first"),
     # tiny-alpaca's prompts are 61 to 71 tokens: at 72, truncation keeps a response token of each.
     "alpaca": (ALPACA_DATA + sets(("data.val_fraction", "0.2"), ("train.context_length", "72")), (0,), None),
     "alpaca_trunc": (ALPACA_DATA + sets(("data.val_fraction", "0.2"), ("train.context_length", "72"),
@@ -237,6 +239,7 @@ ROWS = [
     ("checkpoint.keep_last", "1", "files", ("misc", "!" + os.path.join(CKDIR, "step-0000002"))),
     ("checkpoint.async", "true", "log", ("misc", r"checkpoint committed: .*step-0000001 \(written in the background;")),
     ("checkpoint.resume", "none", "log", ("resume_none", r"starting fresh: \[checkpoint\] resume = \"none\"")),
+    ("checkpoint.on_data_change", "new_schedule", "log", ("data_change", r"start a new schedule over this data")),
     ("metrics.log_every_steps", "1", "log", ("misc", r"step 2/3 \|")),
     ("metrics.jsonl", "false", "files", ("quiet", "!metrics.jsonl")),
     ("metrics.peak_tflops", "100", "metrics", ("misc", "'mfu' in steps[-1]")),

@@ -63,6 +63,16 @@ $py tools/reference/make_bnb_folder.py configs/data/tiny-llama "$tmp/bnb" 32 tru
 run "$tmp/prequantised" 2 10 --set "model.path=$tmp/bnb" || fail "the pre-quantised run failed: $(tail -3 "$tmp/log")"
 [[ "$(losses "$tmp/prequantised")" == "$(losses "$tmp/a" | head -10)" ]] ||
   fail "the pre-quantised folder trained otherwise than quantising its original"
+# Generation from the checkpoint of the 4-bit folder (its NF4 records dequantised as stored) and
+# from the one of its original (quantised as training did): the same adapters, the same logits.
+gen_json() { "$st" generate "$1" --ids 1,40,41,42 --max-new-tokens 4 --json --json-logits 2>>"$tmp/gen.err"; }
+g1=$(gen_json "$tmp/stream/checkpoints/step-0000010") || fail "generate from the QLoRA checkpoint: $(tail -2 "$tmp/gen.err")"
+g2=$(gen_json "$tmp/prequantised/checkpoints/step-0000010") ||
+  fail "generate from the QLoRA checkpoint of a 4-bit folder: $(tail -2 "$tmp/gen.err")"
+[[ -n "$g1" && "$g1" == "$g2" ]] || fail "the 4-bit folder's checkpoint generates otherwise than its original's"
+"$ckpt" export-gguf "$tmp/bnb" "$tmp/bnb.gguf" >"$tmp/log" 2>&1 && fail "export-gguf of a 4-bit folder exited 0"
+grep -q "stores its projections in 4 bits (a bitsandbytes folder)" "$tmp/log" ||
+  fail "export-gguf of a 4-bit folder: $(cat "$tmp/log")"
 run "$tmp/bnb-lora" 2 1 --set "model.path=$tmp/bnb" --set peft.method=lora --set peft.nf4_block_size=64 &&
   fail "LoRA on a 4-bit folder exited 0"
 grep -q "model.layers.0.self_attn.q_proj.weight is stored in NF4 (a bitsandbytes 4-bit folder).*only \[peft\] method = \"qlora\"" \
@@ -129,6 +139,9 @@ grep -q "this job has an NF4 base (qlora, blocks of 64" "$tmp/log" || fail "anot
 
 # PEFT out; merged onto the dequantised base.
 c=$tmp/a/checkpoints/$latest
+"$ckpt" inspect "$c" >"$tmp/inspect" 2>&1 || fail "inspect failed: $(cat "$tmp/inspect")"
+grep -q "^QLoRA adapters only: r = 8, .* in NF4 (blocks of 32, scales double-quantised)" "$tmp/inspect" ||
+  fail "inspect does not show a QLoRA checkpoint as one: $(grep -i lora "$tmp/inspect")"
 "$ckpt" export-peft "$c" "$tmp/peft" 2>"$tmp/log" || fail "export-peft failed: $(cat "$tmp/log")"
 "$ckpt" merge-lora "$c" configs/data/tiny-llama "$tmp/merged" 2>"$tmp/log" || fail "merge-lora failed: $(cat "$tmp/log")"
 grep -q "14 projections as their NF4 values, blocks of 32" "$tmp/log" || fail "merge-lora did not dequantise: $(cat "$tmp/log")"

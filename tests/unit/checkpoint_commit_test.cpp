@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "checkpoint/commit.h"
+#include "checkpoint/data_identity.h"
 #include "checkpoint/h5_check.h"
 #include "checkpoint/h5_dataset.h"
 #include "checkpoint/h5_handle.h"
@@ -239,7 +240,9 @@ TEST(Commit, KeepsTheLastCommittedOnesAndRemovesOldLeftovers) {
             (std::vector<std::string>{".tmp-step-0000040-otherhost-2-0", "latest", "step-0000020", "step-0000030"}));
 }
 
-TEST(Commit, ASecondCommitOfTheSameStepReplacesItWhole) {
+// The same step committed again (a rolled-back or fresh start over the folder): the new one takes
+// its name whole, and the old one is set aside with every file it held, never deleted.
+TEST(Commit, ASecondCommitOfTheSameStepReplacesItAndSetsTheOldOneAside) {
   TempDir root;
   const std::string r = root.path().string();
   commit_step(r, 10, 0);
@@ -248,10 +251,88 @@ TEST(Commit, ASecondCommitOfTheSameStepReplacesItWhole) {
   for (const char* f : {"rank-00000.h5", "rank-00001.h5"}) std::ofstream(again.dir() + "/" + f).put('y');
   Manifest m = small_manifest(10);
   m.epoch = 3;
-  EXPECT_TRUE(again.commit(m, 1).warnings.empty());
+  const PendingCheckpoint::Committed c = again.commit(m, 1);
+  EXPECT_TRUE(c.warnings.empty());
   EXPECT_EQ(read_manifest(root.file("step-0000010")).epoch, 3);
   EXPECT_FALSE(fs::exists(root.file("step-0000010/stray")));
-  EXPECT_EQ(entries(r), (std::vector<std::string>{"latest", "step-0000010"}));
+  const std::vector<std::string> all = entries(r);
+  ASSERT_EQ(all.size(), 3u) << testing::PrintToString(all);
+  EXPECT_EQ(all[0], "latest");
+  EXPECT_EQ(all[1], "step-0000010");
+  EXPECT_EQ(all[2].rfind("step-0000010.abandoned-", 0), 0u) << all[2];
+  EXPECT_TRUE(fs::exists(root.file(all[2] + "/stray")));
+  EXPECT_EQ(read_manifest(root.file(all[2])).epoch, 1);
+  ASSERT_EQ(c.set_aside.size(), 1u);
+  EXPECT_TRUE(has(c.set_aside[0], all[2])) << c.set_aside[0];
+  // Numbers only grow: the set-aside one still counts.
+  commit_step(r, 11, 0);
+  EXPECT_EQ(read_manifest(root.file("step-0000011")).commit, 3);
+}
+
+// A step folder that lost its manifest is listed as such, never resumed, and set aside whole (its
+// rank files intact) when its step is saved again.
+TEST(Commit, AStepFolderWithoutItsManifestIsSetAsideNotDeleted) {
+  TempDir root;
+  const std::string r = root.path().string();
+  commit_step(r, 10, 0);
+  commit_step(r, 20, 0);
+  fs::remove(root.file("step-0000020/manifest.json"));
+  EXPECT_EQ(uncommitted_step_dirs(r), std::vector<std::string>{root.file("step-0000020")});
+  EXPECT_EQ(committed_checkpoints(r), std::vector<std::string>{root.file("step-0000010")});
+  std::vector<std::string> warnings;
+  commit_step(r, 20, 0, &warnings);
+  EXPECT_TRUE(warnings.empty()) << testing::PrintToString(warnings);
+  EXPECT_TRUE(uncommitted_step_dirs(r).empty());
+  int kept = 0;
+  for (const std::string& e : entries(r))
+    if (e.rfind("step-0000020.abandoned-", 0) == 0) kept += fs::exists(root.file(e + "/rank-00001.h5")) ? 1 : 0;
+  EXPECT_EQ(kept, 1) << testing::PrintToString(entries(r));
+}
+
+// A tool given checkpoints/latest reads the step folder the link names when it starts, whatever
+// the job commits meanwhile: the pinned path names that step, not the link.
+TEST(Commit, APathThroughLatestIsPinnedToItsStepFolder) {
+  TempDir root;
+  const std::string r = root.path().string();
+  commit_step(r, 10, 0);
+  const std::string pinned = pinned_dir(root.file("latest"));
+  EXPECT_EQ(pinned, fs::canonical(root.file("step-0000010")).string());
+  commit_step(r, 20, 0);  // `latest` moves on
+  EXPECT_EQ(read_manifest(pinned).step, 10);
+  EXPECT_EQ(read_manifest(root.file("latest")).step, 20);
+  EXPECT_EQ(pinned_dir(root.file("nowhere")), root.file("nowhere"));  // the error names what was given
+}
+
+// What a checkpoint records of its data reads back, and a resume's comparison names each deciding
+// item that differs, with the token file's inputs that differ when the tokens do; the inputs alone
+// (a copied data file) change nothing.
+TEST(Manifest, DataIdentityReadsBackAndItsChangesAreNamed) {
+  Manifest m = small_manifest(5);
+  m.data.decides = {{"training tokens", "10 examples, 99 tokens, checksum 00ff"}, {"train.seed", "42"}};
+  m.data.made_from = {{"data", "/d/a.json size=10"}, {"split", "val_fraction=0.1 seed=42"}};
+  const Manifest r = parse_manifest(manifest_text(m), "m.json");
+  EXPECT_EQ(r.data.decides, m.data.decides);
+  EXPECT_EQ(r.data.made_from, m.data.made_from);
+  EXPECT_TRUE(parse_manifest(manifest_text(small_manifest(5)), "m.json").data.empty());
+  DataIdentity now = m.data;
+  now.made_from["data"] = "/elsewhere/a.json size=10";
+  EXPECT_TRUE(data_changes(m.data, now).empty());
+  EXPECT_TRUE(data_changes(DataIdentity{}, now).empty());  // a checkpoint from before identities
+  now.decides["train.seed"] = "7";
+  EXPECT_EQ(data_changes(m.data, now), std::vector<std::string>{"train.seed: 42 in the checkpoint, 7 now"});
+  now.decides["training tokens"] = "9 examples, 90 tokens, checksum 0a0a";
+  now.made_from["split"] = "val_fraction=0.2 seed=7";
+  EXPECT_EQ(data_changes(m.data, now),
+            (std::vector<std::string>{
+                "train.seed: 42 in the checkpoint, 7 now",
+                "training tokens: 10 examples, 99 tokens, checksum 00ff in the checkpoint, 9 examples, 90 tokens, "
+                "checksum 0a0a now",
+                "the token file's data: /d/a.json size=10 in the checkpoint, /elsewhere/a.json size=10 now",
+                "the token file's split: val_fraction=0.1 seed=42 in the checkpoint, val_fraction=0.2 seed=7 now"}));
+  nlohmann::json bad = nlohmann::json::parse(manifest_text(m));
+  bad["data"]["decides"]["train.seed"] = 42;
+  bad.erase("manifest_crc32");
+  EXPECT_TRUE(has(error_of([&] { parse_manifest(bad.dump(), "m.json"); }), "data is not"));
 }
 
 TEST(Commit, AnUncommittedSaveLeavesNothing) {

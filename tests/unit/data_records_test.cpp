@@ -176,13 +176,21 @@ TEST(Conversations, BothShapesAreReadAndEveryBadOneIsNamedByLineAndTurn) {
       "{\"messages\": [], \"conversations\": []}\n"                                                        // 10
       "{\"messages\": [{\"role\": \"user\", \"content\": null}, {\"role\": \"assistant\", \"content\": \"b\"}]}\n"  // 11
       "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\"}, "
-      "{\"role\": \"assistant\", \"content\": \"c\"}]}\n");                                            // 12
+      "{\"role\": \"assistant\", \"content\": \"c\"}]}\n"                                              // 12
+      "{\"messages\": [{\"role\": \"user\", \"content\": \"\u00a0\u3000\u2003\"}, {\"role\": \"assistant\", "
+      "\"content\": \"b\"}]}\n"                                                                         // 13
+      "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"user\", \"content\": \"b\"}]}\n"  // 14
+      "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"\", "
+      "\"tool_calls\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"arguments\": {}}}]}]}\n"  // 15
+      "{\"messages\": [{\"role\": \"user\", \"content\": \"q\", \"tool_calls\": []}, {\"role\": \"assistant\", "
+      "\"content\": \"a\", \"tool_calls\": null}]}\n");  // 16: good (no calls)
   const RecordFile f = read_conversations(path, true);
-  ASSERT_EQ(f.records.size(), 2u);
+  ASSERT_EQ(f.records.size(), 3u);
   EXPECT_EQ(f.records[0].turns, (std::vector<Turn>{{"system", ""}, {"user", "hi"}, {"assistant", "yo"}}));
+  EXPECT_EQ(f.records[2].turns, (std::vector<Turn>{{"user", "q"}, {"assistant", "a"}}));
   EXPECT_EQ(f.records[1].turns, (std::vector<Turn>{{"user", "q"}, {"assistant", "a"}}));
   EXPECT_EQ(f.records[1].where, path + ":2");
-  EXPECT_EQ(f.skipped, 10);
+  EXPECT_EQ(f.skipped, 13);
   // Each bad record stops a job that does not skip, with its line and what is wrong in it.
   const std::vector<std::pair<int, std::string>> bad = {
       {3, "messages[1]: unknown role \"tool\" (known: system, user, assistant)"},
@@ -195,6 +203,10 @@ TEST(Conversations, BothShapesAreReadAndEveryBadOneIsNamedByLineAndTurn) {
       {10, "the record holds both \"messages\" and \"conversations\""},
       {11, "messages[0]: \"content\" must be a string, not null"},
       {12, "messages[2]: an assistant turn where a user turn belongs"},
+      {13, "messages[0]: the user turn is empty (nothing but white space)"},  // no-break and ideographic spaces
+      {14, "messages[1]: a user turn where an assistant turn belongs"},
+      {15, "messages[1] holds \"tool_calls\", which Meta's chat templates render and shardtune's chat formats do "
+           "not"},
   };
   const std::string good = "{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, "
                            "{\"role\": \"assistant\", \"content\": \"a\"}]}\n";
@@ -326,6 +338,18 @@ TEST(TokenFile, MappedRowsEqualInMemoryPackingAndStaleFilesAreIgnored) {
   const auto mapped = TokenFile::open(path, "key-1", 500);
   ASSERT_NE(mapped, nullptr);
   EXPECT_EQ(mapped->num_examples(), 200);
+  // The data's identity in checkpoints: the same tokens give the same checksum, in a file or in
+  // memory, under any key; one label more masked gives another.
+  TokenFile::write(path + ".2", "another key", examples);
+  EXPECT_EQ(TokenFile::open(path + ".2", "another key", 500)->checksum(), mapped->checksum());
+  EXPECT_EQ(TokenFile::from_examples(examples)->checksum(), mapped->checksum());
+  std::vector<Example> masked = examples;
+  for (Example& e : masked)
+    if (!e.labels.empty() && e.labels.back() != kIgnoreLabel) {
+      e.labels.back() = kIgnoreLabel;
+      break;
+    }
+  EXPECT_NE(TokenFile::from_examples(masked)->checksum(), mapped->checksum());
   for (const int64_t t : {1, 7, 16, 33}) {
     const PackedRows reference = pack(examples, t, 7);
     for (const auto& tokens : {mapped, TokenFile::from_examples(examples)}) {

@@ -425,6 +425,8 @@ TEST(JobSchema, EveryKeyWithoutEffectIsNamed) {
       {"metrics.profiler_warmup_steps=4", {}, {"metrics.use_profiler=true"}},
       {"metrics.profiler_active_steps=4", {}, {"metrics.use_profiler=true"}},
       {"metrics.flop_counter_start=4", {}, {"metrics.flop_counter=true"}},
+      {"fsdp.reduce_dtype=bf16", {"train.mixed_precision=false"}, {"train.mixed_precision=true"}},
+      {"checkpoint.on_data_change=new_schedule", {"checkpoint.resume=none"}, {}},
   };
   std::set<std::string> covered;
   for (const Case& c : cases) {

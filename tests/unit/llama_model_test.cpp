@@ -449,6 +449,8 @@ TEST(Sampling, DrawsFollowTheWarpedSoftmaxAndTheSeed) {
   EXPECT_NE(draws({1.0, 0, 1.0, 9}, 50), draws({1.0, 0, 1.0, 10}, 50));
   for (int32_t t : draws({2.0, 1, 1.0, 3}, 50)) EXPECT_EQ(t, 1);
   for (int32_t t : draws({2.0, 0, 1e-6, 3}, 50)) EXPECT_EQ(t, 1);
+  // A temperature so small that l / T overflows: the largest logits (tokens 1 and 5, equal) alone.
+  for (int32_t t : draws({1e-310, 0, 1.0, 8}, 200)) EXPECT_TRUE(t == 1 || t == 5) << t;
   for (int32_t t : draws({5.0, 3, 1.0, 4}, 500)) EXPECT_TRUE(t == 1 || t == 5 || t == 2) << t;
   // top_p = 0.5 at T = 1: tokens 1 and 5 hold 0.315 of the mass each, so the set is {1, 5}.
   for (int32_t t : draws({1.0, 0, 0.5, 6}, 500)) EXPECT_TRUE(t == 1 || t == 5) << t;
