@@ -222,6 +222,11 @@ def sequences(mode):
             # last epoch's validation.
             draw = rng.random()
             diverge_at = signal_after = None
+            # Padding's second sequence starts with a divergence on the step after the first save,
+            # whose background write is then still in flight: at least one such case every run.
+            forced_divergence = mode == "padding" and n == 1 and not story
+            if forced_divergence:
+                draw = 0.45
             if not epoch_end and draw < 0.2:
                 # A stop signal to `shardtune run` itself at a random moment from its first millisecond
                 # (INT as Ctrl-C, TERM as kill, USR1): the ranks checkpoint at their next step
@@ -237,7 +242,8 @@ def sequences(mode):
                 # A step whose loss is not finite, on one rank: the run stops (exit 3). Half the time
                 # the step right after a save, while an asynchronous save may still be in flight.
                 after_save = (resumed // EVERY + 1) * EVERY + 1
-                at = after_save if after_save <= last and rng.random() < 0.5 else resumed + rng.randint(1, min(6, last - resumed))
+                at = after_save if after_save <= last and (forced_divergence or rng.random() < 0.5) \
+                    else resumed + rng.randint(1, min(6, last - resumed))
                 diverge_at = at
                 env = {"SHARDTUNE_TEST_NONFINITE_AT": f"{at}:{rank}"}
                 story.append(f"n={ranks} diverge@{at}")
