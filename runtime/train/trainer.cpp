@@ -324,7 +324,9 @@ bool Trainer::finish_step(Run& run, const StepSpan& span, Outcome& out) {
   log_progress(run, span, out.result.loss);
   const int64_t every = options_.checkpoint_every_steps;
   const bool due = (every > 0 && run.steps_taken % every == 0) || last;
-  const bool pending = run.validates && run.schedule->ends_epoch(span);
+  // Only a whole epoch's validation is owed to a resume: the one at the end of a run that
+  // max_train_step cut mid-epoch validates what it trained so far, and the epoch goes on after it.
+  const bool pending = run.validates && span.end == train_.size();
   // A save in the background commits at the first boundary where every rank has written it; the
   // next save, a stop and the end wait for it. At most one is in flight.
   if (run.in_flight)

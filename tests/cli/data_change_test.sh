@@ -11,7 +11,9 @@
 #  - on_data_change = "new_schedule" with another seed: the log says so, metrics.jsonl restarts at
 #    step 1 on the new order's first samples, and the old history's later steps are set aside;
 #  - a step folder whose manifest was lost is named in the log and not resumed; the next save of
-#    its step sets it aside with its rank files.
+#    its step sets it aside with its rank files;
+#  - a run ended mid-epoch by max_train_step, then resumed, validates at each start's end and
+#    never an "epoch 0".
 # usage: data_change_test.sh SHARDTUNE SOURCE_DIR
 set -u
 st=$1 src=$2
@@ -94,6 +96,17 @@ for d in "$out/checkpoints/step-0000003.abandoned-"*; do
 done
 [ $whole -eq 1 ] || fail "the folder without a manifest was not set aside whole: $(listing)"
 [ -f "$out/checkpoints/step-0000003/manifest.json" ] || fail "step 3 was not saved again: $(listing)"
+
+# A run that max_train_step ends mid-epoch validates what it trained; its resume owes no validation
+# (once, an "epoch 0" one was run at every such resume).
+v=$tmp/validated
+for steps in 3 6; do
+  "$st" run configs/tiny-alpaca.toml -n 2 --set "job.output_dir=$v" --set "data.train_file=$tmp/train.json" \
+    --set train.max_train_step=$steps >>"$tmp/log" 2>&1 || fail "the validated run to step $steps failed"
+done
+grep -q "epoch 0 validation" "$v/logs/rank-00000.log" && fail "a resume validated an epoch 0"
+evals=$($py -c 'import json, sys; print([json.loads(l)["eval_epoch"] for l in open(sys.argv[1]) if "eval_epoch" in l])' "$v/metrics.jsonl")
+[ "$evals" = "[1, 1]" ] || fail "validations of epochs $evals, not [1, 1] (each start's end, in epoch 1)"
 
 ((failures == 0)) && echo "PASS"
 exit $((failures > 0))
