@@ -3,6 +3,8 @@
 #include "checkpoint/adapter_base.h"
 #include "checkpoint/hf/model_identity.h"
 #include "common/error.h"
+#include "common/job/job_loader.h"
+#include "runtime/fsdp/fsdp_options.h"
 
 namespace shardtune::tools {
 
@@ -19,6 +21,11 @@ checkpoint::AdapterRecord check_adapter_base(const checkpoint::AdapterRecord& ad
   ST_CHECK(!mismatch, common::ErrorKind::kConfig, "{} is not the base model the adapters of {} were trained on: {}",
            base_dir, src, mismatch.value_or(""));
   return here;
+}
+
+at::ScalarType nf4_quantised_from(const checkpoint::Manifest& manifest, const std::string& where) {
+  const job::Job job = job::parse_job(manifest.job_toml, where + "/manifest.json (its job)").job;
+  return fsdp::precision_from_job(job.train, job.fsdp, /*lora=*/true).frozen;
 }
 
 }  // namespace shardtune::tools

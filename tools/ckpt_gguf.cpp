@@ -20,6 +20,7 @@
 #include "common/error.h"
 #include "common/file_io.h"
 #include "common/job/job_loader.h"
+#include "runtime/data/chat.h"
 #include "runtime/fsdp/shard_loader.h"
 #include "runtime/model/llama.h"
 #include "runtime/model/rope.h"
@@ -45,6 +46,8 @@ struct Source {
   std::string tokenizer;  // tokenizer.json; empty when none is known
   std::string name;
   std::function<at::Tensor(const std::string&)> read;
+  // The chat format a checkpoint's job trained in ([data] format = "chat"); none otherwise.
+  std::optional<data::ChatStyle> trained_chat;
 };
 
 Source open_checkpoint(const std::string& dir) {
@@ -62,6 +65,16 @@ Source open_checkpoint(const std::string& dir) {
   const std::string model_tokenizer = job.model.path.empty() ? "" : job.model.path + "/tokenizer.json";
   s.tokenizer = !job.data.tokenizer.empty() ? job.data.tokenizer : model_tokenizer;
   s.name = job.job.name;
+  if (job.data.format == job::DataFormat::kChat) {
+    try {
+      s.trained_chat = data::choose_chat_style(job.data.chat_format, s.tokenizer).style;
+    } catch (const common::Error& e) {
+      common::raise(ErrorKind::kConfig,
+                    fmt::format("{} was trained on chat data, and its chat format cannot be told now ({}), so no chat "
+                                "template can be chosen for the GGUF file",
+                                dir, e.what()));
+    }
+  }
   s.read = [reader](const std::string& name) {
     ST_CHECK(reader->has("param", name), ErrorKind::kIo, "{} holds no {}", reader->dir(), name);
     return reader->read_tensor("param", name);
@@ -310,7 +323,15 @@ void export_gguf(const std::string& src, const std::string& out, const std::stri
   ST_CHECK(!(c.attention_bias && c.num_attention_heads * c.head_dim != c.hidden_size), ErrorKind::kConfig,
            "{}: llama.cpp takes attention biases only where heads x head_dim equals hidden_size ({} x {} != {})", src,
            c.num_attention_heads, c.head_dim, c.hidden_size);
-  const Vocab vocab = read_vocab(s.tokenizer, c.vocab_size);
+  Vocab vocab = read_vocab(s.tokenizer, c.vocab_size);
+  // The format the model was trained in, not whatever the tokenizer's folder holds: Meta's exact
+  // template where the folder's is it, else shardtune's own of that format.
+  if (s.trained_chat && data::known_chat_template(vocab.chat_template) != s.trained_chat) {
+    fmt::print(stderr, "chat template: the job trained in the {} chat format, which the template beside {} is not; "
+                       "the file gets shardtune's {} template\n",
+               data::chat_style_name(*s.trained_chat), s.tokenizer, data::chat_style_name(*s.trained_chat));
+    vocab.chat_template = data::chat_template_text(*s.trained_chat);
+  }
 
   checkpoint::GgufWriter w(out);
   add_model_metadata(w, s, type);

@@ -39,12 +39,14 @@ using common::ErrorKind;
 // Rows of a weight merged at a time: at most this many elements (32 MiB of float32).
 constexpr int64_t kMergeElements = int64_t(8) << 20;
 
-// One NF4 projection of a QLoRA base, merged as training computed with it: quantised to NF4 and
+// One NF4 projection of a QLoRA base, merged as training computed with it: rounded to the dtype
+// training quantised from (`quantised_from`: the job's frozen dtype), quantised to NF4 and
 // dequantised (fp32), plus scale · B·A when it has an adapter, written in the stored dtype. Two
 // passes over the tensor, whole records at a time: the blocks' maxima (the tensor's offset), then
 // the records, each read once more and fed to the digest in order.
 void merge_nf4_tensor(const checkpoint::SafetensorsFile& file, const checkpoint::TensorInfo& t, int64_t cols,
-                      const quant::Nf4Format& nf4, const std::pair<at::Tensor, at::Tensor>* adapter, double scale,
+                      const quant::Nf4Format& nf4, at::ScalarType quantised_from,
+                      const std::pair<at::Tensor, at::Tensor>* adapter, double scale,
                       checkpoint::WeightsDigest& digest, checkpoint::SafetensorsStreamWriter& writer,
                       common::Progress& progress) {
   const int64_t element = static_cast<int64_t>(common::element_size(t.dtype));
@@ -54,7 +56,10 @@ void merge_nf4_tensor(const checkpoint::SafetensorsFile& file, const checkpoint:
   auto read = [&](int64_t first, int64_t n) {
     raw.resize(static_cast<size_t>(n * element));
     file.read_bytes(t, static_cast<uint64_t>(first * element), raw.size(), raw.data());
-    return at::from_blob(raw.data(), {n}, checkpoint::to_scalar_type(t.dtype)).to(at::kFloat).contiguous();
+    return at::from_blob(raw.data(), {n}, checkpoint::to_scalar_type(t.dtype))
+        .to(quantised_from)
+        .to(at::kFloat)
+        .contiguous();
   };
   quant::ExactSum sum;
   std::vector<float> absmax(static_cast<size_t>(chunk / nf4.block_size));
@@ -146,6 +151,7 @@ void merge_lora(const std::string& src, const std::string& base_dir, const std::
   // projections are first what training computed with, their NF4 values.
   std::optional<quant::Nf4Format> nf4;
   if (a.method == "qlora") nf4 = quant::Nf4Format{a.nf4_block_size, a.nf4_double_quant};
+  const at::ScalarType quantised_from = nf4_quantised_from(reader.manifest(), src);
   size_t merged = 0, dequantized = 0;
   uint64_t total = 0;
   for (const checkpoint::SafetensorsFile& file : base.files())
@@ -165,7 +171,8 @@ void merge_lora(const std::string& src, const std::string& base_dir, const std::
       const int64_t rows = static_cast<int64_t>(t.nbytes) / element / cols;
       const auto adapter = adapters.find(t.name);
       if (nf4 && quant::is_nf4_weight(t.name)) {
-        merge_nf4_tensor(file, t, cols, *nf4, adapter != adapters.end() ? &adapter->second : nullptr, scale, digest,
+        merge_nf4_tensor(file, t, cols, *nf4, quantised_from, adapter != adapters.end() ? &adapter->second : nullptr,
+                         scale, digest,
                          writer, progress);
         if (adapter != adapters.end()) ++merged;
         ++dequantized;

@@ -31,8 +31,9 @@ namespace fs = std::filesystem;
 std::string existing(const std::string& path) { return fs::exists(path) ? path : std::string(); }
 
 // A tensor's values as NF4 stores them: quantised in blocks and dequantised (QLoRA's base).
-void to_nf4_values(at::Tensor& t, const quant::Nf4Format& format) {
-  const at::Tensor x = t.to(at::kFloat).contiguous();
+// Quantised from the dtype training rounded the base to first (nf4_quantised_from).
+void to_nf4_values(at::Tensor& t, const quant::Nf4Format& format, at::ScalarType quantised_from) {
+  const at::Tensor x = t.to(quantised_from).to(at::kFloat).contiguous();
   const quant::BnbTensor q = quant::quantize_tensor(x.data_ptr<float>(), x.numel(), format);
   const std::vector<uint8_t> records = quant::records_from_bnb(q, x.numel(), format);
   const int64_t count = (x.numel() + format.record_elements() - 1) / format.record_elements();
@@ -107,8 +108,9 @@ GenerationModel from_checkpoint(const std::string& dir, const std::string& base_
     const bool stored_nf4 = base.rfind("preset:", 0) != 0 && checkpoint::is_bnb_4bit(checkpoint::HfFolder::open(base));
     if (a.method == "qlora" && !stored_nf4) {
       const quant::Nf4Format nf4{a.nf4_block_size, a.nf4_double_quant};
+      const at::ScalarType quantised_from = nf4_quantised_from(manifest, dir);
       for (const model::NamedParam& p : m.named_parameters())
-        if (quant::is_nf4_weight(p.name)) to_nf4_values(*p.tensor, nf4);
+        if (quant::is_nf4_weight(p.name)) to_nf4_values(*p.tensor, nf4, quantised_from);
     }
     model::add_lora(m, {a.r, a.alpha, 0.0, a.target_modules}, 0);
     what += fmt::format(", {} adapters (r = {}) on {}", a.method == "qlora" ? "QLoRA" : "LoRA", a.r, base);

@@ -131,6 +131,34 @@ size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& 
 
 }  // namespace
 
+std::string chat_template_text(ChatStyle style) {
+  // One line of tags: no whitespace of the template's own, whatever the renderer's trim settings.
+  const std::string turns =
+      "{% for message in rest %}<|start_header_id|>{{ message['role'] }}<|end_header_id|>\n\n"
+      "{{ message['content'] | trim }}<|eot_id|>{% endfor %}"
+      "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}";
+  switch (style) {
+    case ChatStyle::kLlama3: return "{{ bos_token }}{% set rest = messages %}" + turns;
+    case ChatStyle::kLlama31:
+      return "{{ bos_token }}{% if messages and messages[0]['role'] == 'system' %}"
+             "{% set system = messages[0]['content'] | trim %}{% set rest = messages[1:] %}"
+             "{% else %}{% set system = '' %}{% set rest = messages %}{% endif %}"
+             "<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\n"
+             "Today Date: 26 Jul 2024\n\n{{ system }}<|eot_id|>" +
+             turns;
+    case ChatStyle::kLlama2:
+      return "{% if messages and messages[0]['role'] == 'system' %}{% set system = messages[0]['content'] %}"
+             "{% set rest = messages[1:] %}{% else %}{% set system = false %}{% set rest = messages %}{% endif %}"
+             "{% for message in rest %}{% if message['role'] == 'user' %}"
+             "{% if loop.index0 == 0 and system != false %}"
+             "{% set content = '<<SYS>>\\n' + system + '\\n<</SYS>>\\n\\n' + message['content'] %}"
+             "{% else %}{% set content = message['content'] %}{% endif %}"
+             "{{ bos_token + '[INST] ' + content | trim + ' [/INST]' }}"
+             "{% else %}{{ ' ' + message['content'] | trim + ' ' + eos_token }}{% endif %}{% endfor %}";
+  }
+  return "";
+}
+
 std::string_view chat_style_name(ChatStyle style) {
   switch (style) {
     case ChatStyle::kLlama3: return "llama3";

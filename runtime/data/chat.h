@@ -74,6 +74,12 @@ std::vector<ChatPiece> render_chat(const std::vector<Turn>& turns, const ChatOpt
 Example chat_example(const Tokenizer& tokenizer, const std::vector<ChatPiece>& pieces, int64_t max_tokens,
                      const std::string& where);
 
+// A Jinja chat template that renders a conversation of system, user and assistant turns exactly as
+// render_chat does in `style` (with bos_token, eos_token and add_generation_prompt as
+// transformers passes them): what an export embeds when the model was trained in a format its
+// tokenizer folder's template is not.
+std::string chat_template_text(ChatStyle style);
+
 // Pure: `text` without the leading and trailing whitespace Python's str.strip() (and so Jinja's
 // trim filter) removes: ASCII whitespace, U+001C..U+001F, U+0085, U+00A0 and Unicode's spaces.
 std::string_view python_strip(std::string_view text);

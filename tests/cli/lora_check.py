@@ -5,7 +5,7 @@
       The merged model (shardtune-ckpt merge-lora) computes the logits of the base model with the
       adapter folder applied (shardtune-ckpt export-peft), both evaluated by the plain-PyTorch
       Llama of tools/reference in float64 from the stored weights: relative error below 1e-5.
-  lora_check.py merge BASE PEFT MERGED --nf4 BLOCK_SIZE DOUBLE_QUANT
+  lora_check.py merge BASE PEFT MERGED --nf4 BLOCK_SIZE DOUBLE_QUANT [--round bf16|fp16|fp32]
       QLoRA: the same, on the base whose block projections are first quantised to NF4 and
       dequantised by the numpy reference (tools/reference/nf4_reference.py).
   lora_check.py peft BASE PEFT
@@ -102,8 +102,10 @@ if __name__ == "__main__":
     mode = sys.argv[1] if len(sys.argv) > 1 else ""
     if mode == "merge" and len(sys.argv) == 5:
         sys.exit(check_merge(*sys.argv[2:]))
-    if mode == "merge" and len(sys.argv) == 8 and sys.argv[5] == "--nf4":
+    if mode == "merge" and len(sys.argv) in (8, 10) and sys.argv[5] == "--nf4":
         nf4 = dict(block_size=int(sys.argv[6]), double_quant=sys.argv[7] == "true")
+        if len(sys.argv) == 10 and sys.argv[8] == "--round":  # the dtype training rounded the base to first
+            nf4["round"] = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[sys.argv[9]]
         sys.exit(check_merge(*sys.argv[2:5], nf4=nf4))
     if mode == "peft" and len(sys.argv) == 4:
         sys.exit(check_peft(*sys.argv[2:]))

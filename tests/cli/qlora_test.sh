@@ -11,7 +11,9 @@
 #  - resuming with another quantisation (LoRA, or another block size) is refused with the reason;
 #  - export-peft writes a PEFT adapter folder; merge-lora writes a merged model whose logits equal
 #    the numpy-NF4-dequantised base + adapters (tests/cli/lora_check.py --nf4);
-#  - bitsandbytes' spellings are refused naming the key to use.
+#  - bitsandbytes' spellings are refused naming the key to use;
+#  - on an fp32 base under bf16 mixed precision, merge-lora and generate quantise the bf16-rounded
+#    projections that training quantised (the numpy reference rounds them likewise).
 # usage: qlora_test.sh SHARDTUNE SOURCE_DIR SHARDTUNE_CKPT
 set -u
 st=$1 src=$2 ckpt=$3
@@ -154,6 +156,31 @@ grep -q "is \[peft\] nf4_double_quant here" "$tmp/log" || fail "bnb_4bit_use_dou
 "$st" validate configs/tiny-lora.toml --set peft.nf4_block_size=128 >"$tmp/log" 2>&1 && fail "nf4_block_size with lora was accepted"
 grep -q "nf4_block_size = 128 is set but \[peft\] method is \"lora\"" "$tmp/log" || fail "nf4_block_size with lora: $(cat "$tmp/log")"
 "$st" validate configs/tiny-qlora.toml --set peft.nf4_block_size=48 >"$tmp/log" 2>&1 && fail "nf4_block_size = 48 was accepted"
+
+# An fp32 base trained under bf16 mixed precision: training quantises the bf16-rounded projections
+# (as bitsandbytes quantises a model loaded in bf16), and merge-lora and generate quantise the same
+# values: the merged folder's logits equal the numpy reference's NF4 of the bf16-rounded base plus
+# the adapters, and generation from the checkpoint equals generation from the merged folder.
+"$(dirname "$st")/shardtune-make-model" "$tmp/fp32base" --config configs/data/tiny-llama/config.json --dtype fp32 \
+  --seed 7 >/dev/null || fail "shardtune-make-model failed"
+run "$tmp/fp32q" 2 10 --set "model.path=$tmp/fp32base" --set train.mixed_precision=true ||
+  fail "QLoRA on an fp32 base under mixed precision failed: $(tail -3 "$tmp/log")"
+c=$tmp/fp32q/checkpoints/step-0000010
+"$ckpt" export-peft "$c" "$tmp/fp32-peft" 2>"$tmp/log" || fail "export-peft (fp32 base) failed: $(cat "$tmp/log")"
+"$ckpt" merge-lora "$c" "$tmp/fp32base" "$tmp/fp32-merged" 2>"$tmp/log" || fail "merge-lora (fp32 base) failed: $(cat "$tmp/log")"
+$py tests/cli/lora_check.py merge "$tmp/fp32base" "$tmp/fp32-peft" "$tmp/fp32-merged" --nf4 32 true --round bf16 ||
+  fail "merge-lora did not quantise the bf16 values training quantised"
+g1=$("$st" generate "$c" --ids 1,40,41,42 --max-new-tokens 1 --json --json-logits 2>>"$tmp/gen.err")
+g2=$("$st" generate "$tmp/fp32-merged" --tokenizer configs/data/tiny-tokenizer/tokenizer.json --ids 1,40,41,42 \
+  --max-new-tokens 1 --json --json-logits 2>>"$tmp/gen.err")
+$py - "$g1" "$g2" <<'PY' || fail "generate from the QLoRA checkpoint of an fp32 base differs from its merged model"
+import json, sys
+x, y = (json.loads(a) for a in sys.argv[1:])
+scale = max(abs(v) for v in y["logits"][0])
+err = max(abs(p - q) for p, q in zip(x["logits"][0], y["logits"][0])) / scale
+print(f"fp32 base: generate from the checkpoint vs the merged model: {err:.2e} of the largest logit")
+sys.exit(0 if err < 1e-4 else 1)
+PY
 
 echo "qlora_test: $failures failure(s)"
 [[ $failures -eq 0 ]]

@@ -338,6 +338,30 @@ TEST(JobSchema, DataFilesWithoutAFormatAreRefused) {
   parse_ok(kMinimal, {"data.format=alpaca", "data.train_file=a.json", "data.tokenizer=t.json"});
 }
 
+// checkpoint.resume: a word that reads as a keyword but is not one is refused when the job is read,
+// and a path that names no committed checkpoint when it is launched (not by a requeued start).
+TEST(JobSchema, ResumeKeywordsAreExactAndAPathMustBeACheckpoint) {
+  for (const char* bad : {"Auto", "NONE", "latest", "newest"}) {
+    const LoadedJob loaded = parse_job(kMinimal, "job.toml", {std::string("checkpoint.resume=") + bad});
+    EXPECT_NE(loaded.diagnostics.to_string().find("error: checkpoint.resume:"), std::string::npos)
+        << bad << ": " << loaded.diagnostics.to_string();
+  }
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "st_resume_path_test";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir / "step-0000003");
+  auto launch_errors = [&](const std::string& resume) {
+    LoadedJob loaded = parse_ok(kMinimal, {"checkpoint.resume=" + resume});
+    check_launch_paths(loaded.job, loaded.sources, "job.toml", loaded.diagnostics);
+    return loaded.diagnostics.to_string();
+  };
+  EXPECT_NE(launch_errors((dir / "nowhere").string()).find("no such checkpoint folder"), std::string::npos);
+  EXPECT_NE(launch_errors((dir / "step-0000003").string()).find("a folder without a manifest.json"), std::string::npos);
+  std::ofstream(dir / "step-0000003" / "manifest.json") << "{}";
+  for (const std::string ok : {(dir / "step-0000003").string(), std::string("auto"), std::string("none")})
+    EXPECT_EQ(launch_errors(ok).find("error:"), std::string::npos) << ok << ": " << launch_errors(ok);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(JobSchema, Fp16NeedsAGpu) {
   const LoadedJob cpu = parse_job(kMinimal, "job.toml", {"launch.device=cpu", "train.use_fp16=true"});
   EXPECT_NE(cpu.diagnostics.to_string().find("error: train.use_fp16: use_fp16 = true needs a GPU"), std::string::npos)

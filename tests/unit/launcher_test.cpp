@@ -18,7 +18,7 @@ TEST(LocalRun, MpirunArgvIsExactAndNeverAShellLine) {
   job.launch.extra_mpirun_options = {"--mca", "btl", "self,vader,tcp"};
   const auto argv = local_mpirun_argv(job, {"/opt/st/shardtune-rank", "runs/x y/job.toml", true});
   const std::vector<std::string> expected = {
-      "mpirun", "-np", "3", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
+      "mpirun", "-np", "3", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "--stdin", "none",
       "--mca", "btl_tcp_if_include", "lo", "--mca", "oob_tcp_if_include", "lo",
       "--mca", "btl", "self,vader,tcp", "/opt/st/shardtune-rank", "runs/x y/job.toml"};
   EXPECT_EQ(argv, expected);

@@ -335,13 +335,14 @@ def is_nf4_weight(name):
 
 def nf4_roundtrip(weights, nf4):
     """The base as QLoRA computes with it: every projection of every block quantised to NF4 and
-    dequantised (float32), the rest as stored."""
+    dequantised (float32), first rounded to nf4["round"] where given (the dtype training quantised
+    from), the rest as stored."""
     import numpy as np
     import nf4_reference
     out = dict(weights)
     for name, t in weights.items():
         if is_nf4_weight(name):
-            x = t.float().numpy().reshape(-1)
+            x = t.to(nf4.get("round", t.dtype)).float().numpy().reshape(-1)
             q = nf4_reference.quantize(x, nf4["block_size"], nf4["double_quant"])
             deq = nf4_reference.dequantize(q, x.size, nf4["block_size"], nf4["double_quant"])
             out[name] = torch.from_numpy(np.ascontiguousarray(deq)).view(t.shape)
