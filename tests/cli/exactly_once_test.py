@@ -8,9 +8,11 @@ random rank at a random step (the run stops with exit 3, every save due before t
 committed, the one written in the background too), or by a SIGKILL of a random rank at a random
 phase of a checkpoint save, or by a stop signal (INT, TERM or USR1) to `shardtune run` itself at a
 random moment from its first millisecond, then resumed by the next start, until a last start
-finishes the job. Every stop and kill lands at or before the job's last step (a kill may hit the
-last step's save), so every start but the last is cut short; a mode's kills take the five phases in a
-random order before any phase repeats, and between them the two modes kill at every phase. The first
+finishes the job. Between starts, a start over other data (another seed, another context length)
+must be refused, naming what changed, with nothing trained or saved. Every stop and kill lands at or before the job's last step (a kill may hit the
+last step's save), so every start but the last is cut short; a mode's kills take the five phases in
+turn (packing from the first, padding from the fourth), and the first start of sequences 2 and 3
+(and of packing's 1) is a kill, so that between them the two modes kill at every phase. The first
 sequence of each mode stops exactly at the end of epoch 1. The modes run side by side, each from its
 own seed. Padding writes its checkpoints in the background ([checkpoint] async): its kills land on a
 save's own thread (files-written) or at a later step boundary (the commit), its stops wait for the
@@ -99,9 +101,11 @@ sample_ids = true
 """)
 
 
-def start(out, ranks, mode, env=None, signal_after=None):
+def start(out, ranks, mode, env=None, signal_after=None, sets=()):
     cmd = [st, "run", os.path.join(work, "job.toml"), "-n", str(ranks), "--set", f"job.output_dir={out}",
            "--set", f"train.batching_strategy={mode}", "--set", f"checkpoint.async={str(mode == 'padding').lower()}"]
+    for s in sets:
+        cmd += ["--set", s]
     with open(os.path.join(out + ".log"), "a") as log:
         log.write(f"\n$ {' '.join(cmd)}  ({env or ''})\n")
         log.flush()
@@ -195,6 +199,7 @@ def check(name, out, reference, rows, first_batch):
 def sequences(mode):
     rng = random.Random(f"20261125-{mode}")  # a seed per mode: the same sequences whichever thread runs first
     phases = []  # the kill phases not yet used in this round
+    offset = 0 if mode == "packing" else 3
     ref_out = os.path.join(work, f"{mode}-reference")
     if start(ref_out, 3, mode) != 0:
         fail(f"{mode}: the uninterrupted run failed (see {ref_out}.log)")
@@ -225,16 +230,21 @@ def sequences(mode):
             # Padding's second sequence starts with a divergence on the step after the first save,
             # whose background write is then still in flight: at least one such case every run.
             forced_divergence = mode == "padding" and n == 1 and not story
+            # The first start of sequences 2 and 3 (and packing's 1) is killed in a save: with the
+            # phases taken in turn, both modes together kill at every phase in every run.
+            forced_kill = not story and (n in (2, 3) or (mode == "packing" and n == 1))
             if forced_divergence:
                 draw = 0.45
-            if not epoch_end and draw < 0.2:
+            elif forced_kill:
+                draw = 0.99
+            if not epoch_end and draw < 0.2 and not forced_kill:
                 # A stop signal to `shardtune run` itself at a random moment from its first millisecond
                 # (INT as Ctrl-C, TERM as kill, USR1): the ranks checkpoint at their next step
                 # boundary and the run exits 75, or it had finished (exit 0).
                 signal_after = (rng.uniform(0.0, 4.0), rng.choice([signal.SIGINT, signal.SIGTERM, signal.SIGUSR1]))
                 env = {}
                 story.append(f"n={ranks} {signal.Signals(signal_after[1]).name}@{signal_after[0]:.2f}s")
-            elif epoch_end or (last - resumed > 1 and draw < 0.4):  # 2 stops in 10, 1 divergence, 2 signals: kills have 5 phases
+            elif epoch_end or (last - resumed > 1 and draw < 0.4 and not forced_kill):  # 2 stops in 10, 1 divergence, 2 signals: kills have 5 phases
                 at = epoch_end or resumed + rng.randint(1, min(6, last - 1 - resumed))
                 env = {"SHARDTUNE_TEST_SIGNAL_AT": f"{at}:{rank}"}
                 story.append(f"n={ranks} stop@{at}")
@@ -250,7 +260,9 @@ def sequences(mode):
             else:
                 saves = sorted({s for s in range(resumed + 1, last + 1) if s % EVERY == 0} | {last})
                 at = rng.choice(saves[:2])
-                phases = phases or rng.sample(PHASES, len(PHASES))
+                # In turn, from a place of the mode's own: packing from the first, padding from the
+                # fourth, so that three kills of packing and two of padding cover them all.
+                phases = phases or list(reversed(PHASES[offset:] + PHASES[:offset]))
                 phase = phases.pop()
                 if phase != "files-written":
                     rank = 0  # world rank 0 alone starts and commits a save: no other rank passes those points
@@ -277,6 +289,17 @@ def sequences(mode):
             if first_batch is None and committed(out):
                 first_batch = PER_RANK * ranks
             ranks = rng.randint(1, 4)
+            if committed(out) and rng.random() < 0.3:
+                # A start over other data (another order, or other samples): refused before training,
+                # naming what changed, with the checkpoints and the trained samples as they were.
+                change = rng.choice(["train.seed=99", "train.context_length=80"])
+                before, seen = resume_point(out), trained(out)
+                rc = start(out, ranks, mode, sets=[change])
+                story.append(f"n={ranks} {change} refused")
+                if rc in (0, 75) or resume_point(out) != before or trained(out) != seen:
+                    fail(f"{mode}-{n}: a start with {change} was not refused cleanly (exit {rc}; see {out}.log)")
+                elif change.split("=")[0] not in open(os.path.join(out, "logs", "rank-00000.log")).read():
+                    fail(f"{mode}-{n}: the refusal does not name {change.split('=')[0]} (see {out}.log)")
         story.append(f"n={ranks} to the end")
         rc = start(out, ranks, mode)
         first_batch = first_batch or PER_RANK * ranks
@@ -291,9 +314,9 @@ def sequences(mode):
 with concurrent.futures.ThreadPoolExecutor(2) as pool:
     for future in [pool.submit(sequences, mode) for mode in ("packing", "padding")]:
         future.result()
-# Few sequences: make sure they still crash a save at each of its phases.
+# Every run crashes a save at each of its phases.
 if per_mode >= 4 and killed_at != set(PHASES):
-    fail(f"the sequences killed a save only at {sorted(killed_at)}: change the seed so that they cover {PHASES}")
+    fail(f"the sequences killed a save only at {sorted(killed_at)}, not at each of {PHASES}")
 
 print(f"{len(failures)} failure(s)")
 sys.exit(1 if failures else 0)

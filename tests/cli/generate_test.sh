@@ -13,7 +13,8 @@
 #    1e-4 of the largest (the adapters kept apart instead of merged in; QLoRA's base as NF4 values);
 #  - sampling with a seed is reproducible, and another seed draws otherwise;
 #  - `shardtune generate` is shardtune-generate; bad input (no folder, no prompt, a base of
-#    another model) is refused by name.
+#    another model or with other bytes, ids that are not numbers) is refused by name; a chat for a
+#    tokenizer without a template names --chat-format; --system with a plain prompt is noted.
 # usage: generate_test.sh SHARDTUNE SOURCE_DIR SHARDTUNE_CKPT
 set -u
 st=$1 src=$2 ckpt=$3
@@ -119,6 +120,13 @@ grep -q "$tmp/nowhere is not a folder" "$tmp/err" || fail "the missing folder is
 grep -q -- '--ids: "2x" is not a token id' "$tmp/err" || fail "a bad --ids item is not named: $(cat "$tmp/err")"
 "$gen" "$tmp/chat" >/dev/null 2>"$tmp/err" && fail "no prompt was accepted"
 grep -q "give --prompt, --chat, --ids or --interactive" "$tmp/err" || fail "no prompt: $(cat "$tmp/err")"
+# A chat turn for a model whose tokenizer has no chat template: the hint names the command's option.
+"$gen" configs/data/tiny-llama --chat "hi" --max-new-tokens 1 >/dev/null 2>"$tmp/err" && fail "a chat without a format was taken"
+grep -q "Here: give --chat-format llama3, llama3.1 or llama2" "$tmp/err" || fail "the hint does not name --chat-format: $(cat "$tmp/err")"
+# --system and --chat-format do not shape a plain prompt: said once.
+"$gen" "$tmp/chat" --prompt "What" --system "Be brief." --max-new-tokens 1 >/dev/null 2>"$tmp/err" || fail "a plain prompt failed"
+grep -q "note: --system and --chat-format shape --chat and --interactive only; the prompt of --prompt is used as given" \
+  "$tmp/err" || fail "no note that --system does not shape --prompt: $(cat "$tmp/err")"
 echo "What color is the sky?" | "$st" generate "$tmp/chat" --interactive >"$tmp/chat.out" 2>"$tmp/err" ||
   fail "interactive: $(cat "$tmp/err")"
 grep -qx "The sky is blue." "$tmp/chat.out" || fail "interactive chat: $(cat "$tmp/chat.out")"
