@@ -30,4 +30,6 @@ void keep_freed_host_memory() {
   mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());  // about 2 GiB: mallopt takes an int
 }
 
+void release_freed_host_memory() { malloc_trim(0); }
+
 }  // namespace shardtune::common

@@ -18,4 +18,9 @@ void reset_peak_resident();     // writes 5 to /proc/self/clear_refs (Linux 4.0+
 // between steps. Not for shardtune-ckpt, whose bounded memory wants freed pieces returned.
 void keep_freed_host_memory();
 
+// Returns the heap's free memory to the system now (malloc_trim): once, where a phase that will
+// not come back (loading the weights, resuming a checkpoint) has freed its buffers and the heap
+// would otherwise keep them for the whole run under keep_freed_host_memory.
+void release_freed_host_memory();
+
 }  // namespace shardtune::common

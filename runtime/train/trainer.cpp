@@ -175,6 +175,9 @@ Trainer::~Trainer() = default;
 TrainSummary Trainer::run() {
   Run run(options_, groups_, train_);
   start(run);
+  // What loading the weights and resuming freed stays out of the run's memory (the heap keeps
+  // freed blocks for the steps: common/process_memory.h).
+  common::release_freed_host_memory();
   if (run.from.validation_pending) validate_epoch(run, run.cursor.epoch - 1);
   while (!run.schedule->finished(run.cursor) && run.summary.stop_signal == 0) train_epoch(run);
   spdlog::info("data: {}", run.prefetch_depth_seen == 0
