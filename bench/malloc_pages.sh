@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# What huge pages for malloc (GLIBC_TUNABLES glibc.malloc.hugetlb=1, which `shardtune run` and the
-# batch script give every rank) are worth on this machine, each figure against the same program
-# with 4 KiB pages (glibc.malloc.hugetlb=0) in the same run:
+# The ranks' malloc: tcmalloc, which shardtune-rank and train_bench link (common/process_memory.h),
+# against glibc's (train_bench_glibc, the same program without it) with the huge pages
+# (GLIBC_TUNABLES glibc.malloc.hugetlb=1) that `shardtune run` and the batch script give every
+# process they start, and what those huge pages are worth to glibc's malloc, each figure against
+# the same program with 4 KiB pages (glibc.malloc.hugetlb=0) in the same run:
 #   - a start: the CPU time of loading LibTorch (`shardtune-ckpt --help`, the same libraries as a
 #     rank), the mean of REPS starts;
-#   - training: train_bench (fp32, FULL_SHARD) at world size 1 (all cores) and 2 (one thread per
-#     rank), and the PyTorch-eager peer (bench/torch_cpu_peer.py, foreach AdamW; DDP over gloo at
+#   - training: train_bench on tcmalloc, and train_bench_glibc under both settings (fp32,
+#     FULL_SHARD) at world size 1 (all cores) and 2 (one thread per rank), and the PyTorch-eager peer (bench/torch_cpu_peer.py, foreach AdamW; DDP over gloo at
 #     world size 2) under the same two settings, on bench/cpu_model.sh's 0.12B Llama, context SEQ,
 #     MICRO_BATCH rows per rank. Settings alternate over ROUNDS rounds; each one's best round counts.
-# Prints tokens/s and peak RSS (the largest rank's) of each, and the ratios huge ÷ 4 KiB.
+# Prints tokens/s and peak RSS (the largest rank's) of each, the ratios huge ÷ 4 KiB, and tcmalloc ÷
+# glibc's malloc on huge pages.
 # usage: bench/malloc_pages.sh [BUILD_DIR] [WORK_DIR] [SEQ] [MICRO_BATCH] [STEPS] [ROUNDS] [REPS]
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -64,8 +67,12 @@ for r in $(seq "$rounds"); do
   echo "round $r"
   for s in small huge; do
     x=(-x "GLIBC_TUNABLES=${setting[$s]}")
-    run shardtune1 "$s" "${mpi[@]}" "${x[@]}" -np 1 "$build/bin/train_bench" "$work/model" "${tb[@]}"
-    run shardtune2 "$s" "${mpi[@]}" "${x[@]}" -np 2 "$build/bin/train_bench" "$work/model" "${tb[@]}"
+    if [ "$s" = huge ]; then  # tcmalloc: no glibc setting applies
+      run tcmalloc1 "$s" "${mpi[@]}" "${x[@]}" -np 1 "$build/bin/train_bench" "$work/model" "${tb[@]}"
+      run tcmalloc2 "$s" "${mpi[@]}" "${x[@]}" -np 2 "$build/bin/train_bench" "$work/model" "${tb[@]}"
+    fi
+    run glibc1 "$s" "${mpi[@]}" "${x[@]}" -np 1 "$build/bin/train_bench_glibc" "$work/model" "${tb[@]}"
+    run glibc2 "$s" "${mpi[@]}" "${x[@]}" -np 2 "$build/bin/train_bench_glibc" "$work/model" "${tb[@]}"
     run peer1 "$s" "${mpi[@]}" "${x[@]}" -np 1 $py "$root/bench/torch_cpu_peer.py" train "$work/model" "${peer[@]}" \
       --threads "$cores"
     run ddp2 "$s" "${mpi[@]}" "${x[@]}" -np 2 $py "$root/bench/torch_cpu_peer.py" train "$work/model" "${peer[@]}" \
@@ -73,7 +80,11 @@ for r in $(seq "$rounds"); do
   done
 done
 echo
-for name in shardtune1 shardtune2 peer1 ddp2; do
+for name in glibc1 glibc2 peer1 ddp2; do
   printf '%-10s huge ÷ 4 KiB pages: tokens/s %s, peak RSS %s\n' "$name" \
     "$(ratio "${tps[$name.huge]}" "${tps[$name.small]}")" "$(ratio "${rss[$name.huge]}" "${rss[$name.small]}")"
+done
+for w in 1 2; do
+  printf 'world %s: tcmalloc ÷ glibc on huge pages: tokens/s %s, peak RSS %s\n' "$w" \
+    "$(ratio "${tps[tcmalloc$w.huge]}" "${tps[glibc$w.huge]}")" "$(ratio "${rss[tcmalloc$w.huge]}" "${rss[glibc$w.huge]}")"
 done

@@ -68,7 +68,7 @@ cpu_configs=(
   "0.1B, HYBRID_SHARD 2x2|mid|4|fsdp.sharding_strategy=HYBRID_SHARD fsdp.hsdp_shard_size=2 train.batch_size_training=1 train.context_length=256"
   "0.1B, NO_SHARD|mid|2|fsdp.sharding_strategy=NO_SHARD train.batch_size_training=2 train.context_length=128"
   "0.1B, LoRA all-linear|mid|2|peft.method=lora peft.target_modules=[\"all-linear\"] peft.lora_r=16 train.batch_size_training=2 train.context_length=256"
-  "0.63B, FULL_SHARD|big|4|train.batch_size_training=1 train.context_length=64"
+  "0.63B, FULL_SHARD|big|2|train.batch_size_training=1 train.context_length=64"
   "0.63B, LoRA|big|2|peft.method=lora train.batch_size_training=1 train.context_length=64"
   "0.1B, QLoRA all-linear|mid|2|peft.method=qlora peft.target_modules=[\"all-linear\"] peft.lora_r=16 train.batch_size_training=2 train.context_length=256"
   "0.1B, QLoRA, 3 ranks, blocks of 128, fp32 scales|mid|3|peft.method=qlora peft.nf4_block_size=128 peft.nf4_double_quant=false train.batch_size_training=2 train.context_length=256"

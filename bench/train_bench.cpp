@@ -41,6 +41,7 @@
 #include "runtime/fsdp/fsdp_llama.h"
 #include "runtime/fsdp/shard_loader.h"
 #include "runtime/train/flops.h"
+#include "runtime/train/host_allocator.h"
 #include "runtime/train/profiler.h"
 #include "runtime/train/train_step.h"
 
@@ -109,6 +110,7 @@ int run(const Args& a) {
   const at::Device device =
       choice.device >= 0 ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(choice.device)) : at::Device(at::kCPU);
   if (choice.device >= 0) dist::bind_device(choice.device);
+  if (device.is_cpu()) train::use_large_block_cache();  // as shardtune-rank
   if (a.cudnn_attention) dist::allow_cudnn_attention(true);
   std::string threads_reason =
       fmt::format("defaults: LibTorch {}, {}", at::get_num_threads(), dist::blas_description());

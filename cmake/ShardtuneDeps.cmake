@@ -11,6 +11,13 @@ find_package(GTest REQUIRED)
 find_package(OpenSSL REQUIRED COMPONENTS Crypto)  # SHA-256 of base-model identities
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(LIBDEFLATE REQUIRED IMPORTED_TARGET GLOBAL libdeflate)  # CRC-32 of checkpoint slices
+# The training ranks' malloc: tcmalloc (gperftools' minimal build, libtcmalloc-minimal4), whose
+# page heap reuses freed spans without the holes glibc's heap leaves (docs/planner.md). Linked
+# whether or not a symbol asks for it, so that it takes malloc over.
+find_library(SHARDTUNE_TCMALLOC NAMES tcmalloc_minimal libtcmalloc_minimal.so.4 REQUIRED)
+add_library(shardtune_tcmalloc INTERFACE)
+target_link_libraries(shardtune_tcmalloc INTERFACE "-Wl,--push-state,--no-as-needed" "${SHARDTUNE_TCMALLOC}"
+                      "-Wl,--pop-state")
 
 if(SHARDTUNE_HDF5_LIBRARY)
   # A parallel HDF5 outside the system's paths, named by its library and headers (the GPU machine's

@@ -15,6 +15,7 @@
 #include "common/file_io.h"
 #include "common/log.h"
 #include "common/malloc_pages.h"
+#include "common/process_memory.h"
 #include "common/job/job_checks.h"
 #include "common/job/job_loader.h"
 #include "common/job/schema.h"
@@ -91,6 +92,36 @@ void note_submit_only_keys(const job::Job& job) {
                              fmt::join(keys, ", "));
 }
 
+// A node's host memory for a CPU job's plan: --node-memory, else this machine's.
+std::optional<launcher::NodeMemory> node_memory(const std::string& text) {
+  if (!text.empty()) {
+    const std::optional<double> bytes = launcher::parse_memory_size(text);
+    ST_CHECK(bytes.has_value(), common::ErrorKind::kUsage, "--node-memory {:?} is not a size like 256GiB", text);
+    return launcher::NodeMemory{*bytes, "--node-memory's", ""};
+  }
+  const int64_t total = common::machine_memory_bytes("MemTotal:");
+  if (total <= 0) return std::nullopt;
+  return launcher::NodeMemory{static_cast<double>(total), "this machine's", " (MemTotal)"};
+}
+
+// Before a local CPU run: a warning where its ranks' planned host memory exceeds what this machine
+// has available now (they would be killed for memory, one after another, mid-run).
+void warn_if_ranks_exceed_memory(const job::Job& job) {
+  try {
+    const launcher::MemoryPlan plan = launcher::plan_memory(job, launcher::job_model_config(job));
+    const double need = launcher::node_host_bytes(plan);
+    const double available = static_cast<double>(common::machine_memory_bytes("MemAvailable:"));
+    if (need > 0 && available > 0 && need > available)
+      std::cerr << fmt::format(
+          "shardtune: warning: the {} rank(s) need about {:.2f} GiB of host memory at their peak ({:.2f} GiB each, "
+          "`shardtune plan`), and this machine has {:.2f} GiB available: they may be killed for memory\n",
+          plan.ranks_per_node, need / (1 << 30), need / static_cast<double>(plan.ranks_per_node) / (1 << 30),
+          available / (1 << 30));
+  } catch (const std::exception& e) {
+    std::cerr << fmt::format("shardtune: warning: no memory plan: {}\n", e.what());
+  }
+}
+
 int cmd_run(const std::string& path, std::vector<std::string> overrides, int ranks, bool dry_run) {
   if (ranks > 0) {
     // -n decides the world: one node of `ranks` ranks, after the job file and its overrides.
@@ -119,6 +150,7 @@ int cmd_run(const std::string& path, std::vector<std::string> overrides, int ran
   // One writer per output directory: no queued or running Slurm job of it, and its lock held by
   // this process and mpirun (inherited across fork and exec) until the last process of the run exits.
   launcher::refuse_if_slurm_job_active(job.job.output_dir);
+  if (job.launch.device != job::Device::kCuda) warn_if_ranks_exceed_memory(job);
   std::vector<common::DirLock> locks = launcher::lock_job_dirs(job, launcher::holder_note("shardtune run"));
   for (common::DirLock& lock : locks) lock.keep_across_exec();
   common::write_file_atomically(resolved_path, job::to_toml(job));
@@ -141,7 +173,7 @@ int cmd_submit(const std::string& path, const std::vector<std::string>& override
 }
 
 int cmd_plan(const std::string& path, const std::vector<std::string>& overrides, const std::string& memory_text,
-             const std::string& model_config, bool as_json) {
+             const std::string& node_text, const std::string& model_config, bool as_json) {
   const job::Job job = resolve(path, overrides, model_config);
   std::optional<double> limit;
   if (!memory_text.empty()) {
@@ -152,7 +184,9 @@ int cmd_plan(const std::string& path, const std::vector<std::string>& overrides,
   }
   const model::LlamaConfig config =
       model_config.empty() ? launcher::job_model_config(job) : model::LlamaConfig::from_file(model_config);
-  std::cout << (as_json ? launcher::plan_json(job, config, limit) : launcher::plan_report(job, config, limit));
+  const std::optional<launcher::NodeMemory> node = node_memory(node_text);
+  std::cout << (as_json ? launcher::plan_json(job, config, limit, node)
+                        : launcher::plan_report(job, config, limit, node));
   return 0;
 }
 
@@ -187,13 +221,15 @@ int main(int argc, char** argv) {
   status->add_option("output_dir", status_target, "The job's output directory, or its job file (default: .)");
   status->add_option("--lines", log_lines, "Lines of the rank-0 log to show")->check(CLI::Range(0, 10000));
 
-  std::string memory_text;
+  std::string memory_text, node_text;
   bool as_json = false;
   auto* plan = app.add_subcommand("plan", "Per-rank memory of the job, part by part; whether it fits, and what would");
   plan->add_option("job", path, "Job file (TOML)")->required();
   plan->add_option("--set", overrides, "Override a field: section.key=value (repeatable)");
   plan->add_option("--gpu-memory", memory_text,
                    "Memory of one rank's device, e.g. 80GiB (default: [launch] gpu_memory_gib; none on a CPU job)");
+  plan->add_option("--node-memory", node_text,
+                   "Host memory of one node, e.g. 256GiB, that a CPU job's ranks share (default: this machine's)");
   std::string model_config;
   plan->add_option("--model-config", model_config,
                    "A config.json giving the model's shapes, when the job's model folder is not on this machine");
@@ -230,7 +266,7 @@ int main(int argc, char** argv) {
       std::cout << launcher::status_report(status_target, log_lines);
       return 0;
     }
-    if (plan->parsed()) return cmd_plan(path, overrides, memory_text, model_config, as_json);
+    if (plan->parsed()) return cmd_plan(path, overrides, memory_text, node_text, model_config, as_json);
     if (plot->parsed()) {
       for (const std::string& png : launcher::plot_runs(plot_options)) std::cout << png << "\n";
       return 0;

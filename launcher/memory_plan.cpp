@@ -12,10 +12,11 @@
 namespace shardtune::launcher {
 namespace {
 
-// The runtime's own resident memory on a CPU rank: LibTorch, Open MPI, HDF5 and the C++ runtime,
-// mapped and touched (a 0.1M-parameter model's 2-rank run peaks at about this: 154-157 MiB with the
-// build's trimmed libtorch_cpu.so, cmake/ShardtuneDeps.cmake; about 30 MiB more with LibTorch's own).
-constexpr double kCpuRuntimeBytes = 150.0 * (1 << 20);
+// The runtime's own resident memory on a CPU rank: LibTorch, Open MPI, HDF5, tcmalloc and the C++
+// runtime, mapped and touched. A 0.16M-parameter model's run, whose tensors take 3 MiB, peaks at
+// 131-134 MiB a rank on a 2-core AMD EPYC (bench/plan.sh, 2026-11-28), with the build's trimmed
+// libtorch_cpu.so (cmake/ShardtuneDeps.cmake; about 30 MiB more with LibTorch's own).
+constexpr double kCpuRuntimeBytes = 130.0 * (1 << 20);
 
 const char* dtype_name(double bytes) { return bytes == 2 ? "bf16" : "fp32"; }
 
@@ -81,6 +82,7 @@ MemoryPlan plan_memory(const job::Job& job, const model::LlamaConfig& config) {
   plan.cuda = job.launch.device == job::Device::kCuda ||
               (job.launch.device == job::Device::kAuto && job.slurm.gpus_per_node > 0);
   plan.world = job.slurm.world_size();
+  plan.ranks_per_node = job.slurm.ranks_per_node();
   plan.shard_size = job::shard_group_size(job);
   const double shards = static_cast<double>(plan.shard_size);
 

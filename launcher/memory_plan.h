@@ -40,7 +40,7 @@ struct MemoryPlan {
   double checkpoint_state_bytes = 0;
   double checkpoint_copy_bytes = 0;
   double parameters = 0, trainable = 0;  // counts
-  int64_t world = 1, shard_size = 1;
+  int64_t world = 1, shard_size = 1, ranks_per_node = 1;
   int64_t tokens_per_micro_batch = 0;
 };
 

@@ -100,6 +100,24 @@ std::vector<FitChange> changes_that_fit(const job::Job& job, const model::LlamaC
   return fit;
 }
 
+double node_host_bytes(const MemoryPlan& plan) {
+  return plan.cuda ? 0 : static_cast<double>(plan.ranks_per_node) * std::max(plan.total_bytes, plan.loading_bytes);
+}
+
+namespace {
+
+// "host memory of a node: 4 rank(s) x 5.98 GiB = 23.92 GiB, of this machine's 23.44 GiB (MemTotal):
+// does not fit"
+std::string node_line(const MemoryPlan& plan, const NodeMemory& node) {
+  const double need = node_host_bytes(plan);
+  return fmt::format("host memory of a node: {} rank(s) x {} = {}, of {} {}{}: {}\n", plan.ranks_per_node,
+                     gib(need / static_cast<double>(plan.ranks_per_node)), gib(need), node.whose, gib(node.bytes),
+                     node.note,
+                     need <= node.bytes ? fmt::format("fits ({:.0f}%)", 100 * need / node.bytes) : "does not fit");
+}
+
+}  // namespace
+
 std::optional<double> parse_memory_size(const std::string& text) {
   size_t pos = 0;
   double value = 0;
@@ -121,7 +139,8 @@ std::optional<double> parse_memory_size(const std::string& text) {
   return std::nullopt;
 }
 
-std::string plan_report(const job::Job& job, const model::LlamaConfig& config, std::optional<double> limit_bytes) {
+std::string plan_report(const job::Job& job, const model::LlamaConfig& config, std::optional<double> limit_bytes,
+                        const std::optional<NodeMemory>& node) {
   const MemoryPlan plan = plan_memory(job, config);
   std::string out = fmt::format(
       "plan for {}: {} parameters ({} trainable), {} block(s); {} rank(s), {} over {}; micro-batch {} "
@@ -137,6 +156,13 @@ std::string plan_report(const job::Job& job, const model::LlamaConfig& config, s
   if (plan.checkpoint_copy_bytes > 0)
     out += fmt::format("host memory per rank for checkpoints written in the background: {} (pinned)\n",
                        gib(plan.checkpoint_copy_bytes));
+  if (!plan.cuda && node) {
+    out += node_line(plan, *node);
+    if (!limit_bytes) {
+      if (node_host_bytes(plan) <= node->bytes) return out;
+      limit_bytes = node->bytes / static_cast<double>(plan.ranks_per_node);  // a rank's share of the node
+    }
+  }
   if (!limit_bytes) {
     if (plan.cuda) out += "give --gpu-memory (e.g. 80GiB) to check that it fits\n";
     return out;
@@ -162,7 +188,8 @@ std::string plan_report(const job::Job& job, const model::LlamaConfig& config, s
   return out;
 }
 
-std::string plan_json(const job::Job& job, const model::LlamaConfig& config, std::optional<double> limit_bytes) {
+std::string plan_json(const job::Job& job, const model::LlamaConfig& config, std::optional<double> limit_bytes,
+                      const std::optional<NodeMemory>& node) {
   const MemoryPlan plan = plan_memory(job, config);
   nlohmann::ordered_json j;
   j["job"] = job.job.name;
@@ -178,6 +205,14 @@ std::string plan_json(const job::Job& job, const model::LlamaConfig& config, std
   j["loading_bytes"] = plan.loading_bytes;
   j["checkpoint_state_bytes"] = plan.checkpoint_state_bytes;
   j["checkpoint_copy_bytes"] = plan.checkpoint_copy_bytes;
+  if (!plan.cuda) {
+    j["ranks_per_node"] = plan.ranks_per_node;
+    j["node_host_bytes"] = node_host_bytes(plan);
+    if (node) {
+      j["node_memory_bytes"] = node->bytes;
+      j["node_fits"] = node_host_bytes(plan) <= node->bytes;
+    }
+  }
   if (limit_bytes) {
     j["limit_bytes"] = *limit_bytes;
     j["fits"] = plan.total_bytes <= *limit_bytes;

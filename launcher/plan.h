@@ -26,10 +26,25 @@ std::vector<FitChange> changes_that_fit(const job::Job& job, const model::LlamaC
 // nvidia-smi's figures are). nullopt when it is not a size.
 std::optional<double> parse_memory_size(const std::string& text);
 
-// The report `shardtune plan` prints. `limit_bytes`: the device's memory per rank, when known.
-std::string plan_report(const job::Job& job, const model::LlamaConfig& config, std::optional<double> limit_bytes);
+// The host memory of one node, which a CPU job's ranks on it share.
+struct NodeMemory {
+  double bytes = 0;
+  std::string whose;   // "this machine's", "--node-memory's"
+  std::string note;    // after the figure: " (MemTotal)"
+};
 
-// The report as JSON (parts, totals, limit, fits, changes), for scripts.
-std::string plan_json(const job::Job& job, const model::LlamaConfig& config, std::optional<double> limit_bytes);
+// What a CPU job's ranks on one node hold at once at their largest: ranks per node x the larger of
+// a rank's training peak and its loading. 0 for a GPU job (its ranks' memory is the GPUs').
+double node_host_bytes(const MemoryPlan& plan);
+
+// The report `shardtune plan` prints. `limit_bytes`: the device's memory per rank, when known;
+// `node`: a node's host memory, against which a CPU job's ranks are checked.
+std::string plan_report(const job::Job& job, const model::LlamaConfig& config, std::optional<double> limit_bytes,
+                        const std::optional<NodeMemory>& node = std::nullopt);
+
+// The report as JSON (parts, totals, limit, fits, changes; a CPU job's node memory and whether
+// its ranks fit it), for scripts.
+std::string plan_json(const job::Job& job, const model::LlamaConfig& config, std::optional<double> limit_bytes,
+                      const std::optional<NodeMemory>& node = std::nullopt);
 
 }  // namespace shardtune::launcher

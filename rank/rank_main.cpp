@@ -15,6 +15,7 @@
 #include "checkpoint/h5_check.h"
 #include "common/error.h"
 #include "common/process_memory.h"
+#include "runtime/train/host_allocator.h"
 #include "common/exit_codes.h"
 #include "common/process_exit.h"
 #include "common/job/job_loader.h"
@@ -153,6 +154,11 @@ int run(int argc, char** argv) {
 int run_job(const job::Job& job, const dist::Topology& topo) {
   rank_program::announce_stop_handlers(job, topo);
   rank_program::RankStart start = rank_program::start_rank(job, topo);
+  if (start.device.is_cpu()) {
+    train::use_large_block_cache();
+    spdlog::info("host tensors of {} MiB or more: mapped once and reused whole (runtime/train/host_allocator.h)",
+                 train::kLargeHostBlockBytes >> 20);
+  }
 
   const std::string tokenizer =
       rank_program::prepare_tokenizer(job, MPI_COMM_WORLD, common::sibling_executable("shardtune-tokenize"));

@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "common/job/schema.h"
 #include "common/malloc_pages.h"
+#include "common/process_memory.h"
 #include "rank/preflight.h"
 #include "runtime/dist/cpu_threads.h"
 #include "runtime/dist/device.h"
@@ -73,8 +74,11 @@ void set_cpu_threads(const job::Job& job, const dist::Topology& topo) {
       dist::choose_threads(dist::thread_inputs(job.launch.threads_per_rank, topo.local_size));
   dist::use_threads(threads.threads);
   spdlog::info("CPU threads: {} per rank ({}); BLAS: {}", threads.threads, threads.reason, dist::blas_description());
-  spdlog::info("malloc: {}",
-               common::malloc_pages_description(std::getenv("GLIBC_TUNABLES"), common::transparent_huge_page_mode()));
+  const std::string thp = common::transparent_huge_page_mode();
+  spdlog::info("malloc: {}", common::malloc_is_tcmalloc()
+                                 ? fmt::format("tcmalloc (gperftools), freed spans kept for reuse; the kernel's "
+                                               "transparent huge pages: {}", thp.empty() ? "unknown" : thp)
+                                 : common::malloc_pages_description(std::getenv("GLIBC_TUNABLES"), thp));
   if (!cpus.cpus.empty() && threads.threads > static_cast<int>(cpus.cpus.size()))
     spdlog::warn("{} threads on {} CPU(s): they take turns", threads.threads, cpus.cpus.size());
 }

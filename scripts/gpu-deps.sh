@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Downloads, on a Debian 12 machine with apt, the .deb files of every dependency that a GPU
 # machine with only PyTorch, CUDA, CMake and a compiler lacks (Open MPI, parallel HDF5, spdlog,
-# fmt, TOML++, nlohmann-json, CLI11, GoogleTest, libdeflate, PCRE2, SentencePiece, pkgconf,
+# fmt, TOML++, nlohmann-json, CLI11, GoogleTest, libdeflate, PCRE2, SentencePiece, tcmalloc, pkgconf,
 # OpenSSL's and zlib's headers, and the shared libraries they load), into DEST (default
 # .deps/gpu/debs, which git ignores).
 # scripts/gpu-env.sh unpacks them there into a prefix with dpkg -x; nothing is installed.
@@ -27,7 +27,7 @@ packages=(
   libspdlog-dev libspdlog1.10 libfmt-dev libfmt9 libtomlplusplus-dev libtomlplusplus3 nlohmann-json3-dev
   libcli11-dev libgtest-dev googletest libdeflate-dev libdeflate0 libpcre2-dev libpcre2-8-0 libpcre2-16-0
   libpcre2-32-0 libpcre2-posix3 libsentencepiece-dev libsentencepiece0 pkgconf pkgconf-bin libpkgconf3
-  libssl-dev libssl3 zlib1g-dev zlib1g
+  libssl-dev libssl3 zlib1g-dev zlib1g libtcmalloc-minimal4
 )
 mkdir -p "$dest"
 cd "$dest"

@@ -12,6 +12,7 @@ packages=(
   libtorch-dev                              # LibTorch 1.13 (CPU); a CUDA LibTorch comes via Torch_DIR
   libopenblas0-openmp                       # OpenBLAS (OpenMP threads) as libblas.so.3: LibTorch's CPU matrix products
   libopenmpi-dev openmpi-bin                # Open MPI
+  libtcmalloc-minimal4                      # the ranks' malloc (common/process_memory.h)
   libhdf5-openmpi-dev hdf5-tools            # parallel HDF5, h5dump/h5ls
   python3-h5py                              # reads checkpoints back in tests
   python3-torch                             # a plain-PyTorch Llama the model tests cross-check against

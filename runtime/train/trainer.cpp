@@ -22,6 +22,7 @@
 #include "runtime/train/collate.h"
 #include "runtime/train/data_order.h"
 #include "runtime/train/evaluate.h"
+#include "runtime/train/host_allocator.h"
 #include "runtime/train/metrics_log.h"
 #include "runtime/train/nonfinite_guard.h"
 #include "runtime/train/prefetch.h"
@@ -178,6 +179,7 @@ TrainSummary Trainer::run() {
   // What loading the weights and resuming freed stays out of the run's memory (the heap keeps
   // freed blocks for the steps: common/process_memory.h).
   common::release_freed_host_memory();
+  release_kept_large_blocks();
   if (run.from.validation_pending) validate_epoch(run, run.cursor.epoch - 1);
   while (!run.schedule->finished(run.cursor) && run.summary.stop_signal == 0) train_epoch(run);
   spdlog::info("data: {}", run.prefetch_depth_seen == 0

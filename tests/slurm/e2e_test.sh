@@ -238,9 +238,9 @@ srun_2x2 | mpirun_2x2)
   [[ $type == full ]] && ! grep -q "each unit is gathered to rank 0" "$out/slurm-$job.out" && fail "full checkpoints not gathered"
   [[ $scenario == mpirun_2x2 ]] && ! grep -q "starting the ranks: mpirun" "$out/slurm-$job.out" && fail "not started by mpirun"
   [[ $scenario == srun_2x2 ]] && ! grep -q "starting the ranks: srun --mpi=pmix" "$out/slurm-$job.out" && fail "not started by srun"
-  # The batch script gives every rank, on both nodes, huge pages for malloc.
-  [[ $(grep -l "malloc: huge pages asked for (glibc.malloc.hugetlb=1)" "$out"/logs/rank-*.log | wc -l) == 4 ]] ||
-    fail "not every rank's malloc was started with huge pages: $(grep -h "malloc:" "$out"/logs/rank-*.log | sort | uniq -c)"
+  # Every rank, on both nodes, allocates with tcmalloc (common/process_memory.h).
+  [[ $(grep -l "malloc: tcmalloc (gperftools)" "$out"/logs/rank-*.log | wc -l) == 4 ]] ||
+    fail "not every rank's malloc is tcmalloc: $(grep -h "malloc:" "$out"/logs/rank-*.log | sort | uniq -c)"
   ;;
 
 mpirun_affinity)
