@@ -58,7 +58,7 @@ bool LargeBlockCache::give_back(void* block) {
 }
 
 void LargeBlockCache::trim() {
-  while (kept_bytes_ > 2 * largest_ && !kept_.empty()) {
+  while (kept_bytes_ > largest_ && !kept_.empty()) {
     ::munmap(kept_.front().first, kept_.front().second);
     kept_bytes_ -= kept_.front().second;
     kept_.pop_front();

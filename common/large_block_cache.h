@@ -4,8 +4,8 @@
 // dequantised from NF4; the logits), and a general-purpose heap placed them differently from step
 // to step: the holes one left did not fit the next, and a rank's memory grew 0.5 GiB above what
 // its tensors held at once in some runs and not in others (docs/planner.md). Kept here, each is
-// reused whole, mapped once. Bounded: what is kept unused never exceeds twice the largest block
-// ever asked for; the oldest kept blocks go back to the system first.
+// reused whole, mapped once. Bounded: what is kept unused never exceeds the largest block ever
+// asked for; the oldest kept blocks go back to the system first.
 #pragma once
 
 #include <cstddef>
