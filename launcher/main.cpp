@@ -150,7 +150,11 @@ int cmd_run(const std::string& path, std::vector<std::string> overrides, int ran
   // One writer per output directory: no queued or running Slurm job of it, and its lock held by
   // this process and mpirun (inherited across fork and exec) until the last process of the run exits.
   launcher::refuse_if_slurm_job_active(job.job.output_dir);
-  if (job.launch.device != job::Device::kCuda) warn_if_ranks_exceed_memory(job);
+  // A CPU job's ranks hold their tensors in this machine's memory (with device "auto", where it has
+  // no NVIDIA GPU: on one, they would train on it).
+  if (job.launch.device == job::Device::kCpu ||
+      (job.launch.device == job::Device::kAuto && !std::filesystem::exists("/dev/nvidiactl")))
+    warn_if_ranks_exceed_memory(job);
   std::vector<common::DirLock> locks = launcher::lock_job_dirs(job, launcher::holder_note("shardtune run"));
   for (common::DirLock& lock : locks) lock.keep_across_exec();
   common::write_file_atomically(resolved_path, job::to_toml(job));
