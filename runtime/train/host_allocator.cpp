@@ -2,18 +2,11 @@
 #include "runtime/train/host_allocator.h"
 
 #include <c10/core/CPUAllocator.h>
-#include <torch/version.h>
+
+#include "runtime/train/allocator_compat.h"
 
 namespace shardtune::train {
 namespace {
-
-// LibTorch 2.3 made allocate() non-const and added copy_data().
-#define ST_ALLOCATOR_2_3 (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3))
-#if ST_ALLOCATOR_2_3
-#define ST_ALLOCATE_CONST
-#else
-#define ST_ALLOCATE_CONST const
-#endif
 
 class HostAllocator final : public c10::Allocator {
  public:

@@ -7,7 +7,6 @@
 #include <ATen/ops/ones.h>
 #include <c10/core/CPUAllocator.h>
 #include <gtest/gtest.h>
-#include <torch/version.h>
 
 #include <atomic>
 #include <iostream>
@@ -20,6 +19,7 @@
 #include "common/job/schema.h"
 #include "runtime/fsdp/fsdp_llama.h"
 #include "runtime/model/init.h"
+#include "runtime/train/allocator_compat.h"
 #include "runtime/train/data_order.h"
 #include "runtime/train/dataset.h"
 #include "runtime/dist/device.h"
@@ -30,14 +30,7 @@ namespace shardtune {
 namespace {
 
 // Counts the bytes of every live CPU tensor allocation. Each DataPtr's context is its data (as
-// raw_allocate requires); a table maps it back to the base allocator's block. LibTorch 2.3 made
-// allocate() non-const and added copy_data().
-#define ST_ALLOCATOR_2_3 (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3))
-#if ST_ALLOCATOR_2_3
-#define ST_ALLOCATE_CONST
-#else
-#define ST_ALLOCATE_CONST const
-#endif
+// raw_allocate requires); a table maps it back to the base allocator's block.
 class CountingAllocator final : public c10::Allocator {
  public:
   explicit CountingAllocator(c10::Allocator* base) : base_(base) {}
