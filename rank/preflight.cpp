@@ -6,7 +6,13 @@
 #include <ATen/ops/full.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "runtime/dist/collective_check.h"
 
 namespace shardtune::rank_program {
 namespace {
@@ -17,6 +23,21 @@ int64_t sum_of(const std::vector<int>& v) {
   int64_t s = 0;
   for (int x : v) s += x;
   return s;
+}
+
+void check_bf16(dist::Communicator& comm, ReduceOp op, const std::vector<float>& mine, const at::Device& device,
+                PreflightReport& report, const std::function<std::string(const std::vector<float>&)>& judge) {
+  at::Tensor host = at::empty({static_cast<int64_t>(mine.size())}, at::kFloat);
+  std::copy(mine.begin(), mine.end(), host.data_ptr<float>());
+  at::Tensor t = host.to(device, at::kBFloat16);
+  comm.all_reduce(t, op);
+  const at::Tensor back = t.to(at::kCPU, at::kFloat).contiguous();
+  const std::vector<float> got(back.data_ptr<float>(), back.data_ptr<float>() + back.numel());
+  const std::string wrong = judge(got);
+  if (!wrong.empty()) {
+    report.failures++;
+    report.summary += fmt::format("{}: bf16 {}: {}; ", comm.name(), op == ReduceOp::kSum ? "sum" : "average", wrong);
+  }
 }
 
 // Each member contributes its world rank; the sum and the gathered list are known locally.
@@ -32,21 +53,21 @@ void check_group(dist::Communicator& comm, int world_rank, const at::Device& dev
   at::Tensor mine = at::full({1}, world_rank, on.dtype(at::kLong));
   at::Tensor gathered = at::empty({comm.size()}, on.dtype(at::kLong));
   comm.all_gather(mine, gathered);
+  const at::Tensor on_host = gathered.to(at::kCPU);  // one copy back, not one per slot
+  const int64_t* slot = on_host.data_ptr<int64_t>();
   for (int i = 0; i < comm.size(); ++i) {
-    if (gathered[i].item<int64_t>() != comm.world_ranks()[i]) {
+    if (slot[i] != comm.world_ranks()[i]) {
       report.failures++;
-      report.summary += fmt::format("{}: all_gather slot {} holds {} != {}; ", comm.name(), i,
-                                    gathered[i].item<int64_t>(), comm.world_ranks()[i]);
+      report.summary += fmt::format("{}: all_gather slot {} holds {} != {}; ", comm.name(), i, slot[i],
+                                    comm.world_ranks()[i]);
     }
   }
-  // bf16 average of small integers is exact: checks the 16-bit reduction path.
-  at::Tensor avg = at::full({5}, static_cast<float>(comm.rank()), on.dtype(at::kBFloat16));
-  comm.all_reduce(avg, ReduceOp::kAvg);
-  const float expected_avg = static_cast<float>(comm.size() - 1) / 2.0f;
-  if (avg[4].item<float>() != expected_avg) {
-    report.failures++;
-    report.summary += fmt::format("{}: bf16 avg {} != {}; ", comm.name(), avg[4].item<float>(), expected_avg);
-  }
+  // The 16-bit reduction path, with patterns whose every partial sum bf16 holds exactly, so that
+  // the answer does not depend on the order a ring or tree reduces in (runtime/dist/collective_check.h).
+  check_bf16(comm, ReduceOp::kSum, dist::bf16_sum_pattern(comm.size(), comm.rank()), device, report,
+             [&](const std::vector<float>& got) { return dist::check_bf16_sum(got, comm.size()); });
+  check_bf16(comm, ReduceOp::kAvg, dist::bf16_avg_pattern(comm.size(), comm.rank()), device, report,
+             [&](const std::vector<float>& got) { return dist::check_bf16_avg(got, comm.size()); });
 }
 
 }  // namespace
