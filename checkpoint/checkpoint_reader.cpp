@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <filesystem>
 
 #include "checkpoint/block_crc.h"
@@ -13,12 +14,14 @@
 #include "checkpoint/h5_dataset.h"
 #include "checkpoint/h5_range.h"
 #include "common/error.h"
+#include "common/open_files.h"
 
 namespace shardtune::checkpoint {
 
 using common::ErrorKind;
 
-CheckpointReader::CheckpointReader(const std::string& dir) : dir_(dir), manifest_(read_manifest(dir)) {
+CheckpointReader::CheckpointReader(const std::string& dir)
+    : dir_(dir), manifest_(read_manifest(dir)), files_(common::open_file_share()) {
   // The manifest was validated whole: each tensor's slices tile it exactly.
   for (const ManifestSlice& s : manifest_.slices) index_[{s.kind, s.tensor}].push_back(s);
   for (auto& [key, slices] : index_)
@@ -39,16 +42,27 @@ std::vector<std::string> CheckpointReader::tensor_names() const {
 }
 
 hid_t CheckpointReader::file(const std::string& name) {
-  auto it = files_.find(name);
-  if (it == files_.end()) {
-    const std::string path = dir_ + "/" + name;
-    ST_CHECK(std::filesystem::exists(path), ErrorKind::kIo, "{}: file {} listed in the manifest is missing", dir_, name);
-    const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl_.get());
-    if (id < 0)
-      common::raise(ErrorKind::kIo, fmt::format("cannot open {} (truncated or not HDF5?): {}", path, take_hdf5_error_stack()));
-    it = files_.emplace(name, H5Handle(id, H5Fclose)).first;
-  }
-  return it->second.get();
+  // Files open on demand, at most a share of the process's limit at once (common/open_files.h): a
+  // dataset opened from a file keeps it open until the dataset closes, whatever happens here.
+  return files_
+      .get(name,
+           [&] {
+             const std::string path = dir_ + "/" + name;
+             ST_CHECK(std::filesystem::exists(path), ErrorKind::kIo, "{}: file {} listed in the manifest is missing",
+                      dir_, name);
+             errno = 0;
+             const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl_.get());
+             if (id < 0 && (errno == EMFILE || errno == ENFILE)) {
+               const int error = errno;
+               take_hdf5_error_stack();
+               common::raise(ErrorKind::kIo, common::open_failure(path, error));
+             }
+             if (id < 0)
+               common::raise(ErrorKind::kIo,
+                             fmt::format("cannot open {} (truncated or not HDF5?): {}", path, take_hdf5_error_stack()));
+             return H5Handle(id, H5Fclose);
+           })
+      .get();
 }
 
 void CheckpointReader::check_size(const std::string& kind, const std::string& tensor, const Slice& s, hid_t dataset) const {

@@ -19,6 +19,7 @@
 #include "checkpoint/h5_handle.h"
 #include "checkpoint/manifest.h"
 #include "common/aligned_vector.h"
+#include "common/lru_cache.h"
 #include "common/read_ahead.h"
 
 namespace shardtune::checkpoint {
@@ -92,7 +93,7 @@ class CheckpointReader {
   Manifest manifest_;
   std::map<std::pair<std::string, std::string>, std::vector<Slice>> index_;
   H5Handle fapl_;
-  std::map<std::string, H5Handle> files_;
+  common::LruCache<std::string, H5Handle> files_;  // open on demand (common/open_files.h)
   std::unique_ptr<common::ReadAhead> ahead_;
   std::map<std::tuple<std::string, std::string, int64_t>, size_t> ahead_ranges_;  // (kind, tensor, slice offset)
   common::AlignedVector<float> buffer_;  // aligned: reads into it copy fast (aligned_vector.h)

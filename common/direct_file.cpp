@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "common/open_files.h"
 
 namespace shardtune::common {
 namespace {
@@ -27,7 +28,7 @@ DirectWriter::DirectWriter(std::string path, WriteBehind* shared)
       own_(shared == nullptr ? std::make_unique<WriteBehind>(kDirectBuffers, kDirectBufferBytes) : nullptr),
       behind_(shared != nullptr ? *shared : *own_) {
   fd_ = ::open(path_.c_str(), O_WRONLY | O_CLOEXEC);
-  ST_CHECK(fd_ >= 0, ErrorKind::kIo, "cannot open {} for writing: {}", path_, std::strerror(errno));
+  if (fd_ < 0) raise(ErrorKind::kIo, open_failure(path_, errno) + " (for writing)");
   direct_fd_ = ::open(path_.c_str(), O_WRONLY | O_CLOEXEC | O_DIRECT);  // -1 where refused (tmpfs): buffered only
 }
 
@@ -74,6 +75,12 @@ void DirectWriter::write(const void* data, size_t bytes, int64_t offset, bool bo
 
 void DirectWriter::finish() {
   behind_.finish(fd_, path_);  // fdatasync: the buffered bytes, the file's size, the disk's own cache
+  ST_CHECK(::close(fd_) == 0, ErrorKind::kIo, "cannot close {}: {}", path_, std::strerror(errno));
+  fd_ = -1;
+}
+
+void DirectWriter::close() {
+  behind_.finish(fd_, path_, false);
   ST_CHECK(::close(fd_) == 0, ErrorKind::kIo, "cannot close {}: {}", path_, std::strerror(errno));
   fd_ = -1;
 }

@@ -38,6 +38,9 @@ class DirectWriter {
   void write_in_place(const void* data, size_t bytes, int64_t offset);
   // Waits until every write is on disk (fdatasync), then closes. Throws the first failure.
   void finish();
+  // Waits until every write has been made, then closes without a sync: a later DirectWriter of
+  // the same path may go on, and whoever writes the file last syncs it (fsync_path).
+  void close();
   bool direct() const { return direct_fd_ >= 0; }
   // Bytes the disk took straight from the caller's memory (write_in_place), without a copy.
   uint64_t bytes_in_place() const { return bytes_in_place_; }

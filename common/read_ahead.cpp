@@ -12,11 +12,16 @@
 #include <map>
 
 #include "common/error.h"
+#include "common/open_files.h"
 
 namespace shardtune::common {
 
-ReadAhead::ReadAhead(std::vector<Range> ranges, int buffers, size_t buffer_bytes, int threads, bool direct)
-    : ranges_(std::move(ranges)), buffer_bytes_(buffer_bytes) {
+ReadAhead::ReadAhead(std::vector<Range> ranges, int buffers, size_t buffer_bytes, int threads, bool direct,
+                     size_t max_open)
+    : ranges_(std::move(ranges)),
+      buffer_bytes_(buffer_bytes),
+      direct_(direct),
+      max_open_(max_open > 0 ? max_open : open_file_share()) {
   const auto align = static_cast<int64_t>(kDirectAlignment);
   ST_CHECK(buffers >= 1 && threads >= 1 && buffer_bytes >= kDirectAlignment && buffer_bytes % kDirectAlignment == 0,
            ErrorKind::kInternal, "ReadAhead: {} buffers of {} bytes on {} threads", buffers, buffer_bytes, threads);
@@ -28,20 +33,14 @@ ReadAhead::ReadAhead(std::vector<Range> ranges, int buffers, size_t buffer_bytes
     if (range.bytes == 0) continue;
     auto [it, fresh] = file_of.emplace(range.path, files_.size());
     if (fresh) {
-      File f{range.path, ::open(range.path.c_str(), O_RDONLY | O_CLOEXEC), -1};
-      if (f.fd < 0) {
-        const int error = errno;
-        close_files();  // no destructor runs for a constructor that throws
-        raise(ErrorKind::kIo, fmt::format("cannot open {}: {}", range.path, std::strerror(error)));
-      }
-      if (direct) f.direct_fd = ::open(range.path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);  // -1 where refused
-      ::posix_fadvise(f.fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-      files_.push_back(f);
+      if (::access(range.path.c_str(), R_OK) != 0) raise(ErrorKind::kIo, open_failure(range.path, errno));
+      files_.push_back({range.path});
     }
-    const bool aligned = files_[it->second].direct_fd >= 0;
-    const int64_t end = range.offset + range.bytes;
     // With O_DIRECT each chunk reads whole aligned blocks of the file, and hands out the range's
-    // bytes among them; without it, exactly the range's bytes.
+    // bytes among them; without it, exactly the range's bytes. Files are opened later, so a file
+    // that refuses O_DIRECT is read from the same aligned offsets through the page cache.
+    const bool aligned = direct;
+    const int64_t end = range.offset + range.bytes;
     const int64_t step = static_cast<int64_t>(buffer_bytes);
     for (int64_t at = aligned ? range.offset / align * align : range.offset; at < end; at += step) {
       const int64_t from = std::max(at, range.offset), to = std::min(at + step, end);
@@ -49,14 +48,9 @@ ReadAhead::ReadAhead(std::vector<Range> ranges, int buffers, size_t buffer_bytes
       chunks_.push_back({r, it->second, at, read_end - at, from - at, to - from, -1, false, {}});
     }
   }
-  try {
-    for (int i = 0; i < buffers; ++i) {
-      storage_.push_back(io_buffer(buffer_bytes));
-      free_.push_back(i);
-    }
-  } catch (...) {
-    close_files();  // no destructor runs for a constructor that throws
-    throw;
+  for (int i = 0; i < buffers; ++i) {
+    storage_.push_back(io_buffer(buffer_bytes));
+    free_.push_back(i);
   }
   for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { run(); });
 }
@@ -74,17 +68,62 @@ ReadAhead::~ReadAhead() {
 void ReadAhead::close_files() {
   for (File& f : files_) {
     if (f.direct_fd >= 0) ::close(f.direct_fd);
-    ::close(f.fd);
+    if (f.fd >= 0) ::close(f.fd);
   }
   files_.clear();
 }
 
 bool ReadAhead::direct() const {
-  return std::all_of(files_.begin(), files_.end(), [](const File& f) { return f.direct_fd >= 0; });
+  std::lock_guard<std::mutex> lock(mutex_);
+  return direct_ && std::none_of(files_.begin(), files_.end(), [](const File& f) { return f.direct_refused; });
+}
+
+size_t ReadAhead::peak_open() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return peak_open_;
+}
+
+std::string ReadAhead::acquire(File& f) {
+  if (f.fd < 0) {
+    while (open_ >= max_open_) {  // close the least recently used file no thread is reading
+      File* idle = nullptr;
+      for (File& g : files_)
+        if (g.fd >= 0 && g.users == 0 && (idle == nullptr || g.last_use < idle->last_use)) idle = &g;
+      if (idle == nullptr) break;  // every open file in use: one more, for as long as the read lasts
+      if (idle->direct_fd >= 0) ::close(idle->direct_fd);
+      ::close(idle->fd);
+      idle->fd = idle->direct_fd = -1;
+      --open_;
+    }
+    f.fd = ::open(f.path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (f.fd < 0) return open_failure(f.path, errno);
+    if (direct_) {
+      f.direct_fd = ::open(f.path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);  // -1 where refused
+      f.direct_refused = f.direct_fd < 0;
+    }
+    ::posix_fadvise(f.fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+    peak_open_ = std::max(peak_open_, ++open_);
+  }
+  ++f.users;
+  return {};
 }
 
 void ReadAhead::read_chunk(Chunk& c, char* buffer) {
-  const File& f = files_[c.file];
+  File& f = files_[c.file];
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    c.error = acquire(f);
+  }
+  if (!c.error.empty()) return;
+  struct Release {  // the file may be closed again once this read is done
+    ReadAhead& self;
+    File& f;
+    ~Release() {
+      std::lock_guard<std::mutex> lock(self.mutex_);
+      --f.users;
+      f.last_use = ++self.uses_;
+    }
+  } release{*this, f};
   int fd = f.direct_fd >= 0 ? f.direct_fd : f.fd;
   const int64_t needed = c.from + c.bytes;  // the aligned tail past the file's end may be missing
   int64_t done = 0;

@@ -34,11 +34,12 @@ class ReadAhead {
     int64_t offset = 0;
     int64_t bytes = 0;
   };
-  // Starts reading `ranges` at once, in order. Opens every file now: throws common::Error(kIo)
-  // naming one that cannot be opened. `buffer_bytes`: a multiple of kDirectAlignment. `direct`
-  // false: through the page cache only.
+  // Starts reading `ranges` at once, in order. Throws common::Error(kIo) naming a file that cannot
+  // be read. Files are opened as their reads come, at most `max_open` at once (the least recently
+  // used closed first), however many the ranges name. `buffer_bytes`: a multiple of
+  // kDirectAlignment. `direct` false: through the page cache only.
   explicit ReadAhead(std::vector<Range> ranges, int buffers = kReadBuffers, size_t buffer_bytes = kReadBufferBytes,
-                     int threads = kReadThreads, bool direct = true);
+                     int threads = kReadThreads, bool direct = true, size_t max_open = 0 /* open_file_share() */);
   ~ReadAhead();  // stops the threads; what they were reading is dropped
   ReadAhead(const ReadAhead&) = delete;
   ReadAhead& operator=(const ReadAhead&) = delete;
@@ -52,12 +53,16 @@ class ReadAhead {
   // common::Error(kIo) naming the file and offset where a read failed or the file ended early.
   Piece next(size_t range, size_t max);
   size_t ranges() const { return ranges_.size(); }
-  bool direct() const;  // every file read with O_DIRECT
+  bool direct() const;  // every file opened so far read with O_DIRECT
+  size_t peak_open() const;  // the most files open at once so far
 
  private:
   struct File {
     std::string path;
-    int fd = -1, direct_fd = -1;
+    int fd = -1, direct_fd = -1;  // -1: closed (direct_fd also where O_DIRECT is refused)
+    int users = 0;                // threads reading it now: it stays open
+    uint64_t last_use = 0;
+    bool direct_refused = false;
   };
   struct Chunk {
     size_t range, file;
@@ -69,6 +74,9 @@ class ReadAhead {
   };
   void run();
   void read_chunk(Chunk& c, char* buffer);
+  // Opens a file for a read (closing the least recently used idle one beyond max_open_); an error
+  // text where it cannot. Under mutex_.
+  std::string acquire(File& f);
   void release_held();
   void close_files();
 
@@ -76,8 +84,11 @@ class ReadAhead {
   std::vector<File> files_;
   std::vector<Chunk> chunks_;
   size_t buffer_bytes_;
+  bool direct_;
+  size_t max_open_, open_ = 0, peak_open_ = 0;
+  uint64_t uses_ = 0;
   std::vector<IoBuffer> storage_;
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::condition_variable changed_;
   std::vector<int> free_;  // buffers
   size_t issued_ = 0;      // chunks handed to a thread

@@ -90,7 +90,7 @@ void WriteBehind::write(const void* data, size_t bytes, int fd, int64_t offset, 
   }
 }
 
-void WriteBehind::finish(int fd, const std::string& path) {
+void WriteBehind::finish(int fd, const std::string& path, bool sync) {
   {
     std::unique_lock<std::mutex> lock(mutex_);
     // Every queued write runs (after a failure too) before this returns: none may reach the file's
@@ -98,7 +98,7 @@ void WriteBehind::finish(int fd, const std::string& path) {
     changed_.wait(lock, [&] { return queue_.empty() && !busy_; });
     rethrow_locked();
   }
-  ST_CHECK(::fdatasync(fd) == 0, ErrorKind::kIo, "cannot sync {}: {}", path, std::strerror(errno));
+  if (sync) ST_CHECK(::fdatasync(fd) == 0, ErrorKind::kIo, "cannot sync {}: {}", path, std::strerror(errno));
 }
 
 void WriteBehind::run() {

@@ -50,8 +50,8 @@ class WriteBehind {
   // Writes `bytes` of `data` at `offset` straight from the caller's memory, without a copy or a
   // buffer of this writer's: the memory must stay unchanged until finish() returns.
   void put_borrowed(const void* data, size_t bytes, int fd, int64_t offset, const std::string& path);
-  // Waits until everything put so far is written, then fdatasync()s `fd`.
-  void finish(int fd, const std::string& path);
+  // Waits until everything put so far is written, then (`sync`) fdatasync()s `fd`.
+  void finish(int fd, const std::string& path, bool sync = true);
   size_t buffer_bytes() const { return buffer_bytes_; }
 
  private:

@@ -18,6 +18,7 @@
 #include "common/exit_codes.h"
 #include "common/process_exit.h"
 #include "common/job/job_loader.h"
+#include "common/open_files.h"
 #include "common/log.h"
 #include "common/subprocess.h"
 #include "rank/job_checkpoint.h"
@@ -179,6 +180,7 @@ int run_job(const job::Job& job, const dist::Topology& topo) {
 
 int main(int argc, char** argv) {
   common::keep_freed_host_memory();
+  common::raise_open_file_limit();  // checkpoints of many ranks are read with a share of it open
   // Before MPI starts: a stop that arrives while the rank starts is kept, not fatal. (run() installs
   // them again after MPI_Init, in case MPI took the signals.)
   train::install_stop_handlers();

@@ -36,6 +36,8 @@
 #include "checkpoint/manifest.h"
 #include "common/aligned_vector.h"
 #include "common/atomic_file.h"
+#include "common/lru_cache.h"
+#include "common/open_files.h"
 #include "common/read_ahead.h"
 #include "common/error.h"
 #include "common/file_io.h"
@@ -221,19 +223,24 @@ void reshard(const std::string& src, const std::string& out, int world_size) {
       }
     }
   // One set of aligned buffers for every file (common/direct_file.h): memory stays bounded.
+  // Rank files are opened as the stream reaches them and closed (unsynced) beyond a share of the
+  // open-file limit (common/open_files.h), then each synced once at the end.
   common::WriteBehind writes(common::kDirectBuffers, common::kDirectBufferBytes);
-  std::vector<std::unique_ptr<common::DirectWriter>> files;  // after it: closed before it stops
-  std::vector<std::string> names;
+  common::LruCache<int, std::unique_ptr<common::DirectWriter>> files(  // after it: closed before it stops
+      common::open_file_share(), [](std::unique_ptr<common::DirectWriter>& w) { w->close(); });
+  std::vector<std::string> names, paths;
   for (int r = 0; r < world_size; ++r) {
     names.push_back(fmt::format("rank-{:05d}.h5", r));
-    const std::string path = tmp + "/" + names.back();
+    paths.push_back(tmp + "/" + names.back());
     const std::vector<int64_t> offsets = checkpoint::create_contiguous_file(
-        path, kinds, specs[static_cast<size_t>(r)], static_cast<int64_t>(common::kDirectAlignment));
+        paths.back(), kinds, specs[static_cast<size_t>(r)], static_cast<int64_t>(common::kDirectAlignment));
     for (TensorOuts& t : tensors)
       for (Out& o : t.outs)
         if (o.rank == r) o.at_byte = offsets[o.spec];
-    files.push_back(std::make_unique<common::DirectWriter>(path, &writes));
   }
+  auto file = [&](int r) -> common::DirectWriter& {
+    return *files.get(r, [&] { return std::make_unique<common::DirectWriter>(paths[static_cast<size_t>(r)], &writes); });
+  };
   std::vector<checkpoint::ManifestSlice> slices;
   std::vector<std::pair<std::string, std::string>> order;
   for (const TensorOuts& t : tensors) order.emplace_back(t.kind, t.param->name);
@@ -248,7 +255,7 @@ void reshard(const std::string& src, const std::string& out, int world_size) {
         if (lo >= hi) continue;
         const float* data = got.data() + (lo - at);
         o.crc.add(data, hi - lo);
-        files[static_cast<size_t>(o.rank)]->write(data, static_cast<size_t>(hi - lo) * 4, o.at_byte + (lo - o.offset) * 4);
+        file(o.rank).write(data, static_cast<size_t>(hi - lo) * 4, o.at_byte + (lo - o.offset) * 4);
       }
       progress.add(n * 4);
     }
@@ -256,7 +263,8 @@ void reshard(const std::string& src, const std::string& out, int world_size) {
       slices.push_back({t.kind, t.param->name, names[static_cast<size_t>(o.rank)], o.dataset, o.offset, o.length,
                         checkpoint::kCrcBlock, o.crc.finish()});
   }
-  for (auto& f : files) f->finish();
+  files.clear();
+  for (const std::string& path : paths) common::fsync_path(path, false);
   manifest.slices = std::move(slices);
   manifest.layout = "sharded";
   manifest.world_size = world_size;

@@ -21,6 +21,7 @@
 #include "checkpoint/manifest.h"
 #include "checkpoint/sharded_checkpoint.h"
 #include "common/interrupt_cleanup.h"
+#include "common/open_files.h"
 #include "common/process_exit.h"
 #include "common/process_memory.h"
 #include "common/strict_json.h"
@@ -166,6 +167,7 @@ int run_tool(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  common::raise_open_file_limit();  // a 512-rank checkpoint is 512 files; readers keep a share open
   const int code = run_tool(argc, argv);  // every file it wrote is closed
   checkpoint::close_hdf5();
   common::exit_after_flush(code);

@@ -29,11 +29,12 @@ std::vector<char> write_random_file(const std::string& path, size_t bytes, std::
 
 // Random ranges over a few files read back in random pieces; some ranges are skipped whole or
 // left half-read, as a reader that streams out of its plan would.
-void random_reads(const std::filesystem::path& dir, uint32_t seed, bool direct) {
+// `files` files, at most `max_open` of them open at once (0: the default share).
+void random_reads(const std::filesystem::path& dir, uint32_t seed, bool direct, int files = 3, size_t max_open = 0) {
   std::mt19937 rng(seed);
   std::vector<std::string> paths;
   std::vector<std::vector<char>> contents;
-  for (int f = 0; f < 3; ++f) {
+  for (int f = 0; f < files; ++f) {
     paths.push_back((dir / ("f" + std::to_string(f))).string());
     contents.push_back(write_random_file(paths.back(), std::uniform_int_distribution<size_t>(1, 200000)(rng), rng));
   }
@@ -48,8 +49,9 @@ void random_reads(const std::filesystem::path& dir, uint32_t seed, bool direct) 
   const int buffers = 1 + static_cast<int>(rng() % 4), threads = 1 + static_cast<int>(rng() % 3);
   const size_t buffer_bytes = kDirectAlignment * (1 + rng() % 12);
   SCOPED_TRACE(::testing::Message() << "seed " << seed << ", " << buffers << " buffers of " << buffer_bytes
-                                    << " bytes, " << threads << " threads, direct " << direct);
-  ReadAhead ahead(ranges, buffers, buffer_bytes, threads, direct);
+                                    << " bytes, " << threads << " threads, direct " << direct << ", "
+                                    << max_open << " files open at most");
+  ReadAhead ahead(ranges, buffers, buffer_bytes, threads, direct, max_open);
   for (size_t r = 0; r < ranges.size(); ++r) {
     const int fate = static_cast<int>(rng() % 10);  // 0: skipped, 1: half read, else read whole
     if (fate == 0) continue;
@@ -72,11 +74,19 @@ void random_reads(const std::filesystem::path& dir, uint32_t seed, bool direct) 
     }
   }
   EXPECT_EQ(ahead.next(0, 100).bytes, 0u) << "a range passed by is over";
+  // Beyond the bound only while every open file is being read, by one of the threads.
+  if (max_open > 0) EXPECT_LE(ahead.peak_open(), std::max(max_open, static_cast<size_t>(threads)));
 }
 
 TEST(ReadAhead, HandsOutExactlyTheFilesBytes) {
   testing_support::TempDir dir;
   for (uint32_t seed = 1; seed <= 25; ++seed) random_reads(dir.path(), seed, true);
+}
+
+// Many files read with few open at once: each is closed and opened again as its ranges come round.
+TEST(ReadAhead, HandsOutExactlyTheFilesBytesWithFewFilesOpen) {
+  testing_support::TempDir dir;
+  for (uint32_t seed = 200; seed < 215; ++seed) random_reads(dir.path(), seed, seed % 2 == 0, 9, 1 + seed % 3);
 }
 
 TEST(ReadAhead, HandsOutExactlyTheFilesBytesThroughThePageCache) {
@@ -91,7 +101,10 @@ TEST(ReadAhead, ReadsDirectlyFromADiskFileSystem) {
   struct statfs fs {};
   ASSERT_EQ(::statfs(dir.path().c_str(), &fs), 0);
   if (fs.f_type == TMPFS_MAGIC) GTEST_SKIP() << dir.path() << " is tmpfs, which refuses O_DIRECT";
-  EXPECT_TRUE(ReadAhead({{dir.file("f"), 0, 10000}}).direct());
+  ReadAhead ahead({{dir.file("f"), 0, 10000}});
+  while (ahead.next(0, 4096).bytes > 0) {  // files are opened as they are read
+  }
+  EXPECT_TRUE(ahead.direct());
 }
 
 TEST(ReadAhead, AFileShorterThanItsRangeIsAnErrorNamingIt) {
