@@ -17,6 +17,9 @@ namespace {
 // 131-134 MiB a rank on a 2-core AMD EPYC (bench/plan.sh, 2026-11-28), with the build's trimmed
 // libtorch_cpu.so (cmake/ShardtuneDeps.cmake; about 30 MiB more with LibTorch's own).
 constexpr double kCpuRuntimeBytes = 130.0 * (1 << 20);
+// NCCL's buffers per communicator on a GPU: 544 MB (2 ranks) to 688 MB (more) measured on four
+// NVLink A100s (NVIDIA/nccl#964); H100s open more channels. Not measured here.
+constexpr double kNcclBytesPerCommunicator = 0.75 * (1 << 30);
 
 const char* dtype_name(double bytes) { return bytes == 2 ? "bf16" : "fp32"; }
 
@@ -187,6 +190,25 @@ MemoryPlan plan_memory(const job::Job& job, const model::LlamaConfig& config) {
   add("logits and loss", fmt::format("{:.0f} x {:.0f} vocabulary: logits, fp32 log-softmax and its gradient", tokens, s.v),
       tokens * s.v * (compute + 4 + 4 + (compute == 2 ? 4 : 0)));
   if (!plan.cuda) add("runtime", "LibTorch, Open MPI and HDF5 themselves", kCpuRuntimeBytes);
+  if (plan.cuda) {
+    // NCCL's own buffers, outside the caching allocator: every group of more than one rank is a
+    // communicator of its own (world, shard, replicate), whose buffers grow with its channels and
+    // peers, not with the world size beyond two nodes.
+    const int communicators = (plan.world > 1) + (plan.shard_size > 1) + (plan.world / plan.shard_size > 1);
+    if (communicators > 0)
+      add("NCCL buffers",
+          fmt::format("{} communicator(s) of more than one rank, {:.2f} GiB each (0.53-0.67 GiB reported on A100s, "
+                      "NVIDIA/nccl#964; more channels on H100s; NCCL_BUFFSIZE scales it)",
+                      communicators, kNcclBytesPerCommunicator / (1 << 30)),
+          communicators * kNcclBytesPerCommunicator);
+    // A full checkpoint gathers each unit whole to rank 0's device before writing it; the caching
+    // allocator keeps the largest such block from the first save on.
+    if (job.fsdp.checkpoint_type == job::CheckpointType::kFull) {
+      const double largest = lora ? std::max(s.adapters_per_block, s.adapters_head) : std::max({s.embed, s.block, s.head});
+      add("full-checkpoint gather", fmt::format("rank 0: the largest unit gathered whole to be written, {}", dtype_name(master)),
+          largest * master);
+    }
+  }
   // What a checkpoint holds of the rank: its shards (a LoRA model's adapters alone) and, saved with
   // the optimizer, AdamW's moments of what trains, in the shards' dtype.
   plan.checkpoint_state_bytes =

@@ -7,7 +7,8 @@
 //   - unsharded gradient buffers of the units whose reduction is in flight;
 //   - activations of a micro-batch: every block's saved tensors, or only the blocks' inputs and one
 //     block recomputed (activation checkpointing), and the logits with their loss and gradient;
-//   - the runtime itself (LibTorch, MPI, HDF5 on the CPU);
+//   - the runtime itself (LibTorch, MPI, HDF5 on the CPU); on a GPU, NCCL's buffers, and on rank 0
+//     the unit a full checkpoint gathers;
 //   - with [checkpoint] async on a GPU, the pinned host copy of the rank's saved state (apart).
 // On the CPU the parts are host memory (what peak RSS measures); on a GPU, device memory (what
 // the CUDA caching allocator holds; the CUDA context comes on top).

@@ -61,6 +61,11 @@ namespace {
 // The planner's verdict before queueing: a GPU job with [launch] gpu_memory_gib that will not
 // fit is reported (with the changes that would make it fit) and still submitted.
 void warn_if_it_cannot_fit(const job::Job& job) {
+  const bool gpu = job.launch.device == job::Device::kCuda ||
+                   (job.launch.device == job::Device::kAuto && job.slurm.gpus_per_node > 0);
+  if (gpu && job.launch.gpu_memory_gib <= 0)
+    std::cerr << "shardtune: warning: no [launch] gpu_memory_gib, so nothing checks that the job fits its GPUs; "
+                 "set it to the GPUs' memory (e.g. 80), or see `shardtune plan JOB --gpu-memory 80GiB`\n";
   if (job.launch.gpu_memory_gib <= 0) return;
   try {
     const model::LlamaConfig config = job_model_config(job);

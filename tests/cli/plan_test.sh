@@ -8,7 +8,9 @@
 #    --set overrides, is planned again and fits; Llama 2 70B LoRA on 4 x 24 GB does not fit, and
 #    QLoRA is listed as a change that does (and fits when applied);
 #  - a real 2-rank run's largest per-step peak RSS (0.1B, LoRA) is within 15% of the plan;
-#  - `shardtune submit --dry-run` warns about a GPU job that will not fit ([launch] gpu_memory_gib);
+#  - `shardtune submit --dry-run` warns about a GPU job that will not fit ([launch] gpu_memory_gib),
+#    and about one that names no GPU memory to check against;
+#  - every job file in configs/ fits the GPUs it names (NCCL's buffers planned), or this machine;
 #  - a CPU job's node: its ranks x the larger of training and loading, against --node-memory or this
 #    machine's MemTotal, with the changes that make a rank's share fit when they do not; `run` warns
 #    before starting ranks that exceed this machine's available memory;
@@ -152,6 +154,36 @@ PY
 grep -q "warning: the job will not fit its GPUs' memory (\[launch\] gpu_memory_gib = 1)" "$tmp/submit.err" ||
   fail "submit did not warn: $(head -5 "$tmp/submit.err")"
 grep -q "^#SBATCH" "$tmp/submit.out" || fail "submit --dry-run did not print the script after warning"
+
+# submit warns about a GPU job that names no GPU memory: nothing could check it.
+"$st" submit configs/llama3-70b-fsdp.toml --dry-run --set launch.gpu_memory_gib=0 --set "model.path=$src/configs/data/tiny-llama" \
+  >"$tmp/submit.out" 2>"$tmp/submit.err" || fail "submit --dry-run failed: $(cat "$tmp/submit.err")"
+grep -q "warning: no \[launch\] gpu_memory_gib, so nothing checks that the job fits its GPUs" "$tmp/submit.err" ||
+  fail "submit did not warn about a GPU job without gpu_memory_gib: $(head -5 "$tmp/submit.err")"
+
+# Every shipped job file fits what it runs on: the GPUs its [launch] gpu_memory_gib names (which
+# every GPU job names), or this machine for the CPU ones. Models not on this machine are planned
+# from the fixture config.json of the same shapes.
+for f in configs/*.toml; do
+  case $(grep -m1 '^path = ' "$f") in
+    *70B*) extra=(--model-config tests/fixtures/hf_configs/llama-3.1-70b.json) ;;
+    *8B*) extra=(--model-config tests/fixtures/hf_configs/llama-3-8b.json) ;;
+    *) extra=() ;;
+  esac
+  "$st" plan "$f" "${extra[@]}" --json >"$tmp/shipped.json" 2>"$tmp/shipped.err" || { fail "plan $f: $(cat "$tmp/shipped.err")"; continue; }
+  $py - "$f" "$tmp/shipped.json" <<'PY' || fail "$f does not fit what it names"
+import json, sys
+name, plan = sys.argv[1], json.load(open(sys.argv[2]))
+if plan["memory"] == "gpu":
+    assert plan.get("limit_bytes"), f"{name}: a GPU job without [launch] gpu_memory_gib"
+    assert "NCCL buffers" in plan["parts_bytes"] or plan["world_size"] == 1, plan["parts_bytes"]
+    ok, used = plan["fits"], plan["total_bytes"] / plan["limit_bytes"]
+else:
+    ok, used = plan["node_fits"], plan["node_host_bytes"] / plan["node_memory_bytes"]
+print(f"{name}: {plan['memory']} memory {used:.0%} of what it names")
+sys.exit(0 if ok else 1)
+PY
+done
 
 # A CPU job's node: 4 ranks of the tiny model fit 1 TiB, not 100 MiB.
 "$st" plan "$tmp/job.toml" --json --node-memory 1TiB >"$tmp/node_big.json" || fail "plan --node-memory 1TiB failed"
