@@ -10,6 +10,7 @@
 
 #include "checkpoint/commit.h"
 #include "common/fault_injection.h"
+#include "runtime/dist/busy.h"
 #include "runtime/dist/cpu_threads.h"
 #include "runtime/dist/text_collectives.h"
 
@@ -89,7 +90,9 @@ bool BackgroundSave::written(dist::Communicator& world) {
 }
 
 std::string BackgroundSave::commit(Pruner& pruner) {
-  if (thread_.joinable()) thread_.join();
+  // The write may still be going (a slow file system): the ranks already in the commit wait for it.
+  if (thread_.joinable())
+    dist::while_busy(fmt::format("writing its files of checkpoint step {}", save_->step()), [&] { thread_.join(); });
   return save_->commit(&pruner);
 }
 

@@ -279,7 +279,7 @@ CheckpointSave::CheckpointSave(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, c
     }
     common::kill_point("started", state.step, world_rank_);
     return pending_->dir();
-  });
+  }, fmt::format("starting checkpoint step {}", state.step));
   units_ = saved_units(model, optimizer, adapters_only_);
   if (taken != nullptr && !consolidated) taken->fill(units_);
   if (consolidated) {
@@ -407,7 +407,7 @@ std::string CheckpointSave::commit(Pruner* pruner) {
       common::raise(ErrorKind::kIo, fmt::format("checkpoint at step {} could not be committed: {}", step, e.what()));
     }
     return std::string();
-  });
+  }, fmt::format("committing checkpoint step {}", step));
   return dir();
 }
 

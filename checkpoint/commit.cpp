@@ -222,6 +222,7 @@ std::vector<std::string> prune_checkpoints(const std::string& root, int64_t keep
   size_t remaining = all.size();
   for (const CommittedDir& c : all) {
     if (remaining <= static_cast<size_t>(keep_last) || !kept_step || c.step >= *kept_step) break;
+    common::slow_io_point("unlink");
     std::error_code ec;
     fs::remove_all(fs::path(root) / c.name, ec);
     if (ec) {

@@ -25,6 +25,7 @@
 #include "common/read_ahead.h"
 #include "common/error.h"
 #include "runtime/dist/agree.h"
+#include "runtime/dist/busy.h"
 #include "runtime/model/lora.h"
 
 namespace shardtune::checkpoint {
@@ -121,7 +122,12 @@ std::string save_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, cons
                             dist::ProcessGroups& groups, const std::string& root, int64_t keep_last, bool consolidated,
                             UpdateCrcs* taken) {
   CheckpointSave save(model, optimizer, state, groups, root, keep_last, consolidated, taken);
-  save.write();
+  // Writing alone (no gather), a rank may take longer than the collective timeout (a slow file
+  // system): it says it is busy meanwhile, so that the ranks already in the commit wait for it.
+  if (save.writes_alone())
+    dist::while_busy(fmt::format("writing its files of checkpoint step {}", state.step), [&] { save.write(); });
+  else
+    save.write();
   return save.commit();
 }
 

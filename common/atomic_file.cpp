@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "common/error.h"
+#include "common/fault_injection.h"
 #include "common/interrupt_cleanup.h"
 
 namespace shardtune::common {
@@ -68,6 +69,7 @@ void AtomicFile::commit() {
 }
 
 void fsync_path(const std::string& path, bool directory) {
+  slow_io_point("fsync");
   const int fd = ::open(path.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
   ST_CHECK(fd >= 0, ErrorKind::kIo, "cannot open {} to fsync it: {}", path, std::strerror(errno));
   const int rc = ::fsync(fd);

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "common/fault_injection.h"
 #include "common/file_io.h"
 
 namespace shardtune::common {
@@ -98,6 +99,7 @@ void WriteBehind::finish(int fd, const std::string& path, bool sync) {
     changed_.wait(lock, [&] { return queue_.empty() && !busy_; });
     rethrow_locked();
   }
+  if (sync) slow_io_point("fsync");
   if (sync) ST_CHECK(::fdatasync(fd) == 0, ErrorKind::kIo, "cannot sync {}: {}", path, std::strerror(errno));
 }
 

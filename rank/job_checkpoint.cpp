@@ -27,6 +27,7 @@
 #include "common/job/schema.h"
 #include "common/sha256.h"
 #include "runtime/dist/agree.h"
+#include "runtime/dist/busy.h"
 #include "runtime/dist/text_collectives.h"
 #include "rank/job_model.h"
 #include "runtime/model/lora.h"
@@ -90,7 +91,7 @@ std::optional<checkpoint::AdapterRecord> adapter_record(const job::Job& job, con
         checkpoint::model_identity(checkpoint::HfFolder::open(job.model.path), weights_sha256);
     return fmt::format("{}\n{}\n{}\n{}\n", id.config_sha256, id.tensors_sha256, id.weights_sha256,
                        id.weights_sample_sha256);
-  }));
+  }, "identifying the base model (hashing its weights)"));
   ST_CHECK(hashes.size() == 4, common::ErrorKind::kInternal, "the base model's identity has {} parts", hashes.size());
   r.base_config_sha256 = hashes[0];
   r.base_tensors_sha256 = hashes[1];
@@ -334,10 +335,17 @@ train::CheckpointHooks checkpoint_hooks(const job::Job& job, const std::string& 
   if (sharded) hooks.watch_update = [&model, crcs](fsdp::AdamW& optimizer) { return crcs->watch(model, optimizer); };
   hooks.save = [&job, &model, &groups, state_at, pruner, crcs](fsdp::AdamW& optimizer, const train::ResumePoint& at) {
     const Timer timer;
-    pruner->wait();
-    const std::string dir = checkpoint::save_checkpoint(
-        model, job.fsdp.save_optimizer ? &optimizer : nullptr, state_at(at), groups, job.checkpoint.dir,
-        job.checkpoint.keep_last, job.fsdp.checkpoint_type == job::CheckpointType::kFull, crcs.get());
+    // Pruning runs beside training, outside any collective; the ranks waiting in the save's first
+    // collective meanwhile hear that rank 0 is busy with it.
+    dist::while_busy("pruning older checkpoints", [&] { pruner->wait(); });
+    checkpoint::CheckpointSave save(model, job.fsdp.save_optimizer ? &optimizer : nullptr, state_at(at), groups,
+                                    job.checkpoint.dir, job.checkpoint.keep_last,
+                                    job.fsdp.checkpoint_type == job::CheckpointType::kFull, crcs.get());
+    if (save.writes_alone())
+      dist::while_busy(fmt::format("writing its files of checkpoint step {}", at.step), [&] { save.write(); });
+    else
+      save.write();
+    const std::string dir = save.commit(pruner.get());
     spdlog::info("checkpoint committed: {} (saved in {:.3f} s{})", dir, timer.seconds(), taken_note(*crcs));
   };
   if (!job.checkpoint.async) return hooks;
@@ -346,6 +354,7 @@ train::CheckpointHooks checkpoint_hooks(const job::Job& job, const std::string& 
   hooks.start_save = [&job, &model, &groups, state_at, buffers, pruner, crcs](
                          fsdp::AdamW& optimizer, const train::ResumePoint& at) -> std::unique_ptr<train::SaveInFlight> {
     const Timer timer;
+    dist::while_busy("pruning older checkpoints", [&] { pruner->wait(); });
     auto save = std::make_unique<checkpoint::CheckpointSave>(
         model, job.fsdp.save_optimizer ? &optimizer : nullptr, state_at(at), groups, job.checkpoint.dir,
         job.checkpoint.keep_last, job.fsdp.checkpoint_type == job::CheckpointType::kFull, crcs.get());

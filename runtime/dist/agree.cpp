@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "runtime/dist/busy.h"
 #include "runtime/dist/mpi_check.h"
 #include "runtime/dist/text_collectives.h"
 
@@ -45,8 +46,10 @@ std::string broadcast(std::string text, MPI_Comm comm) {
 
 }  // namespace
 
-std::string decide_on_root(Communicator& comm, const std::function<std::string()>& decide) {
-  return value_or_throw(broadcast_text(comm, comm.rank() == 0 ? outcome_of(decide) : std::string()));
+std::string decide_on_root(Communicator& comm, const std::function<std::string()>& decide, const std::string& what) {
+  std::string outcome;
+  if (comm.rank() == 0) while_busy(what, [&] { outcome = outcome_of(decide); });
+  return value_or_throw(broadcast_text(comm, outcome));
 }
 
 std::string decide_on_root(MPI_Comm comm, const std::function<std::string()>& decide) {

@@ -17,7 +17,10 @@
 
 namespace shardtune::dist {
 
-std::string decide_on_root(Communicator& comm, const std::function<std::string()>& decide);
+// Rank 0's `decide` runs as work of its own (busy.h: it must not call MPI), said as `what` to the
+// ranks waiting for it.
+std::string decide_on_root(Communicator& comm, const std::function<std::string()>& decide,
+                           const std::string& what = "deciding for the group");
 std::string decide_on_root(MPI_Comm comm, const std::function<std::string()>& decide);
 
 // `what` opens the error: "<what>: rank 1: ...; rank 3: ...".

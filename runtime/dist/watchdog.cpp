@@ -25,8 +25,8 @@ namespace shardtune::dist {
 // is waiting in any collective of the group answers with its own.
 struct CensusMessage {
   uint64_t seq;
-  std::array<char, 32> op;
-  int32_t is_announcement;  // 1: "I timed out, where are you?"; 0: an answer
+  std::array<char, 48> op;  // an answer's collective, or what a busy rank is doing
+  int32_t is_announcement;  // 1: "I timed out, where are you?"; 0: an answer; 2: "busy with <op>"
 };
 
 namespace {
@@ -34,11 +34,20 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr int kCensusTag = 7001;
 
-CensusMessage make_message(const CollectiveDesc& desc, bool announcement) {
-  CensusMessage m{desc.seq, {}, announcement ? 1 : 0};
-  std::strncpy(m.op.data(), std::string(desc.op).c_str(), m.op.size() - 1);
+constexpr int32_t kAnswer = 0, kAnnouncement = 1, kBusy = 2;
+
+CensusMessage make_message(uint64_t seq, std::string_view op, int32_t kind) {
+  CensusMessage m{seq, {}, kind};
+  std::strncpy(m.op.data(), std::string(op).c_str(), m.op.size() - 1);
   return m;
 }
+CensusMessage make_message(const CollectiveDesc& desc, bool announcement) {
+  return make_message(desc.seq, desc.op, announcement ? kAnnouncement : kAnswer);
+}
+
+// The live watchdogs of this process, which a busy rank answers for.
+std::mutex live_mutex;
+std::vector<Watchdog*> live;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -94,9 +103,15 @@ Watchdog::Watchdog(MPI_Comm comm, std::string group_name, std::vector<int> world
   ST_MPI_CHECK(MPI_Comm_set_errhandler(census_comm_, MPI_ERRORS_RETURN));
   ST_MPI_CHECK(MPI_Comm_rank(census_comm_, &rank_));
   ST_MPI_CHECK(MPI_Comm_size(census_comm_, &size_));
+  std::lock_guard lock(live_mutex);
+  live.push_back(this);
 }
 
 Watchdog::~Watchdog() {
+  {
+    std::lock_guard lock(live_mutex);
+    std::erase(live, this);
+  }
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
@@ -125,7 +140,7 @@ void Watchdog::reap_sent() {
 }
 
 void Watchdog::wait(const std::function<bool()>& poll, const CollectiveDesc& desc) {
-  const auto start = Clock::now();
+  auto start = Clock::now();
   int polls = 0;
   while (!poll()) {
     if (polls % 64 == 0) {
@@ -133,8 +148,8 @@ void Watchdog::wait(const std::function<bool()>& poll, const CollectiveDesc& des
         common::raise(failed->kind, fmt::format("{} #{} on group '{}' given up: an earlier collective failed: {}",
                                                 desc.op, desc.seq, group_name_, failed->message));
       if (seconds_since(start) > timeout_s_) {
-        fail(poll, desc);
-        return;  // it finished during the census after all
+        if (census(poll, desc)) return;  // it finished during the census after all
+        start = Clock::now();            // the ranks away are busy: another timeout
       }
       answer_census(desc);
     }
@@ -149,7 +164,7 @@ std::optional<std::pair<int, CensusMessage>> Watchdog::receive_census(const Coll
     return std::nullopt;
   CensusMessage msg{};
   MPI_Recv(&msg, sizeof(msg), MPI_BYTE, status.MPI_SOURCE, kCensusTag, census_comm_, MPI_STATUS_IGNORE);
-  if (msg.is_announcement) send_unwaited(make_message(desc, false), status.MPI_SOURCE);
+  if (msg.is_announcement == kAnnouncement) send_unwaited(make_message(desc, false), status.MPI_SOURCE);
   return std::make_pair(status.MPI_SOURCE, msg);
 }
 
@@ -159,7 +174,24 @@ void Watchdog::answer_census(const CollectiveDesc& desc) {
   if (!outbox_.empty()) reap_sent();
 }
 
-void Watchdog::fail(const std::function<bool()>& poll, const CollectiveDesc& desc) {
+void Watchdog::answer_busy_here(std::string_view what) {
+  for (;;) {
+    int flag = 0;
+    MPI_Status status;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, kCensusTag, census_comm_, &flag, &status) != MPI_SUCCESS || !flag) break;
+    CensusMessage msg{};
+    MPI_Recv(&msg, sizeof(msg), MPI_BYTE, status.MPI_SOURCE, kCensusTag, census_comm_, MPI_STATUS_IGNORE);
+    if (msg.is_announcement == kAnnouncement) send_unwaited(make_message(msg.seq, what, kBusy), status.MPI_SOURCE);
+  }
+  if (!outbox_.empty()) reap_sent();
+}
+
+void Watchdog::answer_busy(std::string_view what) {
+  std::lock_guard lock(live_mutex);
+  for (Watchdog* w : live) w->answer_busy_here(what);
+}
+
+bool Watchdog::census(const std::function<bool()>& poll, const CollectiveDesc& desc) {
   // 1. Ask every peer where it is. Peers waiting in a collective of this group answer at once;
   //    those that stay silent for the grace period never arrived (busy elsewhere, hung or dead).
   const CensusMessage mine = make_message(desc, true);
@@ -173,12 +205,12 @@ void Watchdog::fail(const std::function<bool()>& poll, const CollectiveDesc& des
     if (poll()) {
       spdlog::warn("{} #{} on group '{}' finished after more than {:.1f} s", desc.op, desc.seq, group_name_,
                    timeout_s_);
-      return;
+      return true;
     }
     if (auto received = receive_census(desc)) {
       const auto& [source, msg] = *received;
       // An announcement from an earlier census whose collective then finished is stale.
-      if (!msg.is_announcement || msg.seq >= desc.seq) heard[source] = msg;
+      if (msg.is_announcement != kAnnouncement || msg.seq >= desc.seq) heard[source] = msg;
     } else {
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
@@ -186,15 +218,24 @@ void Watchdog::fail(const std::function<bool()>& poll, const CollectiveDesc& des
   // 3. Name the ranks: missing ones, and ones waiting in some other collective.
   std::vector<std::string> missing;
   std::vector<std::string> elsewhere;
+  std::vector<std::string> busy;
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_) continue;
     const int world = world_ranks_.at(peer);
     auto it = heard.find(peer);
     if (it == heard.end()) {
       missing.push_back(fmt::format("{}", world));
+    } else if (it->second.is_announcement == kBusy) {
+      busy.push_back(fmt::format("rank {} is busy ({})", world, it->second.op.data()));
     } else if (it->second.seq != desc.seq || std::string_view(it->second.op.data()) != desc.op) {
       elsewhere.push_back(fmt::format("rank {} is waiting in {} #{}", world, it->second.op.data(), it->second.seq));
     }
+  }
+  // Only busy ranks away: the work they do alone takes what it takes.
+  if (missing.empty() && elsewhere.empty() && !busy.empty()) {
+    spdlog::warn("{} #{} on group '{}' has waited {:.1f} s: {}; waiting another {:.1f} s", desc.op, desc.seq,
+                 group_name_, timeout_s_, fmt::join(busy, ", "), timeout_s_);
+    return false;
   }
   std::string msg = fmt::format("{} #{} on group '{}' ({} ranks) did not finish within {:.1f} s", desc.op, desc.seq,
                                 group_name_, size_, timeout_s_);

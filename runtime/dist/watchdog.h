@@ -1,6 +1,11 @@
 // Never block blindly on a collective: wait for it with a timeout, and when it expires find out
 // which ranks never arrived (a census: every rank that is waiting in a collective of the group
 // answers), so every waiting rank fails with an error naming them instead of hanging.
+//
+// A rank may be away on purpose: committing a checkpoint, writing its files, hashing a base model
+// while the others wait for it. It says so (dist/busy.h): its main thread answers every census
+// "busy with <what>", and a peer that hears only waiting and busy ranks waits another timeout
+// instead of failing. A rank that answers nothing (dead, hung in the kernel) is still named lost.
 #pragma once
 
 #include <mpi.h>
@@ -35,16 +40,23 @@ class Watchdog {
   double timeout_s() const { return timeout_s_; }
 
   // Calls `poll` until it returns true. After timeout_s, runs the census and throws
-  // common::Error(kTimeout) naming the collective and the ranks that had not arrived.
+  // common::Error(kTimeout) naming the collective and the ranks that had not arrived (waits on
+  // while the only ranks away say they are busy).
   void wait(const std::function<bool()>& poll, const CollectiveDesc& desc);
+
+  // Answers every census pending on any live watchdog of this process with "busy with `what`".
+  // The thread that calls MPI only.
+  static void answer_busy(std::string_view what);
 
  private:
   // Receives one pending census message, if any, answering it when it is an announcement.
   std::optional<std::pair<int, CensusMessage>> receive_census(const CollectiveDesc& desc);
   // Answers census announcements from peers that timed out: "I am waiting in `desc`".
   void answer_census(const CollectiveDesc& desc);
-  // Runs the census; returns only if the collective finished meanwhile, else throws.
-  void fail(const std::function<bool()>& poll, const CollectiveDesc& desc);
+  // Runs the census: returns true if the collective finished meanwhile, false if the ranks away
+  // are busy (wait another timeout), else throws.
+  bool census(const std::function<bool()>& poll, const CollectiveDesc& desc);
+  void answer_busy_here(std::string_view what);
   // Sends without waiting for delivery (the peer may be dead). MPI may read the message until
   // the send completes, so it stays in the outbox until then.
   void send_unwaited(const CensusMessage& m, int peer);
