@@ -5,7 +5,9 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <limits>
 
@@ -237,7 +239,60 @@ std::string manifest_text(const Manifest& m) {
   return j.dump(1);
 }
 
+namespace {
+std::atomic<int64_t> parses{0};
+
+// Stops at the top-level "commit" key's value; every other event is skipped.
+class CommitReader final : public json::json_sax_t {
+ public:
+  std::optional<int64_t> commit;
+  bool null() override { return done_value(); }
+  bool boolean(bool) override { return done_value(); }
+  bool number_integer(number_integer_t v) override { return take(v); }
+  bool number_unsigned(number_unsigned_t v) override { return take(static_cast<int64_t>(v)); }
+  bool number_float(number_float_t, const string_t&) override { return done_value(); }
+  bool string(string_t&) override { return done_value(); }
+  bool binary(binary_t&) override { return done_value(); }
+  bool start_object(std::size_t) override { return ++depth_, done_value(true); }
+  bool key(string_t& k) override {
+    wanted_ = depth_ == 1 && k == "commit";
+    return true;
+  }
+  bool end_object() override { return --depth_, true; }
+  bool start_array(std::size_t) override { return ++depth_, done_value(true); }
+  bool end_array() override { return --depth_, true; }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+
+ private:
+  bool take(int64_t v) {
+    if (wanted_ && depth_ == 1) {
+      commit = v;
+      return false;  // found: stop reading
+    }
+    return true;
+  }
+  // A value that is not the commit number; `opening` for an object or array that begins.
+  bool done_value(bool opening = false) {
+    if (wanted_ && depth_ == (opening ? 2 : 1)) wanted_ = false;
+    return true;
+  }
+  int depth_ = 0;
+  bool wanted_ = false;
+};
+}  // namespace
+
+int64_t manifests_parsed() { return parses.load(); }
+
+std::optional<int64_t> read_manifest_commit(const std::string& dir) {
+  std::ifstream in(dir + "/" + kManifestFile, std::ios::binary);
+  if (!in) return std::nullopt;
+  CommitReader reader;
+  json::sax_parse(in, &reader, json::input_format_t::json, false);
+  return reader.commit;
+}
+
 Manifest parse_manifest(const std::string& text, const std::string& where) {
+  ++parses;
   StrictJson parsed;
   try {
     parsed = parse_json_strict(text.data(), text.data() + text.size(), 16);

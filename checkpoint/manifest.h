@@ -111,6 +111,14 @@ Manifest parse_manifest(const std::string& text, const std::string& where);
 // is broken).
 Manifest read_manifest(const std::string& dir);
 
+// The commit number of checkpoint `dir`'s manifest, read from the head of the file (the writer
+// puts it among the first keys; a 512-rank manifest is tens of megabytes): nullopt when the file
+// is missing, does not read as JSON up to it, or has none. Not a validation: read_manifest is.
+std::optional<int64_t> read_manifest_commit(const std::string& dir);
+
+// Manifests parsed in full by this process so far (commit costs are counted by tests).
+int64_t manifests_parsed();
+
 // Slices as text between ranks: each writer sends its own to the rank that commits.
 std::string slices_text(const std::vector<ManifestSlice>& slices);
 std::vector<ManifestSlice> parse_slices_text(const std::string& text);

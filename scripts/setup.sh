@@ -24,6 +24,7 @@ packages=(
   clang libclang-rt-14-dev                  # libFuzzer for the parser fuzz tests
   libpcre2-dev libsentencepiece-dev         # tokenizers: Unicode regex, SentencePiece
   gnuplot-nox                               # `shardtune plot`
+  strace                                    # counts a commit's file-system calls (tests/cli/commit_scale_test.sh)
 )
 
 sudo=""
