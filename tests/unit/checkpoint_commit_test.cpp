@@ -131,6 +131,37 @@ TEST(Manifest, AChangedManifestFailsItsOwnChecksum) {
   EXPECT_TRUE(has(error_of([&] { parse_manifest(text, "m.json"); }), "m.json: the manifest fails its own checksum"));
 }
 
+// The commit number read from the head of a manifest equals the full parse's, and nothing else
+// is taken for it: no key, a nested "commit", a non-integer, a file that is not JSON.
+TEST(Manifest, TheCommitNumberReadFromTheHeadEqualsTheParsedOne) {
+  TempDir dir;
+  auto write = [&](const std::string& text) { std::ofstream(dir.file("manifest.json")) << text; };
+  for (int64_t commit : {1, 7, 123456789}) {
+    Manifest m = small_manifest(3);
+    m.commit = commit;
+    m.adapter = AdapterRecord{};  // an object written before "commit"
+    m.adapter->base_path = "b";
+    m.adapter->r = 2;
+    m.adapter->target_modules = {"q_proj"};
+    write(manifest_text(m));
+    EXPECT_EQ(read_manifest_commit(dir.path().string()), read_manifest(dir.path().string()).commit);
+  }
+  write(manifest_text(small_manifest(3)));  // commit 0 is not written
+  EXPECT_EQ(read_manifest_commit(dir.path().string()), std::nullopt);
+  write(R"({"adapter": {"commit": 5}, "step": 1})");
+  EXPECT_EQ(read_manifest_commit(dir.path().string()), std::nullopt);
+  write(R"({"commit": [5], "step": 1})");
+  EXPECT_EQ(read_manifest_commit(dir.path().string()), std::nullopt);
+  write(R"({"commit": "5"})");
+  EXPECT_EQ(read_manifest_commit(dir.path().string()), std::nullopt);
+  write("not json at all");
+  EXPECT_EQ(read_manifest_commit(dir.path().string()), std::nullopt);
+  write(R"({"commit": 9, "slices": [)");  // the head reads; the rest is read_manifest's to refuse
+  EXPECT_EQ(read_manifest_commit(dir.path().string()), 9);
+  fs::remove(dir.file("manifest.json"));
+  EXPECT_EQ(read_manifest_commit(dir.path().string()), std::nullopt);
+}
+
 TEST(Manifest, FileNamesStayInsideTheCheckpoint) {
   for (const std::string name : {"../rank-00000.h5", "/etc/passwd", "sub/rank.h5", "..", ""}) {
     Manifest m = small_manifest(1);
