@@ -382,6 +382,9 @@ std::string CheckpointSave::commit(Pruner* pruner) {
   const int64_t step = manifest_.step;
   dist::act_on_all(world, fmt::format("checkpoint at step {} failed; nothing was committed", step), [&] {
     if (failure_) std::rethrow_exception(failure_);
+    // What a failed group carried (a gather of a full checkpoint, the step before) is not trusted.
+    const std::string failed = dist::groups_failure(groups_);
+    ST_CHECK(failed.empty(), ErrorKind::kPeerLost, "{}", failed);
   });
   const std::vector<std::string> all = dist::gather_text(world, records_);
   dist::decide_on_root(world, [&] {

@@ -41,4 +41,12 @@ bool nonfinite_point(int64_t step, int rank) {
   return spec != nullptr && spec == fmt::format("{}:{}", step, rank);
 }
 
+std::string group_fail_point(int64_t step, int rank) {
+  static const char* spec = std::getenv("SHARDTUNE_TEST_GROUP_FAIL_AT");
+  if (spec == nullptr) return {};
+  const std::string prefix = fmt::format("{}:{}:", step, rank);
+  const std::string_view text(spec);
+  return text.substr(0, prefix.size()) == prefix ? std::string(text.substr(prefix.size())) : std::string();
+}
+
 }  // namespace shardtune::common

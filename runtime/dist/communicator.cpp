@@ -7,6 +7,19 @@
 
 namespace shardtune::dist {
 
+std::string Communicator::failure() const {
+  {
+    std::lock_guard lock(failure_mutex_);
+    if (!marked_.empty()) return marked_;
+  }
+  return backend_failure();
+}
+
+void Communicator::mark_failed(const std::string& why) {
+  std::lock_guard lock(failure_mutex_);
+  if (marked_.empty()) marked_ = why.empty() ? "marked failed" : why;
+}
+
 using common::ErrorKind;
 
 common::Dtype dtype_of(const at::Tensor& t) {

@@ -9,6 +9,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -64,11 +65,27 @@ class Communicator {
   // Every rank of the group has arrived; the host waits.
   virtual void barrier() = 0;
 
+  // Why this group can no longer be trusted, "" while it can: it was marked failed (a collective
+  // of it failed or timed out), or its backend reports an error of its own (NCCL's asynchronous
+  // errors). The trainer checks every group after the step's host synchronisation and before the
+  // optimizer step, and a save before it commits: a failed group's partial sums never update the
+  // weights nor reach a checkpoint.
+  std::string failure() const;
+  // Marks the group failed: every later failure() says `why` (the first reason stays).
+  void mark_failed(const std::string& why);
+
   void all_gather(const at::Tensor& input, at::Tensor& output) { start_all_gather(input, output)->wait(); }
   void reduce_scatter(const at::Tensor& input, at::Tensor& output, ReduceOp op) {
     start_reduce_scatter(input, output, op)->wait();
   }
   void all_reduce(at::Tensor& tensor, ReduceOp op) { start_all_reduce(tensor, op)->wait(); }
+
+ protected:
+  virtual std::string backend_failure() const { return {}; }
+
+ private:
+  mutable std::mutex failure_mutex_;
+  std::string marked_;
 };
 
 // The communicator's element type for a tensor's dtype; throws for dtypes collectives do not carry.

@@ -10,6 +10,12 @@ DeviceCommunicator::DeviceCommunicator(std::unique_ptr<MpiCommunicator> host, st
 
 DeviceCommunicator::~DeviceCommunicator() { device_.reset(); }
 
+std::string DeviceCommunicator::backend_failure() const {
+  std::string why = host_->failure();
+  if (why.empty() && device_ != nullptr) why = device_->failure();
+  return why;
+}
+
 Communicator& DeviceCommunicator::for_tensor(const at::Tensor& t, std::string_view op) {
   ST_CHECK(t.defined(), common::ErrorKind::kInternal, "{} on '{}': undefined tensor", op, name());
   if (t.device().is_cpu()) return *host_;

@@ -30,6 +30,9 @@ class DeviceCommunicator final : public Communicator {
   // Over MPI: the host waits for every rank.
   void barrier() override { host_->barrier(); }
 
+ protected:
+  std::string backend_failure() const override;
+
  private:
   Communicator& for_tensor(const at::Tensor& t, std::string_view op);
 

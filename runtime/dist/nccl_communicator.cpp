@@ -190,6 +190,13 @@ void NcclCommunicator::barrier() {
   comm_.barrier(stream_->stream.stream());
 }
 
+std::string NcclCommunicator::backend_failure() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!failure_.empty()) return failure_;
+  const std::string async = comm_.async_error();
+  return async.empty() ? std::string() : fmt::format("group '{}': {}", name_, async);
+}
+
 void NcclCommunicator::monitor() {
   // A new thread's current device is 0: without this, the event queries of a rank bound to GPU k
   // would create a CUDA context on GPU 0 (hundreds of MiB there per rank of the node).

@@ -44,6 +44,10 @@ class NcclCommunicator final : public Communicator {
   void gather(const at::Tensor& input, at::Tensor& output, int root) override;
   void barrier() override;
 
+ protected:
+  // The monitor's recorded failure, else NCCL's asynchronous error on the communicator.
+  std::string backend_failure() const override;
+
  private:
   class NcclWork;
   struct InFlight;

@@ -4,6 +4,9 @@
 #include "runtime/dist/device_communicator.h"
 #include "runtime/dist/host_staged_communicator.h"
 #include "runtime/dist/mpi_check.h"
+#include "runtime/dist/watchdog.h"
+
+#include <fmt/format.h>
 
 namespace shardtune::dist {
 namespace {
@@ -37,6 +40,16 @@ ProcessGroups make_process_groups(MPI_Comm world, int shard_size, const GroupOpt
   groups.shard = make_group(shard, "shard", options);
   groups.replicate = make_group(replicate, "replicate", options);
   return groups;
+}
+
+std::string groups_failure(const ProcessGroups& groups) {
+  for (const Communicator* c : {groups.world.get(), groups.shard.get(), groups.replicate.get()}) {
+    if (c == nullptr) continue;
+    const std::string why = c->failure();
+    if (!why.empty()) return fmt::format("the {} group failed: {}", c->name(), why);
+  }
+  const std::string first = first_collective_failure();
+  return first.empty() ? std::string() : fmt::format("a collective failed: {}", first);
 }
 
 ProcessGroups make_mpi_groups(MPI_Comm world, int shard_size, double timeout_s) {

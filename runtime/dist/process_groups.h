@@ -32,6 +32,10 @@ struct ProcessGroups {
   std::unique_ptr<Communicator> replicate;
 };
 
+// Why the job's groups can no longer be trusted, "" while they can: the first failed group (its
+// name and reason), or the process's first collective failure on any group.
+std::string groups_failure(const ProcessGroups& groups);
+
 // Collective over `world` (which is duplicated, never freed). shard_size: the world size for
 // FULL_SHARD/SHARD_GRAD_OP, 1 for NO_SHARD, the HSDP shard group size for HYBRID_SHARD.
 ProcessGroups make_process_groups(MPI_Comm world, int shard_size, const GroupOptions& options);

@@ -91,6 +91,11 @@ std::optional<Failure> earlier_failure() {
 
 }  // namespace
 
+std::string first_collective_failure() {
+  const std::optional<Failure> f = earlier_failure();
+  return f ? f->message : std::string();
+}
+
 struct Watchdog::Outgoing {
   CensusMessage message;
   MPI_Request request = MPI_REQUEST_NULL;

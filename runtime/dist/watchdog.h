@@ -28,6 +28,9 @@ struct CollectiveDesc {
   uint64_t seq = 0;     // the how-many-th collective on this group, from 1
 };
 
+// The first collective failure of this process (a timeout, a lost peer), "" while none.
+std::string first_collective_failure();
+
 class Watchdog {
  public:
   // `comm` spans the watched group; the watchdog keeps its own duplicate for the census, so

@@ -5,6 +5,7 @@
 #include <ATen/ops/tensor.h>
 #include <ATen/ops/zeros.h>
 #include <ATen/record_function.h>
+#include <fmt/format.h>
 
 #include <cmath>
 #include <limits>
@@ -28,7 +29,7 @@ StepResult train_step(fsdp::FsdpLlama& model, fsdp::AdamW& optimizer, const std:
   // The loss is summed on the device and read once, at the end of the step: reading it per
   // micro-batch would make the host wait for each backward before queueing the next. The rank's
   // tokens and FLOPs ride in the same reduction.
-  at::Tensor totals = at::zeros({3}, at::TensorOptions().dtype(at::kDouble).device(model.device()));
+  at::Tensor totals = at::zeros({4}, at::TensorOptions().dtype(at::kDouble).device(model.device()));
   at::Tensor loss_sum = totals.narrow(0, 0, 1);
   double tokens = 0, flops = 0;
   for (size_t i = 0; i < micro_batches.size(); ++i) {
@@ -62,9 +63,26 @@ StepResult train_step(fsdp::FsdpLlama& model, fsdp::AdamW& optimizer, const std:
   }
   // The step's loss is known before the update, so a non-finite one never reaches the shards.
   if (options.poison_loss) loss_sum.fill_(std::numeric_limits<double>::quiet_NaN());
-  totals.narrow(0, 1, 2).copy_(at::tensor({tokens, flops}, at::kDouble));
+  if (options.groups != nullptr && !options.fail_group.empty()) {
+    for (dist::Communicator* c : {options.groups->world.get(), options.groups->shard.get(), options.groups->replicate.get()})
+      if (c->name() == options.fail_group) c->mark_failed("marked failed by SHARDTUNE_TEST_GROUP_FAIL_AT");
+  }
+  // Each rank's failed groups ride in the step's one reduction: every rank learns of any.
+  std::string failed = options.groups != nullptr ? dist::groups_failure(*options.groups) : std::string();
+  totals.narrow(0, 1, 3).copy_(at::tensor({tokens, flops, failed.empty() ? 0.0 : 1.0}, at::kDouble));
   world.all_reduce(totals, dist::ReduceOp::kSum);
   const at::Tensor host = totals.cpu();
+  // After the host's wait: a group that failed meanwhile (an asynchronous NCCL error, a collective
+  // the watchdog gave up on) may have let partial sums through. No update is made from them.
+  if (options.groups != nullptr) {
+    if (failed.empty()) failed = dist::groups_failure(*options.groups);
+    const double failing = host[3].item<double>();
+    if (!failed.empty() || failing > 0)
+      common::raise(common::ErrorKind::kPeerLost,
+                    fmt::format("a communicator failed during the step ({} rank(s) saw it{}{}), so its results "
+                                "are not trusted: the optimizer step was not taken",
+                                failing, failed.empty() ? "" : "; here: ", failed));
+  }
   StepResult result;
   result.loss = host[0].item<double>() / static_cast<double>(world.size());
   result.tokens = static_cast<int64_t>(host[1].item<double>());

@@ -4,12 +4,14 @@
 #pragma once
 
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "runtime/fsdp/adamw.h"
 #include "runtime/fsdp/fsdp_llama.h"
 #include "runtime/fsdp/loss_scaler.h"
 #include "runtime/model/llama_config.h"
+#include "runtime/dist/process_groups.h"
 #include "runtime/train/batch.h"
 
 namespace shardtune::train {
@@ -33,6 +35,12 @@ struct StepOptions {
   fsdp::AdamW::PieceObserver updated_piece = nullptr;
   // This rank's loss is NaN, as a diverging run's (a test's fault: common/fault_injection.h).
   bool poison_loss = false;
+  // The groups whose health is checked after the step's host synchronisation, before the update
+  // (dist::groups_failure); null: none. A failed group on any rank stops the step on every rank
+  // (common::Error kPeerLost) with the optimizer untouched.
+  const dist::ProcessGroups* groups = nullptr;
+  // A test's fault: mark this group failed once backward's collectives are done (fault_injection.h).
+  std::string fail_group;
 };
 
 struct StepResult {

@@ -225,6 +225,7 @@ void Trainer::start(Run& run) {
     run.summary.save_seconds += seconds_since(start);
   };
   run.step.model_config = &options_.model_config;
+  run.step.groups = &groups_;
   run.profiler.emplace(ProfilerOptions{m.use_profiler, m.profiler_dir, m.profiler_wait_steps, m.profiler_warmup_steps,
                                        m.profiler_active_steps, m.flop_counter, m.flop_counter_start + 1,
                                        model_.device().is_cuda()},
@@ -290,6 +291,7 @@ Trainer::Outcome Trainer::take_step(Run& run, const StepSpan& span, const std::v
     run.step.dropout = {true, model::mix_seed(model::mix_seed(static_cast<uint64_t>(options_.train.seed),
                                                               run.steps_taken), run.rank)};
     run.step.poison_loss = common::nonfinite_point(run.steps_taken + 1, run.rank);
+    run.step.fail_group = common::group_fail_point(run.steps_taken + 1, run.rank);
     out.result = train_step(model_, run.optimizer, micro, run.step, *groups_.world);
     out.seconds = seconds_since(start);
     for (const Batch& b : micro) {
