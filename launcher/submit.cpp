@@ -2,9 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include "common/error.h"
 #include "common/file_io.h"
@@ -79,10 +82,36 @@ void warn_if_it_cannot_fit(const job::Job& job) {
   }
 }
 
+// Slurm's own clock against the watchdog's: a node that dies without a network error is found by
+// the collective timeout on the ranks, or by slurmctld after SlurmdTimeout, whichever comes first.
+// Slurm first means it kills and requeues the job itself, and the resubmission that leaves the
+// lost node out never runs. Read from the cluster's `scontrol show config`; no scontrol, no check.
+void warn_about_slurm_clock(const job::Job& job) {
+  const common::CommandResult r = common::run_command({"scontrol", "show", "config"});
+  if (r.exit_code != 0) return;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("SlurmdTimeout", 0) != 0) continue;
+    const size_t eq = line.find('=');
+    if (eq == std::string::npos) return;
+    const double slurmd_timeout = std::strtod(line.c_str() + eq + 1, nullptr);
+    // The census after a timeout takes up to 5 s more (runtime/dist/watchdog.cpp).
+    if (slurmd_timeout > 0 && job.launch.collective_timeout_s + 5 >= slurmd_timeout)
+      std::cerr << fmt::format(
+          "shardtune: warning: [launch] collective_timeout_s = {:g} s is not below this cluster's SlurmdTimeout "
+          "({:g} s): a node that dies without a network error is then found by Slurm first, which kills and "
+          "requeues the job itself, and the resubmission without that node never runs. HINT: set "
+          "collective_timeout_s to at most {:g}\n",
+          job.launch.collective_timeout_s, slurmd_timeout, std::max(1.0, slurmd_timeout / 2));
+    return;
+  }
+}
+
 }  // namespace
 
 int submit(const job::Job& job, const SubmitOptions& options) {
   warn_if_it_cannot_fit(job);
+  warn_about_slurm_clock(job);
   const std::string script = slurm::sbatch_script(job, {options.rank_exe, resolved_job_path(job), options.launcher_exe});
   const std::vector<std::string> argv = slurm::sbatch_argv(script_path(job));
   if (options.dry_run) {

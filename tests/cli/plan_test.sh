@@ -170,6 +170,14 @@ for f in configs/*.toml; do
     *8B*) extra=(--model-config tests/fixtures/hf_configs/llama-3-8b.json) ;;
     *) extra=() ;;
   esac
+  # At its node count, and at min_nodes, where a node loss may resume it.
+  min=$(grep -m1 '^min_nodes = ' "$f" | sed 's/^min_nodes = \([0-9]*\).*/\1/')
+  if [ -n "$min" ]; then
+    "$st" plan "$f" "${extra[@]}" --set "slurm.nodes=$min" --json >"$tmp/shipped.json" 2>"$tmp/shipped.err" ||
+      { fail "plan $f at min_nodes: $(cat "$tmp/shipped.err")"; continue; }
+    $py -c 'import json,sys; p=json.load(open(sys.argv[1])); sys.exit(0 if p["fits"] else 1)' "$tmp/shipped.json" ||
+      fail "$f does not fit its GPUs on min_nodes = $min nodes"
+  fi
   "$st" plan "$f" "${extra[@]}" --json >"$tmp/shipped.json" 2>"$tmp/shipped.err" || { fail "plan $f: $(cat "$tmp/shipped.err")"; continue; }
   $py - "$f" "$tmp/shipped.json" <<'PY' || fail "$f does not fit what it names"
 import json, sys

@@ -19,6 +19,16 @@ newest_job() { scontrol show jobs -o 2>/dev/null | grep -o 'JobId=[0-9]*' | cut 
 before=$(newest_job)
 before=${before:-0}
 
+# 0. Slurm's clock: this cluster's SlurmdTimeout is 60 s (cluster.sh). A collective timeout that
+# does not come first is warned about at submit; one that does is not.
+"$st" submit "$src/tests/slurm/tiny-2x2.toml" --dry-run --set "job.output_dir=$work/clock" \
+  --set launch.collective_timeout_s=120 >/dev/null 2>"$work/clock.err" || fail "submit --dry-run failed: $(cat "$work/clock.err")"
+grep -q "collective_timeout_s = 120 s is not below this cluster's SlurmdTimeout (60 s)" "$work/clock.err" ||
+  fail "no warning for a collective timeout past SlurmdTimeout: $(cat "$work/clock.err")"
+"$st" submit "$src/tests/slurm/tiny-2x2.toml" --dry-run --set "job.output_dir=$work/clock" \
+  --set launch.collective_timeout_s=30 >/dev/null 2>"$work/clock.err"
+grep -q "SlurmdTimeout" "$work/clock.err" && fail "a warning for a collective timeout below SlurmdTimeout"
+
 # 1. The corpus of bad job files: rejected, nothing submitted.
 for f in "$src"/tests/fixtures/jobs/bad/*.toml; do
   "$st" submit "$f" >"$work/out" 2>"$work/err"
