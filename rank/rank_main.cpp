@@ -98,8 +98,10 @@ rank_program::DataContext data_context(const dist::Topology& topo) {
 // The loop's outcome as the process's exit code (common/exit_codes.h).
 int train(const job::Job& job, const model::LlamaConfig& config, dist::ProcessGroups& groups,
           fsdp::FsdpLlama& model, const rank_program::JobData& data, const train::CheckpointHooks& hooks) {
-  train::Trainer trainer({job.train, job.metrics, job.job.output_dir, job.checkpoint.every_steps, config}, groups, model,
-                         *data.train, data.val.get(), hooks);
+  train::TrainerOptions options{job.train, job.metrics, job.job.output_dir, job.checkpoint.every_steps, config};
+  // Under Slurm, its stop signal comes signal_lead_s ahead of the time limit.
+  if (std::getenv("SLURM_JOB_ID") != nullptr) options.signal_lead_s = static_cast<double>(job.slurm.signal_lead_s);
+  train::Trainer trainer(std::move(options), groups, model, *data.train, data.val.get(), hooks);
   train::TrainSummary summary;
   try {
     summary = trainer.run();

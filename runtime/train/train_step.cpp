@@ -22,6 +22,33 @@ void add_trainable_shards(fsdp::FsdpLlama& model, fsdp::AdamW& optimizer) {
     if (f->trainable()) optimizer.add(f->shard(), f->grad_shard());
 }
 
+namespace {
+
+// This rank's failed group, if any, once backward's collectives are done (a test's fault marks one).
+std::string groups_failure_before_update(const StepOptions& options) {
+  if (options.groups == nullptr) return {};
+  if (!options.fail_group.empty()) {
+    for (dist::Communicator* c : {options.groups->world.get(), options.groups->shard.get(), options.groups->replicate.get()})
+      if (c->name() == options.fail_group) c->mark_failed("marked failed by SHARDTUNE_TEST_GROUP_FAIL_AT");
+  }
+  return dist::groups_failure(*options.groups);
+}
+
+// After the host's wait: a group that failed on any rank (`failing` of them), or here meanwhile (an
+// asynchronous NCCL error, a collective the watchdog gave up on), may have let partial sums
+// through. No update is made from them.
+void refuse_update_after_failure(const StepOptions& options, std::string failed, double failing) {
+  if (options.groups == nullptr) return;
+  if (failed.empty()) failed = dist::groups_failure(*options.groups);
+  if (failed.empty() && failing == 0) return;
+  common::raise(common::ErrorKind::kPeerLost,
+                fmt::format("a communicator failed during the step ({} rank(s) saw it{}{}), so its results are not "
+                            "trusted: the optimizer step was not taken",
+                            failing, failed.empty() ? "" : "; here: ", failed));
+}
+
+}  // namespace
+
 StepResult train_step(fsdp::FsdpLlama& model, fsdp::AdamW& optimizer, const std::vector<Batch>& micro_batches,
                       const StepOptions& options, dist::Communicator& world) {
   ST_CHECK(!micro_batches.empty(), common::ErrorKind::kInternal, "a training step without micro-batches");
@@ -63,26 +90,12 @@ StepResult train_step(fsdp::FsdpLlama& model, fsdp::AdamW& optimizer, const std:
   }
   // The step's loss is known before the update, so a non-finite one never reaches the shards.
   if (options.poison_loss) loss_sum.fill_(std::numeric_limits<double>::quiet_NaN());
-  if (options.groups != nullptr && !options.fail_group.empty()) {
-    for (dist::Communicator* c : {options.groups->world.get(), options.groups->shard.get(), options.groups->replicate.get()})
-      if (c->name() == options.fail_group) c->mark_failed("marked failed by SHARDTUNE_TEST_GROUP_FAIL_AT");
-  }
   // Each rank's failed groups ride in the step's one reduction: every rank learns of any.
-  std::string failed = options.groups != nullptr ? dist::groups_failure(*options.groups) : std::string();
+  const std::string failed = groups_failure_before_update(options);
   totals.narrow(0, 1, 3).copy_(at::tensor({tokens, flops, failed.empty() ? 0.0 : 1.0}, at::kDouble));
   world.all_reduce(totals, dist::ReduceOp::kSum);
   const at::Tensor host = totals.cpu();
-  // After the host's wait: a group that failed meanwhile (an asynchronous NCCL error, a collective
-  // the watchdog gave up on) may have let partial sums through. No update is made from them.
-  if (options.groups != nullptr) {
-    if (failed.empty()) failed = dist::groups_failure(*options.groups);
-    const double failing = host[3].item<double>();
-    if (!failed.empty() || failing > 0)
-      common::raise(common::ErrorKind::kPeerLost,
-                    fmt::format("a communicator failed during the step ({} rank(s) saw it{}{}), so its results "
-                                "are not trusted: the optimizer step was not taken",
-                                failing, failed.empty() ? "" : "; here: ", failed));
-  }
+  refuse_update_after_failure(options, failed, host[3].item<double>());
   StepResult result;
   result.loss = host[0].item<double>() / static_cast<double>(world.size());
   result.tokens = static_cast<int64_t>(host[1].item<double>());

@@ -146,6 +146,8 @@ struct Trainer::Run {
   const Clock::time_point started = Clock::now();
   bool fp16() const { return step.loss_scaler != nullptr; }
   bool validates = false;
+  double longest_step = 0, longest_save = 0;  // seconds, for the signal lead (TrainerOptions)
+  bool lead_warned = false;
   // A checkpoint written in the background; last, so that it is gone (its writer joined) before
   // the optimizer state it may still be copying.
   std::unique_ptr<SaveInFlight> in_flight;
@@ -294,6 +296,7 @@ Trainer::Outcome Trainer::take_step(Run& run, const StepSpan& span, const std::v
     run.step.fail_group = common::group_fail_point(run.steps_taken + 1, run.rank);
     out.result = train_step(model_, run.optimizer, micro, run.step, *groups_.world);
     out.seconds = seconds_since(start);
+    if (run_step > 1) run.longest_step = std::max(run.longest_step, out.seconds);  // the first warms up
     for (const Batch& b : micro) {
       if (b.weight != 0.0) out.tokens += b.input_ids.numel();
       out.sample_ids.insert(out.sample_ids.end(), b.sample_ids.begin(), b.sample_ids.end());
@@ -368,8 +371,24 @@ void Trainer::save(Run& run, bool validation_pending, bool background) {
     run.in_flight = hooks_.start_save(run.optimizer, at);
   } else {
     hooks_.save(run.optimizer, at);
+    run.longest_save = std::max(run.longest_save, seconds_since(start));
+    check_signal_lead(run);
   }
   run.summary.save_seconds += seconds_since(start);
+}
+
+// A stop signalled signal_lead_s ahead of the time limit lets the step in progress finish, then
+// saves in the foreground: both must fit, or Slurm ends the job before the checkpoint commits and
+// the requeued job repeats everything since the last one.
+void Trainer::check_signal_lead(Run& run) {
+  run.summary.stop_needs_s = run.longest_step + run.longest_save;
+  const double lead = options_.signal_lead_s;
+  if (lead <= 0 || run.lead_warned || run.rank != 0 || run.summary.stop_needs_s <= lead) return;
+  run.lead_warned = true;
+  spdlog::warn("[slurm] signal_lead_s = {:g} s is shorter than a step ({:.1f} s, the longest so far) and a "
+               "checkpoint ({:.1f} s) together: a stop ahead of the time limit may not commit its checkpoint "
+               "before Slurm ends the job. HINT: set signal_lead_s to at least {:.0f}",
+               lead, run.longest_step, run.longest_save, std::ceil(2 * run.summary.stop_needs_s));
 }
 
 // Commits the save in flight once every rank has written it, or, when training cannot go on

@@ -66,6 +66,9 @@ struct TrainSummary {
   double tokens_per_second = 0;
   int stop_signal = 0;  // non-zero: the ranks stopped early on this signal, after a checkpoint
   double save_seconds = 0;  // training stood still for checkpoints: saves, and waits for those in flight
+  // What a stop ahead of a time limit needs: the longest step and the longest save made in the
+  // foreground (as a stop's is), in seconds, measured on this rank.
+  double stop_needs_s = 0;
 };
 
 // What the loop takes from the job: its [train] and [metrics] sections, where metrics.jsonl goes,
@@ -76,6 +79,9 @@ struct TrainerOptions {
   std::string output_dir;              // rank 0 appends metrics.jsonl here (when metrics.jsonl is on)
   int64_t checkpoint_every_steps = 0;  // 0: at the end only (and when asked to stop)
   model::LlamaConfig model_config;     // for the FLOPs of a step
+  // Under Slurm, the seconds between its stop signal and the time limit ([slurm] signal_lead_s):
+  // rank 0 warns once the steps and saves measured would not fit in it. 0: no check.
+  double signal_lead_s = 0;
 };
 
 class Trainer {
@@ -95,6 +101,7 @@ class Trainer {
   Outcome take_step(Run& run, const StepSpan& span, const std::vector<int64_t>& permutation, class Prefetcher& prefetch);
   bool finish_step(Run& run, const StepSpan& span, Outcome& out);
   void save(Run& run, bool validation_pending, bool background);
+  void check_signal_lead(Run& run);
   void settle_save(Run& run, const char* wait_for);
   void record_step(Run& run, const StepSpan& span, const Outcome& out);
   void log_progress(Run& run, const StepSpan& span, double loss);

@@ -2,7 +2,16 @@
 // further signals (SIGTERM twice) neither kill the process nor change the request.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+#include <spdlog/sinks/ringbuffer_sink.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
 #include <csignal>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
 
 #include "runtime/fsdp/fsdp_llama.h"
 #include "runtime/model/init.h"
@@ -56,6 +65,52 @@ TEST(StopRequest, OneRanksSignalStopsEveryRankAtTheSameStepAfterOneSave) {
   EXPECT_EQ(summary.steps, 4);  // the signal came during the save after step 4: stop right there
   EXPECT_EQ(saved_at, std::vector<int64_t>({4})) << "one save only: the one the signal interrupted";
   EXPECT_EQ(train::stop_signal(), rank == world - 1 ? SIGUSR1 : 0);
+}
+
+// Under Slurm the stop comes signal_lead_s ahead of the time limit: the measured longest step plus
+// a foreground save (here slowed to 0.2 s) that do not fit in it are warned about, once, by rank 0.
+TEST(StopRequest, ASignalLeadShorterThanAStepAndASaveIsWarnedAbout) {
+  int rank = 0, world = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  job::Job job;
+  job.slurm.ntasks_per_node = world;
+  job.train.batch_size_training = 2;
+  job.train.num_epochs = 1;
+  job.train.max_train_step = 6;
+  job.train.mixed_precision = false;
+  job.train.run_validation = false;
+  job.metrics.jsonl = false;
+  job.metrics.log_every_steps = 100;
+  dist::ProcessGroups groups = dist::make_mpi_groups(MPI_COMM_WORLD, world, 60.0);
+  model::LlamaForCausalLM m(model::LlamaConfig::tiny(), at::TensorOptions().dtype(at::kFloat));
+  model::init_weights(m, 1);
+  fsdp::FsdpLlama sharded(m, groups,
+                          fsdp::fsdp_options(job.fsdp, job.train, world, static_cast<int>(job.slurm.ranks_per_node())));
+  const train::SyntheticCopyDataset data(4096, 16, 256, 3);
+  train::CheckpointHooks hooks;
+  hooks.save = [](fsdp::AdamW&, const train::ResumePoint&) { std::this_thread::sleep_for(std::chrono::milliseconds(200)); };
+  auto ring = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(64);
+  const auto previous = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>("test", ring));
+  auto lead = [&](double signal_lead_s) {
+    train::TrainerOptions options{job.train, job.metrics, job.job.output_dir, 2, model::LlamaConfig::tiny()};
+    options.signal_lead_s = signal_lead_s;
+    train::Trainer trainer(options, groups, sharded, data, nullptr, hooks);
+    const train::TrainSummary summary = trainer.run();
+    int warnings = 0;
+    for (const std::string& line : ring->last_formatted())
+      warnings += line.find("signal_lead_s = " + fmt::format("{:g}", signal_lead_s) + " s is shorter than a step") !=
+                  std::string::npos;
+    return std::make_pair(summary, warnings);
+  };
+  const auto [short_lead, warned] = lead(0.1);
+  const auto [long_lead, not_warned] = lead(3600);
+  spdlog::set_default_logger(previous);
+  EXPECT_GE(short_lead.stop_needs_s, 0.2);  // at least the save
+  EXPECT_EQ(warned, rank == 0 ? 1 : 0) << "rank 0 warns, once";
+  EXPECT_EQ(not_warned, 0);
+  EXPECT_GE(long_lead.stop_needs_s, 0.2);
 }
 
 }  // namespace
