@@ -49,6 +49,13 @@ bool is_damage(const common::Error& e) {
 
 }  // namespace
 
+bool will_resume(const job::Job& job, dist::Communicator& world, int64_t restart_count) {
+  return !dist::decide_on_root(
+              world, [&] { return fmt::format("{}", fmt::join(resume_candidates(job.checkpoint, restart_count), "\n")); },
+              "listing the checkpoints to resume")
+              .empty();
+}
+
 std::vector<std::string> resume_candidates(const job::CheckpointSection& checkpoint, int64_t restart_count) {
   if (checkpoint.resume == "none") return {};
   std::vector<std::string> own = checkpoint::committed_checkpoints(checkpoint.dir);

@@ -27,6 +27,10 @@ namespace shardtune::rank_program {
 // `restart_count`: Slurm's count of requeues of this job (0 outside Slurm). Runs on world rank 0.
 std::vector<std::string> resume_candidates(const job::CheckpointSection& checkpoint, int64_t restart_count);
 
+// Whether this start will resume a checkpoint (world rank 0 lists them): a full fine-tune then
+// takes every weight from it and reads none of the base. Collective over `world`.
+bool will_resume(const job::Job& job, dist::Communicator& world, int64_t restart_count);
+
 // With LoRA: the record adapter checkpoints carry (the adapters' shape and the base model's
 // identity, base_identity.h; for a random base, its shape and seed). `weights_sha256`: the digest of
 // every byte of the base's weights, taken on world rank 0 as they were loaded. Decided on world

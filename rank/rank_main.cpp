@@ -170,11 +170,24 @@ int run_job(const job::Job& job, const dist::Topology& topo) {
   const std::string config_json = config.to_json().dump();
   // The data first: its errors (a bad record, too few samples) come before any weight is read.
   const rank_program::JobData data = rank_program::load_job_data(job, config, tokenizer, data_context(topo));
-  rank_program::ShardedModel model = rank_program::build_sharded_model(job, config, topo, start.groups, start.device);
   const int64_t restarts = slurm::read_slurm_env([](const char* name) { return std::getenv(name); }).restart_count;
-  const train::CheckpointHooks hooks = rank_program::checkpoint_hooks(
+  // A full fine-tune that resumes takes every weight from its checkpoint: the base is not read
+  // (LoRA and QLoRA train on the base, so they read it as a first start does).
+  const bool read_base = job.peft.adapters() || !rank_program::will_resume(job, *start.groups.world, restarts);
+  rank_program::ShardedModel model =
+      rank_program::build_sharded_model(job, config, topo, start.groups, start.device, read_base);
+  train::CheckpointHooks hooks = rank_program::checkpoint_hooks(
       job, config_json, *model.sharded, start.groups, restarts,
       rank_program::adapter_record(job, config_json, *start.groups.world, model.weights_sha256), data.identity);
+  if (!read_base) {  // the checkpoint listed a moment ago must be there to resume
+    hooks.resume = [resume = std::move(hooks.resume)](fsdp::AdamW& optimizer) {
+      std::optional<train::ResumePoint> at = resume(optimizer);
+      ST_CHECK(at.has_value(), common::ErrorKind::kIo,
+               "no checkpoint was resumed, though one was listed when the base weights were left unread; nothing "
+               "was trained. HINT: start again: a start without a checkpoint reads the base");
+      return at;
+    };
+  }
   return train(job, config, start.groups, *model.sharded, data, hooks);
 }
 

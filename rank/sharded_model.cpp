@@ -53,9 +53,10 @@ void log_model(const job::Job& job, const ShardedModel& m, const std::set<std::s
 }  // namespace
 
 ShardedModel build_sharded_model(const job::Job& job, const model::LlamaConfig& config, const dist::Topology& topo,
-                                 dist::ProcessGroups& groups, const at::Device& device) {
+                                 dist::ProcessGroups& groups, const at::Device& device, bool read_base) {
   const bool lora = job.peft.adapters();
-  const bool stream = streams_weights(job, config);
+  // Not reading the base: built without weights as a streamed model is, then left unloaded.
+  const bool stream = streams_weights(job, config) || !read_base;
   std::optional<checkpoint::WeightsDigest> digest;
   if (lora && topo.rank == 0 && job.model.init == job::ModelInit::kPretrained && !job.model.path.empty())
     digest.emplace(checkpoint::HfFolder::open(job.model.path));
@@ -70,11 +71,13 @@ ShardedModel build_sharded_model(const job::Job& job, const model::LlamaConfig& 
   fsdp::FsdpOptions options = fsdp::fsdp_options(job.fsdp, job.train, topo.world_size, topo.local_size, device, lora);
   if (job.peft.method == job::PeftMethod::kQlora)
     options.nf4_base = quant::Nf4Format{job.peft.nf4_block_size, job.peft.nf4_double_quant};
-  if (stream) fsdp::validate_source(*m.model, source, MPI_COMM_WORLD, options.nf4_base);
+  if (stream && read_base) fsdp::validate_source(*m.model, source, MPI_COMM_WORLD, options.nf4_base);
   const std::set<std::string> frozen = frozen_parameters(job, *m.model);
   m.sharded = std::make_unique<fsdp::FsdpLlama>(*m.model, groups, options, frozen);
   double seconds = 0;
-  if (stream) {
+  if (!read_base) {
+    spdlog::info("the base weights are not read: the checkpoint to resume holds every weight");
+  } else if (stream) {
     const fsdp::LoadStats load = fsdp::load_shards(*m.sharded, source, MPI_COMM_WORLD,
                                                    {job.fsdp.load_readers == job::LoadReaders::kNode});
     seconds = load.seconds;

@@ -22,7 +22,9 @@ struct ShardedModel {
 };
 
 // Collective over the groups' world.
+// `read_base` false: the shards are left as allocated (a resume overwrites every one of them) and
+// the base model's weights are not read at all.
 ShardedModel build_sharded_model(const job::Job& job, const model::LlamaConfig& config, const dist::Topology& topo,
-                                 dist::ProcessGroups& groups, const at::Device& device);
+                                 dist::ProcessGroups& groups, const at::Device& device, bool read_base = true);
 
 }  // namespace shardtune::rank_program
