@@ -145,6 +145,7 @@ void Watchdog::reap_sent() {
 }
 
 void Watchdog::wait(const std::function<bool()>& poll, const CollectiveDesc& desc) {
+  const std::lock_guard in_use(in_use_);
   auto start = Clock::now();
   int polls = 0;
   while (!poll()) {
@@ -180,6 +181,8 @@ void Watchdog::answer_census(const CollectiveDesc& desc) {
 }
 
 void Watchdog::answer_busy_here(std::string_view what) {
+  const std::unique_lock in_use(in_use_, std::try_to_lock);
+  if (!in_use.owns_lock()) return;  // another thread waits with it, answering for itself
   for (;;) {
     int flag = 0;
     MPI_Status status;

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -75,6 +76,10 @@ class Watchdog {
   int rank_ = 0;
   int size_ = 0;
   std::vector<std::unique_ptr<Outgoing>> outbox_;
+  // Held by wait() throughout: a busy rank's main thread answers for a watchdog that another
+  // thread (an NCCL group's monitor) is waiting with only when it is free; while it waits, that
+  // thread answers the census itself.
+  std::mutex in_use_;
 };
 
 }  // namespace shardtune::dist
