@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <filesystem>
 
 #include "checkpoint/block_crc.h"
@@ -50,17 +49,7 @@ hid_t CheckpointReader::file(const std::string& name) {
              const std::string path = dir_ + "/" + name;
              ST_CHECK(std::filesystem::exists(path), ErrorKind::kIo, "{}: file {} listed in the manifest is missing",
                       dir_, name);
-             errno = 0;
-             const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl_.get());
-             if (id < 0 && (errno == EMFILE || errno == ENFILE)) {
-               const int error = errno;
-               take_hdf5_error_stack();
-               common::raise(ErrorKind::kIo, common::open_failure(path, error));
-             }
-             if (id < 0)
-               common::raise(ErrorKind::kIo,
-                             fmt::format("cannot open {} (truncated or not HDF5?): {}", path, take_hdf5_error_stack()));
-             return H5Handle(id, H5Fclose);
+             return open_checkpoint_file(path, fapl_.get());
            })
       .get();
 }

@@ -3,8 +3,11 @@
 
 #include <fmt/format.h>
 
+#include <cerrno>
+
 #include "checkpoint/h5_check.h"
 #include "common/error.h"
+#include "common/open_files.h"
 
 namespace shardtune::checkpoint {
 namespace {
@@ -27,6 +30,16 @@ H5Handle unlocked_file_access() {
   H5Handle fapl(ST_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)), H5Pclose);
   ST_H5_CHECK(H5Pset_file_locking(fapl.get(), false, true));
   return fapl;
+}
+
+H5Handle open_checkpoint_file(const std::string& path, hid_t fapl) {
+  errno = 0;
+  const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl);
+  if (id >= 0) return H5Handle(id, H5Fclose);
+  const int error = errno;
+  const std::string stack = take_hdf5_error_stack();
+  if (error == EMFILE || error == ENFILE) common::raise(ErrorKind::kIo, common::open_failure(path, error));
+  common::raise(ErrorKind::kIo, fmt::format("cannot open {} (truncated or not HDF5?): {}", path, stack));
 }
 
 H5Handle open_checked_dataset(hid_t file, const std::string& group, const std::string& name) {

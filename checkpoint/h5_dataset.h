@@ -19,4 +19,8 @@ H5Handle open_checked_dataset(hid_t file, const std::string& group, const std::s
 // File access properties without HDF5's file locks, which fail on some parallel filesystems.
 H5Handle unlocked_file_access();
 
+// Opens a checkpoint file read-only with `fapl`. Throws common::Error(kIo) naming it: out of file
+// descriptors (naming the limit, common/open_files.h), or not readable as HDF5.
+H5Handle open_checkpoint_file(const std::string& path, hid_t fapl);
+
 }  // namespace shardtune::checkpoint

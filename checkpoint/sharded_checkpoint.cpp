@@ -5,7 +5,6 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -42,18 +41,6 @@ VerifyReport verify_sharded_checkpoint(const std::string& dir, const std::functi
   VerifyReport report;
   H5Handle fapl = unlocked_file_access();
   common::LruCache<std::string, H5Handle> files(common::open_file_share());  // open on demand
-  auto open_file = [&](const std::string& path) {  // throws: a file that failed to open is not kept
-    errno = 0;
-    const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get());
-    if (id < 0 && (errno == EMFILE || errno == ENFILE)) {
-      const int error = errno;
-      take_hdf5_error_stack();
-      common::raise(ErrorKind::kIo, common::open_failure(path, error));
-    }
-    if (id < 0)
-      common::raise(ErrorKind::kIo, fmt::format("cannot open it (truncated or not HDF5?): {}", take_hdf5_error_stack()));
-    return H5Handle(id, H5Fclose);
-  };
   // Every slice stored as shardtune writes it is read ahead, in order (common/read_ahead.h); the
   // rest, and every slice whose file or dataset is missing, is left to the loop below.
   std::vector<size_t> range_of(manifest.slices.size(), CheckpointReader::kNoRange);
@@ -63,7 +50,7 @@ VerifyReport verify_sharded_checkpoint(const std::string& dir, const std::functi
     try {
       const std::string path = dir + "/" + s.file;
       if (!fs::exists(path)) continue;
-      const H5Handle ds = open_checked_dataset(files.get(s.file, [&] { return open_file(path); }).get(), s.kind, s.dataset);
+      const H5Handle ds = open_checked_dataset(files.get(s.file, [&] { return open_checkpoint_file(path, fapl.get()); }).get(), s.kind, s.dataset);
       if (const std::optional<int64_t> at = raw_float32_offset(ds.get(), s.dataset_offset, s.length)) {
         range_of[i] = ranges.size();
         ranges.push_back({path, *at, s.length * static_cast<int64_t>(sizeof(float))});
@@ -82,7 +69,7 @@ VerifyReport verify_sharded_checkpoint(const std::string& dir, const std::functi
     try {
       const std::string path = dir + "/" + s.file;
       ST_CHECK(fs::exists(path), ErrorKind::kIo, "file missing");
-      H5Handle ds = open_checked_dataset(files.get(s.file, [&] { return open_file(path); }).get(), s.kind, s.dataset);
+      H5Handle ds = open_checked_dataset(files.get(s.file, [&] { return open_checkpoint_file(path, fapl.get()); }).get(), s.kind, s.dataset);
       const int64_t stored = dataset_numel(ds.get());
       ST_CHECK(stored >= s.dataset_offset + s.length, ErrorKind::kIo,
                "the dataset has {} elements, too few for elements {}..{} of it", stored, s.dataset_offset,

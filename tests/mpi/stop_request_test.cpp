@@ -22,27 +22,44 @@
 namespace shardtune {
 namespace {
 
-TEST(StopRequest, OneRanksSignalStopsEveryRankAtTheSameStepAfterOneSave) {
-  int rank = 0, world = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &world);
-  job::Job job;
-  job.slurm.ntasks_per_node = world;
-  job.train.batch_size_training = 2;
-  job.train.num_epochs = 1;
-  job.train.max_train_step = 50;
-  job.train.mixed_precision = false;
-  job.train.run_validation = false;
-  job.checkpoint.every_steps = 4;
-  job.metrics.jsonl = false;
-  job.metrics.log_every_steps = 100;
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+int world_size() {
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
 
+// The tiny model sharded over the world, on synthetic data; `steps` optimizer steps at most.
+struct TinyRun {
+  explicit TinyRun(int64_t steps) {
+    job.slurm.ntasks_per_node = world;
+    job.train.batch_size_training = 2;
+    job.train.num_epochs = 1;
+    job.train.max_train_step = steps;
+    job.train.mixed_precision = false;
+    job.train.run_validation = false;
+    job.metrics.jsonl = false;
+    job.metrics.log_every_steps = 100;
+    model::init_weights(m, 1);
+    sharded = std::make_unique<fsdp::FsdpLlama>(
+        m, groups, fsdp::fsdp_options(job.fsdp, job.train, world, static_cast<int>(job.slurm.ranks_per_node())));
+  }
+  const int rank = world_rank(), world = world_size();
+  job::Job job;
   dist::ProcessGroups groups = dist::make_mpi_groups(MPI_COMM_WORLD, world, 60.0);
-  model::LlamaForCausalLM m(model::LlamaConfig::tiny(), at::TensorOptions().dtype(at::kFloat));
-  model::init_weights(m, 1);
-  fsdp::FsdpLlama sharded(m, groups,
-                          fsdp::fsdp_options(job.fsdp, job.train, world, static_cast<int>(job.slurm.ranks_per_node())));
-  const train::SyntheticCopyDataset data(4096, 16, 256, 3);
+  model::LlamaForCausalLM m{model::LlamaConfig::tiny(), at::TensorOptions().dtype(at::kFloat)};
+  std::unique_ptr<fsdp::FsdpLlama> sharded;
+  const train::SyntheticCopyDataset data{4096, 16, 256, 3};
+};
+
+TEST(StopRequest, OneRanksSignalStopsEveryRankAtTheSameStepAfterOneSave) {
+  TinyRun run(50);
+  const int rank = run.rank, world = run.world;
+  run.job.checkpoint.every_steps = 4;
 
   // The last rank is signalled during step 6 (a real SIGUSR1, through the installed handler).
   train::install_stop_handlers();
@@ -56,9 +73,10 @@ TEST(StopRequest, OneRanksSignalStopsEveryRankAtTheSameStepAfterOneSave) {
       std::raise(SIGTERM);
     }
   };
+  const job::Job& job = run.job;
   train::Trainer trainer(
-      {job.train, job.metrics, job.job.output_dir, job.checkpoint.every_steps, model::LlamaConfig::tiny()}, groups,
-      sharded, data, nullptr, hooks);
+      {job.train, job.metrics, job.job.output_dir, job.checkpoint.every_steps, model::LlamaConfig::tiny()}, run.groups,
+      *run.sharded, run.data, nullptr, hooks);
   const train::TrainSummary summary = trainer.run();
 
   EXPECT_EQ(summary.stop_signal, SIGUSR1);
@@ -70,33 +88,17 @@ TEST(StopRequest, OneRanksSignalStopsEveryRankAtTheSameStepAfterOneSave) {
 // Under Slurm the stop comes signal_lead_s ahead of the time limit: the measured longest step plus
 // a foreground save (here slowed to 0.2 s) that do not fit in it are warned about, once, by rank 0.
 TEST(StopRequest, ASignalLeadShorterThanAStepAndASaveIsWarnedAbout) {
-  int rank = 0, world = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &world);
-  job::Job job;
-  job.slurm.ntasks_per_node = world;
-  job.train.batch_size_training = 2;
-  job.train.num_epochs = 1;
-  job.train.max_train_step = 6;
-  job.train.mixed_precision = false;
-  job.train.run_validation = false;
-  job.metrics.jsonl = false;
-  job.metrics.log_every_steps = 100;
-  dist::ProcessGroups groups = dist::make_mpi_groups(MPI_COMM_WORLD, world, 60.0);
-  model::LlamaForCausalLM m(model::LlamaConfig::tiny(), at::TensorOptions().dtype(at::kFloat));
-  model::init_weights(m, 1);
-  fsdp::FsdpLlama sharded(m, groups,
-                          fsdp::fsdp_options(job.fsdp, job.train, world, static_cast<int>(job.slurm.ranks_per_node())));
-  const train::SyntheticCopyDataset data(4096, 16, 256, 3);
+  TinyRun run(6);
+  const int rank = run.rank;
   train::CheckpointHooks hooks;
   hooks.save = [](fsdp::AdamW&, const train::ResumePoint&) { std::this_thread::sleep_for(std::chrono::milliseconds(200)); };
   auto ring = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(64);
   const auto previous = spdlog::default_logger();
   spdlog::set_default_logger(std::make_shared<spdlog::logger>("test", ring));
   auto lead = [&](double signal_lead_s) {
-    train::TrainerOptions options{job.train, job.metrics, job.job.output_dir, 2, model::LlamaConfig::tiny()};
+    train::TrainerOptions options{run.job.train, run.job.metrics, run.job.job.output_dir, 2, model::LlamaConfig::tiny()};
     options.signal_lead_s = signal_lead_s;
-    train::Trainer trainer(options, groups, sharded, data, nullptr, hooks);
+    train::Trainer trainer(options, run.groups, *run.sharded, run.data, nullptr, hooks);
     const train::TrainSummary summary = trainer.run();
     int warnings = 0;
     for (const std::string& line : ring->last_formatted())
