@@ -229,7 +229,7 @@ std::string manifest_text(const Manifest& m) {
                      {{"path", a.base_path},
                       {"config_sha256", a.base_config_sha256},
                       {"tensors_sha256", a.base_tensors_sha256},
-                      {"weights_hash", "all-bytes"},
+                      {"weights_hash", kWeightsHash},
                       {"weights_sha256", a.base_weights_sha256},
                       {"weights_sample_sha256", a.base_weights_sample_sha256}}}};
     if (a.method == "qlora")
@@ -391,11 +391,16 @@ Manifest parse_manifest(const std::string& text, const std::string& where) {
       r.base_path = f.string(*b, "path", at + ".base_model");
       r.base_config_sha256 = f.string(*b, "config_sha256", at + ".base_model");
       r.base_tensors_sha256 = f.string(*b, "tensors_sha256", at + ".base_model");
-      // Before "weights_hash", weights_sha256 was the first-64-bytes sample.
-      const bool all_bytes = f.string(*b, "weights_hash", at + ".base_model", false) == "all-bytes";
-      (all_bytes ? r.base_weights_sha256 : r.base_weights_sample_sha256) =
-          f.string(*b, "weights_sha256", at + ".base_model");
-      if (all_bytes) r.base_weights_sample_sha256 = f.string(*b, "weights_sample_sha256", at + ".base_model");
+      // Before "weights_hash", weights_sha256 was the first-64-bytes sample. "all-bytes" hashed each
+      // tensor whole, which no reader can any more: such a record compares by its sample alone.
+      const std::string scheme = f.string(*b, "weights_hash", at + ".base_model", false);
+      const std::string weights = f.string(*b, "weights_sha256", at + ".base_model");
+      if (scheme.empty()) {
+        r.base_weights_sample_sha256 = weights;
+      } else {
+        if (scheme == kWeightsHash) r.base_weights_sha256 = weights;
+        r.base_weights_sample_sha256 = f.string(*b, "weights_sample_sha256", at + ".base_model");
+      }
     }
     m.adapter = std::move(r);
   }

@@ -47,6 +47,9 @@ struct ManifestSlice {
 
 // A LoRA checkpoint holds only the adapters (and their AdamW moments): this records how they were
 // made and the base model they adapt, which a resume and the tools compare with theirs.
+// How the base's weights_sha256 was taken: SHA-256 of 1 MiB chunks (weights_digest.h).
+inline constexpr const char* kWeightsHash = "sha256-1MiB-chunks";
+
 struct AdapterRecord {
   std::string method = "lora";              // or "qlora": the base's projections in NF4
   int64_t nf4_block_size = 0;               // qlora: the NF4 format the adapters were trained on
@@ -58,7 +61,9 @@ struct AdapterRecord {
   std::string base_path;                    // the base model folder, or "preset:<name>"
   std::string base_config_sha256;           // SHA-256 of the base's config.json
   std::string base_tensors_sha256;          // SHA-256 of its tensor index (every name, dtype, shape)
-  std::string base_weights_sha256;          // SHA-256 of every byte of every tensor; empty in older checkpoints
+  // SHA-256 of every byte of every tensor (checkpoint/hf/weights_digest.h); empty in older
+  // checkpoints, and in those that hashed each tensor whole ("weights_hash": "all-bytes").
+  std::string base_weights_sha256;
   std::string base_weights_sample_sha256;   // SHA-256 of the first 64 bytes of every tensor
 };
 

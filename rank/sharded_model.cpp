@@ -57,16 +57,20 @@ ShardedModel build_sharded_model(const job::Job& job, const model::LlamaConfig& 
   const bool lora = job.peft.adapters();
   // Not reading the base: built without weights as a streamed model is, then left unloaded.
   const bool stream = streams_weights(job, config) || !read_base;
+  // The base's identity: each rank that reads weights hashes what it reads (world rank 0 alone,
+  // when every rank builds the whole model), and world rank 0 merges the digests.
+  const bool identify = lora && job.model.init == job::ModelInit::kPretrained && !job.model.path.empty();
   std::optional<checkpoint::WeightsDigest> digest;
-  if (lora && topo.rank == 0 && job.model.init == job::ModelInit::kPretrained && !job.model.path.empty())
-    digest.emplace(checkpoint::HfFolder::open(job.model.path));
+  if (identify && !stream && topo.rank == 0) digest.emplace(checkpoint::HfFolder::open(job.model.path));
   ShardedModel m;
   m.model = stream ? std::make_unique<model::LlamaForCausalLM>(config, at::TensorOptions().device(at::kMeta))
                    : build_model(job, config, digest ? &*digest : nullptr);
   add_job_adapters(job, *m.model);
   const fsdp::SourceFactory source = [&]() -> std::unique_ptr<fsdp::TensorSource> {
     std::unique_ptr<fsdp::TensorSource> s = checkpoint::HfFolderSourceFactory{job.model.path}();
-    return digest ? checkpoint::digesting_source(std::move(s), *digest) : std::move(s);
+    if (!identify) return s;
+    if (!digest) digest.emplace(checkpoint::HfFolder::open(job.model.path));
+    return checkpoint::digesting_source(std::move(s), *digest);
   };
   fsdp::FsdpOptions options = fsdp::fsdp_options(job.fsdp, job.train, topo.world_size, topo.local_size, device, lora);
   if (job.peft.method == job::PeftMethod::kQlora)
@@ -78,21 +82,26 @@ ShardedModel build_sharded_model(const job::Job& job, const model::LlamaConfig& 
   if (!read_base) {
     spdlog::info("the base weights are not read: the checkpoint to resume holds every weight");
   } else if (stream) {
-    const fsdp::LoadStats load = fsdp::load_shards(*m.sharded, source, MPI_COMM_WORLD,
-                                                   {job.fsdp.load_readers == job::LoadReaders::kNode});
+    fsdp::LoadOptions load_options;
+    load_options.reader_per_node = job.fsdp.load_readers == job::LoadReaders::kNode;
+    if (identify) load_options.granule_bytes = static_cast<int64_t>(checkpoint::WeightsDigest::kChunkBytes);
+    const fsdp::LoadStats load = fsdp::load_shards(*m.sharded, source, MPI_COMM_WORLD, load_options);
     seconds = load.seconds;
     spdlog::info("streamed the weights into shards in {:.1f} s, read by {}{}", load.seconds,
                  job.fsdp.load_readers == job::LoadReaders::kNode ? "one rank per node" : "world rank 0 for every rank",
                  load.reader ? fmt::format(" ({:.2f} GB by this rank)", static_cast<double>(load.bytes_read) / 1e9)
                              : "");
   }
-  if (digest) {
-    digest->complete(checkpoint::HfFolder::open(job.model.path));  // what no read passed by (NF4 storage)
-    m.weights_sha256 = digest->hex();
-    spdlog::info("base model identity: SHA-256 of every weight byte, {:.2f} s of hashing{}", digest->seconds(),
-                 seconds > 0 ? fmt::format(" within the {:.2f} s load ({:.0f}%)", seconds,
-                                           100.0 * digest->seconds() / seconds)
-                             : "");
+  if (identify) {
+    const std::optional<checkpoint::HfFolder> folder =
+        topo.rank == 0 ? std::optional(checkpoint::HfFolder::open(job.model.path)) : std::nullopt;
+    m.weights_sha256 = checkpoint::merged_digest(digest ? &*digest : nullptr, folder ? &*folder : nullptr, *groups.world);
+    if (digest)
+      spdlog::info("base model identity: SHA-256 of every weight byte this rank read, {:.2f} s of hashing{}",
+                   digest->seconds(),
+                   seconds > 0 ? fmt::format(" within the {:.2f} s load ({:.0f}%)", seconds,
+                                             100.0 * digest->seconds() / seconds)
+                               : "");
   }
   log_model(job, m, frozen, options);
   return m;

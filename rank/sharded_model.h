@@ -1,7 +1,8 @@
 // The job's model, sharded: either every rank builds the whole model and keeps its shards, or the
 // model is built without weights and each rank receives only its shards from the readers
-// (streams_weights). With LoRA on a pretrained base, world rank 0 digests every weight byte as it
-// reads it: the base identity its adapter checkpoints record (checkpoint/hf/weights_digest.h).
+// (streams_weights). With LoRA on a pretrained base, every rank that reads weights digests the bytes
+// it reads, and world rank 0 merges the digests: the base identity its adapter checkpoints record
+// (checkpoint/hf/weights_digest.h).
 #pragma once
 
 #include <memory>
@@ -18,7 +19,7 @@ namespace shardtune::rank_program {
 struct ShardedModel {
   std::unique_ptr<model::LlamaForCausalLM> model;  // its parameters released into the shards
   std::unique_ptr<fsdp::FsdpLlama> sharded;
-  std::string weights_sha256;  // world rank 0 of a LoRA job on a pretrained base; empty elsewhere
+  std::string weights_sha256;  // a LoRA job on a pretrained base (every rank); empty for others
 };
 
 // Collective over the groups' world.

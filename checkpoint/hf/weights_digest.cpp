@@ -4,10 +4,16 @@
 #include <c10/core/ScalarType.h>
 #include <fmt/format.h>
 
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
 #include <chrono>
+#include <sstream>
 
 #include "common/aligned_vector.h"
 #include "common/error.h"
+#include "runtime/dist/agree.h"
+#include "runtime/dist/text_collectives.h"
 #include "runtime/model/llama_config.h"
 
 namespace shardtune::checkpoint {
@@ -22,43 +28,118 @@ std::vector<std::string> identity_tensors(const HfFolder& folder) {
   return out;
 }
 
-WeightsDigest::WeightsDigest(const HfFolder& folder) {
-  for (const std::string& name : identity_tensors(folder)) tensors_[name].size = folder.info(name).nbytes;
+WeightsDigest::WeightsDigest(const HfFolder& folder, uint64_t chunk_bytes) : chunk_(chunk_bytes) {
+  ST_CHECK(chunk_ > 0, ErrorKind::kInternal, "weights digest in chunks of 0 bytes");
+  for (const std::string& name : identity_tensors(folder)) {
+    Tensor& t = tensors_[name];
+    t.size = folder.info(name).nbytes;
+    t.chunks.resize(chunk_count(t));
+  }
 }
 
 void WeightsDigest::add(const std::string& name, uint64_t offset, const void* data, uint64_t size) {
   auto it = tensors_.find(name);
   if (it == tensors_.end()) return;
   Tensor& t = it->second;
-  ST_CHECK(offset == t.done && offset + size <= t.size, ErrorKind::kInternal,
-           "weights digest: bytes {}..{} of {} arrived after {} of its {} bytes", offset, offset + size, name, t.done,
-           t.size);
+  ST_CHECK(offset + size <= t.size, ErrorKind::kInternal, "weights digest: bytes {}..{} of {}, which has {}", offset,
+           offset + size, name, t.size);
   const auto start = std::chrono::steady_clock::now();
-  t.sha.update(data, size);
-  t.done += size;
+  const auto* bytes = static_cast<const std::byte*>(data);
+  for (uint64_t at = offset; at < offset + size;) {
+    const uint64_t c = at / chunk_, chunk_begin = c * chunk_;
+    const uint64_t chunk_end = std::min(t.size, chunk_begin + chunk_);
+    const uint64_t n = std::min(chunk_end, offset + size) - at;
+    if (t.chunks[c].empty()) {
+      if (at == chunk_begin) t.partial.erase(c);  // a chunk read again from its start: hashed anew
+      auto p = t.partial.find(c);
+      if (p == t.partial.end() && at == chunk_begin) p = t.partial.emplace(c, Partial{}).first;
+      if (p != t.partial.end() && chunk_begin + p->second.done == at) {
+        p->second.sha.update(bytes + (at - offset), n);
+        p->second.done += n;
+        if (chunk_begin + p->second.done == chunk_end) {
+          t.chunks[c] = p->second.sha.hex();
+          t.partial.erase(p);
+        }
+      }
+    }
+    at += n;
+  }
   seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-void WeightsDigest::complete(const HfFolder& folder) {
-  common::AlignedVector<std::byte> buffer;
-  for (auto& [name, t] : tensors_) {
-    while (t.done < t.size) {
-      const uint64_t n = std::min<uint64_t>(t.size - t.done, uint64_t{16} << 20);
-      buffer.resize(n);
-      folder.file_of(name).read_bytes(folder.info(name), t.done, n, buffer.data());
-      add(name, t.done, buffer.data(), n);
-    }
+std::string WeightsDigest::chunks_text() const {
+  std::string out;
+  size_t index = 0;
+  for (const auto& [name, t] : tensors_) {
+    for (size_t c = 0; c < t.chunks.size(); ++c)
+      if (!t.chunks[c].empty()) out += fmt::format("{} {} {}\n", index, c, t.chunks[c]);
+    ++index;
+  }
+  return out;
+}
+
+void WeightsDigest::merge(const std::string& text) {
+  std::vector<Tensor*> by_index;
+  for (auto& [name, t] : tensors_) by_index.push_back(&t);
+  std::istringstream in(text);
+  size_t index = 0, c = 0;
+  std::string hex;
+  while (in >> index >> c >> hex) {
+    ST_CHECK(index < by_index.size() && c < by_index[index]->chunks.size() && hex.size() == 64, ErrorKind::kInternal,
+             "weights digest: a chunk record {} {} {} of another rank does not fit this folder", index, c, hex);
+    Tensor& t = *by_index[index];
+    ST_CHECK(t.chunks[c].empty() || t.chunks[c] == hex, ErrorKind::kInternal,
+             "weights digest: two ranks read different bytes for chunk {} of tensor {}", c, index);
+    t.chunks[c] = hex;
+    t.partial.erase(c);
   }
 }
 
-std::string WeightsDigest::hex() {
-  std::string lines;
+uint64_t WeightsDigest::complete(const HfFolder& folder) {
+  common::AlignedVector<std::byte> buffer;
+  uint64_t read = 0;
   for (auto& [name, t] : tensors_) {
-    ST_CHECK(t.done == t.size, ErrorKind::kInternal, "weights digest: {} was read to byte {} of {}", name, t.done,
-             t.size);
-    lines += fmt::format("{} {}\n", name, t.sha.hex());
+    for (uint64_t c = 0; c < t.chunks.size(); ++c) {
+      if (!t.chunks[c].empty()) continue;
+      const uint64_t begin = c * chunk_, n = std::min(t.size, begin + chunk_) - begin;
+      buffer.resize(n);
+      folder.file_of(name).read_bytes(folder.info(name), begin, n, buffer.data());
+      add(name, begin, buffer.data(), n);
+      read += n;
+    }
+  }
+  return read;
+}
+
+std::string WeightsDigest::hex() const {
+  std::string lines;
+  for (const auto& [name, t] : tensors_) {
+    std::string chunks;
+    for (size_t c = 0; c < t.chunks.size(); ++c) {
+      ST_CHECK(!t.chunks[c].empty(), ErrorKind::kInternal, "weights digest: bytes {}..{} of {} were not hashed",
+               c * chunk_, std::min<uint64_t>(t.size, (c + 1) * chunk_), name);
+      chunks += t.chunks[c] + "\n";
+    }
+    lines += fmt::format("{} {}\n", name, common::sha256_hex(chunks));
   }
   return common::sha256_hex(lines);
+}
+
+std::string merged_digest(WeightsDigest* mine, const HfFolder* folder_on_root, dist::Communicator& world,
+                          uint64_t chunk_bytes) {
+  const std::vector<std::string> all = dist::gather_text(world, mine != nullptr ? mine->chunks_text() : std::string());
+  return dist::decide_on_root(world, [&] {
+    ST_CHECK(folder_on_root != nullptr, ErrorKind::kInternal, "weights digest: world rank 0 has no model folder");
+    WeightsDigest merged(*folder_on_root, chunk_bytes);
+    for (const std::string& text : all) merged.merge(text);
+    const auto start = std::chrono::steady_clock::now();
+    const uint64_t read = merged.complete(*folder_on_root);
+    if (read > 0)
+      spdlog::info("base model identity: {:.2f} GB no reader saw as stored hashed by world rank 0 in {:.2f} s",
+                   static_cast<double>(read) / 1e9,
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    return merged.hex();
+  }, "identifying the base model (merging the readers' digests)");
 }
 
 namespace {

@@ -62,6 +62,7 @@ class FsdpLlama {
   // Time in gathers and gradient reductions since construction.
   const CommStats& comm_stats() const { return context_.comm; }
   const FsdpOptions& options() const { return context_.options; }
+  dist::ProcessGroups& groups() { return groups_; }
   const at::Device& device() const { return context_.options.device; }
   // Padding elements added so that every flat parameter divides evenly (summed over units).
   int64_t padding_elements() const { return padding_; }

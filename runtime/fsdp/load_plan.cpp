@@ -47,6 +47,44 @@ std::vector<ShardTake> shard_takes(const std::vector<RoundParam>& round, const s
   return out;
 }
 
+NeededRanges needed_ranges(const FlatLayout& layout, const std::vector<std::vector<ShardPiece>>& pieces,
+                           const std::vector<int64_t>& granule) {
+  NeededRanges out(layout.params().size());
+  for (const std::vector<ShardPiece>& list : pieces) {
+    for (const ShardPiece& p : list) {
+      const int64_t g = granule.at(p.param), numel = layout.params()[p.param].numel;
+      ST_CHECK(g >= 1, common::ErrorKind::kInternal, "a granule of {} elements", g);
+      const int64_t end = std::min(numel, (p.param_offset + p.length + g - 1) / g * g);
+      out[p.param].emplace_back(p.param_offset, end);
+    }
+  }
+  for (auto& ranges : out) {
+    std::sort(ranges.begin(), ranges.end());
+    std::vector<std::pair<int64_t, int64_t>> merged;
+    for (const auto& r : ranges) {
+      if (!merged.empty() && r.first <= merged.back().second) {
+        merged.back().second = std::max(merged.back().second, r.second);
+      } else {
+        merged.push_back(r);
+      }
+    }
+    ranges = std::move(merged);
+  }
+  return out;
+}
+
+std::vector<RoundParam> round_reads(const std::vector<RoundParam>& round, const NeededRanges& needed,
+                                    const std::vector<int64_t>& stored_size) {
+  std::vector<RoundParam> out;
+  for (const RoundParam& r : round) {
+    for (const auto& [first, last] : needed.at(r.param)) {
+      const int64_t lo = std::max(r.begin, first), hi = std::min(r.end, last);
+      if (lo < hi) out.push_back({r.param, lo, hi, r.staged_offset + (lo - r.begin) * stored_size.at(r.param)});
+    }
+  }
+  return out;
+}
+
 int64_t stage_capacity(int64_t round_numel, size_t params, int64_t max_stored_size) {
   const int64_t bytes = round_numel * max_stored_size + static_cast<int64_t>(params) * kStageAlignment;
   return (bytes + kStageAlignment - 1) / kStageAlignment * kStageAlignment;

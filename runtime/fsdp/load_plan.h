@@ -31,6 +31,21 @@ struct ShardTake {
 // Staged ranges start at multiples of this many bytes.
 inline constexpr int64_t kStageAlignment = 64;
 
+// Per parameter of a flat parameter: sorted, disjoint element ranges [first, second).
+using NeededRanges = std::vector<std::vector<std::pair<int64_t, int64_t>>>;
+
+// What a reader reads of each parameter for the ranks it serves: the union of their `pieces`
+// (FlatLayout::pieces_in_part), each range's end rounded up to a multiple of `granule[param]`
+// elements (1: not rounded), but not past the parameter's end: a range that ends inside a granule
+// reads the rest of it, so that every whole granule is read by one reader (a digest's chunk).
+NeededRanges needed_ranges(const FlatLayout& layout, const std::vector<std::vector<ShardPiece>>& pieces,
+                           const std::vector<int64_t>& granule);
+
+// The parts of a round's parameter ranges that fall in `needed`, each staged where it lies in the
+// round: what the reader reads of that round. Empty: the round is of no use to its ranks.
+std::vector<RoundParam> round_reads(const std::vector<RoundParam>& round, const NeededRanges& needed,
+                                    const std::vector<int64_t>& stored_size);
+
 // Number of rounds that stream `numel` elements `round_numel` at a time.
 int64_t round_count(int64_t numel, int64_t round_numel);
 

@@ -40,4 +40,21 @@ std::vector<ShardPiece> FlatLayout::pieces_in_shard(int shard) const {
   return out;
 }
 
+std::vector<ShardPiece> FlatLayout::pieces_in_part(int shard, ShardPart part) const {
+  std::vector<ShardPiece> out;
+  for (const ShardPiece& p : pieces_in_shard(shard)) {
+    const int64_t lo = std::max(part.begin, p.shard_offset), hi = std::min(part.end, p.shard_offset + p.length);
+    if (lo < hi) out.push_back({p.param, p.param_offset + (lo - p.shard_offset), lo, hi - lo});
+  }
+  return out;
+}
+
+ShardPart replica_part(int64_t numel, int parts, int index, int64_t align) {
+  ST_CHECK(parts >= 1 && index >= 0 && index < parts && align >= 1 && numel >= 0, common::ErrorKind::kInternal,
+           "part {} of {} of {} elements (aligned to {})", index, parts, numel, align);
+  const int64_t units = (numel + align - 1) / align;  // the last may be short
+  auto boundary = [&](int64_t i) { return std::min(numel, (units * i / parts) * align); };
+  return {boundary(index), index + 1 == parts ? numel : boundary(index + 1)};
+}
+
 }  // namespace shardtune::fsdp

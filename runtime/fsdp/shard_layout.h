@@ -24,6 +24,18 @@ struct ShardPiece {
   int64_t length = 0;
 };
 
+// Elements [begin, end) of a shard.
+struct ShardPart {
+  int64_t begin = 0;
+  int64_t end = 0;
+  int64_t length() const { return end - begin; }
+};
+
+// Part `index` of `parts` of a shard of `numel` elements, for replicas that split a shard between
+// them (runtime/fsdp/replica_parts.h): consecutive, as even as `align` allows (every boundary a
+// multiple of `align` elements, but the shard's end).
+ShardPart replica_part(int64_t numel, int parts, int index, int64_t align = 1);
+
 class FlatLayout {
  public:
   struct Entry {
@@ -48,6 +60,8 @@ class FlatLayout {
 
   // The pieces of parameters inside `shard`, in flat order; padding is not a piece.
   std::vector<ShardPiece> pieces_in_shard(int shard) const;
+  // Those pieces cut to elements `part` of the shard.
+  std::vector<ShardPiece> pieces_in_part(int shard, ShardPart part) const;
 
  private:
   std::vector<ParamSpan> params_;

@@ -28,6 +28,7 @@
 #include "runtime/dist/mpi_check.h"
 #include "runtime/dist/agree.h"
 #include "runtime/fsdp/load_plan.h"
+#include "runtime/fsdp/replica_parts.h"
 #include "runtime/model/lora.h"
 
 namespace shardtune::fsdp {
@@ -214,7 +215,16 @@ struct Plan {
   bool reader = false;
   bool local = false;  // on the reader's node: takes its parts from the shared window
   int shard = 0;       // this rank's shard index
-  std::vector<int> remote_shard;  // group rank -> shard index; -1 for ranks on the reader's node
+  // The reader and the ranks it serves, by group rank: which shard each holds, which part of it
+  // (replicas split a shard between them), and whether it is on the reader's node.
+  struct Member {
+    int shard = 0;
+    int replica = 0;
+    bool local = true;
+  };
+  std::vector<Member> members;
+  int me = 0;  // this rank's group rank
+  int replicas = 1;  // ranks holding each shard
   // Per flat parameter, per parameter: stored dtype and its size; and the storage order.
   std::vector<std::vector<at::ScalarType>> stored;
   std::vector<std::vector<int64_t>> stored_size;
@@ -228,7 +238,8 @@ struct Plan {
 };
 
 // The ranks' roles: who reads for whom.
-Plan join_groups(const std::vector<FlatParam*>& flats, MPI_Comm world, const LoadOptions& options) {
+Plan join_groups(const std::vector<FlatParam*>& flats, MPI_Comm world, const LoadOptions& options,
+                 const dist::Communicator& replicas) {
   Plan plan;
   int world_rank = 0;
   ST_MPI_CHECK(MPI_Comm_rank(world, &world_rank));
@@ -246,19 +257,19 @@ Plan join_groups(const std::vector<FlatParam*>& flats, MPI_Comm world, const Loa
   ST_MPI_CHECK(MPI_Comm_rank(plan.group(), &me));
   ST_MPI_CHECK(MPI_Comm_size(plan.group(), &members));
   plan.reader = me == 0;
+  plan.me = me;
   plan.shard = flats.empty() ? 0 : flats.front()->shard_rank();
 
-  // Each member's shard and node (named by its node's lowest world rank).
+  plan.replicas = replicas.size();
+  // Each member's shard, replica and node (named by its node's lowest world rank).
   int node_leader = world_rank;
   ST_MPI_CHECK(MPI_Bcast(&node_leader, 1, MPI_INT, 0, plan.node()));
-  const int mine[2] = {plan.shard, node_leader};
-  std::vector<int> all(static_cast<size_t>(2 * members));
-  ST_MPI_CHECK(MPI_Allgather(mine, 2, MPI_INT, all.data(), 2, MPI_INT, plan.group()));
-  for (int j = 0; j < members; ++j) {
-    const bool local = all[static_cast<size_t>(2 * j + 1)] == all[1];
-    plan.remote_shard.push_back(local ? -1 : all[static_cast<size_t>(2 * j)]);
-  }
-  plan.local = plan.remote_shard[static_cast<size_t>(me)] < 0;
+  const int mine[3] = {plan.shard, replicas.rank(), node_leader};
+  std::vector<int> all(static_cast<size_t>(3 * members));
+  ST_MPI_CHECK(MPI_Allgather(mine, 3, MPI_INT, all.data(), 3, MPI_INT, plan.group()));
+  for (size_t j = 0; j < static_cast<size_t>(members); ++j)
+    plan.members.push_back({all[3 * j], all[3 * j + 1], all[3 * j + 2] == all[2]});
+  plan.local = plan.members[static_cast<size_t>(me)].local;
   return plan;
 }
 
@@ -391,12 +402,16 @@ class ShardLoader {
   LoadStats run();
 
  private:
-  std::vector<RoundParam> params_of(size_t k) const;
-  std::vector<ShardTake> takes_of(size_t k, int shard) const;
+  std::vector<RoundParam> params_of(size_t flat, int64_t round) const;
+  std::vector<RoundParam> reads_of(size_t flat, int64_t round) const;
+  std::vector<ShardTake> takes_of(size_t k, const Plan::Member& member) const;
+  const Plan::Member& me() const { return plan_.members[static_cast<size_t>(plan_.me)]; }
   std::vector<ReadRequest> requests_of(size_t k) const;
   int64_t round_bytes(size_t k) const;
+  void plan_rounds(const LoadOptions& options);
   void fill(size_t k);
   void take(size_t k, const char* src, bool packed);
+  void finish_flats(size_t until);
   void send_remote(size_t k);
   void read_rounds();
   void take_shared_rounds();
@@ -406,9 +421,12 @@ class ShardLoader {
   const Clock::time_point start_ = Clock::now();
   int world_rank_ = 0;
   std::vector<FlatParam*> flats_;
+  dist::Communicator& replicas_;
   Plan plan_;
   std::unique_ptr<TensorSource> source_;
-  std::vector<std::pair<size_t, int64_t>> rounds_;  // every round of every flat parameter: (flat, round)
+  std::vector<NeededRanges> needed_;  // per flat parameter: what the group's ranks need of it
+  std::vector<std::pair<size_t, int64_t>> rounds_;  // the rounds the group needs: (flat, round)
+  size_t finished_ = 0;  // flats [0, finished_) are complete on this rank
   int64_t device_chunk_ = 0;
   at::Tensor device_stage_;  // shards on a GPU receive their parts through this pinned host buffer
   common::AlignedVector<char> packed_;  // a round's parts of one shard, end to end, for another node
@@ -417,49 +435,78 @@ class ShardLoader {
 
 ShardLoader::ShardLoader(FsdpLlama& model, const SourceFactory& open_source, MPI_Comm world,
                          const LoadOptions& options, bool nf4_stored)
-    : flats_(base_flats(model, nf4_stored)), plan_(join_groups(flats_, world, options)) {
+    : flats_(base_flats(model, nf4_stored)),
+      replicas_(*model.groups().replicate),
+      plan_(join_groups(flats_, world, options, replicas_)) {
   ST_MPI_CHECK(MPI_Comm_rank(world, &world_rank_));
   if (plan_.reader) source_ = open_source();
   agree_storage(plan_, flats_, source_.get(), world);
   allocate_staging(plan_, options);
-  for (size_t f = 0; f < flats_.size(); ++f)
-    for (int64_t r = 0; r < round_count(flats_[f]->layout().numel(), plan_.round_numel); ++r) rounds_.emplace_back(f, r);
+  plan_rounds(options);
   device_chunk_ = std::min<int64_t>(plan_.round_numel, int64_t{1} << 22);
   if (world_rank_ != 0) return;
-  const auto remote = std::count_if(plan_.remote_shard.begin(), plan_.remote_shard.end(), [](int s) { return s >= 0; });
+  const auto remote = std::count_if(plan_.members.begin(), plan_.members.end(), [](const Plan::Member& m) { return !m.local; });
   spdlog::info("streaming the weights: {}, rounds of {:.1f} MiB staged in shared memory, {} rank(s) served by "
-               "messages",
-               options.reader_per_node ? "one reader per node" : "world rank 0 reads for every rank",
-               static_cast<double>(plan_.stage_bytes) / (1 << 20), remote);
+               "messages{}",
+               options.reader_per_node ? "one reader per node, reading what its node's ranks hold"
+                                       : "world rank 0 reads for every rank",
+               static_cast<double>(plan_.stage_bytes) / (1 << 20), remote,
+               plan_.replicas > 1 ? fmt::format("; the {} replicas of each shard read a part each and share them",
+                                                plan_.replicas)
+                                  : "");
   // World rank 0 reads every round: its progress is the job's.
   int64_t total = 0;
   for (size_t k = 0; k < rounds_.size(); ++k) total += round_bytes(k);
   progress_.emplace(common::logged_progress("loading the weights", total));
 }
 
-std::vector<RoundParam> ShardLoader::params_of(size_t k) const {
-  const auto [f, r] = rounds_[k];
+std::vector<RoundParam> ShardLoader::params_of(size_t f, int64_t r) const {
   return round_params(flats_[f]->layout(), plan_.storage_order[f], r, plan_.round_numel, plan_.stored_size[f]);
 }
 
-std::vector<ShardTake> ShardLoader::takes_of(size_t k, int shard) const {
-  const size_t f = rounds_[k].first;
-  return shard_takes(params_of(k), flats_[f]->layout().pieces_in_shard(shard), plan_.stored_size[f]);
+std::vector<RoundParam> ShardLoader::reads_of(size_t f, int64_t r) const {
+  return round_reads(params_of(f, r), needed_[f], plan_.stored_size[f]);
+}
+
+// What `member` takes of round k: the pieces of its part of its shard.
+std::vector<ShardTake> ShardLoader::takes_of(size_t k, const Plan::Member& member) const {
+  const auto [f, r] = rounds_[k];
+  const FlatLayout& layout = flats_[f]->layout();
+  const ShardPart part = replica_part(layout.shard_numel(), plan_.replicas, member.replica);
+  return shard_takes(params_of(f, r), layout.pieces_in_part(member.shard, part), plan_.stored_size[f]);
 }
 
 std::vector<ReadRequest> ShardLoader::requests_of(size_t k) const {
-  const size_t f = rounds_[k].first;
+  const auto [f, r] = rounds_[k];
   std::vector<ReadRequest> requests;
-  for (const RoundParam& p : params_of(k))
+  for (const RoundParam& p : reads_of(f, r))
     requests.push_back({&flats_[f]->layout().params()[p.param].name, p.begin, p.end - p.begin, plan_.stored[f][p.param],
                         plan_.buffer(static_cast<int64_t>(k)) + p.staged_offset});
   return requests;
 }
 
 int64_t ShardLoader::round_bytes(size_t k) const {
+  const auto [f, r] = rounds_[k];
   int64_t bytes = 0;
-  for (const RoundParam& p : params_of(k)) bytes += (p.end - p.begin) * plan_.stored_size[rounds_[k].first][p.param];
+  for (const RoundParam& p : reads_of(f, r)) bytes += (p.end - p.begin) * plan_.stored_size[f][p.param];
   return bytes;
+}
+
+// What the group's ranks need of each flat parameter (each its part of its shard), and the rounds
+// that hold any of it: the reader reads nothing else. Every rank of the group plans the same.
+void ShardLoader::plan_rounds(const LoadOptions& options) {
+  for (size_t f = 0; f < flats_.size(); ++f) {
+    const FlatLayout& layout = flats_[f]->layout();
+    std::vector<std::vector<ShardPiece>> pieces;
+    for (const Plan::Member& m : plan_.members)
+      pieces.push_back(layout.pieces_in_part(m.shard, replica_part(layout.shard_numel(), plan_.replicas, m.replica)));
+    std::vector<int64_t> granule;
+    for (int64_t size : plan_.stored_size[f])
+      granule.push_back(options.granule_bytes > 0 ? std::max<int64_t>(1, options.granule_bytes / size) : 1);
+    needed_.push_back(needed_ranges(layout, pieces, granule));
+    for (int64_t r = 0; r < round_count(layout.numel(), plan_.round_numel); ++r)
+      if (!reads_of(f, r).empty()) rounds_.emplace_back(f, r);
+  }
 }
 
 // The reader stages round k, reading in storage order; the disk works on round k + 1 meanwhile.
@@ -472,20 +519,16 @@ void ShardLoader::fill(size_t k) {
 // (as sent to another node) rather than where the round was staged. Shards on a GPU receive their
 // parts through a pinned host buffer of at most 4 Mi elements, copied up piece by piece.
 void ShardLoader::take(size_t k, const char* src, bool packed) {
-  const auto [f, r] = rounds_[k];
+  const size_t f = rounds_[k].first;
+  finish_flats(f);
   at::Tensor& shard = flats_[f]->load_target();
   const int64_t esize = static_cast<int64_t>(shard.element_size());
-  if (r == 0) {  // padding stays zero
-    const std::vector<ShardPiece> mine = flats_[f]->layout().pieces_in_shard(plan_.shard);
-    const int64_t filled = mine.empty() ? 0 : mine.back().shard_offset + mine.back().length;
-    shard.narrow(0, filled, shard.numel() - filled).zero_();
-  }
   const bool on_host = shard.device().is_cpu();
   const at::TensorOptions host = shard.options().device(at::kCPU);
   if (!on_host && (!device_stage_.defined() || device_stage_.scalar_type() != shard.scalar_type()))
     device_stage_ = at::empty({device_chunk_}, host.pinned_memory(true));
   int64_t at = 0;
-  for (const ShardTake& t : takes_of(k, plan_.shard)) {
+  for (const ShardTake& t : takes_of(k, me())) {
     const char* in = src + (packed ? at : t.staged_offset);
     const int64_t in_size = plan_.stored_size[f][t.param];
     if (on_host) {
@@ -500,15 +543,29 @@ void ShardLoader::take(size_t k, const char* src, bool packed) {
     }
     at += t.length * in_size;
   }
-  if (k + 1 == rounds_.size() || rounds_[k + 1].first != f) flats_[f]->loaded();  // NF4: quantised now
+}
+
+// Completes flats [finished_, until) on this rank: the padding zeroed, the parts the other
+// replicas read shared (collective over the replicate group, in the order of the flats on every
+// rank), and NF4 staging quantised.
+void ShardLoader::finish_flats(size_t until) {
+  for (; finished_ < until; ++finished_) {
+    FlatParam& flat = *flats_[finished_];
+    at::Tensor& target = flat.load_target();
+    const std::vector<ShardPiece> mine = flat.layout().pieces_in_shard(plan_.shard);
+    const int64_t filled = mine.empty() ? 0 : mine.back().shard_offset + mine.back().length;
+    target.narrow(0, filled, target.numel() - filled).zero_();
+    share_parts(target, replicas_);
+    flat.loaded();  // NF4: quantised now
+  }
 }
 
 void ShardLoader::send_remote(size_t k) {
   const size_t f = rounds_[k].first;
-  for (size_t j = 1; j < plan_.remote_shard.size(); ++j) {
-    if (plan_.remote_shard[j] < 0) continue;
+  for (size_t j = 1; j < plan_.members.size(); ++j) {
+    if (plan_.members[j].local) continue;
     int64_t at = 0;
-    for (const ShardTake& t : takes_of(k, plan_.remote_shard[j])) {
+    for (const ShardTake& t : takes_of(k, plan_.members[j])) {
       const int64_t bytes = t.length * plan_.stored_size[f][t.param];
       if (packed_.size() < static_cast<size_t>(at + bytes)) packed_.resize(static_cast<size_t>(at + bytes));
       std::memcpy(packed_.data() + at, plan_.buffer(static_cast<int64_t>(k)) + t.staged_offset,
@@ -546,7 +603,7 @@ void ShardLoader::receive_rounds() {
   common::AlignedVector<char> buffer(static_cast<size_t>(plan_.stage_bytes));
   for (size_t k = 0; k < rounds_.size(); ++k) {
     int64_t bytes = 0;
-    for (const ShardTake& t : takes_of(k, plan_.shard)) bytes += t.length * plan_.stored_size[rounds_[k].first][t.param];
+    for (const ShardTake& t : takes_of(k, me())) bytes += t.length * plan_.stored_size[rounds_[k].first][t.param];
     recv_bytes(buffer.data(), bytes, 0, plan_.group());
     take(k, buffer.data(), true);
   }
@@ -560,6 +617,7 @@ LoadStats ShardLoader::run() {
   } else {
     receive_rounds();
   }
+  finish_flats(flats_.size());
   if (progress_) progress_->finish("loaded the weights");
   for (FlatParam* f : flats_) f->reshard();  // the shards were written through their raw data
   LoadStats stats;

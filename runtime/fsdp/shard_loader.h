@@ -4,6 +4,10 @@
 // dtype, into a staging window shared with the ranks of its node, which convert their own slice
 // into their shard while it reads the next round; ranks on other nodes receive their slice as a
 // message. No other rank opens the files and no process holds the whole model, or even one unit.
+// A reader reads only what the ranks it serves hold, so under FULL_SHARD each node reads its
+// 1/nodes of the model; ranks that hold the same shard (replicas under HSDP, every rank under
+// NO_SHARD) each take a part of it (shard_layout.h, replica_part) and share the parts over the
+// network once a flat parameter is read (replica_parts.h): every byte is read from storage once.
 #pragma once
 
 #include <mpi.h>
@@ -25,6 +29,10 @@ struct LoadOptions {
   // The ranks that share memory with this one (collective over `world` like the load itself);
   // MPI_COMM_NULL: those on the same host.
   MPI_Comm node = MPI_COMM_NULL;
+  // > 0: a reader's ranges of a tensor end at a multiple of this many bytes of its stored data
+  // (or at its end), so that each such granule is read whole by one reader: the chunks of a
+  // digest taken as the weights stream by (checkpoint/hf/weights_digest.h).
+  int64_t granule_bytes = 0;
 };
 
 struct LoadStats {

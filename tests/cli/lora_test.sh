@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # configs/tiny-lora.toml end to end, through `shardtune run` (LoRA on a frozen Hugging Face base):
 #  - its loss falls, and its checkpoints hold only the adapters, their AdamW moments and the base's
-#    identity (read back by h5py and from the manifest);
+#    identity (read back by h5py and from the manifest; the weights' digest against
+#    tests/cli/weights_identity.py, hashlib over the safetensors files);
 #  - a rerun draws the same dropout masks: bitwise the same losses; lora_dropout = 0 changes them;
 #  - the base streamed into shards (low_cpu_fsdp) gives bitwise the same losses;
 #  - a checkpoint of 2 ranks resumes at 3 ranks and continues, sharded or full (model.h5);
@@ -43,7 +44,7 @@ PY
 
 # The checkpoint: adapters and their moments only, and the base it needs.
 c=$tmp/a/checkpoints/step-0000060
-$py - "$c" "$src/configs/data/tiny-llama" <<'PY' || fail "the adapter checkpoint is not what it should be"
+$py - "$c" "$src/configs/data/tiny-llama" "$src/tests/cli" <<'PY' || fail "the adapter checkpoint is not what it should be"
 import glob, hashlib, json, sys, h5py
 ckpt, base = sys.argv[1], sys.argv[2]
 m = json.load(open(ckpt + "/manifest.json"))
@@ -53,6 +54,10 @@ assert len(names) == 2 * (2 * 7 + 1), len(names)  # 2 blocks x 7 projections + t
 a = m["adapter"]
 assert (a["method"], a["r"], a["alpha"]) == ("lora", 8, 16.0), a
 assert a["base_model"]["config_sha256"] == hashlib.sha256(open(base + "/config.json", "rb").read()).hexdigest()
+sys.path.insert(0, sys.argv[3])
+from weights_identity import identity
+assert a["base_model"]["weights_hash"] == "sha256-1MiB-chunks", a["base_model"]
+assert a["base_model"]["weights_sha256"] == identity(base), (a["base_model"]["weights_sha256"], identity(base))
 kinds = {s["kind"] for s in m["slices"]}
 assert kinds == {"param", "exp_avg", "exp_avg_sq"}, kinds
 # The files hold nothing but the adapters' slices (each dataset holds a flat shard of them).
@@ -76,6 +81,13 @@ run "$tmp/nodrop" 2 10 --set peft.lora_dropout=0 || fail "the run without dropou
 run "$tmp/stream" 2 10 --set fsdp.low_cpu_fsdp=true || fail "the streamed run failed: $(tail -3 "$tmp/log")"
 grep -q "streamed the weights into shards" "$tmp/log" || fail "the base was not streamed"
 [[ "$(losses "$tmp/stream")" == "$(losses "$tmp/a" | head -10)" ]] || fail "streaming the base changed the losses"
+# Streamed, each node's reader hashes what it reads: the same identity, from hashlib alone.
+$py - "$tmp/stream/checkpoints/step-0000010" "$src/configs/data/tiny-llama" "$src/tests/cli" <<'PY' || fail "the streamed run recorded another base identity"
+import json, sys
+sys.path.insert(0, sys.argv[3])
+from weights_identity import identity
+assert json.load(open(sys.argv[1] + "/manifest.json"))["adapter"]["base_model"]["weights_sha256"] == identity(sys.argv[2])
+PY
 
 # A full (consolidated) adapter checkpoint: model.h5 of the adapters alone, resumed by 3 ranks.
 run "$tmp/full" 2 10 --set fsdp.checkpoint_type=full --set checkpoint.every_steps=5 || fail "the full-checkpoint run failed"

@@ -3,6 +3,8 @@
 // folders fail on every rank before anything is allocated; and each rank's peak memory stays
 // within its bound (reader: shard + 2 units; others: shard + 1 unit) whatever the depth. The
 // shards live on the test device (a GPU with ST_TEST_DEVICE=cuda: loaded through pinned staging).
+// On simulated nodes (pairs of ranks), each node's reader reads exactly what its ranks hold, every
+// byte is read once in the job, and the readers' digests, merged, are the digest of the files.
 #include <ATen/ops/equal.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -13,6 +15,8 @@
 #include <optional>
 
 #include "checkpoint/hf/hf_tensor_source.h"
+#include "checkpoint/hf/weights_digest.h"
+#include "runtime/dist/text_collectives.h"
 #include "common/process_memory.h"
 #include "checkpoint/hf/hf_writer.h"
 #include "checkpoint/hf/safetensors_torch.h"
@@ -198,6 +202,114 @@ TEST(ShardLoader, BadFoldersFailOnEveryRankBeforeAnythingIsAllocated) {
   EXPECT_NE(gone.find("model-00002-of-00005.safetensors"), std::string::npos) << gone;
   if (world_rank() == 0)
     for (const std::string& d : {missing, ints, shard_gone}) fs::remove_all(d);
+}
+
+// Bytes of the stored weights this rank's shards take from the source: its part of its shard
+// (replicas split a shard between them) of every flat parameter.
+int64_t part_bytes(fsdp::FsdpLlama& sharded, int64_t stored_size) {
+  const int replicas = sharded.groups().replicate->size(), replica = sharded.groups().replicate->rank();
+  int64_t bytes = 0;
+  for (fsdp::FlatParam* f : sharded.flat_params()) {
+    const fsdp::FlatLayout& layout = f->layout();
+    for (const fsdp::ShardPiece& p :
+         layout.pieces_in_part(f->shard_rank(), fsdp::replica_part(layout.shard_numel(), replicas, replica)))
+      bytes += p.length * stored_size;
+  }
+  return bytes;
+}
+
+TEST(ShardLoader, SimulatedNodesReadEachByteOnceAndDigestWhatTheyRead) {
+  if (world_size() < 2) GTEST_SKIP() << "nodes of two ranks need two ranks";
+  model::LlamaConfig cfg = model::LlamaConfig::tiny();
+  const std::string dir = shared_dir("nodes");
+  write_folder(dir, cfg, at::kBFloat16);
+  const checkpoint::HfFolder files = checkpoint::HfFolder::open(dir);
+  MPI_Comm node;  // ranks 0-1, 2-3, ...: nodes of their own
+  MPI_Comm_split(MPI_COMM_WORLD, world_rank() / 2, world_rank(), &node);
+  int node_size = 0;
+  MPI_Comm_size(node, &node_size);
+  const int nodes = (world_size() + 1) / 2;
+  int64_t model_bytes = 0;
+  for (const std::string& name : checkpoint::identity_tensors(files)) model_bytes += files.info(name).nbytes;
+  std::vector<std::pair<job::ShardingStrategy, int>> strategies = {{job::ShardingStrategy::kFullShard, 0},
+                                                                   {job::ShardingStrategy::kNoShard, 0}};
+  if (world_size() == 4) strategies.push_back({job::ShardingStrategy::kHybridShard, 2});
+  constexpr uint64_t kChunk = 4096;  // a digest chunk: several to a tensor
+  for (const auto& [strategy, hsdp] : strategies) {
+    const fsdp::FsdpOptions options = options_for(strategy, hsdp);
+    dist::ProcessGroups groups = testing_support::make_test_groups(options.shard_size);
+    for (int64_t stage : {int64_t(32) << 20, int64_t(4096)}) {
+      for (bool digest : {false, true}) {
+        SCOPED_TRACE(testing::Message() << job::enum_name(strategy) << ", " << stage << " B rounds"
+                                        << (digest ? ", digesting" : ""));
+        model::LlamaForCausalLM m(cfg, at::TensorOptions().device(at::kMeta));
+        fsdp::FsdpLlama sharded(m, groups, options);
+        std::optional<checkpoint::WeightsDigest> mine;
+        const fsdp::SourceFactory source = [&]() -> std::unique_ptr<fsdp::TensorSource> {
+          auto plain = std::make_unique<checkpoint::HfTensorSource>(dir);
+          if (!digest) return plain;
+          if (!mine) mine.emplace(checkpoint::HfFolder::open(dir), kChunk);
+          return checkpoint::digesting_source(std::move(plain), *mine);
+        };
+        fsdp::LoadOptions o;
+        o.node = node;
+        o.stage_bytes = stage;
+        o.granule_bytes = digest ? static_cast<int64_t>(kChunk) : 0;
+        const fsdp::LoadStats stats = fsdp::load_shards(sharded, source, MPI_COMM_WORLD, o);
+        for (const auto& [name, value] : sharded.gather_full_parameters())
+          EXPECT_TRUE(at::equal(value, checkpoint::read_tensor(files.file_of(name), name).to(at::kFloat))) << name;
+
+        // What the node's ranks take, against what its reader read, and the job's total.
+        int64_t held = part_bytes(sharded, 2), node_held = 0;
+        MPI_Allreduce(&held, &node_held, 1, MPI_INT64_T, MPI_SUM, node);
+        EXPECT_EQ(stats.reader, world_rank() % 2 == 0);
+        int64_t read = static_cast<int64_t>(stats.bytes_read), total = 0;
+        MPI_Allreduce(&read, &total, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+        const int64_t tensors = static_cast<int64_t>(checkpoint::identity_tensors(files).size());
+        if (stats.reader) {
+          if (!digest) {
+            EXPECT_EQ(read, node_held) << "a node's reader reads exactly what its ranks hold";
+          } else {
+            EXPECT_GE(read, node_held);
+            EXPECT_LE(read, node_held + tensors * static_cast<int64_t>(kChunk)) << "at most a chunk more a tensor";
+          }
+          // Its share of the model (1/nodes with nodes of equal size), but padding, and one round.
+          const int64_t share = model_bytes * node_size / world_size();
+          EXPECT_LE(read, share + stage + (digest ? tensors * static_cast<int64_t>(kChunk) : 0))
+              << "read " << read << " of " << model_bytes << " bytes on a node of " << node_size << " of "
+              << world_size() << " ranks";
+          if (world_rank() == 0)
+            std::printf("%s, %lld B rounds%s: node 0 read %.3f of the model (%d nodes), the job %.3f\n",
+                        std::string(job::enum_name(strategy)).c_str(), static_cast<long long>(stage),
+                        digest ? ", digesting" : "", static_cast<double>(read) / model_bytes, nodes,
+                        static_cast<double>(total) / model_bytes);
+        }
+        if (!digest) {
+          EXPECT_EQ(total, model_bytes) << "each byte of the model read once in the job";
+        }
+        if (digest) {
+          // The readers' chunks, merged on rank 0, cover every chunk: nothing is read again.
+          const std::vector<std::string> chunks = dist::gather_text(*groups.world, mine ? mine->chunks_text() : "");
+          std::string alone_hex;
+          if (world_rank() == 0) {
+            checkpoint::WeightsDigest merged(files, kChunk);
+            for (const std::string& c : chunks) merged.merge(c);
+            EXPECT_EQ(merged.complete(files), 0u) << "a chunk no reader read whole";
+            checkpoint::WeightsDigest alone(files, kChunk);  // every byte, read in a pass of its own
+            EXPECT_GT(alone.complete(files), 0u);
+            alone_hex = alone.hex();
+            EXPECT_EQ(merged.hex(), alone_hex);
+          }
+          const std::string hex = checkpoint::merged_digest(mine ? &*mine : nullptr, world_rank() == 0 ? &files : nullptr,
+                                                            *groups.world, kChunk);
+          if (world_rank() == 0) EXPECT_EQ(hex, alone_hex);
+        }
+      }
+    }
+  }
+  MPI_Comm_free(&node);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (world_rank() == 0) fs::remove_all(dir);
 }
 
 struct Peak {
