@@ -30,6 +30,7 @@
 #include "common/fault_injection.h"
 #include "runtime/dist/agree.h"
 #include "runtime/dist/text_collectives.h"
+#include "runtime/fsdp/shard_layout.h"
 
 namespace shardtune::checkpoint {
 namespace {
@@ -111,7 +112,7 @@ std::vector<ManifestSlice> write_rank_file(const std::vector<FullUnit>& units, c
             : 0;
     specs.push_back({u.kind, fmt::format("flat-{:04d}", per_kind[u.kind]++), {pad + shard.numel()}});
     placed.push_back({in_place, pad, slices.size(), 0});
-    for (const fsdp::ShardPiece& piece : u.layout->pieces_in_shard(u.shard_rank)) {
+    for (const fsdp::ShardPiece& piece : unit_pieces(u)) {
       const fsdp::ParamSpan& p = u.layout->params()[piece.param];
       ManifestSlice slice{u.kind, p.name, file_name, specs.back().name, piece.param_offset, piece.length, kCrcBlock, {}};
       slice.dataset_offset = pad + piece.shard_offset;
@@ -257,7 +258,7 @@ std::string full_file_plan(dist::Communicator& world, bool writer, const std::ve
 
 CheckpointSave::CheckpointSave(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, const TrainingState& state,
                                dist::ProcessGroups& groups, const std::string& root, int64_t keep_last,
-                               bool consolidated, UpdateCrcs* taken)
+                               bool consolidated, UpdateCrcs* taken, bool fully_parallel)
     : groups_(groups),
       model_(model),
       optimizer_(optimizer),
@@ -265,7 +266,9 @@ CheckpointSave::CheckpointSave(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, c
       keep_last_(keep_last),
       consolidated_(consolidated),
       adapters_only_(state.adapter.has_value()),
-      writer_(groups.replicate->rank() == 0),  // one replica writes: the others hold the same shards
+      // Replicas hold the same shards: each writes a part of them, or the first writes them whole.
+      split_(fully_parallel && groups.replicate->size() > 1),
+      writer_(split_ || groups.replicate->rank() == 0),
       world_rank_(groups.world->world_ranks()[static_cast<size_t>(groups.world->rank())]) {
   dist::Communicator& world = *groups.world;
   manifest_.step = state.step;
@@ -281,11 +284,20 @@ CheckpointSave::CheckpointSave(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, c
     return pending_->dir();
   }, fmt::format("starting checkpoint step {}", state.step));
   units_ = saved_units(model, optimizer, adapters_only_);
-  if (taken != nullptr && !consolidated) taken->fill(units_);
+  if (split_) {
+    for (FullUnit& u : units_) {
+      const fsdp::ShardPart part = fsdp::replica_part(u.shard.numel(), groups.replicate->size(), groups.replicate->rank());
+      u.shard = u.shard.narrow(0, part.begin, part.length());
+      u.shard_begin = part.begin;
+    }
+  }
+  // (Checksums taken of whole shards fit no part of one: a split save computes its own.)
+  if (taken != nullptr && !consolidated && !split_) taken->fill(units_);
   if (consolidated) {
     const std::string plan = full_file_plan(world, writer_, units_, tmp_dir_ + "/model.h5", state.step);
     if (plan != "gather") offsets_ = parse_offsets_text(plan);
     gather_ = units_.empty() || offsets_.size() != tensor_count(units_);
+    if (gather_) writer_ = groups.replicate->rank() == 0;  // the shard group of world rank 0 gathers to it
     static bool said = false;  // once a run
     if (gather_ && world_rank_ == 0 && !std::exchange(said, true))
       spdlog::info("full checkpoints: the writers are on several hosts, so each unit is gathered to rank 0, which "

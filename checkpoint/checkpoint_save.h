@@ -41,9 +41,12 @@ class CheckpointSave {
  public:
   // `taken` (may be null): checksums taken during the last update (update_crcs.h), used for the
   // units they still describe.
+  // `fully_parallel`: where several replicas hold each shard (HSDP, NO_SHARD), each writes a
+  // disjoint part of it (fsdp::replica_part), so that no rank writes more than its share; else the
+  // replica of world rank 0 writes its shards whole. The checkpoint holds the same either way.
   CheckpointSave(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, const TrainingState& state,
                  dist::ProcessGroups& groups, const std::string& root, int64_t keep_last, bool consolidated,
-                 UpdateCrcs* taken = nullptr);
+                 UpdateCrcs* taken = nullptr, bool fully_parallel = true);
   ~CheckpointSave();
   CheckpointSave(const CheckpointSave&) = delete;
   CheckpointSave& operator=(const CheckpointSave&) = delete;
@@ -76,7 +79,7 @@ class CheckpointSave {
   fsdp::AdamW* optimizer_;
   std::string root_;
   int64_t keep_last_;
-  bool consolidated_, adapters_only_, writer_, gather_ = false;
+  bool consolidated_, adapters_only_, split_, writer_, gather_ = false;
   int world_rank_;
   Manifest manifest_;                        // everything but the slices, as of the step boundary
   std::optional<PendingCheckpoint> pending_;  // world rank 0's temporary directory

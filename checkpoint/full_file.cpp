@@ -91,6 +91,13 @@ std::vector<int64_t> create_contiguous_file(const std::string& path, const std::
   return offsets;
 }
 
+std::vector<fsdp::ShardPiece> unit_pieces(const FullUnit& unit) {
+  std::vector<fsdp::ShardPiece> pieces =
+      unit.layout->pieces_in_part(unit.shard_rank, {unit.shard_begin, unit.shard_begin + unit.shard.numel()});
+  for (fsdp::ShardPiece& p : pieces) p.shard_offset -= unit.shard_begin;
+  return pieces;
+}
+
 std::vector<int64_t> create_full_file(const std::string& path, const std::vector<FullUnit>& units) {
   std::vector<DatasetSpec> specs;
   for (const auto& [unit, p] : tensors_of(units)) {
@@ -109,7 +116,7 @@ std::vector<CrcPart> write_full_pieces(const std::string& path, const std::vecto
     at::Tensor stage;
     int64_t first = 0;  // the index of the unit's first tensor
     for (const FullUnit& u : units) {
-      for (const fsdp::ShardPiece& piece : u.layout->pieces_in_shard(u.shard_rank)) {
+      for (const fsdp::ShardPiece& piece : unit_pieces(u)) {
         if (piece.length == 0) continue;  // a tensor without elements has no place in the file
         const int64_t tensor = first + static_cast<int64_t>(piece.param);
         ST_CHECK(tensor < static_cast<int64_t>(offsets.size()) && offsets[static_cast<size_t>(tensor)] >= 0,

@@ -26,12 +26,17 @@ struct FullUnit {
   std::string kind;
   const fsdp::FlatLayout* layout = nullptr;
   int shard_rank = 0;  // which shard of the layout this rank holds
-  at::Tensor shard;    // any device and dtype; written as fp32
+  at::Tensor shard;    // any device and dtype; written as fp32: the shard, or the part this rank writes
   // The block checksums of its slices (layout->pieces_in_shard(shard_rank), in order), when taken
   // of this very memory as the optimizer last wrote it (checkpoint/update_crcs.h); else empty, and
   // the writer computes them. Used only where the shard is written in place, as fp32 on the host.
   std::vector<std::vector<uint32_t>> crcs;
+  int64_t shard_begin = 0;  // where `shard` starts in the rank's shard (replicas write a part each)
 };
+
+// The pieces of parameters `unit.shard` holds (FlatLayout::pieces_in_part), their shard_offset
+// counted from its start.
+std::vector<fsdp::ShardPiece> unit_pieces(const FullUnit& unit);
 
 // What one rank wrote of one checksum block of a tensor.
 struct CrcPart {

@@ -25,6 +25,7 @@
 #include "common/error.h"
 #include "runtime/dist/agree.h"
 #include "runtime/dist/busy.h"
+#include "runtime/fsdp/replica_parts.h"
 #include "runtime/model/lora.h"
 
 namespace shardtune::checkpoint {
@@ -107,8 +108,8 @@ VerifyReport verify_sharded_checkpoint(const std::string& dir, const std::functi
 
 std::string save_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, const TrainingState& state,
                             dist::ProcessGroups& groups, const std::string& root, int64_t keep_last, bool consolidated,
-                            UpdateCrcs* taken) {
-  CheckpointSave save(model, optimizer, state, groups, root, keep_last, consolidated, taken);
+                            UpdateCrcs* taken, bool fully_parallel) {
+  CheckpointSave save(model, optimizer, state, groups, root, keep_last, consolidated, taken, fully_parallel);
   // Writing alone (no gather), a rank may take longer than the collective timeout (a slow file
   // system): it says it is busy meanwhile, so that the ranks already in the commit wait for it.
   if (save.writes_alone())
@@ -149,7 +150,11 @@ MomentsOf moments_of(const CheckpointReader& reader, const fsdp::FlatParam& f) {
 
 // This rank's part of a load: no collectives, so that a rank that fails cannot leave the others
 // waiting (load_sharded_checkpoint agrees on the outcome).
-TrainingState load_shards_of(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, const std::string& dir) {
+// Replicas (ranks holding the same shard) each read a part of it, replica_part, into `read`'s
+// tensors: load_sharded_checkpoint shares the parts.
+TrainingState load_shards_of(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, const std::string& dir,
+                             std::vector<at::Tensor>& read) {
+  const int replicas = model.groups().replicate->size(), replica = model.groups().replicate->rank();
   CheckpointReader reader(dir);
   const Manifest& manifest = reader.manifest();
   bool model_has_adapters = false;
@@ -201,7 +206,9 @@ TrainingState load_shards_of(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, con
     } else if (load_optimizer && !f->trainable() && moments_of(reader, *f).saved) {
       for (const fsdp::ParamSpan& p : f->layout().params()) state.unused_moments.push_back(p.name);
     }
-    for (const fsdp::ShardPiece& piece : f->layout().pieces_in_shard(f->shard_rank())) {
+    const fsdp::ShardPart part = fsdp::replica_part(f->layout().shard_numel(), replicas, replica);
+    for (auto& [kind, target] : targets) read.push_back(target);
+    for (const fsdp::ShardPiece& piece : f->layout().pieces_in_part(f->shard_rank(), part)) {
       const fsdp::ParamSpan& p = f->layout().params()[piece.param];
       for (auto& [kind, target] : targets) {
         read_tensor(target.narrow(0, piece.shard_offset, piece.length),
@@ -230,8 +237,13 @@ TrainingState load_shards_of(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, con
 TrainingState load_sharded_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, const std::string& dir,
                                       dist::Communicator& world) {
   TrainingState state;
+  std::vector<at::Tensor> read;
   dist::act_on_all(world, fmt::format("loading checkpoint {}", dir),
-                   [&] { state = load_shards_of(model, optimizer, dir); });
+                   [&] { state = load_shards_of(model, optimizer, dir, read); });
+  // Each replica read a part of its shards: every rank of a replicate group gets the others'.
+  for (at::Tensor& t : read) fsdp::share_parts(t, *model.groups().replicate);
+  if (model.groups().replicate->size() > 1)
+    for (fsdp::FlatParam* f : model.flat_params()) f->reshard();
   return state;
 }
 

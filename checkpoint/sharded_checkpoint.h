@@ -1,5 +1,6 @@
-// Checkpoints of FSDP training. Sharded: every rank of one replica writes the slices of parameters
-// (and AdamW moments) its shards hold into its own HDF5 file; the manifest (checkpoint/manifest.h)
+// Checkpoints of FSDP training. Sharded: every rank writes the slices of parameters (and AdamW
+// moments) its shards hold into its own HDF5 file, replicas of a shard (HSDP) a part of it each;
+// the manifest (checkpoint/manifest.h)
 // records each slice's tensor, global element offset, length and block checksums. Loading at any
 // world size or strategy is a different selection of the same slices. Full: one file, model.h5,
 // holding every tensor whole, written by world rank 0 unit by unit. Both are committed by
@@ -48,13 +49,15 @@ struct TrainingState {
 // (checkpoint_type "full"): model.h5 holding every tensor in its own shape, written by world
 // rank 0, to which its shard group gathers one flat parameter at a time.
 // `taken` (may be null): checksums taken during the last optimizer update (update_crcs.h).
+// `fully_parallel`: replicas of a shard write a part of it each (CheckpointSave).
 std::string save_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, const TrainingState& state,
                             dist::ProcessGroups& groups, const std::string& root, int64_t keep_last,
-                            bool consolidated = false, UpdateCrcs* taken = nullptr);
+                            bool consolidated = false, UpdateCrcs* taken = nullptr, bool fully_parallel = true);
 
 // Collective over `world`. Fills the model's shards (and the optimizer's moments and step, when both
 // the checkpoint and `optimizer` have them) from any checkpoint, whatever world size and strategy
-// wrote it; every block read is checked against its checksum. Returns the training state. An
+// wrote it; every block read is checked against its checksum. Replicas of a shard (HSDP) read a
+// part of it each and share the parts over their replicate group: each byte is read once. Returns the training state. An
 // adapter checkpoint fills only the trainable (adapter) shards; it loads only into a model with
 // adapters, and a full-model checkpoint only into one without.
 TrainingState load_sharded_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, const std::string& dir,

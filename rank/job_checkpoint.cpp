@@ -347,7 +347,8 @@ train::CheckpointHooks checkpoint_hooks(const job::Job& job, const std::string& 
     dist::while_busy("pruning older checkpoints", [&] { pruner->wait(); });
     checkpoint::CheckpointSave save(model, job.fsdp.save_optimizer ? &optimizer : nullptr, state_at(at), groups,
                                     job.checkpoint.dir, job.checkpoint.keep_last,
-                                    job.fsdp.checkpoint_type == job::CheckpointType::kFull, crcs.get());
+                                    job.fsdp.checkpoint_type == job::CheckpointType::kFull, crcs.get(),
+                                    job.checkpoint.fully_parallel);
     if (save.writes_alone())
       dist::while_busy(fmt::format("writing its files of checkpoint step {}", at.step), [&] { save.write(); });
     else
@@ -364,7 +365,8 @@ train::CheckpointHooks checkpoint_hooks(const job::Job& job, const std::string& 
     dist::while_busy("pruning older checkpoints", [&] { pruner->wait(); });
     auto save = std::make_unique<checkpoint::CheckpointSave>(
         model, job.fsdp.save_optimizer ? &optimizer : nullptr, state_at(at), groups, job.checkpoint.dir,
-        job.checkpoint.keep_last, job.fsdp.checkpoint_type == job::CheckpointType::kFull, crcs.get());
+        job.checkpoint.keep_last, job.fsdp.checkpoint_type == job::CheckpointType::kFull, crcs.get(),
+        job.checkpoint.fully_parallel);
     if (!save->writes_alone()) {
       static bool said = false;  // once a run
       if (!std::exchange(said, true))

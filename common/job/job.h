@@ -147,6 +147,7 @@ struct CheckpointSection {
   int64_t keep_last = 2;
   std::string resume = "auto";
   bool async = false;
+  bool fully_parallel = true;
   OnDataChange on_data_change = OnDataChange::kRefuse;
 };
 

@@ -485,6 +485,11 @@ std::vector<SectionSpec> build_schema() {
             "copied to host memory, training goes on while a thread writes them, and the ranks commit at a "
             "later boundary. At most one is in flight; the next save, a stop and the end wait for it. The "
             "last step's save, and one a stop asks for, are written before going on.");
+    s.field("fully_parallel", &CheckpointSection::fully_parallel,
+            "Where several ranks hold the same shard (HYBRID_SHARD replicas, NO_SHARD), each writes a disjoint "
+            "part of it, so that no node writes more than its share of a checkpoint; false: the replica of world "
+            "rank 0 writes its shards whole while the others wait. The checkpoint holds the same either way, and "
+            "a resume always reads each part once and shares it between replicas.");
     s.field("on_data_change", &CheckpointSection::on_data_change,
             "When the checkpoint to resume was trained on other data or in another order (its training tokens, "
             "train.seed, batching_strategy, context_length or sample count differ from this job's). refuse: the "

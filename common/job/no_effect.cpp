@@ -149,6 +149,11 @@ std::vector<NoEffectRule> build_rules() {
   add("checkpoint.on_data_change", "`resume = \"none\"`", [](const Job& j) {
     return when(j.checkpoint.resume == "none", "resume is \"none\": no checkpoint is resumed");
   });
+  add("checkpoint.fully_parallel", "`FULL_SHARD` or `SHARD_GRAD_OP`", [](const Job& j) -> Because {
+    const ShardingStrategy s = j.fsdp.sharding_strategy;
+    if (s != ShardingStrategy::kFullShard && s != ShardingStrategy::kShardGradOp) return std::nullopt;
+    return fmt::format("sharding_strategy is {}: no two ranks hold the same shard", enum_name(s));
+  });
   // [metrics]
   add("metrics.peak_tflops", "`jsonl = false`",
       [](const Job& j) { return when(!j.metrics.jsonl, "jsonl is false (MFU is written there)"); });

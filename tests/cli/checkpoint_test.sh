@@ -5,6 +5,8 @@
 #  - a checkpoint saved at 4 ranks resumes at 2 and at 3 ranks, continuing the same data order,
 #    with losses within 1e-5 of the uninterrupted run;
 #  - files are plain HDF5 that h5py reads, with checksums that are zlib's CRC-32;
+#  - under HSDP every replica writes its part, the same checkpoint as one replica writing alone,
+#    and a resume that shares the parts between replicas continues as the straight run;
 #  - a corrupt slice is refused with the file named; uncommitted directories are never resumed;
 #  - an explicit resume path is used by the first start only, not again by a requeued one;
 #  - [checkpoint] async: a checkpoint written in the background equals the blocking one of the same
@@ -240,11 +242,37 @@ PY
 run "$tmp/full" 4 3 10 --set fsdp.checkpoint_type=full || fail "full checkpoint run: $(tail -5 "$tmp/log")"
 [ "$(ls "$tmp/full/checkpoints/step-0000010")" = "$(printf 'manifest.json\nmodel.h5')" ] || fail "a full checkpoint is one file"
 full_equals_sharded "$tmp/full/checkpoints/step-0000010" "$tmp/straight/checkpoints/step-0000010"
-# HSDP: the replica holding world rank 0 gathers to it; the other replica writes nothing.
+# HSDP (2 replicas of shard groups of 2): each replica writes half of each shard, so every rank
+# writes a quarter of the checkpoint, sharded or full; the checkpoint holds bit for bit what the
+# replica of rank 0 alone writes ([checkpoint] fully_parallel = false: two files), read back by h5py;
+# and a resume, whose replicas read half each and share it, continues as the run that never stopped.
 hsdp=(--set fsdp.sharding_strategy=HYBRID_SHARD --set fsdp.hsdp_shard_size=2)
 run "$tmp/hsdp" 4 3 10 "${hsdp[@]}" || fail "HSDP run: $(tail -5 "$tmp/log")"
+run "$tmp/hsdpone" 4 3 10 "${hsdp[@]}" --set checkpoint.fully_parallel=false || fail "HSDP run, one replica writing: $(tail -5 "$tmp/log")"
 run "$tmp/hsdpfull" 4 3 10 "${hsdp[@]}" --set fsdp.checkpoint_type=full || fail "HSDP full run: $(tail -5 "$tmp/log")"
 full_equals_sharded "$tmp/hsdpfull/checkpoints/step-0000010" "$tmp/hsdp/checkpoints/step-0000010"
+full_equals_sharded "$tmp/hsdpfull/checkpoints/step-0000010" "$tmp/hsdpone/checkpoints/step-0000010"
+$py - "$tmp/hsdp/checkpoints/step-0000010" "$tmp/hsdpone/checkpoints/step-0000010" <<'PY' || fail "HSDP writers do not share the checkpoint evenly"
+import json, math, sys
+for ckpt, files in ((sys.argv[1], 4), (sys.argv[2], 2)):
+    m = json.load(open(ckpt + "/manifest.json"))
+    written = {}
+    for s in m["slices"]:
+        written[s["file"]] = written.get(s["file"], 0) + 4 * s["length"]
+    total = sum(written.values())
+    assert total == 3 * 4 * sum(math.prod(t["shape"]) for t in m["tensors"].values()), total
+    assert sorted(written) == [f"rank-{r:05d}.h5" for r in range(files)], sorted(written)
+    most = max(written.values())
+    # Each rank's share, but an element a tensor and kind (padding, the parts of an odd shard).
+    assert most <= total / files + 3 * 4 * len(m["tensors"]), (ckpt, most, total)
+    print(f"{files} writers: the largest wrote {most / total:.3f} of the checkpoint ({total} bytes of state)")
+PY
+# The resume: steps 11-12 as the straight run's.
+run "$tmp/hsdp" 4 3 12 "${hsdp[@]}" || fail "HSDP resume: $(tail -5 "$tmp/log")"
+grep -q "resuming at step 10" "$tmp/hsdp/logs/rank-00000.log" || fail "the HSDP run did not resume"
+run "$tmp/hsdpstraight" 4 3 12 "${hsdp[@]}" --set checkpoint.every_steps=0 || fail "HSDP straight run: $(tail -5 "$tmp/log")"
+[[ "$(losses "$tmp/hsdp" | tail -2)" == "$(losses "$tmp/hsdpstraight" | tail -2)" ]] ||
+  fail "the resumed HSDP run's steps 11-12 differ from the straight run's"
 mkdir -p "$tmp/fullws2" && cp -r "$tmp/full/checkpoints" "$tmp/fullws2/"
 run "$tmp/fullws2" 2 6 20 --set fsdp.checkpoint_type=full || fail "resume from a full checkpoint: $(tail -5 "$tmp/log")"
 $py - "$tmp/straight/metrics.jsonl" "$tmp/fullws2/metrics.jsonl" <<'PY' || fail "losses after resuming from a full checkpoint drift"

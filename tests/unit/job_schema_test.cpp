@@ -451,6 +451,7 @@ TEST(JobSchema, EveryKeyWithoutEffectIsNamed) {
       {"metrics.flop_counter_start=4", {}, {"metrics.flop_counter=true"}},
       {"fsdp.reduce_dtype=bf16", {"train.mixed_precision=false"}, {"train.mixed_precision=true"}},
       {"checkpoint.on_data_change=new_schedule", {"checkpoint.resume=none"}, {}},
+      {"checkpoint.fully_parallel=false", {}, {"fsdp.sharding_strategy=NO_SHARD"}},
   };
   std::set<std::string> covered;
   for (const Case& c : cases) {
