@@ -40,7 +40,8 @@ void check_bf16(dist::Communicator& comm, ReduceOp op, const std::vector<float>&
   }
 }
 
-// Each member contributes its world rank; the sum and the gathered list are known locally.
+// Each member contributes its world rank; the sum, the gathered list and the reduce-scatter are
+// known locally.
 void check_group(dist::Communicator& comm, int world_rank, const at::Device& device, PreflightReport& report) {
   const at::TensorOptions on = at::TensorOptions().device(device);
   const int64_t expected_sum = sum_of(comm.world_ranks());
@@ -60,6 +61,21 @@ void check_group(dist::Communicator& comm, int world_rank, const at::Device& dev
       report.failures++;
       report.summary += fmt::format("{}: all_gather slot {} holds {} != {}; ", comm.name(), i, slot[i],
                                     comm.world_ranks()[i]);
+    }
+  }
+  // Reduce-scatter (the gradients' path): element i of every rank's input is its world rank + i,
+  // so element j of rank g's output is the ranks' sum + size x (g x 2 + j).
+  constexpr int64_t kSlot = 2;
+  const at::Tensor input = at::arange(world_rank, world_rank + comm.size() * kSlot, on.dtype(at::kLong));
+  at::Tensor scattered = at::empty({kSlot}, on.dtype(at::kLong));
+  comm.reduce_scatter(input, scattered, ReduceOp::kSum);
+  const at::Tensor scattered_host = scattered.to(at::kCPU);
+  for (int64_t j = 0; j < kSlot; ++j) {
+    const int64_t want = expected_sum + comm.size() * (comm.rank() * kSlot + j);
+    const int64_t got = scattered_host.data_ptr<int64_t>()[j];
+    if (got != want) {
+      report.failures++;
+      report.summary += fmt::format("{}: reduce_scatter element {} holds {} != {}; ", comm.name(), j, got, want);
     }
   }
   // The 16-bit reduction path, with patterns whose every partial sum bf16 holds exactly, so that

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <string>
 #include <thread>
 #include <utility>
@@ -153,6 +154,11 @@ NcclComm NcclComm::create(MPI_Comm mpi_comm, int device, double timeout_s) {
 
   // NCCL binds a communicator to the device current at init.
   ST_CUDA_CHECK(cudaSetDevice(device));
+  // NCCL (>= 2.22) connects each algorithm and protocol lazily, at the first collective that uses
+  // it: its buffers would then be allocated in the first step, at peak activation memory. Connecting
+  // at init puts them before the model instead, where the planner counts them. A value the user set
+  // is kept. (NCCL reads it once, at its first communicator: every group of the job.)
+  ::setenv("NCCL_RUNTIME_CONNECT", "0", /*overwrite=*/0);
 
   // Non-blocking, so a peer that never joins leaves this rank polling (and timing out) rather than
   // stuck inside NCCL.
