@@ -101,7 +101,7 @@ else
   # CI compiles the test programs among these against LibTorch 2.x headers too (CMakeLists.txt).
   targets=(shardtune shardtune-rank shardtune-make-model shardtune-ckpt shardtune-tokenize nccl_comm_test mpi_collectives_test
            fsdp_equivalence_test fsdp_training_test shard_loader_test device_checkpoint_test hf_model_test train_bench
-           lora_fsdp_test lora_bench)
+           lora_fsdp_test lora_bench kernels_gpu_test)
   build_cmd=(cmake --build "$build" -j"$jobs" --target)
   keep_going=()
   [ ${#generator[@]} -gt 0 ] && keep_going=(-- -k 0)  # every target that can be built, and every error
@@ -158,6 +158,12 @@ nps=${ST_TEST_NPS:-1 2}
 
 stage_tests() {
   check nccl_comm st_with_libs mpirun "${mpirun_args[@]}" "$bin/nccl_comm_test"
+  # Our own CUDA kernels against float64, then under compute-sanitizer (memory errors and races).
+  check kernels st_with_libs "$bin/kernels_gpu_test"
+  sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  if [ -x "$sanitizer" ]; then
+    check kernels_sanitizer st_with_libs "$sanitizer" --error-exitcode 1 --tool memcheck "$bin/kernels_gpu_test"
+  fi
   for np in $nps; do
     for t in mpi_collectives_test fsdp_equivalence_test fsdp_training_test shard_loader_test device_checkpoint_test; do
       mpirun_np $np

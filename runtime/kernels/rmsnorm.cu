@@ -1,0 +1,158 @@
+// RMSNorm's CUDA kernels: one block a row for the forward and the input gradient (a block sum of
+// the row, then every element); the weight gradient summed over rows in chunks and then over the
+// chunks, each in a fixed order, so that a rerun gives the same bits.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "runtime/kernels/rmsnorm_cuda.h"
+#include "runtime/kernels/rmsnorm_math.h"
+
+namespace shardtune::kernels {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kMaxChunks = 128;  // row chunks of the weight gradient's first pass
+
+__device__ float to_float(float v) { return v; }
+__device__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <typename T>
+__device__ T from_float(float v);
+template <>
+__device__ float from_float<float>(float v) {
+  return v;
+}
+template <>
+__device__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+// The block's sum: within each warp by shuffles, then the warps' sums in warp order, by every
+// thread alike.
+__device__ float block_sum(float v) {
+  __shared__ float warp_sums[kThreads / 32];
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = v;
+  __syncthreads();
+  float total = 0;
+  for (int i = 0; i < kThreads / 32; ++i) total += warp_sums[i];
+  __syncthreads();  // warp_sums is reused by the next call
+  return total;
+}
+
+template <typename T>
+__global__ void forward_kernel(const T* x, const T* w, T* y, float* inv, int64_t n, float eps) {
+  const T* xr = x + blockIdx.x * n;
+  T* yr = y + blockIdx.x * n;
+  float sum = 0;
+  for (int64_t i = threadIdx.x; i < n; i += kThreads) {
+    const float v = to_float(xr[i]);
+    sum += v * v;
+  }
+  const float r = rms_inverse(block_sum(sum), n, eps);
+  if (threadIdx.x == 0) inv[blockIdx.x] = r;
+  // x * inv rounded to T before the weight multiplies it, as transformers does.
+  for (int64_t i = threadIdx.x; i < n; i += kThreads)
+    yr[i] = from_float<T>(to_float(w[i]) * to_float(from_float<T>(to_float(xr[i]) * r)));
+}
+
+template <typename T>
+__global__ void grad_input_kernel(const T* x, const T* w, const float* inv, const T* dy, T* dx, int64_t n) {
+  const T* xr = x + blockIdx.x * n;
+  const T* dyr = dy + blockIdx.x * n;
+  T* dxr = dx + blockIdx.x * n;
+  float dot = 0;
+  for (int64_t i = threadIdx.x; i < n; i += kThreads) dot += to_float(xr[i]) * to_float(w[i]) * to_float(dyr[i]);
+  const float mean = block_sum(dot) / static_cast<float>(n);
+  const float r = inv[blockIdx.x];
+  for (int64_t i = threadIdx.x; i < n; i += kThreads)
+    dxr[i] = from_float<T>(rmsnorm_grad_input(to_float(xr[i]), to_float(w[i]), to_float(dyr[i]), r, mean));
+}
+
+// workspace[c][j]: the sum over chunk c's rows of dy * (x * inv rounded to T), column j.
+template <typename T>
+__global__ void grad_weight_chunks(const T* x, const float* inv, const T* dy, float* workspace, int64_t rows,
+                                   int64_t n, int64_t rows_per_chunk) {
+  const int64_t j = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x;
+  if (j >= n) return;
+  const int64_t first = blockIdx.y * rows_per_chunk;
+  const int64_t last = first + rows_per_chunk < rows ? first + rows_per_chunk : rows;
+  float sum = 0;
+  for (int64_t r = first; r < last; ++r)
+    sum += to_float(dy[r * n + j]) * to_float(from_float<T>(to_float(x[r * n + j]) * inv[r]));
+  workspace[blockIdx.y * n + j] = sum;
+}
+
+__global__ void sum_chunks(const float* workspace, float* dw, int64_t chunks, int64_t n) {
+  const int64_t j = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x;
+  if (j >= n) return;
+  float sum = 0;
+  for (int64_t c = 0; c < chunks; ++c) sum += workspace[c * n + j];
+  dw[j] = sum;
+}
+
+int64_t chunks_of(int64_t rows) { return rows < kMaxChunks ? rows : kMaxChunks; }
+
+void check_launch(const char* what) {
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+unsigned column_blocks(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
+
+template <typename T>
+void forward(const void* x, const void* w, void* y, float* inv, int64_t rows, int64_t n, float eps,
+             cudaStream_t stream) {
+  if (rows == 0 || n == 0) return;
+  forward_kernel<T><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
+      static_cast<const T*>(x), static_cast<const T*>(w), static_cast<T*>(y), inv, n, eps);
+  check_launch("rmsnorm forward");
+}
+
+template <typename T>
+void backward(const void* x, const void* w, const float* inv, const void* dy, void* dx, float* dw, float* workspace,
+              int64_t rows, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  if (rows > 0) {
+    grad_input_kernel<T><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
+        static_cast<const T*>(x), static_cast<const T*>(w), inv, static_cast<const T*>(dy), static_cast<T*>(dx), n);
+    check_launch("rmsnorm input gradient");
+  }
+  const int64_t chunks = chunks_of(rows);
+  if (chunks > 0) {
+    const int64_t per_chunk = (rows + chunks - 1) / chunks;
+    grad_weight_chunks<T><<<dim3(column_blocks(n), static_cast<unsigned>(chunks)), kThreads, 0, stream>>>(
+        static_cast<const T*>(x), inv, static_cast<const T*>(dy), workspace, rows, n, per_chunk);
+    check_launch("rmsnorm weight gradient (chunks)");
+  }
+  sum_chunks<<<column_blocks(n), kThreads, 0, stream>>>(workspace, dw, chunks, n);
+  check_launch("rmsnorm weight gradient (sum)");
+}
+
+}  // namespace
+
+void rmsnorm_forward_cuda(Dtype dtype, const void* x, const void* w, void* y, float* inv, int64_t rows, int64_t n,
+                          float eps, void* stream) {
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (dtype == Dtype::kFloat) {
+    forward<float>(x, w, y, inv, rows, n, eps, s);
+  } else {
+    forward<__nv_bfloat16>(x, w, y, inv, rows, n, eps, s);
+  }
+}
+
+int64_t rmsnorm_backward_workspace(int64_t rows, int64_t n) { return chunks_of(rows) * n; }
+
+void rmsnorm_backward_cuda(Dtype dtype, const void* x, const void* w, const float* inv, const void* dy, void* dx,
+                           float* dw, float* workspace, int64_t rows, int64_t n, void* stream) {
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (dtype == Dtype::kFloat) {
+    backward<float>(x, w, inv, dy, dx, dw, workspace, rows, n, s);
+  } else {
+    backward<__nv_bfloat16>(x, w, inv, dy, dx, dw, workspace, rows, n, s);
+  }
+}
+
+}  // namespace shardtune::kernels

@@ -1,0 +1,126 @@
+// The CUDA kernels on a GPU, held to the exact answer (float64, tests/unit/rmsnorm_exact.h) within
+// the bounds their host reference meets, plus the bf16 roundings where the arrays are bf16; and
+// the weight gradient's bits equal across reruns. Exits 77 (skipped) where no GPU is visible.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "runtime/kernels/rmsnorm_cuda.h"
+#include "tests/unit/rmsnorm_exact.h"
+
+namespace {
+
+using namespace shardtune::kernels;
+
+int failures = 0;
+
+void expect(bool ok, const char* what, int64_t rows, int64_t n, bool bf16, size_t k, double got, double want) {
+  if (ok) return;
+  if (++failures <= 20)
+    std::printf("FAIL %s: %lld x %lld %s, element %zu: %.9g, exact %.9g\n", what, static_cast<long long>(rows),
+                static_cast<long long>(n), bf16 ? "bf16" : "fp32", k, got, want);
+}
+
+void check(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return;
+  std::printf("FAIL %s: %s\n", what, cudaGetErrorString(e));
+  std::exit(1);
+}
+
+// A device array of `values` as fp32 or bf16; `values` become what the device holds.
+void* upload(std::vector<float>& values, bool bf16) {
+  void* d = nullptr;
+  const size_t bytes = values.size() * (bf16 ? 2 : 4) + 4;
+  check(cudaMalloc(&d, bytes), "cudaMalloc");
+  if (bf16) {
+    std::vector<__nv_bfloat16> b(values.size());
+    for (size_t i = 0; i < values.size(); ++i) {
+      b[i] = __float2bfloat16_rn(values[i]);
+      values[i] = __bfloat162float(b[i]);
+    }
+    check(cudaMemcpy(d, b.data(), b.size() * 2, cudaMemcpyHostToDevice), "upload");
+  } else {
+    check(cudaMemcpy(d, values.data(), values.size() * 4, cudaMemcpyHostToDevice), "upload");
+  }
+  return d;
+}
+
+std::vector<float> download(const void* d, size_t count, bool bf16) {
+  std::vector<float> out(count);
+  if (bf16) {
+    std::vector<__nv_bfloat16> b(count);
+    check(cudaMemcpy(b.data(), d, count * 2, cudaMemcpyDeviceToHost), "download");
+    for (size_t i = 0; i < count; ++i) out[i] = __bfloat162float(b[i]);
+  } else {
+    check(cudaMemcpy(out.data(), d, count * 4, cudaMemcpyDeviceToHost), "download");
+  }
+  return out;
+}
+
+void test_rmsnorm(int64_t rows, int64_t n, float scale, bool bf16, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(rows * n), w(n), dy(rows * n);
+  for (float& v : x) v = scale * normal(rng);
+  for (float& v : w) v = 1.0f + 0.1f * normal(rng);
+  for (float& v : dy) v = normal(rng);
+  const float eps = 1e-5f;
+  void* dx_in = upload(x, bf16);
+  void* dw_in = upload(w, bf16);
+  void* ddy = upload(dy, bf16);
+  std::vector<float> zeros(x.size());
+  void* dy_out = upload(zeros, bf16);
+  void* dx_out = upload(zeros, bf16);
+  float *inv = nullptr, *dw = nullptr, *workspace = nullptr;
+  check(cudaMalloc(&inv, rows * 4 + 4), "cudaMalloc");
+  check(cudaMalloc(&dw, n * 4 + 4), "cudaMalloc");
+  check(cudaMalloc(&workspace, rmsnorm_backward_workspace(rows, n) * 4 + 4), "cudaMalloc");
+  const Dtype dtype = bf16 ? Dtype::kBFloat16 : Dtype::kFloat;
+  rmsnorm_forward_cuda(dtype, dx_in, dw_in, dy_out, inv, rows, n, eps, nullptr);
+  rmsnorm_backward_cuda(dtype, dx_in, dw_in, inv, ddy, dx_out, dw, workspace, rows, n, nullptr);
+  check(cudaDeviceSynchronize(), "the kernels");
+  const std::vector<float> y = download(dy_out, x.size(), bf16), dx = download(dx_out, x.size(), bf16);
+  const std::vector<float> grad_w = download(dw, n, false);
+  rmsnorm_backward_cuda(dtype, dx_in, dw_in, inv, ddy, dx_out, dw, workspace, rows, n, nullptr);
+  check(cudaDeviceSynchronize(), "the kernels, again");
+  const std::vector<float> again = download(dw, n, false);
+  expect(std::memcmp(again.data(), grad_w.data(), n * 4) == 0, "dw bits across reruns", rows, n, bf16, 0, 0, 0);
+
+  const Exact e = rmsnorm_exact(x, w, dy, rows, n, eps);
+  const double rn = static_cast<double>(n), rr = static_cast<double>(rows);
+  const double b16 = bf16 ? 1.0 / 256 : 0.0;  // a bf16 rounding, relative
+  for (size_t k = 0; k < y.size(); ++k)
+    expect(std::abs(y[k] - e.y[k]) <= ((rn / 2 + 8) * kU + 2 * b16) * e.y_scale[k] + 1e-30, "y", rows, n, bf16, k, y[k],
+           e.y[k]);
+  for (size_t k = 0; k < dx.size(); ++k)
+    expect(std::abs(dx[k] - e.dx[k]) <= ((2 * rn + 16) * kU + b16) * e.dx_scale[k] + 1e-30, "dx", rows, n, bf16, k,
+           dx[k], e.dx[k]);
+  for (int64_t i = 0; i < n; ++i)
+    expect(std::abs(grad_w[i] - e.dw[i]) <= ((rr + rn / 2 + 16) * kU + b16) * e.dw_scale[i] + 1e-30, "dw", rows, n,
+           bf16, i, grad_w[i], e.dw[i]);
+  for (void* p : {dx_in, dw_in, ddy, dy_out, dx_out, static_cast<void*>(inv), static_cast<void*>(dw),
+                  static_cast<void*>(workspace)})
+    cudaFree(p);
+}
+
+}  // namespace
+
+int main() {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::printf("no GPU visible: skipped\n");
+    return 77;
+  }
+  std::mt19937 rng(7);
+  const int64_t shapes[][2] = {{1, 1}, {3, 7}, {5, 17}, {33, 65}, {2, 1023}, {4, 4097}, {2, 16384}, {300, 2048}};
+  for (const auto& s : shapes)
+    for (float scale : {1e-3f, 1.0f, 300.0f})
+      for (bool bf16 : {false, true}) test_rmsnorm(s[0], s[1], scale, bf16, rng);
+  std::printf("%s: %d failure(s)\n", failures == 0 ? "PASSED" : "FAILED", failures);
+  return failures == 0 ? 0 : 1;
+}

@@ -1,0 +1,99 @@
+// The CUDA kernels' host references (runtime/kernels), held to the exact answer: float64 computed
+// op by op from the definition, on random rows of odd and long sizes and of small and large
+// scale; values and gradients within a bound derived from fp32 rounding of the sums involved
+// (u = 2^-24 a rounding, n-term sums γ_n ≈ n·u), and the float64 gradients themselves checked
+// against central finite differences of the float64 forward.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "runtime/kernels/rmsnorm_reference.h"
+#include "tests/unit/rmsnorm_exact.h"
+
+namespace shardtune::kernels {
+namespace {
+
+double loss_exact(const std::vector<double>& x, const std::vector<double>& w, const std::vector<float>& dy, int64_t rows,
+                  int64_t n, double eps) {
+  double loss = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    double ss = 0;
+    for (int64_t i = 0; i < n; ++i) ss += x[r * n + i] * x[r * n + i];
+    const double inv = 1.0 / std::sqrt(ss / n + eps);
+    for (int64_t i = 0; i < n; ++i) loss += w[i] * x[r * n + i] * inv * dy[r * n + i];
+  }
+  return loss;
+}
+
+struct Shape {
+  int64_t rows, n;
+};
+
+const Shape kShapes[] = {{1, 1}, {3, 7}, {5, 17}, {2, 64}, {33, 65}, {2, 1023}, {4, 4097}, {2, 16384}};
+
+TEST(KernelReference, RmsNormIsWithinFp32RoundingOfFloat64) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const float eps = 1e-5f;
+  for (const Shape& s : kShapes) {
+    for (float scale : {1e-3f, 1.0f, 300.0f}) {
+      SCOPED_TRACE(testing::Message() << s.rows << " x " << s.n << ", scale " << scale);
+      std::vector<float> x(s.rows * s.n), w(s.n), dy(s.rows * s.n);
+      for (float& v : x) v = scale * normal(rng);
+      for (float& v : w) v = 1.0f + 0.1f * normal(rng);
+      for (float& v : dy) v = normal(rng);
+      std::vector<float> y(x.size()), inv(s.rows), dx(x.size()), dw(s.n);
+      rmsnorm_forward_reference(x.data(), w.data(), y.data(), inv.data(), s.rows, s.n, eps);
+      rmsnorm_backward_reference(x.data(), w.data(), inv.data(), dy.data(), dx.data(), dw.data(), s.rows, s.n);
+      const Exact e = rmsnorm_exact(x, w, dy, s.rows, s.n, eps);
+      const double n = static_cast<double>(s.n), rows = static_cast<double>(s.rows);
+      // The sum of squares carries γ_n; the square root halves it; a few more roundings follow.
+      const double y_bound = (n / 2 + 8) * kU;
+      for (int64_t r = 0; r < s.rows; ++r)
+        ASSERT_LE(std::abs(inv[r] - e.inv[r]), y_bound * e.inv[r]) << "row " << r;
+      for (size_t k = 0; k < y.size(); ++k)
+        ASSERT_LE(std::abs(y[k] - e.y[k]), y_bound * e.y_scale[k] + 1e-30) << "y " << k;
+      const double dx_bound = (2 * n + 16) * kU;
+      for (size_t k = 0; k < dx.size(); ++k)
+        ASSERT_LE(std::abs(dx[k] - e.dx[k]), dx_bound * e.dx_scale[k] + 1e-30) << "dx " << k;
+      const double dw_bound = (rows + n / 2 + 16) * kU;
+      for (int64_t i = 0; i < s.n; ++i)
+        ASSERT_LE(std::abs(dw[i] - e.dw[i]), dw_bound * e.dw_scale[i] + 1e-30) << "dw " << i;
+    }
+  }
+}
+
+TEST(KernelReference, RmsNormFloat64GradientsMatchFiniteDifferences) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const double eps = 1e-5;
+  for (const Shape& s : {Shape{1, 1}, Shape{3, 7}, Shape{2, 33}}) {
+    std::vector<float> x(s.rows * s.n), w(s.n), dy(s.rows * s.n);
+    for (float& v : x) v = normal(rng);
+    for (float& v : w) v = 1.0f + 0.1f * normal(rng);
+    for (float& v : dy) v = normal(rng);
+    const Exact e = rmsnorm_exact(x, w, dy, s.rows, s.n, eps);
+    std::vector<double> xd(x.begin(), x.end()), wd(w.begin(), w.end());
+    const double h = 1e-6;
+    for (size_t k = 0; k < xd.size(); ++k) {
+      std::vector<double> up = xd, down = xd;
+      up[k] += h;
+      down[k] -= h;
+      const double numeric = (loss_exact(up, wd, dy, s.rows, s.n, eps) - loss_exact(down, wd, dy, s.rows, s.n, eps)) / (2 * h);
+      EXPECT_NEAR(e.dx[k], numeric, 1e-6 * (1 + std::abs(numeric))) << s.rows << "x" << s.n << " dx " << k;
+    }
+    for (size_t i = 0; i < wd.size(); ++i) {
+      std::vector<double> up = wd, down = wd;
+      up[i] += h;
+      down[i] -= h;
+      const double numeric = (loss_exact(xd, up, dy, s.rows, s.n, eps) - loss_exact(xd, down, dy, s.rows, s.n, eps)) / (2 * h);
+      EXPECT_NEAR(e.dw[i], numeric, 1e-6 * (1 + std::abs(numeric))) << s.rows << "x" << s.n << " dw " << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace shardtune::kernels
