@@ -77,7 +77,7 @@ json.dump(doc, open(f"{out}/bench.json", "w"), indent=1)
 f = lambda v, p=2: "-" if v is None else f"{v:.{p}f}"
 lines = [f"## Llama 3.2 1B shapes, sequence 2048, bf16 mixed precision, world size 1, {name}", "",
          f"bf16 peak (data sheet): {f(spec, 1)} TFLOP/s; bf16 8192³ matmul measured: "
-         f"{f(doc['matmul_tflops'], 1)} TFLOP/s; FLOPs per token (torchtitan): {f(flops / 1e9 if flops else None)} G", "",
+         f"{f(doc['matmul_tflops'], 1)} TFLOP/s; FLOPs per token (6·N + 12·L·d·T, a tied head counted once, docs/metrics.md): {f(flops / 1e9 if flops else None)} G", "",
          "Both engines: AdamW " + "; ".join(sorted({json.dumps(r.get("adamw_hyper"), sort_keys=True) for r in rows})) + "; timing: "
          + "; ".join(sorted({str(r.get("timing")) for r in rows})) + ".", "",
          "| engine | activation ckpt | packed | attention (asked: kernels run) | micro-batch | tokens/s | TFLOP/s | MFU (peak) | MFU (matmul) | peak GiB | shardtune ÷ this |",

@@ -4,9 +4,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include <stdexcept>
-#include <string>
-
+#include "runtime/kernels/device_util.cuh"
 #include "runtime/kernels/rmsnorm_cuda.h"
 #include "runtime/kernels/rmsnorm_math.h"
 
@@ -15,19 +13,6 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int64_t kMaxChunks = 128;  // row chunks of the weight gradient's first pass
-
-__device__ float to_float(float v) { return v; }
-__device__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <typename T>
-__device__ T from_float(float v);
-template <>
-__device__ float from_float<float>(float v) {
-  return v;
-}
-template <>
-__device__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
 
 // The block's sum: within each warp by shuffles, then the warps' sums in warp order, by every
 // thread alike.
@@ -94,11 +79,6 @@ __global__ void sum_chunks(const float* workspace, float* dw, int64_t chunks, in
 }
 
 int64_t chunks_of(int64_t rows) { return rows < kMaxChunks ? rows : kMaxChunks; }
-
-void check_launch(const char* what) {
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
-}
 
 unsigned column_blocks(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
 

@@ -6,9 +6,9 @@
 
 #include <cstdint>
 
-namespace shardtune::kernels {
+#include "runtime/kernels/dtype.h"
 
-enum class Dtype { kFloat, kBFloat16 };
+namespace shardtune::kernels {
 
 // Device arrays of `dtype` (x, w, y, dy, dx), fp32 inv; `stream` a cudaStream_t. The backward's dw
 // (fp32, n) is summed over rows in a fixed order (deterministic), through `workspace`, fp32 of

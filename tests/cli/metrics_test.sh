@@ -3,7 +3,7 @@
 # of 32 tokens, 2 rows x 2 micro-batches per rank), each field checked against something
 # independent:
 #  - tokens: rows x columns of the global batch; flops: tokens x (6·N + 12·L·d·T) with N counted
-#    here from config.json; mfu: flops / step_seconds / (peak_tflops x ranks);
+#    here from config.json (the head once, tied or not); mfu: flops / step_seconds / (peak_tflops x ranks);
 #  - compute + communication wait + data wait = step time;
 #  - loss and gradient norm equal those of the same steps at 1 rank (the same global batches);
 #  - the evaluation record matches the log's validation line, perplexity = exp(loss);
@@ -82,11 +82,12 @@ records = [json.loads(l) for l in open(f"{two}/metrics.jsonl")]
 steps = [r for r in records if "step" in r]
 evals = [r for r in records if "val_loss" in r]
 assert [r["step"] for r in steps] == list(range(1, 13)), [r["step"] for r in steps]
-# N: every parameter except the token embedding, counted from the shapes.
+# N: every parameter a token multiplies by, counted from the shapes: all but the token embedding
+# (a lookup), the head once (tied or not).
 d, L, V, F = config["hidden_size"], config["num_hidden_layers"], config["vocab_size"], config["intermediate_size"]
 H, KV, Q = config["num_attention_heads"], config["num_key_value_heads"], config["head_dim"]
 block = d * H * Q + 2 * d * KV * Q + H * Q * d + 3 * d * F + 2 * d
-n = L * block + d + (0 if config["tie_word_embeddings"] else V * d)
+n = L * block + d + V * d
 T = 32
 tokens = 2 * 2 * 2 * T  # rows x micro-batches x ranks x columns
 for r in steps:

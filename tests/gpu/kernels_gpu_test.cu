@@ -1,4 +1,4 @@
-// The CUDA kernels on a GPU, held to the exact answer (float64, tests/unit/rmsnorm_exact.h) within
+// The CUDA kernels on a GPU, held to the exact answer (float64, tests/unit/kernels_exact.h) within
 // the bounds their host reference meets, plus the bf16 roundings where the arrays are bf16; and
 // the weight gradient's bits equal across reruns. Exits 77 (skipped) where no GPU is visible.
 #include <cuda_bf16.h>
@@ -12,7 +12,9 @@
 #include <vector>
 
 #include "runtime/kernels/rmsnorm_cuda.h"
-#include "tests/unit/rmsnorm_exact.h"
+#include "runtime/kernels/rope_cuda.h"
+#include "runtime/kernels/swiglu_cuda.h"
+#include "tests/unit/kernels_exact.h"
 
 namespace {
 
@@ -108,6 +110,74 @@ void test_rmsnorm(int64_t rows, int64_t n, float scale, bool bf16, std::mt19937&
     cudaFree(p);
 }
 
+void test_swiglu(int64_t count, float scale, bool bf16, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> g(count), u(count), dh(count);
+  for (float& v : g) v = scale * normal(rng);
+  for (float& v : u) v = normal(rng);
+  for (float& v : dh) v = normal(rng);
+  if (count > 2) {
+    g[0] = -120.0f;
+    g[1] = 120.0f;
+  }
+  void* dg_in = upload(g, bf16);
+  void* du_in = upload(u, bf16);
+  void* ddh = upload(dh, bf16);
+  std::vector<float> zeros(count);
+  void* dh_out = upload(zeros, bf16);
+  void* dg_out = upload(zeros, bf16);
+  void* du_out = upload(zeros, bf16);
+  const Dtype dtype = bf16 ? Dtype::kBFloat16 : Dtype::kFloat;
+  swiglu_forward_cuda(dtype, dg_in, du_in, dh_out, count, nullptr);
+  swiglu_backward_cuda(dtype, dg_in, du_in, ddh, dg_out, du_out, count, nullptr);
+  check(cudaDeviceSynchronize(), "the kernels");
+  const std::vector<float> h = download(dh_out, count, bf16), gg = download(dg_out, count, bf16),
+                           gu = download(du_out, count, bf16);
+  const SwigluExact e = swiglu_exact(g, u, dh);
+  const double b16 = bf16 ? 1.0 / 256 : 0.0;
+  for (int64_t i = 0; i < count; ++i) {
+    const double tiny = swiglu_underflow(g[i], u[i], dh[i]);
+    expect(std::abs(h[i] - e.h[i]) <= (8 * kU + b16) * e.h_scale[i] + tiny, "swiglu h", count, 1, bf16, i, h[i], e.h[i]);
+    expect(std::abs(gg[i] - e.dg[i]) <= (16 * kU + b16) * e.dg_scale[i] + tiny, "swiglu dg", count, 1, bf16, i, gg[i],
+           e.dg[i]);
+    expect(std::abs(gu[i] - e.du[i]) <= (8 * kU + b16) * e.du_scale[i] + tiny, "swiglu du", count, 1, bf16, i, gu[i],
+           e.du[i]);
+  }
+  for (void* p : {dg_in, du_in, ddh, dh_out, dg_out, du_out}) cudaFree(p);
+}
+
+// Out of place and in place, forward and backward.
+void test_rope(int64_t positions, int64_t heads, int64_t head_dim, bool bf16, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> cos, sin, x(positions * heads * head_dim);
+  llama_rope_tables(positions, head_dim, cos, sin);
+  for (float& v : x) v = normal(rng);
+  void* dx = upload(x, bf16);
+  void* dcos = upload(cos, bf16);
+  void* dsin = upload(sin, bf16);
+  std::vector<float> zeros(x.size());
+  void* dout = upload(zeros, bf16);
+  const Dtype dtype = bf16 ? Dtype::kBFloat16 : Dtype::kFloat;
+  const double b16 = bf16 ? 1.0 / 256 : 0.0;
+  for (bool backward : {false, true}) {
+    rope_cuda(dtype, dx, dcos, dsin, dout, positions, heads, head_dim, backward, nullptr);
+    check(cudaDeviceSynchronize(), "the kernel");
+    const std::vector<float> out = download(dout, x.size(), bf16);
+    const RopeExact e = rope_exact(x, cos, sin, positions, heads, head_dim, backward);
+    for (size_t k = 0; k < out.size(); ++k)
+      expect(std::abs(out[k] - e.out[k]) <= (4 * kU + b16) * e.scale[k] + 1e-38, backward ? "rope backward" : "rope",
+             positions, head_dim, bf16, k, out[k], e.out[k]);
+  }
+  rope_cuda(dtype, dx, dcos, dsin, dx, positions, heads, head_dim, false, nullptr);  // in place
+  check(cudaDeviceSynchronize(), "the kernel, in place");
+  const std::vector<float> in_place = download(dx, x.size(), bf16);
+  const RopeExact e = rope_exact(x, cos, sin, positions, heads, head_dim, false);
+  for (size_t k = 0; k < in_place.size(); ++k)
+    expect(std::abs(in_place[k] - e.out[k]) <= (4 * kU + b16) * e.scale[k] + 1e-38, "rope in place", positions,
+           head_dim, bf16, k, in_place[k], e.out[k]);
+  for (void* p : {dx, dcos, dsin, dout}) cudaFree(p);
+}
+
 }  // namespace
 
 int main() {
@@ -121,6 +191,13 @@ int main() {
   for (const auto& s : shapes)
     for (float scale : {1e-3f, 1.0f, 300.0f})
       for (bool bf16 : {false, true}) test_rmsnorm(s[0], s[1], scale, bf16, rng);
+  for (int64_t count : {int64_t(1), int64_t(1000), int64_t(3) << 20})
+    for (float scale : {1.0f, 60.0f})
+      for (bool bf16 : {false, true}) test_swiglu(count, scale, bf16, rng);
+  test_swiglu(65535 * 256 + 333, 1.0f, false, rng);  // more elements than one grid's threads
+  const int64_t rope_shapes[][3] = {{1, 1, 2}, {7, 5, 64}, {2048, 8, 64}, {8192, 33, 128}};  // the last: more pairs than one grid's threads
+  for (const auto& s : rope_shapes)
+    for (bool bf16 : {false, true}) test_rope(s[0], s[1], s[2], bf16, rng);
   std::printf("%s: %d failure(s)\n", failures == 0 ? "PASSED" : "FAILED", failures);
   return failures == 0 ? 0 : 1;
 }

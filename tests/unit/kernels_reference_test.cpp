@@ -11,7 +11,9 @@
 #include <vector>
 
 #include "runtime/kernels/rmsnorm_reference.h"
-#include "tests/unit/rmsnorm_exact.h"
+#include "runtime/kernels/rope_reference.h"
+#include "runtime/kernels/swiglu_reference.h"
+#include "tests/unit/kernels_exact.h"
 
 namespace shardtune::kernels {
 namespace {
@@ -92,6 +94,83 @@ TEST(KernelReference, RmsNormFloat64GradientsMatchFiniteDifferences) {
       const double numeric = (loss_exact(xd, up, dy, s.rows, s.n, eps) - loss_exact(xd, down, dy, s.rows, s.n, eps)) / (2 * h);
       EXPECT_NEAR(e.dw[i], numeric, 1e-6 * (1 + std::abs(numeric))) << s.rows << "x" << s.n << " dw " << i;
     }
+  }
+}
+
+// A few fp32 roundings each (exp within 2 ulp, an add, a division, two multiplies; the gradient's
+// 1 - s and its products): bounds of 8 and 16 u of the magnitudes involved, plus the underflow of
+// a sigmoid of a large negative g (swiglu_underflow).
+TEST(KernelReference, SwigluIsWithinFp32RoundingOfFloat64) {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (float scale : {1e-3f, 1.0f, 8.0f, 60.0f}) {
+    SCOPED_TRACE(testing::Message() << "scale " << scale);
+    const int64_t count = 10007;
+    std::vector<float> g(count), u(count), dh(count);
+    for (float& v : g) v = scale * normal(rng);
+    for (float& v : u) v = normal(rng);
+    for (float& v : dh) v = normal(rng);
+    g[0] = -120.0f;  // exp overflows: the sigmoid is 0
+    g[1] = 120.0f;   // the sigmoid is 1
+    std::vector<float> h(count), dg(count), du(count);
+    swiglu_forward_reference(g.data(), u.data(), h.data(), count);
+    swiglu_backward_reference(g.data(), u.data(), dh.data(), dg.data(), du.data(), count);
+    const SwigluExact e = swiglu_exact(g, u, dh);
+    for (int64_t i = 0; i < count; ++i) {
+      const double tiny = swiglu_underflow(g[i], u[i], dh[i]);
+      ASSERT_LE(std::abs(h[i] - e.h[i]), 8 * kU * e.h_scale[i] + tiny) << "h " << i << " g " << g[i];
+      ASSERT_LE(std::abs(dg[i] - e.dg[i]), 16 * kU * e.dg_scale[i] + tiny) << "dg " << i << " g " << g[i];
+      ASSERT_LE(std::abs(du[i] - e.du[i]), 8 * kU * e.du_scale[i] + tiny) << "du " << i << " g " << g[i];
+    }
+  }
+}
+
+TEST(KernelReference, SwigluFloat64GradientsMatchFiniteDifferences) {
+  std::mt19937 rng(13);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  for (int i = 0; i < 200; ++i) {
+    const double g = normal(rng), u = normal(rng);
+    const float dh = normal(rng);
+    const SwigluExact e = swiglu_exact({static_cast<float>(g)}, {static_cast<float>(u)}, {dh});
+    auto h = [&](double gg, double uu) { return gg / (1.0 + std::exp(-gg)) * uu * dh; };
+    const double step = 1e-6;
+    const double gf = static_cast<float>(g), uf = static_cast<float>(u);
+    EXPECT_NEAR(e.dg[0], (h(gf + step, uf) - h(gf - step, uf)) / (2 * step), 1e-7 * (1 + std::abs(e.dg[0])));
+    EXPECT_NEAR(e.du[0], (h(gf, uf + step) - h(gf, uf - step)) / (2 * step), 1e-7 * (1 + std::abs(e.du[0])));
+  }
+}
+
+// Two products and a sum: within 4 u of the products' magnitudes, in place or not, forward and
+// backward; and the backward is the forward's transpose (<R x, d> = <x, R^T d> in float64).
+TEST(KernelReference, RopeIsWithinFp32RoundingOfFloat64AndItsGradientIsTheTranspose) {
+  std::mt19937 rng(17);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int64_t shapes[][3] = {{1, 1, 2}, {3, 2, 8}, {7, 5, 64}, {33, 3, 128}};
+  for (const auto& shape : shapes) {
+    const int64_t positions = shape[0], heads = shape[1], head_dim = shape[2];
+    std::vector<float> cos, sin;
+    llama_rope_tables(positions, head_dim, cos, sin);
+    std::vector<float> x(positions * heads * head_dim), d(x.size());
+    for (float& v : x) v = normal(rng);
+    for (float& v : d) v = normal(rng);
+    for (bool backward : {false, true}) {
+      SCOPED_TRACE(testing::Message() << positions << " x " << heads << " x " << head_dim << (backward ? " backward" : ""));
+      std::vector<float> out(x.size()), in_place = x;
+      rope_reference(x.data(), cos.data(), sin.data(), out.data(), positions, heads, head_dim, backward);
+      rope_reference(in_place.data(), cos.data(), sin.data(), in_place.data(), positions, heads, head_dim, backward);
+      EXPECT_EQ(in_place, out);
+      const RopeExact e = rope_exact(x, cos, sin, positions, heads, head_dim, backward);
+      for (size_t k = 0; k < out.size(); ++k) ASSERT_LE(std::abs(out[k] - e.out[k]), 4 * kU * e.scale[k]) << k;
+    }
+    const RopeExact rx = rope_exact(x, cos, sin, positions, heads, head_dim, false);
+    const RopeExact rtd = rope_exact(d, cos, sin, positions, heads, head_dim, true);
+    double lhs = 0, rhs = 0, mag = 0;
+    for (size_t k = 0; k < x.size(); ++k) {
+      lhs += rx.out[k] * d[k];
+      rhs += static_cast<double>(x[k]) * rtd.out[k];
+      mag += std::abs(rx.out[k] * d[k]);
+    }
+    EXPECT_NEAR(lhs, rhs, 1e-12 * (1 + mag));
   }
 }
 

@@ -20,14 +20,19 @@
 namespace shardtune::train {
 namespace {
 
-TEST(Flops, TorchtitansEstimateForPublishedModels) {
-  // Llama 3.2 1B: 1,235,814,400 parameters, of which the (tied) embedding is 128256 x 2048.
-  // 6 x (1235814400 - 262668288) + 12 x 16 layers x 32 heads x 64 x 2048 tokens.
+TEST(Flops, EstimateForPublishedModelsBesideTorchtitans) {
+  // Llama 3.2 1B: 1,235,814,400 parameters, of which the (tied) embedding is 128256 x 2048; the
+  // tied head multiplies every token by those 262,668,288 weights all the same, which torchtitan's
+  // estimate leaves out with the embedding: 6 x 1235814400 against 6 x (1235814400 - 262668288),
+  // each + 12 x 16 layers x 32 heads x 64 x 2048 tokens.
   const model::LlamaConfig small = model::LlamaConfig::from_file(std::string(ST_FIXTURES) + "/hf_configs/llama-3.2-1b.json");
-  EXPECT_DOUBLE_EQ(training_flops_per_token(small, 2048), 5838876672.0 + 805306368.0);
-  // Llama 3 8B: 8,030,261,248 parameters; embedding 128256 x 4096; 32 layers of 32 heads of 128.
+  EXPECT_DOUBLE_EQ(training_flops_per_token(small, 2048), 7414886400.0 + 805306368.0);
+  EXPECT_DOUBLE_EQ(torchtitan_flops_per_token(small, 2048), 5838876672.0 + 805306368.0);
+  // Llama 3 8B: 8,030,261,248 parameters; embedding 128256 x 4096 and an untied head of the same
+  // size; 32 layers of 32 heads of 128. Both estimates agree.
   const model::LlamaConfig big = model::LlamaConfig::from_file(std::string(ST_FIXTURES) + "/hf_configs/llama-3-8b.json");
   EXPECT_DOUBLE_EQ(training_flops_per_token(big, 8192), 6.0 * 7504924672.0 + 12884901888.0);
+  EXPECT_DOUBLE_EQ(torchtitan_flops_per_token(big, 8192), training_flops_per_token(big, 8192));
 }
 
 job::TrainSection train_section(int64_t epochs, double lr = 1e-4) {

@@ -1,0 +1,12 @@
+// SwiGLU, silu(g) * u elementwise, forward and backward, on the host in fp32: the reference of the
+// CUDA kernels (swiglu_cuda.h), with their arithmetic (swiglu_math.h). No ATen.
+#pragma once
+
+#include <cstdint>
+
+namespace shardtune::kernels {
+
+void swiglu_forward_reference(const float* g, const float* u, float* h, int64_t count);
+void swiglu_backward_reference(const float* g, const float* u, const float* dh, float* dg, float* du, int64_t count);
+
+}  // namespace shardtune::kernels
