@@ -336,10 +336,12 @@ train::CheckpointHooks checkpoint_hooks(const job::Job& job, const std::string& 
   };
   // Pruning after a background save runs on a thread (world rank 0); any later save waits for it.
   auto pruner = std::make_shared<checkpoint::Pruner>();
-  // A sharded save's checksums are taken during the update of the step it follows.
+  // A sharded save's checksums are taken during the update of the step it follows (not where
+  // replicas write parts of their shards: the checksums of whole shards fit none of them).
   const bool sharded = job.fsdp.checkpoint_type != job::CheckpointType::kFull;
+  const bool split = job.checkpoint.fully_parallel && groups.replicate->size() > 1;
   auto crcs = std::make_shared<checkpoint::UpdateCrcs>();
-  if (sharded) hooks.watch_update = [&model, crcs](fsdp::AdamW& optimizer) { return crcs->watch(model, optimizer); };
+  if (sharded && !split) hooks.watch_update = [&model, crcs](fsdp::AdamW& optimizer) { return crcs->watch(model, optimizer); };
   hooks.save = [&job, &model, &groups, state_at, pruner, crcs](fsdp::AdamW& optimizer, const train::ResumePoint& at) {
     const Timer timer;
     // Pruning runs beside training, outside any collective; the ranks waiting in the save's first

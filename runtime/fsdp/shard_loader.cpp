@@ -454,7 +454,7 @@ ShardLoader::ShardLoader(FsdpLlama& model, const SourceFactory& open_source, MPI
                plan_.replicas > 1 ? fmt::format("; the {} replicas of each shard read a part each and share them",
                                                 plan_.replicas)
                                   : "");
-  // World rank 0 reads every round: its progress is the job's.
+  // World rank 0's progress stands for the job's: every node's reader reads its own share alike.
   int64_t total = 0;
   for (size_t k = 0; k < rounds_.size(); ++k) total += round_bytes(k);
   progress_.emplace(common::logged_progress("loading the weights", total));
