@@ -22,8 +22,8 @@ void share_parts(at::Tensor& shard, dist::Communicator& replicas, int64_t align,
   const ShardPart mine = replica_part(numel, parts, replicas.rank(), align);
   at::Tensor send = at::zeros({step}, shard.options());
   at::Tensor received = at::empty({step * parts}, shard.options());
-  // Round j moves elements [j * step, (j + 1) * step) of every part; a shorter part sends zeros
-  // where it has ended, which nobody keeps.
+  // Round j moves elements [j * step, (j + 1) * step) of every part; past the end of a shorter
+  // part its buffer holds what it held before, which nobody keeps.
   for (int64_t at = 0; at < longest; at += step) {
     const int64_t own = std::clamp<int64_t>(mine.length() - at, 0, step);
     if (own > 0) send.narrow(0, 0, own).copy_(shard.narrow(0, mine.begin + at, own));
