@@ -9,8 +9,8 @@
 # row lists the attention kernels it ran), its AdamW fused with shardtune's hyper-parameters, both
 # clocks read around the whole step with the device idle. Also shardtune with cuDNN's attention,
 # which training leaves out; packed rows (per-document attention) against one document per row at
-# equal tokens; shardtune with AdamW an operation at a time (what its fused AdamW is worth); a
-# two-step kernel trace. Writes bench.json and bench.md into OUT_DIR.
+# equal tokens; shardtune with AdamW an operation at a time (what its fused AdamW is worth) and
+# with each fused kernel turned off in turn (what each is worth); a two-step kernel trace. Writes bench.json and bench.md into OUT_DIR.
 # ST_BENCH_QUICK=1: without activation checkpointing only (micro-batch 8 down).
 # Run by scripts/gpu-check.sh, after
 # scripts/gpu-env.sh (Open MPI and the libraries from the prefix).
@@ -80,8 +80,10 @@ for ckpt in "${modes[@]}"; do
   torch_run "$best" $ckpt || true
   torch_run "$best" $ckpt --compile && cp "$out/torch.json" "$out/torch-compile.json" || true
   if [ -z "$ckpt" ]; then
-    # The fused AdamW's share: the same run with AdamW an operation at a time.
+    # The fused AdamW's share: the same run with AdamW an operation at a time; and each fused
+    # kernel's (runtime/model/fused_ops.h), the same run with it as ATen's operations, then all.
     shardtune "$best" --adamw-ops || true
+    for fusion in rmsnorm rope swiglu cross_entropy all; do shardtune "$best" --unfused $fusion || true; done
     # Where the time goes: a trace of two steps, kernels included (trace.json.gz).
     mkdir -p "$out/trace"
     train_bench "$best" --steps 1 --warmup 1 --trace "$out/trace" >/dev/null 2>"$out/trace.err" &&

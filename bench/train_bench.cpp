@@ -6,7 +6,7 @@
 // does, and compares the figures with PyTorch measured on the same GPU in the same run.
 //   mpirun -np W train_bench MODEL_DIR [--device cuda|cpu] [--seq 2048] [--micro-batch 4]
 //       [--checkpointing] [--packed] [--cudnn-attention] [--steps 10] [--warmup 3] [--fp32]
-//       [--strategy full_shard|no_shard] [--threads N] [--trace DIR]
+//       [--strategy full_shard|no_shard] [--threads N] [--trace DIR] [--unfused rmsnorm,rope,...|all]
 // --fp32: no mixed precision (parameters, products and gradients in fp32), as CPU training runs.
 // --threads: CPU threads per rank (0: the rank's share of the node, as jobs choose; -1: leave
 // LibTorch's and OpenBLAS's own defaults, to measure what that choice gains).
@@ -14,6 +14,8 @@
 // attention); otherwise each row is one document (plain causal attention), at equal tokens.
 // --cudnn-attention: lets scaled_dot_product_attention use cuDNN, which training leaves out
 // (runtime/dist/device.h), to measure what that choice costs or saves.
+// --unfused: the named fusions (runtime/model/fused_ops.h) run as ATen operations instead, to price
+// each; the fused kernels run on CUDA tensors of a build with them ("fused_kernels" in the output).
 // --trace DIR: after the timed steps, three more of which the last two are traced by the step
 // profiler (GPU kernels included on CUDA) into DIR/rank-NNNNN.trace.json; the figures are of the
 // timed steps alone.
@@ -29,6 +31,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "checkpoint/hf/hf_tensor_source.h"
 #include "common/error.h"
@@ -40,6 +43,8 @@
 #include "runtime/dist/topology.h"
 #include "runtime/fsdp/fsdp_llama.h"
 #include "runtime/fsdp/shard_loader.h"
+#include "runtime/model/fused_ops.h"
+#include "runtime/model/kernel_calls.h"
 #include "runtime/train/flops.h"
 #include "runtime/train/host_allocator.h"
 #include "runtime/train/profiler.h"
@@ -68,7 +73,21 @@ struct Args {
   int threads = 0;
   std::string trace_dir;
   bool adamw_ops = false;
+  std::vector<std::string> unfused;  // fusions turned off (the ablation): rmsnorm, rope, swiglu, cross_entropy
 };
+
+// The fusions a run keeps: all but those named ("all": none).
+model::Fusions fusions_of(const std::vector<std::string>& unfused) {
+  model::Fusions f;
+  for (const std::string& name : unfused) {
+    const bool all = name == "all";
+    if (all || name == "rmsnorm") f.rmsnorm = false;
+    if (all || name == "rope") f.rope = false;
+    if (all || name == "swiglu") f.swiglu = false;
+    if (all || name == "cross_entropy") f.cross_entropy = false;
+  }
+  return f;
+}
 
 // Deterministic tokens for step `step` of rank `rank`; with `packed`, positions restarting at the
 // start of each document (64 to 1024 tokens long, the last one cut at the row's end).
@@ -112,6 +131,7 @@ int run(const Args& a) {
   if (choice.device >= 0) dist::bind_device(choice.device);
   if (device.is_cpu()) train::use_large_block_cache();  // as shardtune-rank
   if (a.cudnn_attention) dist::allow_cudnn_attention(true);
+  model::set_fusions(fusions_of(a.unfused));
   std::string threads_reason =
       fmt::format("defaults: LibTorch {}, {}", at::get_num_threads(), dist::blas_description());
   if (a.threads >= 0) {
@@ -203,6 +223,8 @@ int run(const Args& a) {
         {"precision", a.fp32 ? "fp32" : "bf16 mixed"},
         {"strategy", a.strategy},
         {"adamw", a.adamw_ops ? "ops" : "fused"},
+        {"unfused", a.unfused},
+        {"fused_kernels", device.is_cuda() && model::kernel_calls::cuda_kernels_built()},
         {"adamw_hyper", {{"lr", kLr}, {"betas", {adamw.beta1, adamw.beta2}}, {"eps", adamw.eps},
                          {"weight_decay", adamw.weight_decay}}},
         {"timing", "device synchronised before and after each step, AdamW included"},
@@ -249,6 +271,9 @@ int main(int argc, char** argv) {
   app.add_flag("--fp32", a.fp32, "fp32 throughout (no mixed precision)");
   app.add_option("--strategy", a.strategy, "full_shard or no_shard")->check(CLI::IsMember({"full_shard", "no_shard"}));
   app.add_flag("--adamw-ops", a.adamw_ops, "AdamW an operation at a time (LibTorch's single-tensor path), not fused");
+  app.add_option("--unfused", a.unfused, "Fusions to turn off (the ablation), comma-separated")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"rmsnorm", "rope", "swiglu", "cross_entropy", "all"}));
   app.add_option("--trace", a.trace_dir, "Trace two more steps with the step profiler into this folder");
   app.add_option("--threads", a.threads, "CPU threads per rank (0: the rank's share; -1: the libraries' defaults)")
       ->check(CLI::Range(-1, 4096));

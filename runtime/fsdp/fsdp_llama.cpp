@@ -64,6 +64,19 @@ FsdpLlama::FsdpLlama(model::LlamaForCausalLM& model, dist::ProcessGroups& groups
 
 at::Tensor FsdpLlama::forward(const at::Tensor& input_ids, const at::Tensor& position_ids,
                               const model::DropoutSeed& dropout) {
+  const at::Tensor h = hidden(input_ids, position_ids, dropout);
+  return head_->run(h, [this, dropout](const at::Tensor& x) { return model_.head(x, dropout); });
+}
+
+at::Tensor FsdpLlama::forward_loss(const at::Tensor& input_ids, const at::Tensor& position_ids,
+                                   const at::Tensor& labels, const model::DropoutSeed& dropout) {
+  const at::Tensor h = hidden(input_ids, position_ids, dropout);
+  const at::Tensor on_device = labels.to(context_.options.device, labels.scalar_type(), /*non_blocking=*/true);
+  return head_->run(h, [this, dropout, on_device](const at::Tensor& x) { return model_.head_loss(x, on_device, dropout); });
+}
+
+at::Tensor FsdpLlama::hidden(const at::Tensor& input_ids, const at::Tensor& position_ids,
+                             const model::DropoutSeed& dropout) {
   for (FlatParam* f : flat_params()) f->reset_leaves();
   const model::AttentionMask mask =
       position_ids.defined() ? model::packed_document_mask(position_ids) : model::AttentionMask{};
@@ -82,7 +95,7 @@ at::Tensor FsdpLlama::forward(const at::Tensor& input_ids, const at::Tensor& pos
       return layer->forward(x, rope, mask, dropout);
     });
   }
-  return head_->run(h, [this, dropout](const at::Tensor& x) { return model_.head(x, dropout); });
+  return h;
 }
 
 void FsdpLlama::finish_loading() {

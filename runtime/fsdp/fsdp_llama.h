@@ -32,6 +32,10 @@ class FsdpLlama {
   // `dropout`: the pass's LoRA dropout (disabled: none), also used when a unit recomputes.
   at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& position_ids = {},
                      const model::DropoutSeed& dropout = {});
+  // The batch's mean loss against labels (B, T) (model::causal_lm_loss of forward's logits; the
+  // labels may be on the CPU), the logits never kept: LlamaForCausalLM::head_loss.
+  at::Tensor forward_loss(const at::Tensor& input_ids, const at::Tensor& position_ids, const at::Tensor& labels,
+                          const model::DropoutSeed& dropout = {});
 
   // false: gradients of the coming backward stay unsharded and local (an accumulation
   // micro-batch); the next backward with true reduces everything accumulated.
@@ -68,6 +72,9 @@ class FsdpLlama {
   int64_t padding_elements() const { return padding_; }
 
  private:
+  // The embedding and the blocks: the hidden state the head takes, and the batch's dropout.
+  at::Tensor hidden(const at::Tensor& input_ids, const at::Tensor& position_ids, const model::DropoutSeed& dropout);
+
   model::LlamaForCausalLM& model_;
   dist::ProcessGroups& groups_;
   FsdpContext context_;

@@ -9,8 +9,6 @@
 #include <ATen/ops/linear.h>
 #include <ATen/ops/matmul.h>
 #include <ATen/ops/ones.h>
-#include <ATen/ops/rsqrt.h>
-#include <ATen/ops/silu.h>
 #include <ATen/ops/softmax.h>
 #include <fmt/format.h>
 #include <torch/version.h>
@@ -18,7 +16,9 @@
 #include <limits>
 
 #include "common/error.h"
+#include "runtime/model/fused_ops.h"
 #include "runtime/model/lora.h"
+#include "runtime/model/loss.h"
 #if TORCH_VERSION_MAJOR >= 2
 #include <ATen/ops/scaled_dot_product_attention.h>
 #endif
@@ -98,27 +98,22 @@ at::Tensor Linear::forward(const at::Tensor& x, const DropoutSeed& dropout) cons
   return lora.add_to(at::linear(x, weight, bias), x, dropout);
 }
 
-at::Tensor RMSNorm::forward(const at::Tensor& x) const {
-  at::Tensor h = x.to(at_least_fp32(x.scalar_type()));
-  h = h * at::rsqrt(h.pow(2).mean({-1}, /*keepdim=*/true) + eps);
-  return weight * h.to(x.scalar_type());
-}
+at::Tensor RMSNorm::forward(const at::Tensor& x) const { return rms_norm(x, weight, eps); }
 
 at::Tensor Attention::forward(const at::Tensor& x, const RopeTables& rope, const AttentionMask& mask,
                               const DropoutSeed& dropout) const {
   const int64_t b = x.size(0), t = x.size(1);
-  at::Tensor q = q_proj.forward(x, dropout).view({b, t, num_heads, head_dim}).transpose(1, 2);
-  at::Tensor k = k_proj.forward(x, dropout).view({b, t, num_kv_heads, head_dim}).transpose(1, 2);
-  at::Tensor v = v_proj.forward(x, dropout).view({b, t, num_kv_heads, head_dim}).transpose(1, 2);
-  q = apply_rope(q, rope);
-  k = apply_rope(k, rope);
+  // (B, T, heads, head_dim), rotated, then seen as (B, heads, T, head_dim).
+  const at::Tensor q = rotary(q_proj.forward(x, dropout).view({b, t, num_heads, head_dim}), rope).transpose(1, 2);
+  const at::Tensor k = rotary(k_proj.forward(x, dropout).view({b, t, num_kv_heads, head_dim}), rope).transpose(1, 2);
+  const at::Tensor v = v_proj.forward(x, dropout).view({b, t, num_kv_heads, head_dim}).transpose(1, 2);
   const int64_t groups = num_heads / num_kv_heads;
   at::Tensor out = attend(q, repeat_kv(k, groups), repeat_kv(v, groups), mask);
   return o_proj.forward(out.transpose(1, 2).reshape({b, t, num_heads * head_dim}), dropout);
 }
 
 at::Tensor Mlp::forward(const at::Tensor& x, const DropoutSeed& dropout) const {
-  return down_proj.forward(at::silu(gate_proj.forward(x, dropout)) * up_proj.forward(x, dropout), dropout);
+  return down_proj.forward(swiglu(gate_proj.forward(x, dropout), up_proj.forward(x, dropout)), dropout);
 }
 
 at::Tensor DecoderLayer::forward(const at::Tensor& hidden, const RopeTables& rope, const AttentionMask& mask,
@@ -190,6 +185,12 @@ at::Tensor LlamaForCausalLM::embed(const at::Tensor& input_ids) const { return a
 at::Tensor LlamaForCausalLM::head(const at::Tensor& hidden, const DropoutSeed& dropout) const {
   const at::Tensor h = norm_.forward(hidden);
   return head_lora_.add_to(at::linear(h, lm_head_.defined() ? lm_head_ : embed_tokens_), h, dropout);
+}
+
+at::Tensor LlamaForCausalLM::head_loss(const at::Tensor& hidden, const at::Tensor& labels,
+                                       const DropoutSeed& dropout) const {
+  if (head_lora_.r > 0) return causal_lm_loss(head(hidden, dropout), labels);
+  return linear_cross_entropy(norm_.forward(hidden), lm_head_.defined() ? lm_head_ : embed_tokens_, labels);
 }
 
 RopeTables LlamaForCausalLM::rope(const at::Tensor& position_ids, at::ScalarType dtype) const {

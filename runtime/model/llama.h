@@ -107,6 +107,9 @@ class LlamaForCausalLM {
   DecoderLayer& layer(int64_t i) { return layers_.at(static_cast<size_t>(i)); }
   const DecoderLayer& layer(int64_t i) const { return layers_.at(static_cast<size_t>(i)); }
   at::Tensor head(const at::Tensor& hidden, const DropoutSeed& dropout = {}) const;  // final norm + lm_head
+  // The final norm, the head and the loss against labels (B, T): causal_lm_loss of head()'s
+  // logits, through linear_cross_entropy (fused where the kernels serve) unless the head has LoRA.
+  at::Tensor head_loss(const at::Tensor& hidden, const at::Tensor& labels, const DropoutSeed& dropout = {}) const;
   LoraAdapter& head_adapter() { return head_lora_; }
 
   // Positions and mask for a batch: position_ids (B, T) restart at 0 for each packed document;

@@ -12,7 +12,6 @@
 
 #include "common/error.h"
 #include "runtime/model/lora.h"
-#include "runtime/model/loss.h"
 #include "runtime/train/flops.h"
 
 namespace shardtune::train {
@@ -63,18 +62,10 @@ StepResult train_step(fsdp::FsdpLlama& model, fsdp::AdamW& optimizer, const std:
     const Batch& b = micro_batches[i];
     model.set_sync_grads(options.reduce_every_micro_batch || i + 1 == micro_batches.size());
     const model::DropoutSeed dropout{options.dropout.enabled, model::mix_seed(options.dropout.seed, i)};
-    const at::Tensor logits = model.forward(b.input_ids, b.position_ids, dropout);
     // Averaging over micro-batches here and over ranks in the reduction gives the gradient of
-    // the mean loss of the whole global batch.
-    // Non-blocking, as the model's inputs: the host queues the loss and backward without waiting
-    // for the forward to finish first.
-    const at::Tensor labels = b.labels.to(model.device(), b.labels.scalar_type(), /*non_blocking=*/true);
-    at::Tensor loss;
-    {
-      RECORD_USER_SCOPE("train.loss");  // its own range in a trace: the loss's forward
-      loss = model::causal_lm_loss(logits, labels) / n;
-      if (b.weight != 1.0) loss = loss * b.weight;
-    }
+    // the mean loss of the whole global batch. The loss has its own range in a trace ("train.loss").
+    at::Tensor loss = model.forward_loss(b.input_ids, b.position_ids, b.labels, dropout) / n;
+    if (b.weight != 1.0) loss = loss * b.weight;
     if (options.loss_scaler != nullptr) {
       (loss * options.loss_scaler->scale()).backward();
     } else {

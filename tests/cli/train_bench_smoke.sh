@@ -11,23 +11,25 @@ trap 'rm -rf "$tmp"' EXIT
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 "$make_model" "$tmp/model" --layers 2 --dtype bf16 >/dev/null || { echo "FAIL: shardtune-make-model"; exit 1; }
-for packed in "" --packed; do
+for extra in "" --packed "--unfused rmsnorm,cross_entropy"; do
   if "$mpirun" -np 2 --oversubscribe --bind-to none --mca btl self,vader,tcp --mca btl_tcp_if_include lo \
        --mca oob_tcp_if_include lo "$bench" "$tmp/model" --device cpu --seq 48 --micro-batch 2 --steps 3 --warmup 1 \
-       $packed >"$tmp/out" 2>"$tmp/err"; then
-    /usr/bin/python3 - "$tmp/out" "$packed" <<'PY' || fail "train_bench $packed printed $(cat "$tmp/out")"
+       $extra >"$tmp/out" 2>"$tmp/err"; then
+    /usr/bin/python3 - "$tmp/out" "$extra" <<'PY' || fail "train_bench $extra printed $(cat "$tmp/out")"
 import json, sys
 r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
 assert r["engine"] == "shardtune" and r["device"] == "cpu" and r["world_size"] == 2, r
 assert r["packed"] == (sys.argv[2] == "--packed"), r
+assert r["unfused"] == (["rmsnorm", "cross_entropy"] if "unfused" in sys.argv[2] else []), r
+assert r["fused_kernels"] is False, r  # a CPU run
 assert r["step_seconds_min"] <= r["step_seconds_median"] <= r["step_seconds_max"], r
 tokens = 2 * 48 * 2  # micro-batch x seq x ranks
 assert abs(r["tokens_per_s"] * r["step_seconds_median"] - tokens) < 1e-6 * tokens, r
 assert abs(r["tflops_per_s_per_device"] * 1e12 * 2 - r["tokens_per_s"] * r["flops_per_token"]) < 1e-3 * r["tokens_per_s"] * r["flops_per_token"], r
 PY
-    [ -z "$packed" ] && cp "$tmp/out" "$tmp/plain.json"
+    [ -z "$extra" ] && cp "$tmp/out" "$tmp/plain.json"
   else
-    fail "train_bench $packed failed: $(tail -5 "$tmp/err")"
+    fail "train_bench $extra failed: $(tail -5 "$tmp/err")"
   fi
 done
 # Like for like: the PyTorch baseline's AdamW and timing window are train_bench's, and the report
@@ -54,6 +56,9 @@ assert "Both engines: AdamW " + json.dumps(hyper, sort_keys=True) + "; timing: "
 assert "| 2.00 |" in text and "not like for like" not in text, text
 text = report(dict(row, adamw_hyper=dict(hyper, weight_decay=0.01)))
 assert "| 2.00 (not like for like: adamw_hyper differ) |" in text, text
+# An ablation row: named by what it leaves unfused, priced against the fully fused row.
+text = report(dict(ours, unfused=["rmsnorm"], tokens_per_s=ours["tokens_per_s"] / 1.25))
+assert "| shardtune, unfused: rmsnorm |" in text and "| 1.25 |" in text, text
 PY
 fi
 [ "$failures" -eq 0 ] && echo "train_bench_smoke: all checks passed"

@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "runtime/kernels/cross_entropy_cuda.h"
 #include "runtime/kernels/rmsnorm_cuda.h"
 #include "runtime/kernels/rope_cuda.h"
 #include "runtime/kernels/swiglu_cuda.h"
@@ -178,6 +179,44 @@ void test_rope(int64_t positions, int64_t heads, int64_t head_dim, bool bf16, st
   for (void* p : {dx, dcos, dsin, dout}) cudaFree(p);
 }
 
+// The loss of each row and the gradient written over the logits, some rows ignored, one with a
+// label out of range (NaN, not a read out of bounds).
+void test_cross_entropy(int64_t rows, int64_t vocab, float scale, bool bf16, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int64_t> pick(0, vocab - 1);
+  std::vector<float> x(rows * vocab);
+  for (float& v : x) v = scale * normal(rng);
+  std::vector<int64_t> labels(rows);
+  for (int64_t r = 0; r < rows; ++r) labels[r] = r % 3 == 2 ? -100 : pick(rng);
+  if (rows > 3) labels[3] = vocab;
+  void* dx = upload(x, bf16);
+  int64_t* dlabels = nullptr;
+  float* dloss = nullptr;
+  check(cudaMalloc(&dlabels, rows * 8), "cudaMalloc");
+  check(cudaMalloc(&dloss, rows * 4), "cudaMalloc");
+  check(cudaMemcpy(dlabels, labels.data(), rows * 8, cudaMemcpyHostToDevice), "upload");
+  cross_entropy_cuda(bf16 ? Dtype::kBFloat16 : Dtype::kFloat, dx, dlabels, dloss, rows, vocab, -100, nullptr);
+  check(cudaDeviceSynchronize(), "the kernel");
+  const std::vector<float> grad = download(dx, x.size(), bf16), loss = download(dloss, rows, false);
+  std::vector<int64_t> in_range = labels;
+  if (rows > 3) in_range[3] = -100;
+  const CrossEntropyExact e = cross_entropy_exact(x, in_range, rows, vocab, -100);
+  const double b16 = bf16 ? 1.0 / 256 : 0.0;
+  for (int64_t r = 0; r < rows; ++r) {
+    if (r == 3 && rows > 3) {
+      expect(std::isnan(loss[r]), "ce out-of-range label", rows, vocab, bf16, r, loss[r], NAN);
+      continue;
+    }
+    expect(std::abs(loss[r] - e.loss[r]) <= e.loss_bound[r] * kU, "ce loss", rows, vocab, bf16, r, loss[r], e.loss[r]);
+    for (int64_t j = 0; j < vocab; ++j) {
+      const size_t k = static_cast<size_t>(r * vocab + j);
+      expect(std::abs(grad[k] - e.grad[k]) <= e.grad_bound[k] * kU + b16 * std::abs(e.grad[k]) + 1e-45, "ce grad", rows,
+             vocab, bf16, k, grad[k], e.grad[k]);
+    }
+  }
+  for (void* p : {dx, static_cast<void*>(dlabels), static_cast<void*>(dloss)}) cudaFree(p);
+}
+
 }  // namespace
 
 int main() {
@@ -198,6 +237,10 @@ int main() {
   const int64_t rope_shapes[][3] = {{1, 1, 2}, {7, 5, 64}, {2048, 8, 64}, {8192, 33, 128}};  // the last: more pairs than one grid's threads
   for (const auto& s : rope_shapes)
     for (bool bf16 : {false, true}) test_rope(s[0], s[1], s[2], bf16, rng);
+  const int64_t ce_shapes[][2] = {{1, 1}, {3, 7}, {5, 1000}, {7, 32000}, {16, 128256}};
+  for (const auto& s : ce_shapes)
+    for (float scale : {1e-3f, 1.0f, 30.0f})
+      for (bool bf16 : {false, true}) test_cross_entropy(s[0], s[1], scale, bf16, rng);
   std::printf("%s: %d failure(s)\n", failures == 0 ? "PASSED" : "FAILED", failures);
   return failures == 0 ? 0 : 1;
 }

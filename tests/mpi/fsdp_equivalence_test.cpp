@@ -21,6 +21,7 @@
 #include "common/job/schema.h"
 #include "runtime/fsdp/adamw.h"
 #include "runtime/fsdp/fsdp_llama.h"
+#include "runtime/model/fused_ops.h"
 #include "runtime/model/init.h"
 #include "runtime/model/loss.h"
 #include "runtime/train/train_step.h"
@@ -63,6 +64,7 @@ struct Case {
   int frozen_layers = 0;
   bool packed = false;     // rows of two documents (5 and 11 tokens) whose positions restart
   bool bf16 = false;       // bf16 mixed precision, held to the float64 reference within its own bound
+  bool fused = false;      // the sharded run through the fused operations (their host references on a CPU)
   double loss_tolerance = kLossBound;    // relative to float64, per step
   double param_tolerance = kParamBound;  // relative to float64, per tensor, after the last step
 };
@@ -189,6 +191,9 @@ void run_case(const Case& c) {
   const int64_t global = c.micro_batch * world * c.accumulation;
   train::StepOptions step_options{kLr, c.clipping, 0.05, c.reduce_every_micro_batch};
   std::vector<double> losses;
+  model::Fusions fusions;
+  fusions.host_reference = c.fused;
+  model::set_fusions(fusions);
   for (int step = 0; step < kSteps; ++step) {
     std::vector<train::Batch> micro;
     for (int a = 0; a < c.accumulation; ++a) {
@@ -198,6 +203,7 @@ void run_case(const Case& c) {
     }
     losses.push_back(train::train_step(sharded, opt, micro, step_options, *groups.world).loss);
   }
+  model::set_fusions(model::Fusions{});
   std::map<std::string, at::Tensor> exact, plain;
   const std::vector<double> exact_losses = train_reference(c, world, exact, at::kDouble);
   const std::vector<double> plain_losses = train_reference(c, world, plain, at::kFloat);
@@ -340,6 +346,16 @@ TEST(FsdpOverlap, OverlappedCollectivesGiveBitwiseTheSameTraining) {
     EXPECT_EQ(losses[0], losses[1]);
     for (const auto& [name, value] : finals[0]) EXPECT_TRUE(at::equal(value, finals[1].at(name))) << name;
   }
+}
+
+// RMSNorm, RoPE, SwiGLU and the head's loss through the fused operations' autograd functions,
+// recomputed under activation checkpointing, the head's weight the tied embedding's.
+TEST(FsdpEquivalence, FusedOperationsWithCheckpointingAndATiedHead) {
+  Case c{"fused"};
+  c.fused = true;
+  c.checkpointing = true;
+  c.tied = true;
+  run_case(c);
 }
 
 TEST(FsdpEquivalence, TiedEmbeddings) {

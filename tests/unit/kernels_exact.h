@@ -3,6 +3,7 @@
 // (tests/gpu/kernels_gpu_test.cu) are held to, with the magnitudes their rounding bounds scale by.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -124,6 +125,46 @@ inline void llama_rope_tables(int64_t positions, int64_t head_dim, std::vector<f
         sin[static_cast<size_t>(p * head_dim + j)] = static_cast<float>(std::sin(angle));
       }
     }
+}
+
+// Cross-entropy in float64 of each row of logits against its label (ignored rows: 0), the
+// gradient softmax - onehot, and the bound an fp32 computation grouped as cross_entropy_math.h
+// meets: each (max, sum) pair is made of at most `steps` = ceil(vocab / 512) + 20 steps, each
+// rounding the sum by up to 3 u relative (the exp, a rescaling, the addition), so the row's sum is
+// within (3 steps + 8) u relative; that moves the log-sum-exp by as much plus a rounding of each
+// term it is made of (lse_error), and each probability by lse_error plus the rounding of x - lse.
+struct CrossEntropyExact {
+  std::vector<double> loss, grad;
+  std::vector<double> loss_bound, grad_bound;  // in units of u
+};
+
+inline CrossEntropyExact cross_entropy_exact(const std::vector<float>& x, const std::vector<int64_t>& labels, int64_t rows,
+                                             int64_t vocab, int64_t ignore_index) {
+  CrossEntropyExact e;
+  e.grad.assign(x.size(), 0.0);
+  e.grad_bound.assign(x.size(), 0.0);
+  e.loss.assign(static_cast<size_t>(rows), 0.0);
+  e.loss_bound.assign(static_cast<size_t>(rows), 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    if (labels[r] == ignore_index) continue;
+    const float* xr = x.data() + r * vocab;
+    double m = xr[0];
+    for (int64_t j = 0; j < vocab; ++j) m = std::max(m, static_cast<double>(xr[j]));
+    double s = 0;
+    for (int64_t j = 0; j < vocab; ++j) s += std::exp(xr[j] - m);
+    const double lse = m + std::log(s), label = xr[labels[r]];
+    const double steps = static_cast<double>((vocab + 511) / 512 + 20);
+    const double lse_error = (3.0 * steps + 8) + std::abs(m) + std::abs(lse) + std::abs(std::log(s));
+    e.loss[r] = lse - label;
+    e.loss_bound[r] = lse_error + std::abs(label) + std::abs(e.loss[r]);
+    for (int64_t j = 0; j < vocab; ++j) {
+      const double p = std::exp(xr[j] - lse);
+      const bool is_label = j == labels[r];
+      e.grad[r * vocab + j] = p - (is_label ? 1.0 : 0.0);
+      e.grad_bound[r * vocab + j] = p * (lse_error + std::abs(xr[j] - lse) + 4) + (is_label ? 2.0 : 0.0);
+    }
+  }
+  return e;
 }
 
 }  // namespace shardtune::kernels

@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "runtime/kernels/cross_entropy_reference.h"
 #include "runtime/kernels/rmsnorm_reference.h"
 #include "runtime/kernels/rope_reference.h"
 #include "runtime/kernels/swiglu_reference.h"
@@ -172,6 +173,69 @@ TEST(KernelReference, RopeIsWithinFp32RoundingOfFloat64AndItsGradientIsTheTransp
       mag += std::abs(rx.out[k] * d[k]);
     }
     EXPECT_NEAR(lhs, rhs, 1e-12 * (1 + mag));
+  }
+}
+
+// Rows of random logits, small to Llama 3's vocabulary, small to large scale, some rows ignored;
+// the loss and the gradient (written in place and out of place, the same bits) within the bound of
+// cross_entropy_exact.
+TEST(KernelReference, CrossEntropyIsWithinFp32RoundingOfFloat64) {
+  std::mt19937 rng(17);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const Shape shapes[] = {{1, 1}, {3, 7}, {5, 1000}, {4, 32000}, {2, 128256}};
+  for (const Shape& shape : shapes)
+    for (float scale : {1e-3f, 1.0f, 30.0f}) {
+      SCOPED_TRACE(testing::Message() << shape.rows << " x " << shape.n << ", scale " << scale);
+      const int64_t rows = shape.rows, vocab = shape.n;
+      std::vector<float> x(static_cast<size_t>(rows * vocab));
+      for (float& v : x) v = scale * normal(rng);
+      std::vector<int64_t> labels(static_cast<size_t>(rows));
+      std::uniform_int_distribution<int64_t> pick(0, vocab - 1);
+      for (int64_t r = 0; r < rows; ++r) labels[r] = r % 3 == 2 ? -100 : pick(rng);
+      std::vector<float> loss(static_cast<size_t>(rows)), grad(x.size()), in_place = x;
+      cross_entropy_reference(x.data(), labels.data(), loss.data(), grad.data(), rows, vocab, -100);
+      std::vector<float> loss2(loss.size());
+      cross_entropy_reference(in_place.data(), labels.data(), loss2.data(), in_place.data(), rows, vocab, -100);
+      ASSERT_EQ(loss, loss2);
+      ASSERT_EQ(grad, in_place);
+      const CrossEntropyExact e = cross_entropy_exact(x, labels, rows, vocab, -100);
+      for (int64_t r = 0; r < rows; ++r)
+        ASSERT_LE(std::abs(loss[r] - e.loss[r]), e.loss_bound[r] * kU) << "loss of row " << r;
+      for (size_t k = 0; k < grad.size(); ++k)
+        ASSERT_LE(std::abs(grad[k] - e.grad[k]), e.grad_bound[k] * kU + 1e-45) << "grad " << k;
+    }
+}
+
+// A label outside the vocabulary (a tokenizer that does not match the model) makes the row's loss
+// and gradient NaN, so the step's non-finite check stops it, instead of a read out of bounds.
+TEST(KernelReference, CrossEntropyLabelOutOfRangeIsNaN) {
+  std::vector<float> x = {1, 2, 3, 4, 5, 6}, loss(2), grad(6);
+  const std::vector<int64_t> labels = {3, -1};
+  cross_entropy_reference(x.data(), labels.data(), loss.data(), grad.data(), 2, 3, -100);
+  EXPECT_TRUE(std::isnan(loss[0]) && std::isnan(loss[1]));
+  for (float g : grad) EXPECT_TRUE(std::isnan(g));
+}
+
+// The float64 gradient against central differences of the float64 loss.
+TEST(KernelReference, CrossEntropyFloat64GradientMatchesFiniteDifferences) {
+  std::mt19937 rng(19);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  const int64_t vocab = 9;
+  std::vector<float> x(vocab);
+  for (float& v : x) v = normal(rng);
+  const std::vector<int64_t> labels = {4};
+  const CrossEntropyExact e = cross_entropy_exact(x, labels, 1, vocab, -100);
+  auto loss = [&](const std::vector<double>& xd) {
+    double s = 0;
+    for (double v : xd) s += std::exp(v);
+    return std::log(s) - xd[4];
+  };
+  const double step = 1e-6;
+  for (int64_t j = 0; j < vocab; ++j) {
+    std::vector<double> up(x.begin(), x.end()), down = up;
+    up[j] += step;
+    down[j] -= step;
+    EXPECT_NEAR(e.grad[j], (loss(up) - loss(down)) / (2 * step), 1e-7) << j;
   }
 }
 

@@ -1,0 +1,147 @@
+// Autograd functions over kernel_calls, and the ATen spelling of each operation beside them.
+#include "runtime/model/fused_ops.h"
+
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/linear.h>
+#include <ATen/ops/mm.h>
+#include <ATen/record_function.h>
+#include <ATen/ops/rsqrt.h>
+#include <ATen/ops/silu.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include "runtime/model/kernel_calls.h"
+#include "runtime/model/loss.h"
+
+namespace shardtune::model {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+Fusions g_fusions;
+
+// Whether the kernels take these tensors: all on one device, of one dtype the kernels serve there
+// (CPU tensors only when a test asks for the host references).
+bool kernels_take(std::initializer_list<at::Tensor> tensors) {
+  const at::Tensor& first = *tensors.begin();
+  if (first.is_cpu() && !g_fusions.host_reference) return false;
+  if (!kernel_calls::supported(first)) return false;
+  for (const at::Tensor& t : tensors)
+    if (t.device() != first.device() || t.scalar_type() != first.scalar_type()) return false;
+  return true;
+}
+
+struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, double eps) {
+    const at::Tensor rows = x.contiguous().view({-1, x.size(-1)});
+    const at::Tensor weight = w.contiguous();
+    kernel_calls::RmsNormForward out = kernel_calls::rmsnorm_forward(rows, weight, eps);
+    ctx->save_for_backward({rows, weight, out.inv});
+    return out.y.view(x.sizes());
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad) {
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor dy = grad[0].contiguous().view(saved[0].sizes());
+    kernel_calls::RmsNormBackward out = kernel_calls::rmsnorm_backward(saved[0], saved[1], saved[2], dy);
+    return {out.dx.view(grad[0].sizes()), out.dw.to(saved[1].scalar_type()), at::Tensor()};
+  }
+};
+
+struct RopeFunction : public torch::autograd::Function<RopeFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+    const int64_t d = x.size(3);
+    const at::Tensor c = cos.contiguous().view({-1, d}), s = sin.contiguous().view({-1, d});
+    ctx->save_for_backward({c, s});
+    return kernel_calls::rope(x.contiguous().view({-1, x.size(2), d}), c, s, /*backward=*/false).view(x.sizes());
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad) {
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor& dy = grad[0];
+    const at::Tensor dx =
+        kernel_calls::rope(dy.contiguous().view({-1, dy.size(2), dy.size(3)}), saved[0], saved[1], /*backward=*/true);
+    return {dx.view(dy.sizes()), at::Tensor(), at::Tensor()};
+  }
+};
+
+struct SwigluFunction : public torch::autograd::Function<SwigluFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& g, const at::Tensor& u) {
+    const at::Tensor gc = g.contiguous(), uc = u.contiguous();
+    ctx->save_for_backward({gc, uc});
+    return kernel_calls::swiglu_forward(gc, uc);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad) {
+    const variable_list saved = ctx->get_saved_variables();
+    kernel_calls::SwigluBackward out = kernel_calls::swiglu_backward(saved[0], saved[1], grad[0].contiguous());
+    return {out.dg, out.du};
+  }
+};
+
+// hidden (N, H) · weight (V, H)ᵀ against labels (N): the forward computes the gradient of the
+// summed loss with respect to the logits in their place; the backward scales it by the incoming
+// gradient over the count of labelled tokens, inside two matrix products' outputs.
+struct LinearCrossEntropyFunction : public torch::autograd::Function<LinearCrossEntropyFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
+                            const at::Tensor& labels) {
+    at::Tensor logits = at::mm(hidden, weight.t());
+    const at::Tensor rows = kernel_calls::cross_entropy_in_place(logits, labels, kIgnoreIndex);
+    const at::Tensor count = labels.ne(kIgnoreIndex).sum().to(at::kFloat);
+    ctx->save_for_backward({logits, hidden, weight, count});
+    return rows.sum() / count;  // NaN with no labelled token, as the mean cross-entropy
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad) {
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor& dlogits = saved[0];
+    const at::Tensor scale = grad[0] / saved[3];  // a 0-dim tensor: the products keep their dtype
+    const at::Tensor dhidden = ctx->needs_input_grad(0) ? at::mm(dlogits, saved[2]) * scale : at::Tensor();
+    const at::Tensor dweight = ctx->needs_input_grad(1) ? at::mm(dlogits.t(), saved[1]) * scale : at::Tensor();
+    return {dhidden, dweight, at::Tensor()};
+  }
+};
+
+// transformers computes norms in fp32; fp64 (gradient checks) stays fp64.
+at::ScalarType at_least_fp32(at::ScalarType t) { return t == at::kDouble ? at::kDouble : at::kFloat; }
+
+}  // namespace
+
+void set_fusions(const Fusions& fusions) { g_fusions = fusions; }
+const Fusions& fusions() { return g_fusions; }
+
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
+  if (g_fusions.rmsnorm && kernels_take({x, w}) && w.dim() == 1 && w.size(0) == x.size(-1))
+    return RmsNormFunction::apply(x, w, eps);
+  at::Tensor h = x.to(at_least_fp32(x.scalar_type()));
+  h = h * at::rsqrt(h.pow(2).mean({-1}, /*keepdim=*/true) + eps);
+  return w * h.to(x.scalar_type());
+}
+
+at::Tensor rotary(const at::Tensor& x, const RopeTables& rope) {
+  if (g_fusions.rope && kernels_take({x, rope.cos, rope.sin}) && x.dim() == 4 && rope.cos.dim() == 3 &&
+      rope.cos.size(0) == x.size(0) && rope.cos.size(1) == x.size(1) && rope.cos.size(2) == x.size(3))
+    return RopeFunction::apply(x, rope.cos, rope.sin);
+  const int64_t half = x.size(-1) / 2;
+  at::Tensor rotated = at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+  // cos/sin (B, T, D) broadcast over heads: (B, T, 1, D).
+  return x * rope.cos.unsqueeze(2) + rotated * rope.sin.unsqueeze(2);
+}
+
+at::Tensor swiglu(const at::Tensor& g, const at::Tensor& u) {
+  if (g_fusions.swiglu && kernels_take({g, u}) && g.sizes() == u.sizes()) return SwigluFunction::apply(g, u);
+  return at::silu(g) * u;
+}
+
+at::Tensor linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& labels) {
+  RECORD_USER_SCOPE("train.loss");
+  if (!(g_fusions.cross_entropy && kernels_take({hidden, weight}) && hidden.dim() == 3 && labels.dim() == 2 &&
+        labels.device() == hidden.device()))
+    return causal_lm_loss(at::linear(hidden, weight), labels);
+  const int64_t b = labels.size(0), t = labels.size(1);
+  // Position t's label is token t + 1; the last position has none.
+  const at::Tensor shifted =
+      at::cat({labels.narrow(1, 1, t - 1), at::full({b, 1}, kIgnoreIndex, labels.options())}, 1).reshape({-1});
+  return LinearCrossEntropyFunction::apply(hidden.contiguous().view({-1, hidden.size(-1)}), weight.contiguous(),
+                                           shifted.to(at::kLong).contiguous());
+}
+
+}  // namespace shardtune::model

@@ -1,0 +1,43 @@
+// The Llama layers' elementwise and row-wise operations, each one kernel of runtime/kernels where
+// it can run (a CUDA tensor of fp32 or bf16 in a build with CUDA kernels), ATen's operations as
+// transformers spells them everywhere else. The CPU training path is ATen's unless a test asks
+// for the host references (Fusions::host_reference), which run the same autograd functions the
+// GPU runs, on fp32 CPU tensors.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include "runtime/model/rope.h"
+
+namespace shardtune::model {
+
+// Which fusions run (all, by default): the benchmark turns each off in turn to price it.
+struct Fusions {
+  bool rmsnorm = true;
+  bool rope = true;
+  bool swiglu = true;
+  bool cross_entropy = true;  // the head's logits, loss and their gradient in place (linear_cross_entropy)
+  bool host_reference = false;  // fp32 CPU tensors through the kernels' host references (tests)
+};
+void set_fusions(const Fusions& fusions);  // process-wide; set before the first forward
+const Fusions& fusions();
+
+// RMSNorm of x over its last dimension, times w (Llama's: the normalised x rounded to x's dtype).
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps);
+
+// x * cos + rotate_half(x) * sin for x of (B, T, heads, head_dim), the tables' rows shared by the
+// heads of a position.
+at::Tensor rotary(const at::Tensor& x, const RopeTables& rope);
+
+// silu(g) * u; the backward recomputes silu from g.
+at::Tensor swiglu(const at::Tensor& g, const at::Tensor& u);
+
+// The causal language-model loss of logits hidden · weightᵀ against labels (B, T): token t predicts
+// token t + 1, labels of -100 count for nothing, the mean over the tokens that count; the value
+// of causal_lm_loss(at::linear(hidden, weight), labels). Fused, the labels are shifted instead of
+// the logits narrowed, each row's loss and the gradient of its logits come from one kernel that
+// writes the gradient over the logits (in the compute dtype, never an fp32 copy), and the backward
+// is two matrix products with that gradient.
+at::Tensor linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& labels);
+
+}  // namespace shardtune::model

@@ -1,0 +1,93 @@
+// Tensor-level calls of the kernels: CUDA tensors to kernel_calls_cuda, fp32 CPU tensors to the
+// host references.
+#include "runtime/model/kernel_calls.h"
+
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+
+#include "common/error.h"
+#include "runtime/kernels/cross_entropy_reference.h"
+#include "runtime/kernels/rmsnorm_reference.h"
+#include "runtime/kernels/rope_reference.h"
+#include "runtime/kernels/swiglu_reference.h"
+#include "runtime/model/kernel_calls_cuda.h"
+
+namespace shardtune::model::kernel_calls {
+namespace {
+
+void check_same(const at::Tensor& a, const at::Tensor& b, const char* what) {
+  ST_CHECK(a.is_contiguous() && b.is_contiguous() && a.scalar_type() == b.scalar_type() && a.device() == b.device(),
+           common::ErrorKind::kInternal, "{}: the kernels take contiguous tensors of one dtype on one device", what);
+}
+
+const float* f32(const at::Tensor& t) { return t.data_ptr<float>(); }
+float* f32_out(at::Tensor& t) { return t.data_ptr<float>(); }
+
+}  // namespace
+
+bool cuda_kernels_built() { return cuda::built(); }
+
+bool supported(const at::Tensor& x) {
+  if (x.is_cuda()) return cuda::built() && (x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16);
+  return x.is_cpu() && x.scalar_type() == at::kFloat;
+}
+
+RmsNormForward rmsnorm_forward(const at::Tensor& x, const at::Tensor& w, double eps) {
+  check_same(x, w, "rmsnorm");
+  if (x.is_cuda()) return cuda::rmsnorm_forward(x, w, eps);
+  const int64_t rows = x.size(0), n = x.size(1);
+  RmsNormForward out{at::empty_like(x), at::empty({rows}, x.options().dtype(at::kFloat))};
+  kernels::rmsnorm_forward_reference(f32(x), f32(w), f32_out(out.y), f32_out(out.inv), rows, n,
+                                     static_cast<float>(eps));
+  return out;
+}
+
+RmsNormBackward rmsnorm_backward(const at::Tensor& x, const at::Tensor& w, const at::Tensor& inv,
+                                 const at::Tensor& dy) {
+  check_same(x, dy, "rmsnorm backward");
+  if (x.is_cuda()) return cuda::rmsnorm_backward(x, w, inv, dy);
+  const int64_t rows = x.size(0), n = x.size(1);
+  RmsNormBackward out{at::empty_like(x), at::empty({n}, x.options().dtype(at::kFloat))};
+  kernels::rmsnorm_backward_reference(f32(x), f32(w), f32(inv), f32(dy), f32_out(out.dx), f32_out(out.dw), rows, n);
+  return out;
+}
+
+at::Tensor rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool backward) {
+  check_same(x, cos, "rope");
+  check_same(x, sin, "rope");
+  if (x.is_cuda()) return cuda::rope(x, cos, sin, backward);
+  at::Tensor out = at::empty_like(x);
+  kernels::rope_reference(f32(x), f32(cos), f32(sin), f32_out(out), x.size(0), x.size(1), x.size(2), backward);
+  return out;
+}
+
+at::Tensor swiglu_forward(const at::Tensor& g, const at::Tensor& u) {
+  check_same(g, u, "swiglu");
+  if (g.is_cuda()) return cuda::swiglu_forward(g, u);
+  at::Tensor h = at::empty_like(g);
+  kernels::swiglu_forward_reference(f32(g), f32(u), f32_out(h), g.numel());
+  return h;
+}
+
+SwigluBackward swiglu_backward(const at::Tensor& g, const at::Tensor& u, const at::Tensor& dh) {
+  check_same(g, u, "swiglu backward");
+  check_same(g, dh, "swiglu backward");
+  if (g.is_cuda()) return cuda::swiglu_backward(g, u, dh);
+  SwigluBackward out{at::empty_like(g), at::empty_like(u)};
+  kernels::swiglu_backward_reference(f32(g), f32(u), f32(dh), f32_out(out.dg), f32_out(out.du), g.numel());
+  return out;
+}
+
+at::Tensor cross_entropy_in_place(at::Tensor& logits, const at::Tensor& labels, int64_t ignore_index) {
+  ST_CHECK(logits.is_contiguous() && logits.dim() == 2 && labels.is_contiguous() &&
+               labels.scalar_type() == at::kLong && labels.numel() == logits.size(0) &&
+               labels.device() == logits.device(),
+           common::ErrorKind::kInternal, "cross entropy: contiguous (rows, vocab) logits and (rows) int64 labels");
+  if (logits.is_cuda()) return cuda::cross_entropy_in_place(logits, labels, ignore_index);
+  at::Tensor loss = at::empty({logits.size(0)}, logits.options().dtype(at::kFloat));
+  kernels::cross_entropy_reference(f32(logits), labels.data_ptr<int64_t>(), f32_out(loss), f32_out(logits),
+                                   logits.size(0), logits.size(1), ignore_index);
+  return loss;
+}
+
+}  // namespace shardtune::model::kernel_calls

@@ -1,0 +1,45 @@
+// The kernels of runtime/kernels called on ATen tensors: the CUDA kernel for tensors on a CUDA
+// device (a build with a CUDA LibTorch and nvcc), the host reference for fp32 CPU tensors. Each
+// call takes contiguous tensors of one dtype (fp32, or bf16 on a GPU) and queues its work on the
+// tensors' current stream; outputs are allocated here. The autograd functions of fused_ops.h are
+// their only callers.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+namespace shardtune::model::kernel_calls {
+
+// Whether this build can run the kernels on CUDA tensors.
+bool cuda_kernels_built();
+
+// Whether `x`'s device and dtype have a kernel here: a CUDA tensor of fp32 or bf16 in a build with
+// CUDA kernels, or an fp32 CPU tensor (the host reference).
+bool supported(const at::Tensor& x);
+
+struct RmsNormForward {
+  at::Tensor y;    // (rows, n), x's dtype
+  at::Tensor inv;  // (rows,), fp32: each row's inverse RMS, for the backward
+};
+RmsNormForward rmsnorm_forward(const at::Tensor& x, const at::Tensor& w, double eps);  // x (rows, n), w (n)
+struct RmsNormBackward {
+  at::Tensor dx;  // (rows, n), x's dtype
+  at::Tensor dw;  // (n,), fp32, summed over rows in a fixed order
+};
+RmsNormBackward rmsnorm_backward(const at::Tensor& x, const at::Tensor& w, const at::Tensor& inv,
+                                 const at::Tensor& dy);
+
+// x (positions, heads, head_dim) rotated by cos/sin (positions, head_dim); `backward` rotates the
+// other way (the gradient).
+at::Tensor rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool backward);
+
+at::Tensor swiglu_forward(const at::Tensor& g, const at::Tensor& u);
+struct SwigluBackward {
+  at::Tensor dg, du;
+};
+SwigluBackward swiglu_backward(const at::Tensor& g, const at::Tensor& u, const at::Tensor& dh);
+
+// Each row of `logits` (rows, vocab) against its label (rows, int64): the rows' losses (fp32) out,
+// and softmax - onehot written over the logits (0 on rows labelled `ignore_index`).
+at::Tensor cross_entropy_in_place(at::Tensor& logits, const at::Tensor& labels, int64_t ignore_index);
+
+}  // namespace shardtune::model::kernel_calls

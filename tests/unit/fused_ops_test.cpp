@@ -1,0 +1,200 @@
+// The fused operations' autograd functions (runtime/model/fused_ops), run through the kernels' host
+// references on fp32 CPU tensors: the same functions, saved tensors and views the GPU runs. Each
+// result, value and gradient, is held to ATen's spelling of the operation in float64, and a whole
+// model trained through them to the float64 model.
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/randn.h>
+#include <ATen/ops/randint.h>
+#include <ATen/ops/sum.h>
+#include <gtest/gtest.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/function.h>
+
+#include <cmath>
+#include <functional>
+#include <string>
+
+#include "runtime/model/fused_ops.h"
+#include "runtime/model/init.h"
+#include "runtime/model/kernel_calls.h"
+#include "runtime/model/llama.h"
+#include "runtime/model/loss.h"
+
+namespace shardtune::model {
+namespace {
+
+constexpr double kU = 1.0 / (1 << 24);  // fp32 unit roundoff
+
+// Fusions on for fp32 CPU tensors for one test, off again after it.
+class Fused : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    Fusions f;
+    f.host_reference = true;
+    set_fusions(f);
+  }
+  void TearDown() override { set_fusions(Fusions{}); }
+};
+
+void with_aten(const std::function<void()>& fn) {
+  const Fusions saved = fusions();
+  set_fusions(Fusions{false, false, false, false});
+  fn();
+  set_fusions(saved);
+}
+
+std::string grad_fn_name(const at::Tensor& t) { return t.grad_fn() ? t.grad_fn()->name() : "none"; }
+
+double max_abs(const at::Tensor& t) { return t.abs().max().item<double>(); }
+double max_diff(const at::Tensor& a, const at::Tensor& b) {
+  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
+}
+
+// An operation through the fused path in fp32 and through ATen in float64 on the same inputs;
+// each output and input gradient (for a random output gradient) within bound * max|exact|.
+void check(const std::string& function, const std::vector<at::Tensor>& inputs,
+           const std::function<at::Tensor(const std::vector<at::Tensor>&)>& op, double bound) {
+  std::vector<at::Tensor> f32, f64;
+  for (const at::Tensor& t : inputs) {
+    f32.push_back(t.to(at::kFloat).detach().requires_grad_(true));
+    f64.push_back(t.to(at::kDouble).detach().requires_grad_(true));
+  }
+  const at::Tensor y = op(f32);
+  ASSERT_NE(grad_fn_name(y).find(function), std::string::npos) << grad_fn_name(y) << ": not the fused path";
+  at::Tensor exact;
+  with_aten([&] { exact = op(f64); });
+  EXPECT_LE(max_diff(y, exact), bound * max_abs(exact)) << function << " forward";
+  const at::Tensor dy = at::randn(y.sizes(), at::kDouble);
+  (y * dy.to(at::kFloat)).sum().backward();
+  (exact * dy).sum().backward();
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!f64[i].grad().defined()) continue;
+    ASSERT_TRUE(f32[i].grad().defined()) << function << " input " << i;
+    EXPECT_LE(max_diff(f32[i].grad(), f64[i].grad()), bound * max_abs(f64[i].grad())) << function << " grad " << i;
+  }
+}
+
+TEST_F(Fused, RmsNormValuesAndGradientsWithinBoundsOfFloat64) {
+  for (int64_t n : {7, 64, 1031}) {  // n = 1 (a gradient that cancels to ~0): kernels_reference_test
+    const at::Tensor x = at::randn({3, 5, n}, at::kDouble) * 3;
+    const at::Tensor w = 1 + at::randn({n}, at::kDouble) * 0.2;
+    // A row of n terms: sums round within n*u; the rest a few roundings.
+    check("RmsNormFunction", {x, w}, [](const std::vector<at::Tensor>& t) { return rms_norm(t[0], t[1], 1e-5); },
+          (16.0 + static_cast<double>(n)) * kU * 15);  // dw sums 15 rows
+  }
+}
+
+TEST_F(Fused, RotaryValuesAndGradientsWithinBoundsOfFloat64) {
+  for (int64_t d : {2, 8, 130}) {
+    const at::Tensor x = at::randn({2, 5, 3, d}, at::kDouble);
+    const at::Tensor angle = at::randn({2, 5, d / 2}, at::kDouble) * 10;
+    const at::Tensor a = at::cat({angle, angle}, -1);
+    const at::Tensor cos = a.cos().to(at::kFloat), sin = a.sin().to(at::kFloat);
+    check("RopeFunction", {x},
+          [&](const std::vector<at::Tensor>& t) {
+            const at::ScalarType dt = t[0].scalar_type();
+            return rotary(t[0], RopeTables{cos.to(dt), sin.to(dt)});
+          },
+          8 * kU);
+  }
+}
+
+TEST_F(Fused, SwigluValuesAndGradientsWithinBoundsOfFloat64) {
+  const at::Tensor g = at::randn({4, 3, 257}, at::kDouble) * 4, u = at::randn({4, 3, 257}, at::kDouble);
+  check("SwigluFunction", {g, u}, [](const std::vector<at::Tensor>& t) { return swiglu(t[0], t[1]); }, 16 * kU);
+}
+
+// Non-contiguous inputs (a transposed view) are made contiguous, not misread.
+TEST_F(Fused, NonContiguousInputsGiveTheContiguousResult) {
+  const at::Tensor x = at::randn({6, 4}, at::kFloat).t();  // (4, 6), strides (1, 4)
+  const at::Tensor w = at::randn({6}, at::kFloat);
+  EXPECT_TRUE(rms_norm(x, w, 1e-6).equal(rms_norm(x.contiguous(), w, 1e-6)));
+  EXPECT_TRUE(swiglu(x, x * 2).equal(swiglu(x.contiguous(), x.contiguous() * 2)));
+}
+
+// What the kernels do not take (fp64 here; mismatched dtypes) goes through ATen.
+TEST_F(Fused, OtherDtypesFallBackToAten) {
+  const at::Tensor x = at::randn({3, 8}, at::kDouble).requires_grad_(true);
+  const at::Tensor w = at::randn({8}, at::kDouble).requires_grad_(true);
+  EXPECT_EQ(grad_fn_name(rms_norm(x, w, 1e-6)).find("RmsNormFunction"), std::string::npos);
+  EXPECT_EQ(grad_fn_name(swiglu(x.to(at::kFloat), x)).find("SwigluFunction"), std::string::npos);
+  EXPECT_FALSE(kernel_calls::supported(at::randn({2}, at::kBFloat16)));  // bf16 only on a GPU
+}
+
+// The head's loss and its gradients, fused (labels shifted, the gradient written over the logits),
+// against causal_lm_loss of the float64 logits; some labels ignored, the head frozen or not.
+TEST_F(Fused, LinearCrossEntropyFollowsTheFloat64LossOfTheLogits) {
+  for (const bool frozen_weight : {false, true}) {
+    const int64_t b = 3, t = 7, hidden = 24, vocab = 301;
+    const at::Tensor h = at::randn({b, t, hidden}, at::kDouble), w = at::randn({vocab, hidden}, at::kDouble) * 0.3;
+    at::Tensor labels = at::randint(vocab, {b, t}, at::kLong);
+    labels.select(1, 2).fill_(kIgnoreIndex);
+    const at::Tensor h32 = h.to(at::kFloat).requires_grad_(true), h64 = h.clone().requires_grad_(true);
+    const at::Tensor w32 = w.to(at::kFloat).requires_grad_(!frozen_weight), w64 = w.clone().requires_grad_(true);
+    const at::Tensor loss = linear_cross_entropy(h32, w32, labels);
+    ASSERT_NE(grad_fn_name(loss).find("LinearCrossEntropyFunction"), std::string::npos) << grad_fn_name(loss);
+    at::Tensor exact;
+    with_aten([&] { exact = linear_cross_entropy(h64, w64, labels); });
+    EXPECT_NEAR(loss.item<double>(), exact.item<double>(), 1e-5 * std::abs(exact.item<double>()));
+    (loss * 0.5).backward();  // an incoming gradient other than 1
+    (exact * 0.5).backward();
+    EXPECT_LE(max_diff(h32.grad(), h64.grad()), 1e-5 * max_abs(h64.grad()));
+    if (frozen_weight) {
+      EXPECT_FALSE(w32.grad().defined());
+    } else {
+      EXPECT_LE(max_diff(w32.grad(), w64.grad()), 1e-5 * max_abs(w64.grad()));
+    }
+  }
+}
+
+// Labels with none that count give NaN, as the mean cross-entropy does.
+TEST_F(Fused, LinearCrossEntropyWithoutLabelledTokensIsNaN) {
+  const at::Tensor h = at::randn({1, 3, 4}), w = at::randn({5, 4});
+  const at::Tensor labels = at::full({1, 3}, kIgnoreIndex, at::kLong);
+  EXPECT_TRUE(std::isnan(linear_cross_entropy(h, w, labels).item<double>()));
+  at::Tensor aten;
+  with_aten([&] { aten = linear_cross_entropy(h, w, labels); });
+  EXPECT_TRUE(std::isnan(aten.item<double>()));
+}
+
+// The hidden state the head takes: the embedding and every layer.
+at::Tensor hidden_of(const LlamaForCausalLM& m, const at::Tensor& ids) {
+  const at::Tensor positions = default_position_ids(ids);
+  at::Tensor h = m.embed(ids);
+  const RopeTables rope = m.rope(positions, h.scalar_type());
+  for (int64_t i = 0; i < m.num_layers(); ++i) h = m.layer(i).forward(h, rope, AttentionMask{});
+  return h;
+}
+
+// A two-layer model's loss and every parameter's gradient, fused in fp32, against the float64
+// model through ATen.
+TEST_F(Fused, ModelLossAndGradientsFollowTheFloat64Model) {
+  LlamaConfig c = LlamaConfig::tiny();
+  c.num_hidden_layers = 2;
+  LlamaForCausalLM exact(c, at::TensorOptions().dtype(at::kDouble));
+  init_weights(exact, 11);
+  LlamaForCausalLM fused(c, at::TensorOptions().dtype(at::kFloat));
+  std::vector<NamedParam> pe = exact.named_parameters(), pf = fused.named_parameters();
+  for (size_t i = 0; i < pe.size(); ++i) {
+    if (pe[i].name.find("norm") != std::string::npos) pe[i].tensor->add_(at::randn(pe[i].tensor->sizes(), at::kDouble) * 0.1);
+    *pf[i].tensor = pe[i].tensor->to(at::kFloat);
+    pe[i].tensor->requires_grad_(true);
+    pf[i].tensor->requires_grad_(true);
+  }
+  const at::Tensor ids = at::randint(c.vocab_size, {2, 11}, at::kLong);
+  const at::Tensor loss = fused.head_loss(hidden_of(fused, ids), ids);
+  ASSERT_NE(grad_fn_name(loss).find("LinearCrossEntropyFunction"), std::string::npos) << grad_fn_name(loss);
+  at::Tensor loss64;
+  with_aten([&] { loss64 = causal_lm_loss(exact.forward(ids), ids); });
+  EXPECT_NEAR(loss.item<double>(), loss64.item<double>(), 1e-5 * std::abs(loss64.item<double>()));
+  loss.backward();
+  loss64.backward();
+  for (size_t i = 0; i < pe.size(); ++i)
+    EXPECT_LE(max_diff(pf[i].tensor->grad(), pe[i].tensor->grad()), 1e-4 * max_abs(pe[i].tensor->grad()) + 1e-9)
+        << pe[i].name;
+}
+
+}  // namespace
+}  // namespace shardtune::model
