@@ -83,7 +83,7 @@ for ckpt in "${modes[@]}"; do
     # The fused AdamW's share: the same run with AdamW an operation at a time; and each fused
     # kernel's (runtime/model/fused_ops.h), the same run with it as ATen's operations, then all.
     shardtune "$best" --adamw-ops || true
-    for fusion in rmsnorm rope swiglu cross_entropy all; do shardtune "$best" --unfused $fusion || true; done
+    for fusion in rmsnorm rope swiglu cross_entropy gqa all; do shardtune "$best" --unfused $fusion || true; done
     # Where the time goes: a trace of two steps, kernels included (trace.json.gz).
     mkdir -p "$out/trace"
     train_bench "$best" --steps 1 --warmup 1 --trace "$out/trace" >/dev/null 2>"$out/trace.err" &&

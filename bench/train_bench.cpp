@@ -73,7 +73,7 @@ struct Args {
   int threads = 0;
   std::string trace_dir;
   bool adamw_ops = false;
-  std::vector<std::string> unfused;  // fusions turned off (the ablation): rmsnorm, rope, swiglu, cross_entropy
+  std::vector<std::string> unfused;  // fusions turned off (the ablation): rmsnorm, rope, swiglu, cross_entropy, gqa
 };
 
 // The fusions a run keeps: all but those named ("all": none).
@@ -85,6 +85,7 @@ model::Fusions fusions_of(const std::vector<std::string>& unfused) {
     if (all || name == "rope") f.rope = false;
     if (all || name == "swiglu") f.swiglu = false;
     if (all || name == "cross_entropy") f.cross_entropy = false;
+    if (all || name == "gqa") f.gqa_attention = false;
   }
   return f;
 }
@@ -273,7 +274,7 @@ int main(int argc, char** argv) {
   app.add_flag("--adamw-ops", a.adamw_ops, "AdamW an operation at a time (LibTorch's single-tensor path), not fused");
   app.add_option("--unfused", a.unfused, "Fusions to turn off (the ablation), comma-separated")
       ->delimiter(',')
-      ->check(CLI::IsMember({"rmsnorm", "rope", "swiglu", "cross_entropy", "all"}));
+      ->check(CLI::IsMember({"rmsnorm", "rope", "swiglu", "cross_entropy", "gqa", "all"}));
   app.add_option("--trace", a.trace_dir, "Trace two more steps with the step profiler into this folder");
   app.add_option("--threads", a.threads, "CPU threads per rank (0: the rank's share; -1: the libraries' defaults)")
       ->check(CLI::Range(-1, 4096));

@@ -186,15 +186,25 @@ MemoryPlan plan_memory(const job::Job& job, const model::LlamaConfig& config) {
   } else {
     add("activations", fmt::format("every block's saved tensors ({})", per_block), tokens * s.layers * block_per_token);
   }
-  // Logits in the compute dtype, their fp32 log-softmax for the loss, and its gradient.
-  add("logits and loss", fmt::format("{:.0f} x {:.0f} vocabulary: logits, fp32 log-softmax and its gradient", tokens, s.v),
-      tokens * s.v * (compute + 4 + 4 + (compute == 2 ? 4 : 0)));
+  // On a GPU the head's loss is fused (runtime/model/fused_ops.h: linear_cross_entropy) unless the
+  // head has LoRA: the logits in the compute dtype, their gradient written over them. Otherwise
+  // the logits, their fp32 log-softmax for the loss, and its gradient.
+  if (plan.cuda && s.adapters_head == 0) {
+    add("logits and loss", fmt::format("{:.0f} x {:.0f} vocabulary: logits, their gradient written over them (fused)",
+                                       tokens, s.v),
+        tokens * s.v * compute);
+  } else {
+    add("logits and loss", fmt::format("{:.0f} x {:.0f} vocabulary: logits, fp32 log-softmax and its gradient", tokens, s.v),
+        tokens * s.v * (compute + 4 + 4 + (compute == 2 ? 4 : 0)));
+  }
   if (!plan.cuda) add("runtime", "LibTorch, Open MPI and HDF5 themselves", kCpuRuntimeBytes);
   if (plan.cuda) {
     // NCCL's own buffers, outside the caching allocator: every group of more than one rank is a
-    // communicator of its own (world, shard, replicate), whose buffers grow with its channels and
-    // peers, not with the world size beyond two nodes.
-    const int communicators = (plan.world > 1) + (plan.shard_size > 1) + (plan.world / plan.shard_size > 1);
+    // communicator (world, shard, replicate; a group of every rank is the world's), whose buffers
+    // grow with its channels and peers, not with the world size beyond two nodes.
+    const int replicas = plan.world / plan.shard_size;
+    const int communicators = (plan.world > 1) + (plan.shard_size > 1 && plan.shard_size < plan.world) +
+                              (replicas > 1 && replicas < plan.world);
     if (communicators > 0)
       add("NCCL buffers",
           fmt::format("{} communicator(s) of more than one rank, {:.2f} GiB each (0.53-0.67 GiB reported on A100s, "

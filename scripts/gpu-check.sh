@@ -31,6 +31,9 @@
 # usage: scripts/gpu-check.sh [--stages LIST] [--no-bench] [--build-only] [--jobs N] REPORT_DIR
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# One GPU: the world-size-2 checks run two ranks on it, which NCCL refuses; shardtune stages their
+# collectives through host memory only when asked (runtime/dist/gpu_sharing.h).
+export SHARDTUNE_SHARE_GPUS=1
 caller=$PWD
 cd "$root" || exit 1  # the example jobs name their data relative to the repository
 usage="usage: scripts/gpu-check.sh [--stages tests,jobs,references,lora,bench,extras] [--no-bench] [--build-only] [--jobs N] REPORT_DIR"

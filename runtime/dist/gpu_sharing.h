@@ -16,8 +16,13 @@ int visible_gpus();
 // in a build without the CUDA runtime.
 bool every_rank_has_its_own_gpu(MPI_Comm world, int device);
 
-// Collective over `world`: kNone when no rank has a device, kNccl when each has its own, else
-// kHostStaged (with a warning: slow, for running the multi-rank GPU path on one GPU).
+// kNone when no rank has a device, kNccl when each has its own. Ranks that share a GPU stage their
+// collectives through host memory (kHostStaged: slow, for running the multi-rank GPU path on one
+// GPU) only when `sharing_allowed`; otherwise a configuration error says which variable allows it.
+DeviceCollectives device_collectives_for(bool any_gpu, bool each_has_its_own, bool sharing_allowed);
+
+// Collective over `world`: device_collectives_for this job's ranks, sharing allowed by
+// SHARDTUNE_SHARE_GPUS=1 in the environment (warned about on rank 0).
 DeviceCollectives choose_device_collectives(MPI_Comm world, int device);
 
 }  // namespace shardtune::dist

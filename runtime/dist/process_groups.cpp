@@ -8,6 +8,8 @@
 
 #include <fmt/format.h>
 
+#include <utility>
+
 namespace shardtune::dist {
 namespace {
 
@@ -30,23 +32,35 @@ ProcessGroups make_process_groups(MPI_Comm world, int shard_size, const GroupOpt
   ST_MPI_CHECK(MPI_Comm_size(world, &size));
   GroupLayout layout(size, shard_size);
 
-  MPI_Comm world_dup, shard, replicate;
+  MPI_Comm world_dup;
   ST_MPI_CHECK(MPI_Comm_dup(world, &world_dup));
-  // The key orders members by world rank, so the group rank is the layout's rank in the group.
-  ST_MPI_CHECK(MPI_Comm_split(world, layout.shard_group_of(rank), rank, &shard));
-  ST_MPI_CHECK(MPI_Comm_split(world, layout.replicate_group_of(rank), rank, &replicate));
   ProcessGroups groups{layout, nullptr, nullptr, nullptr};
   groups.world = make_group(world_dup, "world", options);
-  groups.shard = make_group(shard, "shard", options);
-  groups.replicate = make_group(replicate, "replicate", options);
+  // A group of every rank is the world's communicator; the others split from it. The key orders
+  // members by world rank, so the group rank is the layout's rank in the group.
+  auto group = [&](int color, int group_size, const char* name) -> std::shared_ptr<Communicator> {
+    if (group_size == size) return groups.world;
+    MPI_Comm comm;
+    ST_MPI_CHECK(MPI_Comm_split(world, color, rank, &comm));
+    return make_group(comm, name, options);
+  };
+  groups.shard = group(layout.shard_group_of(rank), shard_size, "shard");
+  groups.replicate = group(layout.replicate_group_of(rank), size / shard_size, "replicate");
   return groups;
 }
 
 std::string groups_failure(const ProcessGroups& groups) {
-  for (const Communicator* c : {groups.world.get(), groups.shard.get(), groups.replicate.get()}) {
+  const std::pair<const char*, const Communicator*> roles[] = {
+      {"world", groups.world.get()}, {"shard", groups.shard.get()}, {"replicate", groups.replicate.get()}};
+  for (const auto& [role, c] : roles) {
     if (c == nullptr) continue;
     const std::string why = c->failure();
-    if (!why.empty()) return fmt::format("the {} group failed: {}", c->name(), why);
+    if (why.empty()) continue;
+    // A communicator that serves several roles (a group of every rank is the world's) names them all.
+    std::string names;
+    for (const auto& [other, d] : roles)
+      if (d == c) names += (names.empty() ? "" : "/") + std::string(other);
+    return fmt::format("the {} group failed: {}", names, why);
   }
   const std::string first = first_collective_failure();
   return first.empty() ? std::string() : fmt::format("a collective failed: {}", first);

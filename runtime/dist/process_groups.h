@@ -27,9 +27,12 @@ struct GroupOptions {
 
 struct ProcessGroups {
   GroupLayout layout;
-  std::unique_ptr<Communicator> world;
-  std::unique_ptr<Communicator> shard;
-  std::unique_ptr<Communicator> replicate;
+  // A group of the same ranks as the world (the shard group under FULL_SHARD and SHARD_GRAD_OP,
+  // the replicate group under NO_SHARD) is the world's communicator itself: one set of NCCL
+  // buffers and one connection setup, not two.
+  std::shared_ptr<Communicator> world;
+  std::shared_ptr<Communicator> shard;
+  std::shared_ptr<Communicator> replicate;
 };
 
 // Why the job's groups can no longer be trusted, "" while they can: the first failed group (its

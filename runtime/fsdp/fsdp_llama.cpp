@@ -3,6 +3,7 @@
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/full.h>
+#include <ATen/ops/linalg_vector_norm.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -53,6 +54,7 @@ FsdpLlama::FsdpLlama(model::LlamaForCausalLM& model, dist::ProcessGroups& groups
     return unit;
   };
   embed_ = make_unit("embed", units.front());
+  embed_->set_backward_reads_params(false);  // the embedding's gradient comes from the ids alone
   for (size_t i = 1; i + 1 < units.size(); ++i) blocks_.push_back(make_unit(fmt::format("block{}", i - 1), units[i]));
   head_ = make_unit("head", units.back());
   if (model.config().tie_word_embeddings)
@@ -114,27 +116,36 @@ std::vector<FlatParam*> FsdpLlama::flat_params() {
 }
 
 double FsdpLlama::clip_grad_norm(double max_norm) {
+  const double norm = std::sqrt(grad_norm_squared().item<double>());  // the host's one wait here
+  clip_grads(norm, max_norm);
+  return norm;
+}
+
+at::Tensor FsdpLlama::grad_norm_squared() {
   // Replicas hold identical gradient shards after the all-reduce: the norm is over the shard group.
   at::Tensor sum_sq = at::full({1}, 0.0, at::TensorOptions().dtype(at::kDouble).device(device()));
-  // In fp64 a piece at a time: each fp64 temporary of a whole shard is twice the shard's size
-  // (10 GB for a 1B-parameter shard on one GPU), at every step.
+  // Each piece's norm in one fp32 reduction (no temporary: the shard is read once), the squares of
+  // the pieces' norms summed in fp64: a piece of 2^24 elements rounds its sum within ~24 u.
   for (FlatParam* f : flat_params()) {
     if (!f->trainable()) continue;
     const at::Tensor& g = f->grad_shard();
     constexpr int64_t kPiece = int64_t{1} << 24;
     for (int64_t start = 0; start < g.numel(); start += kPiece) {
       const int64_t len = std::min(kPiece, g.numel() - start);
-      sum_sq += g.narrow(0, start, len).to(at::kDouble).pow(2).sum();
+      const at::Tensor norm = at::linalg_vector_norm(g.narrow(0, start, len), 2, c10::nullopt, false, at::kFloat);
+      sum_sq += norm.to(at::kDouble).square();
     }
   }
   groups_.shard->all_reduce(sum_sq, dist::ReduceOp::kSum);
-  const double norm = std::sqrt(sum_sq.item<double>());  // the one host wait of the step's clipping
+  return sum_sq;
+}
+
+void FsdpLlama::clip_grads(double norm, double max_norm) {
   // torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when that is below 1.
   const double coef = max_norm / (norm + 1e-6);
   if (coef < 1.0)
     for (FlatParam* f : flat_params())
       if (f->trainable()) f->grad_shard().mul_(coef);
-  return norm;
 }
 
 void FsdpLlama::zero_grad() {

@@ -55,6 +55,10 @@ class FsdpLlama {
   // Clips the gradient shards so that the global norm over all ranks is at most max_norm;
   // returns the norm before clipping (collective over the shard group).
   double clip_grad_norm(double max_norm);
+  // The pieces of clip_grad_norm: the squared global norm of the gradients, fp64 (1,) on the
+  // device, not read (collective over the shard group); and the clipping itself, given the norm.
+  at::Tensor grad_norm_squared();
+  void clip_grads(double norm, double max_norm);
   void zero_grad();
 
   // Full parameters by Hugging Face name, on the host (collective; for tests and inspection).

@@ -102,6 +102,8 @@ at::Tensor FsdpUnit::run(const at::Tensor& input, PieceFn fn) {
   return UnitFunction::apply(input, handle_, this, std::move(fn));
 }
 
+bool FsdpUnit::recomputes() const { return context_->options.activation_checkpointing && backward_reads_params_; }
+
 at::Tensor FsdpUnit::forward_impl(const at::Tensor& input, PieceFn fn) {
   RECORD_USER_SCOPE(fmt::format("fsdp.forward {}", name_));
   gather_all();
@@ -111,7 +113,7 @@ at::Tensor FsdpUnit::forward_impl(const at::Tensor& input, PieceFn fn) {
   saved_input_ = input.detach();
   input_requires_grad_ = input.requires_grad();
   at::Tensor out;
-  if (context_->options.activation_checkpointing) {
+  if (recomputes()) {
     at::NoGradGuard no_grad;
     out = fn_(saved_input_);
   } else {
@@ -156,9 +158,10 @@ void FsdpUnit::reduce_gradients() {
 
 at::Tensor FsdpUnit::backward_impl(const at::Tensor& grad_output) {
   RECORD_USER_SCOPE(fmt::format("fsdp.backward {}", name_));
-  gather_all();
-  if (index_ > 0) prefetch(index_ - 1);  // backward runs the units in reverse
-  if (context_->options.activation_checkpointing) {
+  if (backward_reads_params_) gather_all();
+  // Backward runs the units in reverse: the previous one's gather runs while this one computes.
+  if (index_ > 0 && context_->order[index_ - 1]->backward_reads_params()) prefetch(index_ - 1);
+  if (recomputes()) {
     at::AutoGradMode enable(true);
     input_leaf_ = saved_input_.detach().requires_grad_(input_requires_grad_);
     inner_output_ = fn_(input_leaf_);

@@ -66,6 +66,12 @@ class FsdpUnit {
   // Starts gathering every flat parameter this piece uses (no-op for those gathered or started).
   void start_gather_all();
 
+  // false: the piece's backward never reads its parameters (an embedding's reads the token ids
+  // alone), so backward gathers none (nor prefetches them), and activation checkpointing keeps the
+  // piece's output rather than recomputing it from gathered parameters.
+  void set_backward_reads_params(bool reads) { backward_reads_params_ = reads; }
+  bool backward_reads_params() const { return backward_reads_params_; }
+
   // Pieces of the autograd function (public for it; not for callers).
   at::Tensor forward_impl(const at::Tensor& input, PieceFn fn);
   at::Tensor backward_impl(const at::Tensor& grad_output);
@@ -76,6 +82,9 @@ class FsdpUnit {
   void reshard_all();
   // Starts the gather of the unit at forward position `index`, if there is one and overlap is on.
   void prefetch(size_t index);
+  // Whether backward recomputes the piece's forward (activation checkpointing, where it reads the
+  // parameters) instead of keeping its graph from the forward.
+  bool recomputes() const;
   void reduce_gradients();
 
   std::string name_;
@@ -84,6 +93,7 @@ class FsdpUnit {
   std::vector<std::unique_ptr<FlatParam>> flats_;
   std::vector<FlatParam*> deps_;
   at::Tensor handle_;  // an empty tensor: the parameters' stand-in in the outer autograd graph
+  bool backward_reads_params_ = true;
 
   // State of the current micro-batch between forward and backward.
   PieceFn fn_;

@@ -17,6 +17,7 @@ struct Fusions {
   bool rope = true;
   bool swiglu = true;
   bool cross_entropy = true;  // the head's logits, loss and their gradient in place (linear_cross_entropy)
+  bool gqa_attention = true;  // key/value heads shared inside the attention call (LibTorch 2.5 on), not repeated
   bool host_reference = false;  // fp32 CPU tensors through the kernels' host references (tests)
 };
 void set_fusions(const Fusions& fusions);  // process-wide; set before the first forward

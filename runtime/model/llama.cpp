@@ -22,6 +22,9 @@
 #if TORCH_VERSION_MAJOR >= 2
 #include <ATen/ops/scaled_dot_product_attention.h>
 #endif
+// scaled_dot_product_attention's enable_gqa (LibTorch 2.5 on): key/value heads shared by groups of
+// query heads without repeating them in memory.
+#define ST_SDPA_GQA (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5))
 
 namespace shardtune::model {
 namespace {
@@ -48,11 +51,24 @@ at::Tensor repeat_kv(const at::Tensor& x, int64_t groups) {
   return at::ones({t, t}, at::TensorOptions().dtype(at::kBool).device(device)).tril().view({1, 1, t, t});
 }
 
-// Causal softmax(q kᵀ · scale) v over (B, H, T, D). LibTorch 2.x: scaled_dot_product_attention
-// with is_causal, so the flash and memory-efficient kernels apply on a GPU; 1.13: the same
-// arithmetic spelled out (fp32 softmax), as transformers' eager attention.
+// Whether k and v may have fewer heads than q (grouped-query attention inside the attention call).
+bool attention_takes_groups() {
+#if ST_SDPA_GQA
+  return fusions().gqa_attention;
+#else
+  return false;
+#endif
+}
+
+// Causal softmax(q kᵀ · scale) v over (B, H, T, D), k and v of H or (attention_takes_groups) H / g
+// heads. LibTorch 2.x: scaled_dot_product_attention with is_causal, so the flash and
+// memory-efficient kernels apply on a GPU; 1.13: the same arithmetic spelled out (fp32 softmax),
+// as transformers' eager attention.
 at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-#if TORCH_VERSION_MAJOR >= 2
+#if ST_SDPA_GQA
+  return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, std::nullopt,
+                                          /*enable_gqa=*/k.size(1) != q.size(1));
+#elif TORCH_VERSION_MAJOR >= 2
   return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
 #else
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
@@ -107,7 +123,7 @@ at::Tensor Attention::forward(const at::Tensor& x, const RopeTables& rope, const
   const at::Tensor q = rotary(q_proj.forward(x, dropout).view({b, t, num_heads, head_dim}), rope).transpose(1, 2);
   const at::Tensor k = rotary(k_proj.forward(x, dropout).view({b, t, num_kv_heads, head_dim}), rope).transpose(1, 2);
   const at::Tensor v = v_proj.forward(x, dropout).view({b, t, num_kv_heads, head_dim}).transpose(1, 2);
-  const int64_t groups = num_heads / num_kv_heads;
+  const int64_t groups = attention_takes_groups() ? 1 : num_heads / num_kv_heads;
   at::Tensor out = attend(q, repeat_kv(k, groups), repeat_kv(v, groups), mask);
   return o_proj.forward(out.transpose(1, 2).reshape({b, t, num_heads * head_dim}), dropout);
 }

@@ -57,4 +57,11 @@ std::vector<Batch> step_batches(const Dataset& data, const DataOrder& order, con
   return micro;
 }
 
+void pin_for(std::vector<Batch>& batches, const c10::Device& device) {
+  if (!device.is_cuda()) return;
+  for (Batch& b : batches)
+    for (at::Tensor* t : {&b.input_ids, &b.labels, &b.position_ids})
+      if (t->defined()) *t = t->pin_memory();
+}
+
 }  // namespace shardtune::train

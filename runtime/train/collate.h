@@ -2,6 +2,8 @@
 // micro-batches of one step of the global order (data_order.h), with their loss weights.
 #pragma once
 
+#include <c10/core/Device.h>
+
 #include <cstdint>
 #include <vector>
 
@@ -20,5 +22,10 @@ Batch collate(const Dataset& data, const std::vector<int64_t>& indices);
 // without samples (a short step over many slots) holds the step's first sample with weight 0.
 std::vector<Batch> step_batches(const Dataset& data, const DataOrder& order, const std::vector<int64_t>& permutation,
                                 const StepSpan& span, int accumulation, int rank, int ranks);
+
+// For a rank on a GPU: the batches' tensors in page-locked host memory, so that their copy to the
+// device at the model's input is asynchronous (from pageable memory it is staged while the host
+// waits). Unchanged for a CPU device.
+void pin_for(std::vector<Batch>& batches, const c10::Device& device);
 
 }  // namespace shardtune::train

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "common/error.h"
 #include "runtime/model/lora.h"
@@ -26,9 +27,12 @@ namespace {
 // This rank's failed group, if any, once backward's collectives are done (a test's fault marks one).
 std::string groups_failure_before_update(const StepOptions& options) {
   if (options.groups == nullptr) return {};
+  const dist::ProcessGroups& g = *options.groups;
   if (!options.fail_group.empty()) {
-    for (dist::Communicator* c : {options.groups->world.get(), options.groups->shard.get(), options.groups->replicate.get()})
-      if (c->name() == options.fail_group) c->mark_failed("marked failed by SHARDTUNE_TEST_GROUP_FAIL_AT");
+    const std::pair<const char*, dist::Communicator*> roles[] = {
+        {"world", g.world.get()}, {"shard", g.shard.get()}, {"replicate", g.replicate.get()}};
+    for (const auto& [role, c] : roles)
+      if (options.fail_group == role) c->mark_failed("marked failed by SHARDTUNE_TEST_GROUP_FAIL_AT");
   }
   return dist::groups_failure(*options.groups);
 }
@@ -54,8 +58,9 @@ StepResult train_step(fsdp::FsdpLlama& model, fsdp::AdamW& optimizer, const std:
   const double n = static_cast<double>(micro_batches.size());
   // The loss is summed on the device and read once, at the end of the step: reading it per
   // micro-batch would make the host wait for each backward before queueing the next. The rank's
-  // tokens and FLOPs ride in the same reduction.
-  at::Tensor totals = at::zeros({4}, at::TensorOptions().dtype(at::kDouble).device(model.device()));
+  // tokens and FLOPs ride in the same reduction, and so does the gradient norm (squared, from
+  // world rank 0 alone), so that the step's one host wait also brings it.
+  at::Tensor totals = at::zeros({5}, at::TensorOptions().dtype(at::kDouble).device(model.device()));
   at::Tensor loss_sum = totals.narrow(0, 0, 1);
   double tokens = 0, flops = 0;
   for (size_t i = 0; i < micro_batches.size(); ++i) {
@@ -84,6 +89,12 @@ StepResult train_step(fsdp::FsdpLlama& model, fsdp::AdamW& optimizer, const std:
   // Each rank's failed groups ride in the step's one reduction: every rank learns of any.
   const std::string failed = groups_failure_before_update(options);
   totals.narrow(0, 1, 3).copy_(at::tensor({tokens, flops, failed.empty() ? 0.0 : 1.0}, at::kDouble));
+  // Without a loss scaler the gradients are final here (with one, they are unscaled first, below).
+  const bool norm_now = options.loss_scaler == nullptr && (options.gradient_clipping || options.measure_grad_norm);
+  if (norm_now) {
+    const at::Tensor squared = model.grad_norm_squared();
+    if (world.rank() == 0) totals.narrow(0, 4, 1).copy_(squared);
+  }
   world.all_reduce(totals, dist::ReduceOp::kSum);
   const at::Tensor host = totals.cpu();
   refuse_update_after_failure(options, failed, host[3].item<double>());
@@ -96,7 +107,10 @@ StepResult train_step(fsdp::FsdpLlama& model, fsdp::AdamW& optimizer, const std:
     result.nonfinite = !std::isfinite(result.loss);
   } else {
     RECORD_USER_SCOPE("optimizer.step");
-    if (options.gradient_clipping) {
+    if (norm_now) {
+      result.grad_norm = std::sqrt(host[4].item<double>());
+      if (options.gradient_clipping) model.clip_grads(result.grad_norm, options.clipping_threshold);
+    } else if (options.gradient_clipping) {
       result.grad_norm = model.clip_grad_norm(options.clipping_threshold);
     } else if (options.measure_grad_norm) {
       result.grad_norm = model.clip_grad_norm(std::numeric_limits<double>::infinity());

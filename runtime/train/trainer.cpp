@@ -240,8 +240,10 @@ void Trainer::train_epoch(Run& run) {
   // Collating reads only the dataset and this epoch's permutation: safe on other threads.
   Prefetcher prefetch(
       [&, epoch](int64_t first) {
-        return step_batches(train_, run.order, permutation, run.schedule->step_at({epoch, first}), run.accumulation,
-                            run.rank, run.ranks);
+        std::vector<Batch> batches = step_batches(train_, run.order, permutation, run.schedule->step_at({epoch, first}),
+                                                  run.accumulation, run.rank, run.ranks);
+        pin_for(batches, model_.device());  // on the collating thread, off the step's path
+        return batches;
       },
       static_cast<int>(options_.train.num_workers_dataloader));
   StepSpan span;

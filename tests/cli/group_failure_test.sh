@@ -18,7 +18,8 @@ for group in shard world; do
   SHARDTUNE_TEST_GROUP_FAIL_AT=3:1:$group "$st" run configs/tiny-cpu.toml -n 2 --set "job.output_dir=$out" \
     --set train.max_train_step=5 --set checkpoint.every_steps=1 --set fsdp.save_optimizer=true \
     --set train.run_validation=false >"$tmp/$group.log" 2>&1 && fail "$group: the job went on past a failed group"
-  grep -rqh "the $group group failed: marked failed" "$out/logs" "$tmp/$group.log" ||
+  # Under FULL_SHARD the shard group is the world's communicator: "the world/shard group failed".
+  grep -rqhE "the ([a-z]+/)*$group(/[a-z]+)* group failed: marked failed" "$out/logs" "$tmp/$group.log" ||
     fail "$group: no error names the failed group: $(tail -3 "$tmp/$group.log")"
   grep -rqh "the optimizer step was not taken" "$out/logs" "$tmp/$group.log" || fail "$group: the step was not said to be stopped"
   newest=$(ls "$out/checkpoints" 2>/dev/null | grep -E '^step-[0-9]+$' | sort | tail -1)

@@ -136,6 +136,24 @@ for rank in (0, 1):
     assert steps_traced == ["step 6", "step 7"], steps_traced
     assert {"fsdp.forward embed", "fsdp.forward block1", "fsdp.backward head"} <= names, sorted(names)[:20]
     assert "aten::mm" in names or "aten::addmm" in names, sorted(names)[:20]
+    # The order collectives are issued in backward: inside each block's backward, the previous
+    # unit's all-gather (the prefetch) starts before this block's reduce-scatter, so it never
+    # queues behind it; and no backward gathers the embedding (its backward reads the ids alone).
+    user = [e for e in events if e["cat"] == "user_annotation"]
+    def inside(outer, prefix):
+        return [e["ts"] for e in user if e["name"] == prefix and outer["ts"] <= e["ts"] <= outer["ts"] + outer["dur"]]
+    ordered = 0
+    for back in (e for e in user if e["name"].startswith("fsdp.backward ")):
+        unit = back["name"].split(" ")[1]
+        assert not inside(back, "fsdp.all_gather.start embed"), (rank, back["name"])
+        if not unit.startswith("block") or unit == "block0":
+            continue
+        before = f"block{int(unit[5:]) - 1}"
+        reduce, gather = inside(back, f"fsdp.reduce_scatter.start {unit}"), inside(back, f"fsdp.all_gather.start {before}")
+        if reduce:
+            assert gather and min(gather) < min(reduce), (rank, unit, gather, reduce)
+            ordered += 1
+    assert ordered > 0, "no block's backward both prefetched and reduced"
 print(f"flop counter: step 3 counted {counted:.6g} FLOPs, the estimate {steps[2]['flops'] / counted:.4f} of it; "
       f"traces of steps 6-7 with {len(events)} events on rank 1")
 print(f"{len(steps)} steps: {steps[-1]['tokens_per_second']:.0f} tokens/s, MFU {steps[-1]['mfu']:.3%} of 0.5 TFLOP/s, "

@@ -348,6 +348,47 @@ TEST(FsdpOverlap, OverlappedCollectivesGiveBitwiseTheSameTraining) {
   }
 }
 
+// The all-gathers of a FULL_SHARD step of two micro-batches, counted by the bytes each flat
+// parameter handed to them: every block is gathered for its forward and again for its backward;
+// the embedding only for its forward (its backward reads the token ids, not the weight), also
+// under activation checkpointing; a tied head gathers the embedding for itself once per
+// micro-batch (it stays gathered from the head's forward to its backward).
+TEST(FsdpUnits, TheEmbeddingIsGatheredForItsForwardOnly) {
+  if (world_size() < 2) GTEST_SKIP() << "one rank gathers nothing";
+  for (const bool checkpointing : {false, true})
+    for (const bool tied : {false, true}) {
+      SCOPED_TRACE(testing::Message() << "checkpointing " << checkpointing << ", tied " << tied);
+      Case c{"gathers"};
+      c.tied = tied;
+      job::Job job;
+      job.slurm.nodes = 1;
+      job.slurm.ntasks_per_node = world_size();
+      job.fsdp.activation_checkpointing = checkpointing;
+      const fsdp::FsdpOptions options = fsdp::fsdp_options(job.fsdp, job.train, world_size(), world_size(),
+                                                           testing_support::test_device());
+      dist::ProcessGroups groups = testing_support::make_test_groups(options.shard_size);
+      model::LlamaForCausalLM m(config_for(c), at::TensorOptions().dtype(at::kFloat));
+      model::init_weights(m, 5);
+      fsdp::FsdpLlama sharded(m, groups, options);
+      fsdp::AdamW opt(kAdamW);
+      train::add_trainable_shards(sharded, opt);
+      const std::vector<fsdp::FlatParam*> flats = sharded.flat_params();  // embed, blocks, head
+      ASSERT_EQ(static_cast<int64_t>(flats.size()), m.num_layers() + 2);
+      std::vector<train::Batch> micro;
+      for (int64_t i = 0; i < 2; ++i) {
+        const at::Tensor ids = sample_tokens(i, 2);
+        micro.push_back({ids, ids, at::Tensor(), 1.0, {}});
+      }
+      train::train_step(sharded, opt, micro, train::StepOptions{kLr, false, 0.0, true}, *groups.world);
+      const int64_t element = static_cast<int64_t>(c10::elementSize(options.precision.compute));
+      auto gathers = [&](const fsdp::FlatParam* f) {
+        return f->wire_bytes().gathered / (f->layout().padded_numel() * element);
+      };
+      EXPECT_EQ(gathers(flats.front()), tied ? 4 : 2) << "embedding";
+      for (size_t i = 1; i + 1 < flats.size(); ++i) EXPECT_EQ(gathers(flats[i]), 4) << "block " << i - 1;
+    }
+}
+
 // RMSNorm, RoPE, SwiGLU and the head's loss through the fused operations' autograd functions,
 // recomputed under activation checkpointing, the head's weight the tied embedding's.
 TEST(FsdpEquivalence, FusedOperationsWithCheckpointingAndATiedHead) {

@@ -1,7 +1,7 @@
 // Shard and replicate groups for every shard-group size that divides the world size (at world
 // size 4: shard groups of 1, 2 and 4), checked against the pure layout, and the HSDP gradient
 // reduction (reduce-scatter in the shard group, then all-reduce across replicas) against the
-// global sum.
+// global sum. A group of all the ranks is the world's communicator itself.
 #include <ATen/ops/empty.h>
 #include <gtest/gtest.h>
 
@@ -28,6 +28,10 @@ TEST(ProcessGroups, EveryDivisorOfTheWorld) {
     EXPECT_EQ(groups.replicate->rank(), layout.rank_in_replicate_group(rank));
     EXPECT_EQ(groups.shard->world_ranks(), layout.shard_group_members(layout.shard_group_of(rank)));
     EXPECT_EQ(groups.replicate->world_ranks(), layout.replicate_group_members(layout.replicate_group_of(rank)));
+    // A group of every rank is the world's own communicator (one NCCL communicator, not two);
+    // smaller groups have their own.
+    EXPECT_EQ(groups.shard == groups.world, shard == world);
+    EXPECT_EQ(groups.replicate == groups.world, shard == 1);
 
     // Communication really stays inside each group: gather world ranks.
     at::Tensor me = at::empty({1}, at::kLong);

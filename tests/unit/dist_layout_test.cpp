@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "runtime/dist/cpu_threads.h"
+#include "runtime/dist/gpu_sharing.h"
 #include "runtime/dist/group_layout.h"
 #include "runtime/dist/topology.h"
 
@@ -67,6 +68,22 @@ std::string error_of(const std::function<void()>& fn) {
   }
   ADD_FAILURE() << "no error";
   return "";
+}
+
+// Ranks that share a GPU get collectives staged through host memory only when asked; otherwise the
+// job stops before training, naming what would allow it.
+TEST(DeviceCollectives, SharedGpusOnlyWhenAsked) {
+  EXPECT_EQ(device_collectives_for(false, false, false), DeviceCollectives::kNone);
+  EXPECT_EQ(device_collectives_for(true, true, false), DeviceCollectives::kNccl);
+  EXPECT_EQ(device_collectives_for(true, true, true), DeviceCollectives::kNccl);
+  EXPECT_EQ(device_collectives_for(true, false, true), DeviceCollectives::kHostStaged);
+  try {
+    device_collectives_for(true, false, false);
+    FAIL() << "ranks sharing a GPU were given host-staged collectives unasked";
+  } catch (const common::Error& e) {
+    EXPECT_EQ(e.kind(), common::ErrorKind::kConfig);
+    EXPECT_NE(std::string(e.what()).find("SHARDTUNE_SHARE_GPUS=1"), std::string::npos) << e.what();
+  }
 }
 
 TEST(ChooseDevice, CpuSingleGpuPerTaskAndOnePerLocalRank) {

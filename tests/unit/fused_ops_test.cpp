@@ -40,7 +40,9 @@ class Fused : public ::testing::Test {
 
 void with_aten(const std::function<void()>& fn) {
   const Fusions saved = fusions();
-  set_fusions(Fusions{false, false, false, false});
+  Fusions off;
+  off.rmsnorm = off.rope = off.swiglu = off.cross_entropy = off.gqa_attention = false;
+  set_fusions(off);
   fn();
   set_fusions(saved);
 }
