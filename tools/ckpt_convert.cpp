@@ -151,59 +151,51 @@ void consolidate(const std::string& src, const std::string& out) {
   progress.finish("consolidated", peak_memory_note());
 }
 
-void reshard(const std::string& src, const std::string& out, int world_size) {
-  ST_CHECK(world_size >= 1, ErrorKind::kUsage, "--world-size must be at least 1, got {}", world_size);
-  checkpoint::CheckpointReader reader(src);
-  checkpoint::Manifest manifest = reader.manifest();
+namespace {
+
+// One rank's piece of a tensor in a reshard: where it goes, and its checksum as it streams by.
+struct ReshardOut {
+  int rank;
+  int64_t offset, length;
+  std::string dataset;
+  size_t spec;          // its dataset among its rank file's
+  int64_t at_byte = 0;  // where its bytes go in that file
+  checkpoint::BlockCrc crc;
+};
+
+struct ReshardTensor {
+  std::string kind;
+  const fsdp::ParamSpan* param;
+  std::vector<ReshardOut> outs;  // in rank order, which is element order
+};
+
+// The flat layouts of a checkpoint's model at `world_size` (an adapter checkpoint: the adapters of
+// each unit, as a LoRA job's trainable flat parameters).
+std::vector<fsdp::FlatLayout> reshard_layouts(const checkpoint::Manifest& manifest, const std::string& src,
+                                              int world_size) {
   ST_CHECK(!manifest.model_config.is_null(), ErrorKind::kConfig,
            "{} records no model config.json: its FSDP units cannot be laid out", src);
   model::LlamaForCausalLM skeleton(model::LlamaConfig::from_json(manifest.model_config, src + "/manifest.json"),
                                    at::TensorOptions().device(at::kMeta));
-  // An adapter checkpoint is laid out as a LoRA job's trainable flat parameters: the adapters of
-  // each unit.
   if (manifest.adapter)
     model::add_lora(skeleton, {manifest.adapter->r, manifest.adapter->alpha, 0.0, manifest.adapter->target_modules}, 0);
-  checkpoint::PendingDirectory pending(out);
-  const std::string tmp = pending.dir();
   std::vector<fsdp::FlatLayout> layouts;
-  uint64_t total = 0;
   for (const auto& unit : fsdp::llama_units(skeleton)) {
     std::vector<fsdp::FlatLayout::Entry> entries;
     for (const model::NamedParam& p : unit)
       if (!manifest.adapter || model::is_adapter_parameter(p.name)) entries.push_back({p.name, p.tensor->sizes().vec()});
-    if (entries.empty()) continue;
-    layouts.emplace_back(entries, world_size);
-    total += static_cast<uint64_t>(layouts.back().numel()) * 4;
+    if (!entries.empty()) layouts.emplace_back(entries, world_size);
   }
-  // The state kinds of each tensor: frozen tensors (freeze_layers) have no optimizer moments while
-  // the others do, so the kinds are looked up tensor by tensor.
-  std::vector<std::string> kinds;
-  total = 0;
-  for (const char* kind : checkpoint::kStateKinds)
-    for (const fsdp::FlatLayout& layout : layouts)
-      for (const fsdp::ParamSpan& p : layout.params())
-        if (reader.has(kind, p.name)) {
-          if (kinds.empty() || kinds.back() != kind) kinds.emplace_back(kind);
-          total += static_cast<uint64_t>(p.numel) * 4;
-        }
-  common::Progress progress(tool_progress("resharding", static_cast<int64_t>(total)));
-  // Every rank's file laid out first (a dataset per piece), then each tensor read once, front to
-  // back, its pieces written behind the reads into their ranks' files as it streams by.
-  struct Out {  // one rank's piece of a tensor
-    int rank;
-    int64_t offset, length;
-    std::string dataset;
-    size_t spec;          // its dataset among its rank file's
-    int64_t at_byte = 0;  // where its bytes go in that file
-    checkpoint::BlockCrc crc;
-  };
-  struct TensorOuts {
-    std::string kind;
-    const fsdp::ParamSpan* param;
-    std::vector<Out> outs;  // in rank order, which is element order
-  };
-  std::vector<TensorOuts> tensors;
-  std::vector<std::vector<checkpoint::DatasetSpec>> specs(static_cast<size_t>(world_size));
+  return layouts;
+}
+
+// Each stored tensor's pieces by rank, and each rank file's datasets (`specs`), kind by kind.
+std::vector<ReshardTensor> reshard_pieces(const checkpoint::CheckpointReader& reader,
+                                          const std::vector<fsdp::FlatLayout>& layouts,
+                                          const std::vector<std::string>& kinds, int world_size,
+                                          std::vector<std::vector<checkpoint::DatasetSpec>>& specs) {
+  std::vector<ReshardTensor> tensors;
+  specs.assign(static_cast<size_t>(world_size), {});
   for (const std::string& kind : kinds)
     for (const fsdp::FlatLayout& layout : layouts) {
       std::vector<std::vector<fsdp::ShardPiece>> by_rank;
@@ -211,7 +203,7 @@ void reshard(const std::string& src, const std::string& out, int world_size) {
       for (size_t param = 0; param < layout.params().size(); ++param) {
         const fsdp::ParamSpan& p = layout.params()[param];
         if (!reader.has(kind, p.name)) continue;
-        TensorOuts t{kind, &p, {}};
+        ReshardTensor t{kind, &p, {}};
         for (int r = 0; r < world_size; ++r)
           for (const fsdp::ShardPiece& sp : by_rank[static_cast<size_t>(r)]) {
             if (sp.param != param) continue;
@@ -222,35 +214,34 @@ void reshard(const std::string& src, const std::string& out, int world_size) {
         tensors.push_back(std::move(t));
       }
     }
+  return tensors;
+}
+
+// Each tensor read once, front to back, its pieces written behind the reads into their ranks'
+// files (laid out at `paths` already) as it streams by; the slices that describe them.
+std::vector<checkpoint::ManifestSlice> stream_pieces(checkpoint::CheckpointReader& reader,
+                                                     std::vector<ReshardTensor>& tensors,
+                                                     const std::vector<std::string>& names,
+                                                     const std::vector<std::string>& paths, common::Progress& progress) {
   // One set of aligned buffers for every file (common/direct_file.h): memory stays bounded.
   // Rank files are opened as the stream reaches them and closed (unsynced) beyond a share of the
   // open-file limit (common/open_files.h), then each synced once at the end.
   common::WriteBehind writes(common::kDirectBuffers, common::kDirectBufferBytes);
   common::LruCache<int, std::unique_ptr<common::DirectWriter>> files(  // after it: closed before it stops
       common::open_file_share(), [](std::unique_ptr<common::DirectWriter>& w) { w->close(); });
-  std::vector<std::string> names, paths;
-  for (int r = 0; r < world_size; ++r) {
-    names.push_back(fmt::format("rank-{:05d}.h5", r));
-    paths.push_back(tmp + "/" + names.back());
-    const std::vector<int64_t> offsets = checkpoint::create_contiguous_file(
-        paths.back(), kinds, specs[static_cast<size_t>(r)], static_cast<int64_t>(common::kDirectAlignment));
-    for (TensorOuts& t : tensors)
-      for (Out& o : t.outs)
-        if (o.rank == r) o.at_byte = offsets[o.spec];
-  }
   auto file = [&](int r) -> common::DirectWriter& {
     return *files.get(r, [&] { return std::make_unique<common::DirectWriter>(paths[static_cast<size_t>(r)], &writes); });
   };
   std::vector<checkpoint::ManifestSlice> slices;
   std::vector<std::pair<std::string, std::string>> order;
-  for (const TensorOuts& t : tensors) order.emplace_back(t.kind, t.param->name);
+  for (const ReshardTensor& t : tensors) order.emplace_back(t.kind, t.param->name);
   reader.read_ahead(order);
-  for (TensorOuts& t : tensors) {
+  for (ReshardTensor& t : tensors) {
     checkpoint::CheckpointReader::Stream stream = reader.stream(t.kind, t.param->name);
     int64_t at = 0;
     for (std::span<const float> got; !(got = stream.next(kPiece)).empty(); at += static_cast<int64_t>(got.size())) {
       const int64_t n = static_cast<int64_t>(got.size());
-      for (Out& o : t.outs) {
+      for (ReshardOut& o : t.outs) {
         const int64_t lo = std::max(at, o.offset), hi = std::min(at + n, o.offset + o.length);
         if (lo >= hi) continue;
         const float* data = got.data() + (lo - at);
@@ -259,13 +250,50 @@ void reshard(const std::string& src, const std::string& out, int world_size) {
       }
       progress.add(n * 4);
     }
-    for (Out& o : t.outs)
+    for (ReshardOut& o : t.outs)
       slices.push_back({t.kind, t.param->name, names[static_cast<size_t>(o.rank)], o.dataset, o.offset, o.length,
                         checkpoint::kCrcBlock, o.crc.finish()});
   }
   files.clear();
   for (const std::string& path : paths) common::fsync_path(path, false);
-  manifest.slices = std::move(slices);
+  return slices;
+}
+
+}  // namespace
+
+void reshard(const std::string& src, const std::string& out, int world_size) {
+  ST_CHECK(world_size >= 1, ErrorKind::kUsage, "--world-size must be at least 1, got {}", world_size);
+  checkpoint::CheckpointReader reader(src);
+  checkpoint::Manifest manifest = reader.manifest();
+  const std::vector<fsdp::FlatLayout> layouts = reshard_layouts(manifest, src, world_size);
+  checkpoint::PendingDirectory pending(out);
+  const std::string tmp = pending.dir();
+  // The state kinds of each tensor: frozen tensors (freeze_layers) have no optimizer moments while
+  // the others do, so the kinds are looked up tensor by tensor.
+  std::vector<std::string> kinds;
+  uint64_t total = 0;
+  for (const char* kind : checkpoint::kStateKinds)
+    for (const fsdp::FlatLayout& layout : layouts)
+      for (const fsdp::ParamSpan& p : layout.params())
+        if (reader.has(kind, p.name)) {
+          if (kinds.empty() || kinds.back() != kind) kinds.emplace_back(kind);
+          total += static_cast<uint64_t>(p.numel) * 4;
+        }
+  common::Progress progress(tool_progress("resharding", static_cast<int64_t>(total)));
+  // Every rank's file laid out first (a dataset per piece), then the tensors streamed into them.
+  std::vector<std::vector<checkpoint::DatasetSpec>> specs;
+  std::vector<ReshardTensor> tensors = reshard_pieces(reader, layouts, kinds, world_size, specs);
+  std::vector<std::string> names, paths;
+  for (int r = 0; r < world_size; ++r) {
+    names.push_back(fmt::format("rank-{:05d}.h5", r));
+    paths.push_back(tmp + "/" + names.back());
+    const std::vector<int64_t> offsets = checkpoint::create_contiguous_file(
+        paths.back(), kinds, specs[static_cast<size_t>(r)], static_cast<int64_t>(common::kDirectAlignment));
+    for (ReshardTensor& t : tensors)
+      for (ReshardOut& o : t.outs)
+        if (o.rank == r) o.at_byte = offsets[o.spec];
+  }
+  manifest.slices = stream_pieces(reader, tensors, names, paths, progress);
   manifest.layout = "sharded";
   manifest.world_size = world_size;
   manifest.shard_group_size = world_size;

@@ -112,22 +112,14 @@ void export_peft(const std::string& src, const std::string& out) {
              a.base_path, out);
 }
 
-void merge_lora(const std::string& src, const std::string& base_dir, const std::string& out) {
-  checkpoint::CheckpointReader reader(src);
-  const checkpoint::AdapterRecord& a = adapter_of(reader, "there is nothing to merge");
-  const checkpoint::HfFolder base = checkpoint::HfFolder::open(base_dir);
-  ST_CHECK(!checkpoint::is_bnb_4bit(base), ErrorKind::kConfig,
-           "{} stores its projections in 4 bits (a bitsandbytes folder), which merge-lora does not read yet: export "
-           "the adapters with export-peft instead",
-           base_dir);
-  // The config, the tensor index and each tensor's first bytes now; every byte as the merge reads it.
-  checkpoint::AdapterRecord here = check_adapter_base(a, base, base_dir, src);
-  checkpoint::WeightsDigest digest(base);
-  common::PendingFolder pending(out);  // OUT appears whole, or not at all
+namespace {
 
-  // Every targeted weight's adapter pair (small: r rows or columns).
-  const double scale = a.alpha / static_cast<double>(a.r);
-  std::map<std::string, std::pair<at::Tensor, at::Tensor>> adapters;  // weight name -> (A, B)
+// Every targeted weight's adapter pair (small: r rows or columns), by weight name: (A, B); each
+// checked against the base's weight it merges into.
+using Adapters = std::map<std::string, std::pair<at::Tensor, at::Tensor>>;
+Adapters read_adapters(checkpoint::CheckpointReader& reader, const checkpoint::HfFolder& base, const std::string& src,
+                       const std::string& base_dir) {
+  Adapters adapters;
   for (const std::string& name : reader.tensor_names()) {
     const std::string suffix = ".lora_A.weight";
     if (name.size() <= suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
@@ -145,6 +137,46 @@ void merge_lora(const std::string& src, const std::string& base_dir, const std::
              weight, w.shape.empty() ? 0 : w.shape[0], w.shape.size() < 2 ? 0 : w.shape[1], base_dir,
              pair.second.size(0), pair.second.size(1), pair.first.size(0), pair.first.size(1));
   }
+  return adapters;
+}
+
+// One tensor of the base copied a block of rows at a time, W + scale · B·A in fp32 where it has an
+// adapter (`adapter`: (A, B), or null), every byte read into the base's digest.
+void merge_plain_tensor(const checkpoint::SafetensorsFile& file, const checkpoint::TensorInfo& t, int64_t rows,
+                        int64_t cols, const std::pair<at::Tensor, at::Tensor>* adapter, double scale,
+                        checkpoint::WeightsDigest& digest, checkpoint::SafetensorsStreamWriter& writer,
+                        common::Progress& progress, common::AlignedVector<std::byte>& raw) {
+  const int64_t element = static_cast<int64_t>(common::element_size(t.dtype));
+  const int64_t block = std::max<int64_t>(1, kMergeElements / cols);
+  for (int64_t r0 = 0; r0 < rows; r0 += block) {
+    const int64_t n = std::min(block, rows - r0);
+    raw.resize(static_cast<size_t>(n * cols * element));
+    file.read_bytes(t, static_cast<uint64_t>(r0 * cols * element), raw.size(), raw.data());
+    digest.add(t.name, static_cast<uint64_t>(r0 * cols * element), raw.data(), raw.size());
+    at::Tensor part = at::from_blob(raw.data(), {n, cols}, checkpoint::to_scalar_type(t.dtype));
+    if (adapter != nullptr) part = part.to(at::kFloat) + at::matmul(adapter->second.narrow(0, r0, n), adapter->first) * scale;
+    writer.append_elements(part.reshape({-1}));
+    progress.add(static_cast<int64_t>(raw.size()));
+  }
+}
+
+}  // namespace
+
+void merge_lora(const std::string& src, const std::string& base_dir, const std::string& out) {
+  checkpoint::CheckpointReader reader(src);
+  const checkpoint::AdapterRecord& a = adapter_of(reader, "there is nothing to merge");
+  const checkpoint::HfFolder base = checkpoint::HfFolder::open(base_dir);
+  ST_CHECK(!checkpoint::is_bnb_4bit(base), ErrorKind::kConfig,
+           "{} stores its projections in 4 bits (a bitsandbytes folder), which merge-lora does not read yet: export "
+           "the adapters with export-peft instead",
+           base_dir);
+  // The config, the tensor index and each tensor's first bytes now; every byte as the merge reads it.
+  checkpoint::AdapterRecord here = check_adapter_base(a, base, base_dir, src);
+  checkpoint::WeightsDigest digest(base);
+  common::PendingFolder pending(out);  // OUT appears whole, or not at all
+
+  const double scale = a.alpha / static_cast<double>(a.r);
+  const Adapters adapters = read_adapters(reader, base, src, base_dir);
 
   // Every file of the base rewritten with the same tensors, in the same order and dtypes; a
   // targeted weight gets W + scale · B·A, in fp32, a block of rows at a time. QLoRA: the blocks'
@@ -166,9 +198,8 @@ void merge_lora(const std::string& src, const std::string& base_dir, const std::
     checkpoint::SafetensorsStreamWriter writer((fs::path(pending.path()) / name).string(), declared, file.metadata());
     for (const checkpoint::TensorInfo& t : file.tensors()) {
       weight_map[t.name] = name;
-      const int64_t element = static_cast<int64_t>(common::element_size(t.dtype));
       const int64_t cols = t.shape.empty() ? 1 : std::max<int64_t>(t.shape.back(), 1);
-      const int64_t rows = static_cast<int64_t>(t.nbytes) / element / cols;
+      const int64_t rows = static_cast<int64_t>(t.nbytes) / static_cast<int64_t>(common::element_size(t.dtype)) / cols;
       const auto adapter = adapters.find(t.name);
       if (nf4 && quant::is_nf4_weight(t.name)) {
         merge_nf4_tensor(file, t, cols, *nf4, quantised_from, adapter != adapters.end() ? &adapter->second : nullptr,
@@ -178,20 +209,8 @@ void merge_lora(const std::string& src, const std::string& base_dir, const std::
         ++dequantized;
         continue;
       }
-      const int64_t block = std::max<int64_t>(1, kMergeElements / cols);
-      for (int64_t r0 = 0; r0 < rows; r0 += block) {
-        const int64_t n = std::min(block, rows - r0);
-        raw.resize(static_cast<size_t>(n * cols * element));
-        file.read_bytes(t, static_cast<uint64_t>(r0 * cols * element), raw.size(), raw.data());
-        digest.add(t.name, static_cast<uint64_t>(r0 * cols * element), raw.data(), raw.size());
-        at::Tensor part = at::from_blob(raw.data(), {n, cols}, checkpoint::to_scalar_type(t.dtype));
-        if (adapter != adapters.end()) {
-          const auto& [A, B] = adapter->second;
-          part = part.to(at::kFloat) + at::matmul(B.narrow(0, r0, n), A) * scale;
-        }
-        writer.append_elements(part.reshape({-1}));
-        progress.add(static_cast<int64_t>(raw.size()));
-      }
+      merge_plain_tensor(file, t, rows, cols, adapter != adapters.end() ? &adapter->second : nullptr, scale, digest,
+                         writer, progress, raw);
       if (adapter != adapters.end()) ++merged;
     }
     writer.finish();

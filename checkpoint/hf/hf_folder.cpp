@@ -76,6 +76,26 @@ bool is_plain_file_name(std::string_view name) {
          name.find("..") == std::string_view::npos && name.find('\0') == std::string_view::npos;
 }
 
+// Every tensor of every shard is listed in the index, under that shard.
+void check_index_lists_every_tensor(const std::vector<SafetensorsFile>& files, const std::vector<std::string>& file_names,
+                                    const json::object_t& weight_map, const std::string& index) {
+  for (size_t slot = 0; slot < files.size(); ++slot) {
+    for (const TensorInfo& t : files[slot].tensors()) {
+      auto it = weight_map.find(t.name);
+      if (it == weight_map.end()) {
+        fail(fmt::format("{}: tensor {} is in shard {} but not in the index; the index must list every tensor",
+                         index, json_quoted(t.name), files[slot].path()));
+      }
+      const auto& listed = it->second.get_ref<const std::string&>();
+      if (listed != file_names[slot]) {
+        fail(fmt::format("{}: tensor {} is in two files, {} and {} (the index names {}); each tensor must be "
+                         "stored once", index, json_quoted(t.name), json_quoted(file_names[slot]), json_quoted(listed),
+                         json_quoted(listed)));
+      }
+    }
+  }
+}
+
 }  // namespace
 
 HfFolder HfFolder::open(const std::string& dir) {
@@ -147,21 +167,7 @@ HfFolder HfFolder::open(const std::string& dir) {
     }
     folder.tensors_.emplace(tensor, Location{slot, static_cast<size_t>(info - shard.tensors().data())});
   }
-  for (size_t slot = 0; slot < folder.files_.size(); ++slot) {
-    for (const TensorInfo& t : folder.files_[slot].tensors()) {
-      auto it = weight_map.find(t.name);
-      if (it == weight_map.end()) {
-        fail(fmt::format("{}: tensor {} is in shard {} but not in the index; the index must list every tensor",
-                         index, json_quoted(t.name), folder.files_[slot].path()));
-      }
-      const auto& listed = it->second.get_ref<const std::string&>();
-      if (listed != file_names[slot]) {
-        fail(fmt::format("{}: tensor {} is in two files, {} and {} (the index names {}); each tensor must be "
-                         "stored once", index, json_quoted(t.name), json_quoted(file_names[slot]), json_quoted(listed),
-                         json_quoted(listed)));
-      }
-    }
-  }
+  check_index_lists_every_tensor(folder.files_, file_names, weight_map, index);
   return folder;
 }
 

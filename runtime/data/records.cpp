@@ -288,99 +288,105 @@ std::vector<std::pair<int64_t, std::vector<std::string>>> parse_csv(const std::s
 
 namespace {
 
+// A JSON array of records, each named by its line; a record with bytes that are not UTF-8 or a
+// repeated key is bad, the others collected.
+void read_json_array(const std::string& path, std::string& text, const LineIndex& lines, Collector& c) {
+  const NotUtf8Elements not_utf8 = blank_not_utf8_elements(text);
+  json all;
+  bool duplicate = false;
+  try {
+    common::StrictJson parsed = common::parse_json_strict(text.data(), text.data() + text.size());
+    ST_CHECK(!parsed.too_deep, ErrorKind::kConfig, "{}: nested more than {} deep: not a file of records", path,
+             common::kMaxJsonDepth);
+    duplicate = parsed.duplicate.has_value();
+    all = std::move(parsed.value);
+  } catch (const json::parse_error& e) {
+    common::raise(ErrorKind::kConfig,
+                  fmt::format("{}:{}: not valid JSON: {}", path, lines.line_of(e.byte), escaped(e.what())));
+  } catch (const json::exception& e) {  // a number out of range, like 1e400
+    common::raise(ErrorKind::kConfig, fmt::format("{}: not valid JSON: {}", path, escaped(e.what())));
+  }
+  ST_CHECK(all.is_array(), ErrorKind::kConfig, "{}: expected a JSON array of records, found {}", path, all.type_name());
+  const std::vector<std::pair<size_t, size_t>>& elements = not_utf8.elements;
+  for (size_t i = 0; i < all.size(); ++i) {
+    const std::string where = fmt::format("{}:{}", path, i < elements.size() ? lines.line_of(elements[i].first) : 0);
+    if (auto bad = not_utf8.bad.find(i); bad != not_utf8.bad.end()) {
+      c.bad(where, fmt::format("the record is not UTF-8 (byte \\x{:02X} on line {})", bad->second.first,
+                               lines.line_of(bad->second.second)));
+      continue;
+    }
+    // Only when the file repeats a key somewhere: which records do.
+    const std::optional<std::string> key =
+        duplicate && i < elements.size()
+            ? repeated_key(text.data() + elements[i].first, text.data() + elements[i].second)
+            : std::nullopt;
+    if (key) c.bad(where, fmt::format("the key {} appears twice in the record", common::json_quoted(*key)));
+    else c.add_object(all[i], where);
+  }
+}
+
+// One record a line; blank lines skipped, each bad line named by its number.
+void read_json_lines(const std::string& path, const std::string& text, Collector& c) {
+  int64_t line = 0;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    ++line;
+    const std::string_view content(text.data() + start, end - start);
+    const std::string where = fmt::format("{}:{}", path, line);
+    if (content.find_first_not_of(" \t\r") != std::string_view::npos) {
+      if (!is_valid_utf8(content)) {
+        c.bad(where, "the line is not UTF-8");
+      } else {
+        try {
+          common::StrictJson parsed = common::parse_json_strict(content.data(), content.data() + content.size());
+          if (parsed.too_deep)
+            c.bad(where, fmt::format("nested more than {} deep", common::kMaxJsonDepth));
+          else if (parsed.duplicate)
+            c.bad(where, fmt::format("the key {} appears twice in the record",
+                                     common::json_quoted(parsed.duplicate->second)));
+          else
+            c.add_object(parsed.value, where);
+        } catch (const json::exception& e) {  // syntax, or a number out of range (1e400)
+          c.bad(where, fmt::format("not valid JSON ({})", escaped(e.what())));
+        }
+      }
+    }
+    start = end + 1;
+  }
+}
+
+// A header row naming the fields, then one record a row.
+void read_csv(const std::string& path, const std::string& text, Collector& c) {
+  const auto rows = parse_csv(text, path);
+  ST_CHECK(!rows.empty(), ErrorKind::kConfig, "{}: empty CSV file: expected a header row", path);
+  const std::vector<std::string>& header = rows[0].second;
+  for (size_t k = 0; k < header.size(); ++k)
+    ST_CHECK(std::find(header.begin(), header.begin() + static_cast<std::ptrdiff_t>(k), header[k]) ==
+                 header.begin() + static_cast<std::ptrdiff_t>(k),
+             ErrorKind::kConfig, "{}:{}: the header names the column {} twice: rename one", path, rows[0].first,
+             common::json_quoted(header[k]));
+  for (size_t r = 1; r < rows.size(); ++r) {
+    const auto& [line, cells] = rows[r];
+    const std::string where = fmt::format("{}:{}", path, line);
+    if (cells.size() != header.size()) {
+      c.bad(where, fmt::format("{} field(s), the header has {}", cells.size(), header.size()));
+      continue;
+    }
+    Record rec{{}, where, {}};
+    for (size_t k = 0; k < header.size(); ++k) rec.fields[header[k]] = cells[k];
+    c.add(std::move(rec));
+  }
+}
+
 RecordFile read_all(const std::string& path, Collector& c) {
   std::string text = common::read_file(path, ErrorKind::kConfig, "the data file");
   if (text.compare(0, kUtf8Bom.size(), kUtf8Bom) == 0) text.erase(0, kUtf8Bom.size());  // no line moves
-  const LineIndex lines(text);
   switch (record_format_of(path)) {
-    case RecordFormat::kJson: {
-      const NotUtf8Elements not_utf8 = blank_not_utf8_elements(text);
-      json all;
-      bool duplicate = false;
-      try {
-        common::StrictJson parsed = common::parse_json_strict(text.data(), text.data() + text.size());
-        ST_CHECK(!parsed.too_deep, ErrorKind::kConfig, "{}: nested more than {} deep: not a file of records", path,
-                 common::kMaxJsonDepth);
-        duplicate = parsed.duplicate.has_value();
-        all = std::move(parsed.value);
-      } catch (const json::parse_error& e) {
-        common::raise(ErrorKind::kConfig,
-                      fmt::format("{}:{}: not valid JSON: {}", path, lines.line_of(e.byte), escaped(e.what())));
-      } catch (const json::exception& e) {  // a number out of range, like 1e400
-        common::raise(ErrorKind::kConfig, fmt::format("{}: not valid JSON: {}", path, escaped(e.what())));
-      }
-      ST_CHECK(all.is_array(), ErrorKind::kConfig, "{}: expected a JSON array of records, found {}", path, all.type_name());
-      const std::vector<std::pair<size_t, size_t>>& elements = not_utf8.elements;
-      for (size_t i = 0; i < all.size(); ++i) {
-        const std::string where = fmt::format("{}:{}", path, i < elements.size() ? lines.line_of(elements[i].first) : 0);
-        if (auto bad = not_utf8.bad.find(i); bad != not_utf8.bad.end()) {
-          c.bad(where, fmt::format("the record is not UTF-8 (byte \\x{:02X} on line {})", bad->second.first,
-                                   lines.line_of(bad->second.second)));
-          continue;
-        }
-        // Only when the file repeats a key somewhere: which records do.
-        const std::optional<std::string> key =
-            duplicate && i < elements.size()
-                ? repeated_key(text.data() + elements[i].first, text.data() + elements[i].second)
-                : std::nullopt;
-        if (key) c.bad(where, fmt::format("the key {} appears twice in the record", common::json_quoted(*key)));
-        else c.add_object(all[i], where);
-      }
-      break;
-    }
-    case RecordFormat::kJsonLines: {
-      int64_t line = 0;
-      size_t start = 0;
-      while (start <= text.size()) {
-        size_t end = text.find('\n', start);
-        if (end == std::string::npos) end = text.size();
-        ++line;
-        const std::string_view content(text.data() + start, end - start);
-        const std::string where = fmt::format("{}:{}", path, line);
-        if (content.find_first_not_of(" \t\r") != std::string_view::npos) {
-          if (!is_valid_utf8(content)) {
-            c.bad(where, "the line is not UTF-8");
-          } else {
-            try {
-              common::StrictJson parsed = common::parse_json_strict(content.data(), content.data() + content.size());
-              if (parsed.too_deep)
-                c.bad(where, fmt::format("nested more than {} deep", common::kMaxJsonDepth));
-              else if (parsed.duplicate)
-                c.bad(where, fmt::format("the key {} appears twice in the record",
-                                         common::json_quoted(parsed.duplicate->second)));
-              else
-                c.add_object(parsed.value, where);
-            } catch (const json::exception& e) {  // syntax, or a number out of range (1e400)
-              c.bad(where, fmt::format("not valid JSON ({})", escaped(e.what())));
-            }
-          }
-        }
-        start = end + 1;
-      }
-      break;
-    }
-    case RecordFormat::kCsv: {
-      const auto rows = parse_csv(text, path);
-      ST_CHECK(!rows.empty(), ErrorKind::kConfig, "{}: empty CSV file: expected a header row", path);
-      const std::vector<std::string>& header = rows[0].second;
-      for (size_t k = 0; k < header.size(); ++k)
-        ST_CHECK(std::find(header.begin(), header.begin() + static_cast<std::ptrdiff_t>(k), header[k]) ==
-                     header.begin() + static_cast<std::ptrdiff_t>(k),
-                 ErrorKind::kConfig, "{}:{}: the header names the column {} twice: rename one", path, rows[0].first,
-                 common::json_quoted(header[k]));
-      for (size_t r = 1; r < rows.size(); ++r) {
-        const auto& [line, cells] = rows[r];
-        const std::string where = fmt::format("{}:{}", path, line);
-        if (cells.size() != header.size()) {
-          c.bad(where, fmt::format("{} field(s), the header has {}", cells.size(), header.size()));
-          continue;
-        }
-        Record rec{{}, where, {}};
-        for (size_t k = 0; k < header.size(); ++k) rec.fields[header[k]] = cells[k];
-        c.add(std::move(rec));
-      }
-      break;
-    }
+    case RecordFormat::kJson: read_json_array(path, text, LineIndex(text), c); break;
+    case RecordFormat::kJsonLines: read_json_lines(path, text, c); break;
+    case RecordFormat::kCsv: read_csv(path, text, c); break;
   }
   return std::move(c.out);
 }

@@ -360,6 +360,66 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
   return out;
 }
 
+namespace {
+
+// The ByteLevel decoder: each token but the added ones mapped back from the byte alphabet to its
+// bytes, all joined and decoded as UTF-8 (U+FFFD where invalid).
+std::string byte_level_decode(const std::vector<std::string>& tokens, const std::vector<bool>& added) {
+  std::string joined;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const std::string& s = tokens[i];
+    if (added[i]) {
+      joined += s;
+      continue;
+    }
+    for (size_t pos = 0; pos < s.size();) {
+      const size_t start = pos;
+      const char32_t c = next_code_point(s, pos);
+      const auto it = alphabet().char_byte.find(c);
+      if (it != alphabet().char_byte.end()) joined += static_cast<char>(it->second);
+      else joined.append(s, start, pos - start);
+    }
+  }
+  return repair_utf8(joined);
+}
+
+// Every occurrence of `a` in `s` replaced by `b` (none when `a` is empty).
+std::string replace_all(const std::string& s, const std::string& a, const std::string& b) {
+  std::string out;
+  for (size_t pos = 0;;) {
+    const size_t hit = a.empty() ? std::string::npos : s.find(a, pos);
+    out.append(s, pos, hit == std::string::npos ? std::string::npos : hit - pos);
+    if (hit == std::string::npos) break;
+    out += b;
+    pos = hit + a.size();
+  }
+  return out;
+}
+
+// The ByteFallback decoder: runs of <0xXX> tokens become their bytes, decoded as UTF-8 (U+FFFD
+// where invalid); other tokens stay as they are.
+std::vector<std::string> byte_fallback(const std::vector<std::string>& tokens) {
+  std::vector<std::string> out;
+  std::string bytes;
+  auto flush = [&] {
+    if (!bytes.empty()) out.push_back(repair_utf8(bytes));
+    bytes.clear();
+  };
+  for (const std::string& s : tokens) {
+    if (s.size() == 6 && s.rfind("<0x", 0) == 0 && s[5] == '>' && std::isxdigit(static_cast<unsigned char>(s[3])) &&
+        std::isxdigit(static_cast<unsigned char>(s[4]))) {
+      bytes += static_cast<char>(std::stoi(s.substr(3, 2), nullptr, 16));
+    } else {
+      flush();
+      out.push_back(s);
+    }
+  }
+  flush();
+  return out;
+}
+
+}  // namespace
+
 std::string Tokenizer::decode(std::span<const int32_t> ids) const {
   const Impl& t = *impl_;
   std::vector<std::string> tokens;
@@ -372,60 +432,16 @@ std::string Tokenizer::decode(std::span<const int32_t> ids) const {
   }
   for (const DecoderStep& d : t.decoder) {
     switch (d.kind) {
-      case DecoderStep::kByteLevel: {
-        for (size_t i = 0; i < tokens.size(); ++i) {
-          if (added[i]) continue;
-          std::string bytes;
-          const std::string& s = tokens[i];
-          for (size_t pos = 0; pos < s.size();) {
-            const size_t start = pos;
-            const char32_t c = next_code_point(s, pos);
-            const auto it = alphabet().char_byte.find(c);
-            if (it != alphabet().char_byte.end()) bytes += static_cast<char>(it->second);
-            else bytes.append(s, start, pos - start);
-          }
-          tokens[i] = std::move(bytes);
-        }
-        std::string joined;
-        for (const std::string& s : tokens) joined += s;
-        tokens = {repair_utf8(joined)};
+      case DecoderStep::kByteLevel:
+        tokens = {byte_level_decode(tokens, added)};
         added = {false};
         break;
-      }
       case DecoderStep::kReplace:
-        for (std::string& s : tokens) {
-          std::string out;
-          for (size_t pos = 0;;) {
-            const size_t hit = d.a.empty() ? std::string::npos : s.find(d.a, pos);
-            out.append(s, pos, hit == std::string::npos ? std::string::npos : hit - pos);
-            if (hit == std::string::npos) break;
-            out += d.b;
-            pos = hit + d.a.size();
-          }
-          s = std::move(out);
-        }
+        for (std::string& s : tokens) s = replace_all(s, d.a, d.b);
         break;
-      case DecoderStep::kByteFallback: {
-        // Runs of <0xXX> tokens become their bytes, decoded as UTF-8 (U+FFFD where invalid).
-        std::vector<std::string> out;
-        std::string bytes;
-        auto flush = [&] {
-          if (!bytes.empty()) out.push_back(repair_utf8(bytes));
-          bytes.clear();
-        };
-        for (const std::string& s : tokens) {
-          if (s.size() == 6 && s.rfind("<0x", 0) == 0 && s[5] == '>' && std::isxdigit(static_cast<unsigned char>(s[3])) &&
-              std::isxdigit(static_cast<unsigned char>(s[4]))) {
-            bytes += static_cast<char>(std::stoi(s.substr(3, 2), nullptr, 16));
-          } else {
-            flush();
-            out.push_back(s);
-          }
-        }
-        flush();
-        tokens = std::move(out);
+      case DecoderStep::kByteFallback:
+        tokens = byte_fallback(tokens);
         break;
-      }
       case DecoderStep::kFuse: {
         std::string joined;
         for (const std::string& s : tokens) joined += s;
