@@ -1,6 +1,7 @@
 // Packed rows as views of a token file: row r is tokens [r*T, (r+1)*T) of all examples laid
 // end to end, padded after the last; a token's position counts from the start of its example or
-// of its row, whichever is later. Exactly what pack() builds, without a second copy.
+// of its row, whichever is later. Without a copy: the same rows as packing the examples in memory
+// (the tests' reference, tests/unit/packing_reference.h).
 #pragma once
 
 #include <memory>

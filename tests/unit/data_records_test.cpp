@@ -11,13 +11,13 @@
 #include "common/error.h"
 #include "runtime/data/chat.h"
 #include "runtime/data/packed_rows.h"
-#include "runtime/data/packing.h"
 #include "runtime/data/token_file.h"
 #include "runtime/data/tokenizer.h"
 #include "runtime/data/records.h"
 #include "runtime/data/sft_examples.h"
 #include "runtime/data/utf8.h"
 #include "error_text.h"
+#include "tests/unit/packing_reference.h"
 
 namespace shardtune::data {
 namespace {

@@ -1,4 +1,4 @@
-#include "runtime/data/packing.h"
+#include "tests/unit/packing_reference.h"
 
 #include "common/error.h"
 

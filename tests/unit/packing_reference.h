@@ -1,4 +1,5 @@
-// Packing: examples laid end to end into rows of exactly `context_length` tokens, with position
+// The packing tests hold the token file's packed rows (runtime/data/packed_rows.h) to, spelled out
+// in memory: examples laid end to end into rows of exactly `context_length` tokens, with position
 // ids that restart at 0 for every example (the model derives from them a mask that keeps
 // examples from attending to each other). An example longer than the room left continues in
 // the next row (its positions restart there too); the last row is padded with label -100.
