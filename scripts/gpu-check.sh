@@ -228,13 +228,13 @@ stage_jobs() {
 torch_reference=$report/torch_reference
 make_torch_reference() {
   [ -f "$torch_reference/.complete" ] ||
-    check torch_reference_make bash -c "python3 '$root/tools/reference/llama_torch_reference.py' '$torch_reference' &&
+    check torch_reference_make bash -c "python3 '$root/tests/reference/llama_torch_reference.py' '$torch_reference' &&
       touch '$torch_reference/.complete'"
 }
 
 stage_references() {
   # Against transformers itself: the reference folders, then the model tests that need them.
-  check hf_fixtures python3 "$root/tools/reference/make_llama_fixtures.py" "$root/tests/fixtures/hf"
+  check hf_fixtures python3 "$root/tests/reference/make_llama_fixtures.py" "$root/tests/fixtures/hf"
   check hf_reference st_with_libs "$bin/hf_model_test" --gtest_filter='HfReference.*:HfRoundTrip.*'
   check export_transformers st_with_libs bash "$root/tests/cli/export_transformers_test.sh" "$bin/shardtune-ckpt" \
     "$bin/shardtune-make-model"

@@ -4,10 +4,10 @@
   lora_check.py merge BASE PEFT MERGED
       The merged model (shardtune-ckpt merge-lora) computes the logits of the base model with the
       adapter folder applied (shardtune-ckpt export-peft), both evaluated by the plain-PyTorch
-      Llama of tools/reference in float64 from the stored weights: relative error below 1e-5.
+      Llama of tests/reference in float64 from the stored weights: relative error below 1e-5.
   lora_check.py merge BASE PEFT MERGED --nf4 BLOCK_SIZE DOUBLE_QUANT [--round bf16|fp16|fp32]
       QLoRA: the same, on the base whose block projections are first quantised to NF4 and
-      dequantised by the numpy reference (tools/reference/nf4_reference.py).
+      dequantised by the numpy reference (tests/reference/nf4_reference.py).
   lora_check.py peft BASE PEFT
       Hugging Face peft loads the exported adapter folder onto transformers' Llama, and its
       logits equal the plain-PyTorch reference's of base + adapters (fp32, relative error below
@@ -19,7 +19,7 @@ import sys
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "reference"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference"))
 from llama_torch_reference import forward, nf4_roundtrip, read_folder, read_safetensors  # noqa: E402
 
 SKIPPED = 77

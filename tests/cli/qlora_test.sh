@@ -4,7 +4,7 @@
 #    quantisation (manifest, read back by python);
 #  - the base streamed into shards (each rank quantising its own records) gives bitwise the same
 #    losses as one quantised from the whole model, and so does the same base stored in 4 bits as
-#    bitsandbytes writes it (tools/reference/make_bnb_folder.py), each rank reading its records;
+#    bitsandbytes writes it (tests/reference/make_bnb_folder.py), each rank reading its records;
 #    such a folder with another method or block size, another 8-bit map, or FP4 is refused, named;
 #  - a NaN in a projection is named with its element, whole or streamed, and nothing is written;
 #  - a checkpoint of 2 ranks resumes at 3 ranks and continues to the same sample;
@@ -60,7 +60,7 @@ grep -q "streamed the weights into shards" "$tmp/log" || fail "the base was not 
 # A folder stored in 4 bits as bitsandbytes writes it, made from the same base by the numpy
 # reference: each rank reads its records as stored, and training is bitwise the same as on the
 # original quantised by shardtune.
-$py tools/reference/make_bnb_folder.py configs/data/tiny-llama "$tmp/bnb" 32 true >/dev/null ||
+$py tests/reference/make_bnb_folder.py configs/data/tiny-llama "$tmp/bnb" 32 true >/dev/null ||
   fail "make_bnb_folder.py failed"
 run "$tmp/prequantised" 2 10 --set "model.path=$tmp/bnb" || fail "the pre-quantised run failed: $(tail -3 "$tmp/log")"
 [[ "$(losses "$tmp/prequantised")" == "$(losses "$tmp/a" | head -10)" ]] ||

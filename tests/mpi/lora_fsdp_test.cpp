@@ -1,4 +1,4 @@
-// LoRA under FSDP against the plain-PyTorch LoRA reference (tools/reference/llama_torch_reference.py,
+// LoRA under FSDP against the plain-PyTorch LoRA reference (tests/reference/llama_torch_reference.py,
 // made by the torch_reference_make test): at this world size and for every sharding strategy,
 // each rank runs its share of the reference batch through the sharded model (base frozen,
 // adapters trainable). The loss averaged over ranks and every adapter's gradient, gathered from

@@ -1,4 +1,4 @@
-// QLoRA under FSDP against the plain-PyTorch reference (tools/reference/llama_torch_reference.py,
+// QLoRA under FSDP against the plain-PyTorch reference (tests/reference/llama_torch_reference.py,
 // qlora-* folders: LoRA on the base's projections quantised by the numpy NF4 reference and
 // dequantised): at this world size and for every sharding strategy,
 //  - each NF4 weight, gathered, is bitwise the reference's dequantised weight, whether quantised

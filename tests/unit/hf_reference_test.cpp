@@ -1,6 +1,6 @@
 // shardtune's Llama against Hugging Face transformers itself (folders made by
-// tools/reference/make_llama_fixtures.py) and against an independent plain-PyTorch Llama
-// (tools/reference/llama_torch_reference.py): load each folder with shardtune and match the
+// tests/reference/make_llama_fixtures.py) and against an independent plain-PyTorch Llama
+// (tests/reference/llama_torch_reference.py): load each folder with shardtune and match the
 // logits, loss and gradients the reference computed (fp32, relative error below 1e-5); with LoRA
 // adapters too.
 #include <ATen/TensorOperators.h>
@@ -70,16 +70,16 @@ void expect_matches_reference(const fs::path& dir) {
   EXPECT_GE(grads, 6);
 }
 
-// Folders written by transformers itself (tools/reference/make_llama_fixtures.py), committed.
+// Folders written by transformers itself (tests/reference/make_llama_fixtures.py), committed.
 TEST(HfReference, LogitsLossAndGradientsMatchTransformers) {
   const auto folders = reference_folders(kFixtures);
   if (folders.empty())
     GTEST_SKIP() << "no reference fixtures under " << kFixtures
-                 << ": run tools/reference/make_llama_fixtures.py where torch and transformers are installed";
+                 << ": run tests/reference/make_llama_fixtures.py where torch and transformers are installed";
   for (const fs::path& dir : folders) expect_matches_reference(dir);
 }
 
-// Folders written by the plain-PyTorch reference (tools/reference/llama_torch_reference.py),
+// Folders written by the plain-PyTorch reference (tests/reference/llama_torch_reference.py),
 // which CTest runs first into the directory named by SHARDTUNE_TORCH_REFERENCE.
 TEST(TorchReference, LogitsLossAndGradientsMatchThePlainTorchLlama) {
   const char* root = std::getenv("SHARDTUNE_TORCH_REFERENCE");

@@ -90,11 +90,11 @@ void expect_folders_round_trip(const fs::path& root) {
 
 TEST(HfRoundTrip, FixtureFoldersReloadBitIdentically) {
   const fs::path fixtures = fs::path(ST_FIXTURES) / "hf";
-  if (!fs::exists(fixtures)) GTEST_SKIP() << "no fixtures under " << fixtures << " (tools/reference/make_llama_fixtures.py)";
+  if (!fs::exists(fixtures)) GTEST_SKIP() << "no fixtures under " << fixtures << " (tests/reference/make_llama_fixtures.py)";
   expect_folders_round_trip(fixtures);
 }
 
-// Folders written by another safetensors writer (tools/reference/llama_torch_reference.py, one
+// Folders written by another safetensors writer (tests/reference/llama_torch_reference.py, one
 // of them sharded with an index).
 TEST(TorchReference, FoldersReloadBitIdentically) {
   const char* root = std::getenv("SHARDTUNE_TORCH_REFERENCE");

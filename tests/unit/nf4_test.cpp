@@ -1,5 +1,5 @@
 // NF4 quantisation (runtime/quant/nf4.h) bit for bit against the independent numpy reference
-// written by tools/reference/nf4_reference.py (directory in SHARDTUNE_NF4_REFERENCE), and the
+// written by tests/reference/nf4_reference.py (directory in SHARDTUNE_NF4_REFERENCE), and the
 // record layout's own properties.
 #include <gtest/gtest.h>
 

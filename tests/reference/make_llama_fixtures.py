@@ -13,7 +13,7 @@ plus versions.json (torch, transformers, seed). The C++ test tests/unit/hf_refer
 loads each folder with shardtune and compares logits, loss and gradients (relative error < 1e-5).
 
 Needs torch, transformers and safetensors (a GPU is not needed; everything runs on the CPU in
-fp32). Usage: python3 tools/reference/make_llama_fixtures.py [OUT_DIR]
+fp32). Usage: python3 tests/reference/make_llama_fixtures.py [OUT_DIR]
 (default tests/fixtures/hf). The outputs are small (well under a few MB) and are committed.
 """
 import json

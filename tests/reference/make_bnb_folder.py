@@ -13,7 +13,7 @@ with the same keys, dtypes, shapes and JSON fields as bitsandbytes, and config.j
 quantization_config. Everything else is copied as it is. shardtune loads such a folder by reading
 each rank's records straight from it; tests compare that with quantising the original.
 
-Usage: python3 tools/reference/make_bnb_folder.py SRC OUT BLOCK_SIZE DOUBLE_QUANT(true|false)
+Usage: python3 tests/reference/make_bnb_folder.py SRC OUT BLOCK_SIZE DOUBLE_QUANT(true|false)
 """
 import json
 import os
@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 import nf4_reference
-from llama_torch_reference import is_nf4_weight, read_folder, write_safetensors
+from safetensors_io import is_nf4_weight, read_folder, write_safetensors
 
 DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 

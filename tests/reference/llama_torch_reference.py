@@ -36,7 +36,7 @@ adapter/ (a PEFT adapter folder as peft's save_pretrained writes it) and referen
 logits, loss and grad.<adapter name> for every adapter, for a batch of 12 rows whose every token
 counts (so any even split over 1 to 4 ranks averages to the same loss).
 
-Usage: python3 tools/reference/llama_torch_reference.py OUT_DIR
+Usage: python3 tests/reference/llama_torch_reference.py OUT_DIR
 """
 import json
 import math
@@ -48,64 +48,8 @@ import sys
 import torch
 import torch.nn.functional as F
 
+from safetensors_io import is_nf4_weight, read_folder, read_safetensors, write_safetensors  # noqa: F401
 from tiny_llama_configs import CONFIGS, SEED, inputs, packed_position_ids
-
-SAFETENSORS_DTYPES = {torch.float32: "F32", torch.bfloat16: "BF16", torch.int64: "I64", torch.uint8: "U8"}
-
-
-def write_safetensors(path, tensors):
-    """The safetensors layout: u64 little-endian header size, JSON header padded with spaces to a
-    multiple of 8, then the tensors' bytes back to back in header order."""
-    header, blobs, offset = {}, [], 0
-    for name, t in tensors.items():
-        raw = t.contiguous()
-        data = (raw.view(torch.int16) if raw.dtype == torch.bfloat16 else raw).numpy().tobytes()
-        header[name] = {"dtype": SAFETENSORS_DTYPES[t.dtype], "shape": list(t.shape),
-                        "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    header["__metadata__"] = {"format": "pt"}
-    raw = json.dumps(header, separators=(",", ":")).encode()
-    raw += b" " * (-len(raw) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(raw)))
-        f.write(raw)
-        for b in blobs:
-            f.write(b)
-
-
-def read_safetensors(path):
-    """Every tensor of a safetensors file (F32, BF16, F16, I64) by name."""
-    dtypes = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16, "I64": torch.int64}
-    with open(path, "rb") as f:
-        (size,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(size))
-        data = f.read()
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        begin, end = info["data_offsets"]
-        raw = bytearray(data[begin:end])
-        dtype = dtypes[info["dtype"]]
-        if dtype == torch.bfloat16:
-            t = torch.frombuffer(raw, dtype=torch.int16).view(torch.bfloat16)
-        else:
-            t = torch.frombuffer(raw, dtype=dtype)
-        out[name] = t.reshape(info["shape"]).clone()
-    return out
-
-
-def read_folder(folder):
-    """config.json and every weight of a Hugging Face model folder."""
-    with open(os.path.join(folder, "config.json")) as f:
-        cfg = json.load(f)
-    files = sorted(n for n in os.listdir(folder) if n.endswith(".safetensors"))
-    weights = {}
-    for name in files:
-        weights.update(read_safetensors(os.path.join(folder, name)))
-    return cfg, weights
-
 
 def head_dim(cfg):
     return cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
@@ -305,7 +249,7 @@ def make_one(folder, cfg, packed=False, shards=1, bf16=False):
         tensors.update(greedy_decode(cfg, {n: t.detach() for n, t in exact.items()}, input_ids[0, :GREEDY_PROMPT]))
     write_safetensors(os.path.join(folder, "reference.safetensors"), tensors)
     with open(os.path.join(folder, "versions.json"), "w") as f:
-        json.dump({"reference": "tools/reference/llama_torch_reference.py", "torch": torch.__version__,
+        json.dump({"reference": "tests/reference/llama_torch_reference.py", "torch": torch.__version__,
                    "seed": SEED}, f, indent=2)
     print(f"{folder}: loss {loss.item():.6f}")
 
@@ -324,15 +268,6 @@ LORA_CASES["qlora-llama-bias-linear"] = dict(config="llama-bias-linear", r=4, al
                                              targets=["q_proj", "v_proj", "gate_proj", "down_proj"],
                                              nf4=dict(block_size=32, double_quant=True))
 LORA_ROWS = 12  # rows of the reference batch: 1, 2, 3 and 4 ranks take equal shares
-NF4_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-
-
-def is_nf4_weight(name):
-    """A block projection's weight: what QLoRA (and bitsandbytes' 4-bit loading) stores in NF4."""
-    parts = name.split(".")
-    return name.startswith("model.layers.") and parts[-1] == "weight" and parts[-2] in NF4_PROJECTIONS
-
-
 def nf4_roundtrip(weights, nf4):
     """The base as QLoRA computes with it: every projection of every block quantised to NF4 and
     dequantised (float32), first rounded to nf4["round"] where given (the dtype training quantised

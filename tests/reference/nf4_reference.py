@@ -19,7 +19,7 @@ absmax2, offset) and the dequantised float32 values, as raw little-endian files,
 describing them; plus code cases: values at and around every threshold and midpoint with the
 codes they must get. tests/unit/nf4_test.cpp holds shardtune to them bit for bit.
 
-Usage: python3 tools/reference/nf4_reference.py OUT_DIR
+Usage: python3 tests/reference/nf4_reference.py OUT_DIR
 """
 import json
 import math
