@@ -43,12 +43,8 @@ struct CheckpointFile {
   std::map<std::string, H5Handle> groups;
 
   explicit CheckpointFile(const std::string& path) {
-    file = H5Handle(ST_H5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, unlocked_file_access().get())),
-                    H5Fclose);
-    for (const char* kind : kStateKinds)
-      groups.emplace(kind, H5Handle(ST_H5_CHECK(H5Gcreate2(file.get(), (std::string("/") + kind).c_str(), H5P_DEFAULT,
-                                                           H5P_DEFAULT, H5P_DEFAULT)),
-                                    H5Gclose));
+    file = create_checkpoint_file(path);
+    for (const char* kind : kStateKinds) groups.emplace(kind, create_group(file.get(), kind));
   }
   // A dataset of `shape` in group /<kind>/ holding `data` (1-D, any device and dtype), whose block
   // checksums come back.

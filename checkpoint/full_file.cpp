@@ -51,23 +51,13 @@ void add_parts(std::vector<CrcPart>& parts, int64_t tensor, int64_t start, const
 
 std::vector<int64_t> create_contiguous_file(const std::string& path, const std::vector<std::string>& groups,
                                             const std::vector<DatasetSpec>& specs, int64_t alignment) {
-  H5Handle fapl = unlocked_file_access();
-  if (alignment > 0)
-    ST_H5_CHECK(H5Pset_alignment(fapl.get(), static_cast<hsize_t>(alignment), static_cast<hsize_t>(alignment)));
-  H5Handle file(ST_H5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl.get())), H5Fclose);
+  H5Handle file = create_checkpoint_file(path, alignment);
   // Space allocated now, in one piece, and never filled: the writers' bytes are the only ones.
-  H5Handle dcpl(ST_H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)), H5Pclose);
-  ST_H5_CHECK(H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS));
-  ST_H5_CHECK(H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY));
-  ST_H5_CHECK(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER));
+  const H5Handle dcpl = contiguous_unfilled_dataset();
   std::map<std::string, H5Handle> made;
   auto group = [&](const std::string& name) -> hid_t {
     auto g = made.find(name);
-    if (g == made.end())
-      g = made.emplace(name, H5Handle(ST_H5_CHECK(H5Gcreate2(file.get(), ("/" + name).c_str(), H5P_DEFAULT,
-                                                             H5P_DEFAULT, H5P_DEFAULT)),
-                                      H5Gclose))
-              .first;
+    if (g == made.end()) g = made.emplace(name, create_group(file.get(), name)).first;
     return g->second.get();
   };
   for (const std::string& g : groups) group(g);

@@ -32,6 +32,25 @@ H5Handle unlocked_file_access() {
   return fapl;
 }
 
+H5Handle create_checkpoint_file(const std::string& path, int64_t alignment) {
+  H5Handle fapl = unlocked_file_access();
+  if (alignment > 0)
+    ST_H5_CHECK(H5Pset_alignment(fapl.get(), static_cast<hsize_t>(alignment), static_cast<hsize_t>(alignment)));
+  return H5Handle(ST_H5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl.get())), H5Fclose);
+}
+
+H5Handle create_group(hid_t file, const std::string& name) {
+  return H5Handle(ST_H5_CHECK(H5Gcreate2(file, ("/" + name).c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
+}
+
+H5Handle contiguous_unfilled_dataset() {
+  H5Handle dcpl(ST_H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)), H5Pclose);
+  ST_H5_CHECK(H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS));
+  ST_H5_CHECK(H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY));
+  ST_H5_CHECK(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER));
+  return dcpl;
+}
+
 H5Handle open_checkpoint_file(const std::string& path, hid_t fapl) {
   errno = 0;
   const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl);
