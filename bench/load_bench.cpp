@@ -90,7 +90,7 @@ int digest_cost(fsdp::FsdpLlama& sharded, const std::string& dir, int reps, int 
         auto s = checkpoint::HfFolderSourceFactory{dir}();
         return digest ? checkpoint::digesting_source(std::move(s), *digest) : std::move(s);
       };
-      seconds[with] = fsdp::load_shards(sharded, source, MPI_COMM_WORLD).seconds;
+      seconds[with] = fsdp::load_shards(sharded, source).seconds;
       if (digest) {
         digest->hex();
         hashing = digest->seconds();
@@ -159,7 +159,7 @@ int main(int argc, char** argv) {
   const int64_t before = common::resident_bytes();
   model::LlamaForCausalLM skeleton(config, at::TensorOptions().device(at::kMeta));
   const checkpoint::HfFolderSourceFactory source{dir};
-  fsdp::validate_source(skeleton, source, MPI_COMM_WORLD);
+  fsdp::validate_source(skeleton, source, *groups.world);
   fsdp::FsdpLlama sharded(skeleton, groups, options);
 
   if (digest_only) return digest_cost(sharded, dir, reps, rank);
@@ -181,7 +181,7 @@ int main(int argc, char** argv) {
   measure_raw();
   int64_t growth = 0;
   for (int rep = 0; rep < reps; ++rep) {
-    const fsdp::LoadStats stats = fsdp::load_shards(sharded, source, MPI_COMM_WORLD);
+    const fsdp::LoadStats stats = fsdp::load_shards(sharded, source);
     if (rep == 0) growth = common::peak_resident_bytes() - before;
     load_bw.push_back(static_cast<double>(stats.bytes_read) / stats.seconds);
     MPI_Barrier(MPI_COMM_WORLD);

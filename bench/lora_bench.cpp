@@ -94,9 +94,9 @@ int run(const Args& a) {
     }
   }
   const checkpoint::HfFolderSourceFactory source{a.model_dir};
-  fsdp::validate_source(skeleton, source, MPI_COMM_WORLD);
+  fsdp::validate_source(skeleton, source, *groups.world);
   fsdp::FsdpLlama model(skeleton, groups, options, frozen);
-  fsdp::load_shards(model, source, MPI_COMM_WORLD);
+  fsdp::load_shards(model, source);
   fsdp::AdamW optimizer({});
   train::add_trainable_shards(model, optimizer);
 

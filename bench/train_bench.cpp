@@ -155,9 +155,9 @@ int run(const Args& a) {
   const model::LlamaConfig config = model::LlamaConfig::from_file(a.model_dir + "/config.json");
   model::LlamaForCausalLM skeleton(config, at::TensorOptions().device(at::kMeta));
   const checkpoint::HfFolderSourceFactory source{a.model_dir};
-  fsdp::validate_source(skeleton, source, MPI_COMM_WORLD);
+  fsdp::validate_source(skeleton, source, *groups.world);
   fsdp::FsdpLlama model(skeleton, groups, options);
-  const fsdp::LoadStats load = fsdp::load_shards(model, source, MPI_COMM_WORLD);
+  const fsdp::LoadStats load = fsdp::load_shards(model, source);
   fsdp::AdamWConfig adamw;
   adamw.fused = !a.adamw_ops;
   fsdp::AdamW optimizer(adamw);

@@ -75,7 +75,7 @@ ShardedModel build_sharded_model(const job::Job& job, const model::LlamaConfig& 
   fsdp::FsdpOptions options = fsdp::fsdp_options(job.fsdp, job.train, topo.world_size, topo.local_size, device, lora);
   if (job.peft.method == job::PeftMethod::kQlora)
     options.nf4_base = quant::Nf4Format{job.peft.nf4_block_size, job.peft.nf4_double_quant};
-  if (stream && read_base) fsdp::validate_source(*m.model, source, MPI_COMM_WORLD, options.nf4_base);
+  if (stream && read_base) fsdp::validate_source(*m.model, source, *groups.world, options.nf4_base);
   const std::set<std::string> frozen = frozen_parameters(job, *m.model);
   m.sharded = std::make_unique<fsdp::FsdpLlama>(*m.model, groups, options, frozen);
   double seconds = 0;
@@ -85,7 +85,7 @@ ShardedModel build_sharded_model(const job::Job& job, const model::LlamaConfig& 
     fsdp::LoadOptions load_options;
     load_options.reader_per_node = job.fsdp.load_readers == job::LoadReaders::kNode;
     if (identify) load_options.granule_bytes = static_cast<int64_t>(checkpoint::WeightsDigest::kChunkBytes);
-    const fsdp::LoadStats load = fsdp::load_shards(*m.sharded, source, MPI_COMM_WORLD, load_options);
+    const fsdp::LoadStats load = fsdp::load_shards(*m.sharded, source, load_options);
     seconds = load.seconds;
     spdlog::info("streamed the weights into shards in {:.1f} s, read by {}{}", load.seconds,
                  job.fsdp.load_readers == job::LoadReaders::kNode ? "one rank per node" : "world rank 0 for every rank",

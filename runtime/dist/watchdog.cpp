@@ -203,8 +203,9 @@ bool Watchdog::census(const std::function<bool()>& poll, const CollectiveDesc& d
   // 1. Ask every peer where it is. Peers waiting in a collective of this group answer at once;
   //    those that stay silent for the grace period never arrived (busy elsewhere, hung or dead).
   const CensusMessage mine = make_message(desc, true);
+  const auto asked = [&](int peer) { return peer != rank_ && (desc.peer < 0 || peer == desc.peer); };
   for (int peer = 0; peer < size_; ++peer)
-    if (peer != rank_) send_unwaited(mine, peer);
+    if (asked(peer)) send_unwaited(mine, peer);
   // 2. Listen, answering other ranks' announcements as well.
   const double grace = std::clamp(timeout_s_ * 0.25, 0.5, 5.0);
   std::map<int, CensusMessage> heard;
@@ -228,7 +229,7 @@ bool Watchdog::census(const std::function<bool()>& poll, const CollectiveDesc& d
   std::vector<std::string> elsewhere;
   std::vector<std::string> busy;
   for (int peer = 0; peer < size_; ++peer) {
-    if (peer == rank_) continue;
+    if (!asked(peer)) continue;
     const int world = world_ranks_.at(peer);
     auto it = heard.find(peer);
     if (it == heard.end()) {

@@ -26,7 +26,8 @@ struct CensusMessage;  // watchdog.cpp
 
 struct CollectiveDesc {
   std::string_view op;  // "all_reduce"
-  uint64_t seq = 0;     // the how-many-th collective on this group, from 1
+  uint64_t seq = 0;     // the how-many-th collective (or, for a message, message) on this group, from 1
+  int peer = -1;        // a message: the group rank at its other end, the only one the census asks
 };
 
 // The first collective failure of this process (a timeout, a lost peer), "" while none.

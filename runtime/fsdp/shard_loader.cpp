@@ -14,18 +14,15 @@
 #include <map>
 #include <optional>
 #include <set>
-#include <thread>
 #include <utility>
 
-#include <sched.h>
-#include <sys/statvfs.h>
 
 #include <cstring>
 
 #include "common/aligned_vector.h"
 #include "common/error.h"
 #include "common/log.h"
-#include "runtime/dist/mpi_check.h"
+#include "runtime/dist/staging_group.h"
 #include "runtime/dist/agree.h"
 #include "runtime/fsdp/load_plan.h"
 #include "runtime/fsdp/replica_parts.h"
@@ -36,40 +33,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using common::ErrorKind;
-constexpr int64_t kMessageBytes = int64_t(1) << 30;  // MPI counts are ints: send in pieces
-
-// Waits without spinning: ranks waiting for their turn must leave the cores to the reader (on a
-// node with fewer cores than ranks, busy-waiting receivers starve it).
-void wait_politely(MPI_Request& request) {
-  for (int polls = 0;; ++polls) {
-    int done = 0;
-    ST_MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
-    if (done) return;
-    if (polls < 100) {
-      sched_yield();
-    } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-    }
-  }
-}
-
-void send_bytes(const char* data, int64_t bytes, int dest, MPI_Comm comm) {
-  for (int64_t done = 0; done < bytes; done += kMessageBytes) {
-    MPI_Request req;
-    ST_MPI_CHECK(MPI_Isend(data + done, static_cast<int>(std::min(kMessageBytes, bytes - done)), MPI_BYTE, dest, 0,
-                           comm, &req));
-    wait_politely(req);
-  }
-}
-
-void recv_bytes(char* data, int64_t bytes, int source, MPI_Comm comm) {
-  for (int64_t done = 0; done < bytes; done += kMessageBytes) {
-    MPI_Request req;
-    ST_MPI_CHECK(MPI_Irecv(data + done, static_cast<int>(std::min(kMessageBytes, bytes - done)), MPI_BYTE, source, 0,
-                           comm, &req));
-    wait_politely(req);
-  }
-}
 
 }  // namespace
 
@@ -151,7 +114,7 @@ std::string ignored_tensors_note(const std::vector<std::string>& ignored) {
                      ignored.size() > 3 ? fmt::format(" and {} more", ignored.size() - 3) : "");
 }
 
-void validate_source(model::LlamaForCausalLM& model, const SourceFactory& open_source, MPI_Comm world,
+void validate_source(model::LlamaForCausalLM& model, const SourceFactory& open_source, dist::Communicator& world,
                      const std::optional<quant::Nf4Format>& nf4_base) {
   dist::decide_on_root(world, [&] {
     std::vector<std::string> ignored;
@@ -167,51 +130,10 @@ namespace {
 
 constexpr int64_t kBuffers = 2;  // staged rounds in flight: one being read, one being taken
 
-// A communicator or window of the load's own, freed on every path out of it (an exception
-// included). Freeing is not collective in MPI, so no rank waits for another here.
-class OwnedComm {
- public:
-  OwnedComm() = default;
-  OwnedComm(OwnedComm&& o) noexcept : comm_(std::exchange(o.comm_, MPI_COMM_NULL)) {}
-  OwnedComm& operator=(OwnedComm&& o) noexcept {
-    std::swap(comm_, o.comm_);
-    return *this;
-  }
-  ~OwnedComm() {
-    if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
-  }
-  MPI_Comm get() const { return comm_; }
-  MPI_Comm* out() { return &comm_; }
-
- private:
-  MPI_Comm comm_ = MPI_COMM_NULL;
-};
-
-class OwnedWindow {
- public:
-  OwnedWindow() = default;
-  OwnedWindow(OwnedWindow&& o) noexcept : win_(std::exchange(o.win_, MPI_WIN_NULL)) {}
-  OwnedWindow& operator=(OwnedWindow&& o) noexcept {
-    std::swap(win_, o.win_);
-    return *this;
-  }
-  ~OwnedWindow() {
-    if (win_ != MPI_WIN_NULL) MPI_Win_free(&win_);
-  }
-  MPI_Win* out() { return &win_; }
-  MPI_Win get() const { return win_; }
-
- private:
-  MPI_Win win_ = MPI_WIN_NULL;
-};
-
 // Everything one rank needs to know about streaming: who reads, how the source stores the
 // parameters, and the shared staging window of the reader's node.
 struct Plan {
-  OwnedComm node_comm;   // ranks sharing memory with this one
-  OwnedComm group_comm;  // the reader (rank 0) and the ranks it serves
-  MPI_Comm node() const { return node_comm.get(); }
-  MPI_Comm group() const { return group_comm.get(); }
+  std::unique_ptr<dist::StagingGroup> ranks;  // the reader (rank 0) and the ranks it serves
   bool reader = false;
   bool local = false;  // on the reader's node: takes its parts from the shared window
   int shard = 0;       // this rank's shard index
@@ -231,52 +153,32 @@ struct Plan {
   std::vector<std::vector<size_t>> storage_order;
   int64_t round_numel = 0;
   int64_t stage_bytes = 0;  // one staged round
-  OwnedWindow window;       // declared after the communicators: freed before them
   char* staging = nullptr;  // kBuffers x stage_bytes, on the reader's node
 
   char* buffer(int64_t round) const { return staging + (round % kBuffers) * stage_bytes; }
 };
 
 // The ranks' roles: who reads for whom.
-Plan join_groups(const std::vector<FlatParam*>& flats, MPI_Comm world, const LoadOptions& options,
+Plan join_groups(const std::vector<FlatParam*>& flats, dist::Communicator& world, const LoadOptions& options,
                  const dist::Communicator& replicas) {
   Plan plan;
-  int world_rank = 0;
-  ST_MPI_CHECK(MPI_Comm_rank(world, &world_rank));
-  if (options.node != MPI_COMM_NULL) {
-    ST_MPI_CHECK(MPI_Comm_dup(options.node, plan.node_comm.out()));
-  } else {
-    ST_MPI_CHECK(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, world_rank, MPI_INFO_NULL, plan.node_comm.out()));
-  }
-  if (options.reader_per_node) {
-    ST_MPI_CHECK(MPI_Comm_dup(plan.node(), plan.group_comm.out()));
-  } else {
-    ST_MPI_CHECK(MPI_Comm_dup(world, plan.group_comm.out()));
-  }
-  int me = 0, members = 0;
-  ST_MPI_CHECK(MPI_Comm_rank(plan.group(), &me));
-  ST_MPI_CHECK(MPI_Comm_size(plan.group(), &members));
-  plan.reader = me == 0;
-  plan.me = me;
+  plan.ranks = std::make_unique<dist::StagingGroup>(world, dist::StagingOptions{options.reader_per_node, options.node});
+  plan.reader = plan.ranks->reader();
+  plan.me = plan.ranks->rank();
   plan.shard = flats.empty() ? 0 : flats.front()->shard_rank();
-
   plan.replicas = replicas.size();
-  // Each member's shard, replica and node (named by its node's lowest world rank).
-  int node_leader = world_rank;
-  ST_MPI_CHECK(MPI_Bcast(&node_leader, 1, MPI_INT, 0, plan.node()));
-  const int mine[3] = {plan.shard, replicas.rank(), node_leader};
-  std::vector<int> all(static_cast<size_t>(3 * members));
-  ST_MPI_CHECK(MPI_Allgather(mine, 3, MPI_INT, all.data(), 3, MPI_INT, plan.group()));
-  for (size_t j = 0; j < static_cast<size_t>(members); ++j)
+  // Each member's shard, replica and node.
+  const std::vector<int32_t> all = plan.ranks->all_gather({plan.shard, replicas.rank(), plan.ranks->node_id()});
+  for (size_t j = 0; j < static_cast<size_t>(plan.ranks->size()); ++j)
     plan.members.push_back({all[3 * j], all[3 * j + 1], all[3 * j + 2] == all[2]});
-  plan.local = plan.members[static_cast<size_t>(me)].local;
+  plan.local = plan.members[static_cast<size_t>(plan.me)].local;
   return plan;
 }
 
 // Every parameter's stored dtype and place in the storage order, as world rank 0's source says
 // (it always reads).
 void agree_storage(Plan& plan, const std::vector<FlatParam*>& flats, const TensorSource* source,
-                   MPI_Comm world) {
+                   dist::Communicator& world) {
   std::map<std::string, std::pair<at::ScalarType, int32_t>> stored;  // name -> dtype, position
   if (source) {
     std::map<std::string, at::ScalarType> dtypes;  // validate_source refused untrainable ones
@@ -292,7 +194,8 @@ void agree_storage(Plan& plan, const std::vector<FlatParam*>& flats, const Tenso
       codes.push_back(position);
     }
   }
-  ST_MPI_CHECK(MPI_Bcast(codes.data(), static_cast<int>(codes.size()), MPI_INT32_T, 0, world));
+  at::Tensor agreed = at::from_blob(codes.data(), {static_cast<int64_t>(codes.size())}, at::kInt);
+  world.broadcast(agreed, 0);
   size_t next = 0;
   for (FlatParam* flat : flats) {
     const size_t params = flat->layout().params().size();
@@ -310,20 +213,6 @@ void agree_storage(Plan& plan, const std::vector<FlatParam*>& flats, const Tenso
   }
 }
 
-// Fails (on every rank of `node`) when the node's shared-memory filesystem cannot hold `bytes`:
-// a shared window larger than /dev/shm would fault with SIGBUS at first touch instead.
-void check_shared_memory(int64_t bytes, MPI_Comm node) {
-  dist::decide_on_root(node, [&] {
-    struct statvfs fs {};
-    if (::statvfs("/dev/shm", &fs) != 0) return std::string();
-    const uint64_t free_bytes = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
-    ST_CHECK(free_bytes >= static_cast<uint64_t>(bytes), ErrorKind::kIo,
-             "loading weights stages {:.0f} MiB in shared memory, but /dev/shm has only {:.0f} MiB free on this node",
-             static_cast<double>(bytes) / (1 << 20), static_cast<double>(free_bytes) / (1 << 20));
-    return std::string();
-  });
-}
-
 // Sizes a round and, on the reader's node, allocates the shared staging window.
 void allocate_staging(Plan& plan, const LoadOptions& options) {
   int64_t max_size = 1;
@@ -334,22 +223,7 @@ void allocate_staging(Plan& plan, const LoadOptions& options) {
   }
   plan.round_numel = std::max<int64_t>(1, options.stage_bytes / max_size);
   plan.stage_bytes = stage_capacity(plan.round_numel, max_params, max_size);
-  if (!plan.local) return;  // served by messages
-  const int64_t window_bytes = kBuffers * plan.stage_bytes;
-  check_shared_memory(window_bytes, plan.node());
-  char* mine = nullptr;
-  ST_MPI_CHECK(MPI_Win_allocate_shared(plan.reader ? window_bytes : 0, 1, MPI_INFO_NULL, plan.node(), &mine,
-                                       plan.window.out()));
-  MPI_Aint size = 0;
-  int unit = 0;
-  ST_MPI_CHECK(MPI_Win_shared_query(plan.window.get(), 0, &size, &unit, &plan.staging));
-}
-
-// Waits for every rank of `comm` without spinning.
-void barrier_politely(MPI_Comm comm) {
-  MPI_Request req;
-  ST_MPI_CHECK(MPI_Ibarrier(comm, &req));
-  wait_politely(req);
+  plan.staging = plan.ranks->share(kBuffers * plan.stage_bytes, plan.local);  // null: served by messages
 }
 
 // Conversions run on one thread per rank while loading: the ranks of a node convert in parallel
@@ -394,11 +268,10 @@ std::vector<FlatParam*> base_flats(FsdpLlama& model, bool nf4_stored) {
 namespace {
 
 // One load: the plan, the rounds of every flat parameter, and what each rank does with them. Every
-// MPI resource it makes is the plan's, freed on every path out.
+// communicator and window it makes is the plan's (dist/staging_group.h).
 class ShardLoader {
  public:
-  ShardLoader(FsdpLlama& model, const SourceFactory& open_source, MPI_Comm world, const LoadOptions& options,
-              bool nf4_stored);
+  ShardLoader(FsdpLlama& model, const SourceFactory& open_source, const LoadOptions& options, bool nf4_stored);
   LoadStats run();
 
  private:
@@ -433,14 +306,14 @@ class ShardLoader {
   std::optional<common::Progress> progress_;
 };
 
-ShardLoader::ShardLoader(FsdpLlama& model, const SourceFactory& open_source, MPI_Comm world,
-                         const LoadOptions& options, bool nf4_stored)
-    : flats_(base_flats(model, nf4_stored)),
+ShardLoader::ShardLoader(FsdpLlama& model, const SourceFactory& open_source, const LoadOptions& options,
+                         bool nf4_stored)
+    : world_rank_(model.groups().world->rank()),
+      flats_(base_flats(model, nf4_stored)),
       replicas_(*model.groups().replicate),
-      plan_(join_groups(flats_, world, options, replicas_)) {
-  ST_MPI_CHECK(MPI_Comm_rank(world, &world_rank_));
+      plan_(join_groups(flats_, *model.groups().world, options, replicas_)) {
   if (plan_.reader) source_ = open_source();
-  agree_storage(plan_, flats_, source_.get(), world);
+  agree_storage(plan_, flats_, source_.get(), *model.groups().world);
   allocate_staging(plan_, options);
   plan_rounds(options);
   device_chunk_ = std::min<int64_t>(plan_.round_numel, int64_t{1} << 22);
@@ -572,7 +445,7 @@ void ShardLoader::send_remote(size_t k) {
                   static_cast<size_t>(bytes));
       at += bytes;
     }
-    send_bytes(packed_.data(), at, static_cast<int>(j), plan_.group());
+    plan_.ranks->send(packed_.data(), at, static_cast<int>(j));
   }
 }
 
@@ -581,21 +454,21 @@ void ShardLoader::send_remote(size_t k) {
 // finished round k - 1, whose buffer the reader fills next.
 void ShardLoader::read_rounds() {
   if (!rounds_.empty()) fill(0);
-  barrier_politely(plan_.node());
+  plan_.ranks->node_barrier();
   for (size_t k = 0; k < rounds_.size(); ++k) {
     send_remote(k);
     if (k + 1 < rounds_.size()) fill(k + 1);
     take(k, plan_.buffer(static_cast<int64_t>(k)), false);
-    barrier_politely(plan_.node());
+    plan_.ranks->node_barrier();
     if (progress_) progress_->add(round_bytes(k));
   }
 }
 
 void ShardLoader::take_shared_rounds() {
-  barrier_politely(plan_.node());
+  plan_.ranks->node_barrier();
   for (size_t k = 0; k < rounds_.size(); ++k) {
     take(k, plan_.buffer(static_cast<int64_t>(k)), false);
-    barrier_politely(plan_.node());
+    plan_.ranks->node_barrier();
   }
 }
 
@@ -604,7 +477,7 @@ void ShardLoader::receive_rounds() {
   for (size_t k = 0; k < rounds_.size(); ++k) {
     int64_t bytes = 0;
     for (const ShardTake& t : takes_of(k, me())) bytes += t.length * plan_.stored_size[rounds_[k].first][t.param];
-    recv_bytes(buffer.data(), bytes, 0, plan_.group());
+    plan_.ranks->receive_from_reader(buffer.data(), bytes);
     take(k, buffer.data(), true);
   }
 }
@@ -618,6 +491,7 @@ LoadStats ShardLoader::run() {
     receive_rounds();
   }
   finish_flats(flats_.size());
+  plan_.ranks->close();
   if (progress_) progress_->finish("loaded the weights");
   for (FlatParam* f : flats_) f->reshard();  // the shards were written through their raw data
   LoadStats stats;
@@ -629,14 +503,15 @@ LoadStats ShardLoader::run() {
 
 }  // namespace
 
-LoadStats load_shards(FsdpLlama& model, const SourceFactory& open_source, MPI_Comm world, const LoadOptions& options) {
+LoadStats load_shards(FsdpLlama& model, const SourceFactory& open_source, const LoadOptions& options) {
+  dist::Communicator& world = *model.groups().world;
   bool has_nf4 = false;
   for (FlatParam* f : model.flat_params()) has_nf4 = has_nf4 || f->nf4().has_value();
   // Whether the source holds the projections in NF4 already (world rank 0 asks it for everyone).
   const bool nf4_stored =
       has_nf4 && dist::decide_on_root(world, [&] { return std::string(open_source()->nf4_weights().empty() ? "" : "nf4"); }) ==
                      "nf4";
-  LoadStats stats = ShardLoader(model, open_source, world, options, nf4_stored).run();
+  LoadStats stats = ShardLoader(model, open_source, options, nf4_stored).run();
   if (nf4_stored) {
     // Each rank reads its own records: bitsandbytes' bytes regrouped, nothing converted.
     const auto start = Clock::now();

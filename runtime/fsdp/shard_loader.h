@@ -10,8 +10,6 @@
 // network once a flat parameter is read (replica_parts.h): every byte is read from storage once.
 #pragma once
 
-#include <mpi.h>
-
 #include <functional>
 #include <memory>
 #include <optional>
@@ -26,9 +24,9 @@ struct LoadOptions {
   // Elements staged per shard and round, in bytes of the stored dtype. The reader's node holds
   // two rounds of every shard it serves in /dev/shm: 2 x shards x stage_bytes.
   int64_t stage_bytes = int64_t(32) << 20;
-  // The ranks that share memory with this one (collective over `world` like the load itself);
-  // MPI_COMM_NULL: those on the same host.
-  MPI_Comm node = MPI_COMM_NULL;
+  // Ranks that pass the same number here form a node (they share memory); -1: the ranks of this
+  // host. Tests make nodes of ranks on one host.
+  int node = -1;
   // > 0: a reader's ranges of a tensor end at a multiple of this many bytes of its stored data
   // (or at its end), so that each such granule is read whole by one reader: the chunks of a
   // digest taken as the weights stream by (checkpoint/hf/weights_digest.h).
@@ -60,13 +58,13 @@ std::string ignored_tensors_note(const std::vector<std::string>& ignored);
 // it against the model's parameters (every missing, extra or misshapen tensor, every non-float
 // dtype); every rank throws the same common::Error(kConfig) when anything is wrong. Rank 0 logs the
 // tensors it ignores.
-void validate_source(model::LlamaForCausalLM& model, const SourceFactory& open_source, MPI_Comm world,
+void validate_source(model::LlamaForCausalLM& model, const SourceFactory& open_source, dist::Communicator& world,
                      const std::optional<quant::Nf4Format>& nf4_base = std::nullopt);
 
-// Collective over `world`. `open_source` is called only on reading ranks, except for a source that
-// stores the base's projections in NF4 already: every rank then opens it to read its own records
-// (no conversion, no quantising). The source should have passed validate_source.
-LoadStats load_shards(FsdpLlama& model, const SourceFactory& open_source, MPI_Comm world,
-                      const LoadOptions& options = {});
+// Collective over the model's world group (dist/staging_group.h: every wait bounded by its
+// timeout). `open_source` is called only on reading ranks, except for a source that stores the
+// base's projections in NF4 already: every rank then opens it to read its own records (no
+// conversion, no quantising). The source should have passed validate_source.
+LoadStats load_shards(FsdpLlama& model, const SourceFactory& open_source, const LoadOptions& options = {});
 
 }  // namespace shardtune::fsdp

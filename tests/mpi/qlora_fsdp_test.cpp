@@ -80,7 +80,7 @@ void run_case(const fs::path& dir, const Case& c) {
   const at::TensorOptions where = c.streamed ? at::TensorOptions().device(at::kMeta) : at::TensorOptions();
   model::LlamaForCausalLM m(checkpoint::read_hf_config(folder), where.dtype(at::kFloat));
   if (c.streamed)
-    fsdp::validate_source(m, [base] { return std::make_unique<checkpoint::HfTensorSource>(base); }, MPI_COMM_WORLD,
+    fsdp::validate_source(m, [base] { return std::make_unique<checkpoint::HfTensorSource>(base); }, *groups.world,
                           options.nf4_base);
   if (!c.streamed) checkpoint::load_hf_weights(m, folder);
   const checkpoint::PeftAdapterConfig adapter = checkpoint::read_peft_config((dir / "adapter").string());
@@ -91,7 +91,7 @@ void run_case(const fs::path& dir, const Case& c) {
     if (!model::is_adapter_parameter(p.name)) frozen.insert(p.name);
   fsdp::FsdpLlama sharded(m, groups, options, frozen);
   if (c.streamed)
-    fsdp::load_shards(sharded, [base] { return std::make_unique<checkpoint::HfTensorSource>(base); }, MPI_COMM_WORLD);
+    fsdp::load_shards(sharded, [base] { return std::make_unique<checkpoint::HfTensorSource>(base); });
 
   // NF4 flats: the seven projections of each block, uint8 records; their gathers carry the records.
   int nf4_flats = 0;

@@ -96,11 +96,6 @@ struct LoadMode {
 };
 
 std::vector<LoadMode> load_modes() {
-  static MPI_Comm alone = [] {
-    MPI_Comm c;
-    MPI_Comm_split(MPI_COMM_WORLD, world_rank(), 0, &c);
-    return c;
-  }();
   std::vector<LoadMode> modes;
   for (bool per_node : {true, false}) {
     for (int64_t stage : {int64_t(32) << 20, int64_t(4096)}) {
@@ -109,7 +104,7 @@ std::vector<LoadMode> load_modes() {
         fsdp::LoadOptions o;
         o.reader_per_node = per_node;
         o.stage_bytes = stage;
-        if (own_node) o.node = alone;
+        if (own_node) o.node = world_rank();  // a node of its own
         modes.push_back({fmt::format("{}, {} B rounds{}", per_node ? "node readers" : "rank 0 reads", stage,
                                      own_node ? ", every rank a node" : ""),
                          o, own_node});
@@ -144,9 +139,9 @@ TEST(ShardLoader, GatheredShardsEqualTheFilesForEveryStrategy) {
               made = groups_by_size.emplace(options.shard_size, testing_support::make_test_groups(options.shard_size)).first;
             dist::ProcessGroups& groups = made->second;
             model::LlamaForCausalLM m(cfg, at::TensorOptions().device(at::kMeta));
-            fsdp::validate_source(m, hf_source(dir), MPI_COMM_WORLD);
+            fsdp::validate_source(m, hf_source(dir), *groups.world);
             fsdp::FsdpLlama sharded(m, groups, options);
-            const fsdp::LoadStats stats = fsdp::load_shards(sharded, hf_source(dir), MPI_COMM_WORLD, mode.options);
+            const fsdp::LoadStats stats = fsdp::load_shards(sharded, hf_source(dir), mode.options);
             const bool reads = world_rank() == 0 || (mode.options.reader_per_node && mode.own_node);
             EXPECT_EQ(stats.reader, reads);
             if (!stats.reader) {
@@ -166,8 +161,9 @@ TEST(ShardLoader, GatheredShardsEqualTheFilesForEveryStrategy) {
 
 std::string error_on_every_rank(const std::string& dir, const model::LlamaConfig& cfg) {
   model::LlamaForCausalLM m(cfg, at::TensorOptions().device(at::kMeta));
+  static dist::ProcessGroups groups = testing_support::make_test_groups(world_size());
   try {
-    fsdp::validate_source(m, hf_source(dir), MPI_COMM_WORLD);
+    fsdp::validate_source(m, hf_source(dir), *groups.world);
   } catch (const common::Error& e) {
     return e.what();
   }
@@ -252,10 +248,10 @@ TEST(ShardLoader, SimulatedNodesReadEachByteOnceAndDigestWhatTheyRead) {
           return checkpoint::digesting_source(std::move(plain), *mine);
         };
         fsdp::LoadOptions o;
-        o.node = node;
+        o.node = world_rank() / 2;
         o.stage_bytes = stage;
         o.granule_bytes = digest ? static_cast<int64_t>(kChunk) : 0;
-        const fsdp::LoadStats stats = fsdp::load_shards(sharded, source, MPI_COMM_WORLD, o);
+        const fsdp::LoadStats stats = fsdp::load_shards(sharded, source, o);
         for (const auto& [name, value] : sharded.gather_full_parameters())
           EXPECT_TRUE(at::equal(value, checkpoint::read_tensor(files.file_of(name), name).to(at::kFloat))) << name;
 
@@ -325,9 +321,9 @@ Peak measure_load(const std::string& dir, const model::LlamaConfig& cfg) {
   common::reset_peak_resident();
   const int64_t before = common::resident_bytes();
   model::LlamaForCausalLM m(cfg, at::TensorOptions().device(at::kMeta));
-  fsdp::validate_source(m, hf_source(dir), MPI_COMM_WORLD);
+  fsdp::validate_source(m, hf_source(dir), *groups.world);
   fsdp::FsdpLlama sharded(m, groups, options);
-  fsdp::load_shards(sharded, hf_source(dir), MPI_COMM_WORLD);
+  fsdp::load_shards(sharded, hf_source(dir));
   Peak p{common::peak_resident_bytes() - before, 0, 0};
   for (fsdp::FlatParam* f : sharded.flat_params()) {
     p.shard_bytes += f->shard().nbytes();
