@@ -205,7 +205,7 @@ int main(int argc, char** argv) {
       checkpoint::TrainingState state;
       state.step = 1;
       timed(full ? "full save" : "sharded save", true, 0,
-            [&] { dir = checkpoint::save_checkpoint(model, nullptr, state, groups, root, 1, full); });
+            [&] { dir = checkpoint::save_checkpoint(model, nullptr, state, groups, {root, 1, full}); });
       rounds.back().bytes = dir_bytes(dir);
       if (rank == 0) drop_from_cache(dir);
       timed(full ? "full load" : "sharded load", false, rounds.back().bytes,

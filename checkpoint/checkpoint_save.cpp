@@ -253,17 +253,16 @@ std::string full_file_plan(dist::Communicator& world, bool writer, const std::ve
 }  // namespace
 
 CheckpointSave::CheckpointSave(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, const TrainingState& state,
-                               dist::ProcessGroups& groups, const std::string& root, int64_t keep_last,
-                               bool consolidated, UpdateCrcs* taken, bool fully_parallel)
+                               dist::ProcessGroups& groups, const SaveRequest& request)
     : groups_(groups),
       model_(model),
       optimizer_(optimizer),
-      root_(root),
-      keep_last_(keep_last),
-      consolidated_(consolidated),
+      root_(request.root),
+      keep_last_(request.keep_last),
+      consolidated_(request.consolidated),
       adapters_only_(state.adapter.has_value()),
       // Replicas hold the same shards: each writes a part of them, or the first writes them whole.
-      split_(fully_parallel && groups.replicate->size() > 1),
+      split_(request.fully_parallel && groups.replicate->size() > 1),
       writer_(split_ || groups.replicate->rank() == 0),
       world_rank_(groups.world->world_ranks()[static_cast<size_t>(groups.world->rank())]) {
   dist::Communicator& world = *groups.world;
@@ -271,10 +270,10 @@ CheckpointSave::CheckpointSave(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, c
   // World rank 0 opens a temporary directory of its own and tells every rank where it is.
   tmp_dir_ = dist::decide_on_root(world, [&] {
     try {
-      pending_.emplace(root, state.step);
+      pending_.emplace(root_, state.step);
     } catch (const std::exception& e) {
       common::raise(ErrorKind::kIo, fmt::format("cannot start checkpoint {} under {}: {}", step_dir_name(state.step),
-                                                root, e.what()));
+                                                root_, e.what()));
     }
     common::kill_point("started", state.step, world_rank_);
     return pending_->dir();
@@ -288,8 +287,8 @@ CheckpointSave::CheckpointSave(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, c
     }
   }
   // (Checksums taken of whole shards fit no part of one: a split save computes its own.)
-  if (taken != nullptr && !consolidated && !split_) taken->fill(units_);
-  if (consolidated) {
+  if (request.taken != nullptr && !consolidated_ && !split_) request.taken->fill(units_);
+  if (consolidated_) {
     const std::string plan = full_file_plan(world, writer_, units_, tmp_dir_ + "/model.h5", state.step);
     if (plan != "gather") offsets_ = parse_offsets_text(plan);
     gather_ = units_.empty() || offsets_.size() != tensor_count(units_);
@@ -303,7 +302,7 @@ CheckpointSave::CheckpointSave(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, c
   if (world_rank_ != 0) return;
   // The manifest as of this step boundary: the optimizer's counts change as training goes on.
   Manifest& m = manifest_;
-  m.layout = consolidated ? "full" : "sharded";
+  m.layout = consolidated_ ? "full" : "sharded";
   m.epoch = state.epoch;
   m.sample_in_epoch = state.sample_in_epoch;
   m.loss_scale = state.loss_scale;

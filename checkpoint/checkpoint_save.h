@@ -39,14 +39,9 @@ class UpdateCrcs;  // update_crcs.h
 
 class CheckpointSave {
  public:
-  // `taken` (may be null): checksums taken during the last update (update_crcs.h), used for the
-  // units they still describe.
-  // `fully_parallel`: where several replicas hold each shard (HSDP, NO_SHARD), each writes a
-  // disjoint part of it (fsdp::replica_part), so that no rank writes more than its share; else the
-  // replica of world rank 0 writes its shards whole. The checkpoint holds the same either way.
+  // Begins a save of `state` (sharded_checkpoint.h's SaveRequest says where and how).
   CheckpointSave(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, const TrainingState& state,
-                 dist::ProcessGroups& groups, const std::string& root, int64_t keep_last, bool consolidated,
-                 UpdateCrcs* taken = nullptr, bool fully_parallel = true);
+                 dist::ProcessGroups& groups, const SaveRequest& request);
   ~CheckpointSave();
   CheckpointSave(const CheckpointSave&) = delete;
   CheckpointSave& operator=(const CheckpointSave&) = delete;

@@ -29,7 +29,7 @@ std::vector<std::string> differing(const std::map<std::string, std::string>& sav
 
 }  // namespace
 
-std::vector<std::string> data_changes(const DataIdentity& saved, const DataIdentity& now) {
+std::vector<std::string> data_changes(const data::DataIdentity& saved, const data::DataIdentity& now) {
   if (saved.empty()) return {};
   std::vector<std::string> out = differing(saved.decides, now.decides, "");
   if (out.empty()) return out;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "checkpoint/block_crc.h"
+#include "runtime/data/data_identity.h"
 
 namespace shardtune::checkpoint {
 
@@ -67,18 +68,6 @@ struct AdapterRecord {
   std::string base_weights_sample_sha256;   // SHA-256 of the first 64 bytes of every tensor
 };
 
-// Which samples a run trains and in what order: a resume that would continue the cursor over
-// other data is refused (checkpoint/data_identity.h compares them).
-struct DataIdentity {
-  // Compared on resume: the training tokens' checksum and counts, the seed of the order, the
-  // batching strategy and context length that cut the tokens into samples, the sample count.
-  std::map<std::string, std::string> decides;
-  // What the token file was made from (the tokenizer's fingerprint, the data file, the chat format,
-  // the split, ...): named to explain a change, never compared.
-  std::map<std::string, std::string> made_from;
-  bool empty() const { return decides.empty(); }
-};
-
 struct Manifest {
   int version = kManifestVersion;
   std::string layout = "sharded";  // "sharded": a file per writing rank; "full": model.h5
@@ -101,7 +90,7 @@ struct Manifest {
   std::string job_toml;               // the resolved job that wrote it
   nlohmann::json model_config;        // the model's config.json; null when not recorded
   std::optional<AdapterRecord> adapter;  // set: an adapter checkpoint (tensors are the adapters only)
-  DataIdentity data;                     // what was trained on, in what order; empty when not recorded
+  data::DataIdentity data;                   // what was trained on, in what order; empty when not recorded
   std::map<std::string, ManifestTensor> tensors;
   std::vector<ManifestSlice> slices;  // in any order; they tile each (kind, tensor) exactly
 };

@@ -107,9 +107,8 @@ VerifyReport verify_sharded_checkpoint(const std::string& dir, const std::functi
 }
 
 std::string save_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, const TrainingState& state,
-                            dist::ProcessGroups& groups, const std::string& root, int64_t keep_last, bool consolidated,
-                            UpdateCrcs* taken, bool fully_parallel) {
-  CheckpointSave save(model, optimizer, state, groups, root, keep_last, consolidated, taken, fully_parallel);
+                            dist::ProcessGroups& groups, const SaveRequest& request) {
+  CheckpointSave save(model, optimizer, state, groups, request);
   // Writing alone (no gather), a rank may take longer than the collective timeout (a slow file
   // system): it says it is busy meanwhile, so that the ranks already in the commit wait for it.
   if (save.writes_alone())

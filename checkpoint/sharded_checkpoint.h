@@ -34,7 +34,7 @@ struct TrainingState {
   std::string model_config;     // the model's config.json, so the checkpoint converts to HF alone
   // LoRA: the checkpoint holds only the trainable flat parameters (the adapters), and records this.
   std::optional<AdapterRecord> adapter{};
-  DataIdentity data{};  // what the run trained on (manifest.h); empty when not recorded
+  data::DataIdentity data{};  // what the run trained on (manifest.h); empty when not recorded
   // On a load with the optimizer: tensors that train now but were frozen when the checkpoint was
   // saved (their moments and their AdamW step start at zero), and tensors frozen now whose saved
   // moments are not used.
@@ -42,17 +42,28 @@ struct TrainingState {
   bool has_optimizer = false;  // the checkpoint holds AdamW's state
 };
 
+// Where and how a checkpoint is saved.
+struct SaveRequest {
+  std::string root;      // the job's checkpoint directory: the save is <root>/step-NNNNNNN
+  int64_t keep_last = 1;  // committed checkpoints kept; older ones of lower steps are pruned
+  // checkpoint_type "full": model.h5 holding every tensor in its own shape, written by world rank
+  // 0, to which its shard group gathers one flat parameter at a time.
+  bool consolidated = false;
+  // Where several replicas hold each shard (HSDP, NO_SHARD), each writes a disjoint part of it
+  // (fsdp::replica_part), so that no rank writes more than its share; else the replica of world
+  // rank 0 writes its shards whole. The checkpoint holds the same either way.
+  bool fully_parallel = true;
+  // Checksums taken during the last optimizer update (update_crcs.h), used for the units they
+  // still describe; null: computed as the slices are written.
+  UpdateCrcs* taken = nullptr;
+};
+
 // Collective over the groups' world. Writes <root>/step-NNNNNNN, points <root>/latest at it, then
-// prunes committed checkpoints of lower steps beyond the newest `keep_last` (failures there are
-// logged as warnings: the checkpoint is committed). On any rank's failure to write, every rank
-// throws and nothing is committed. `optimizer` may be null (weights only). `consolidated`
-// (checkpoint_type "full"): model.h5 holding every tensor in its own shape, written by world
-// rank 0, to which its shard group gathers one flat parameter at a time.
-// `taken` (may be null): checksums taken during the last optimizer update (update_crcs.h).
-// `fully_parallel`: replicas of a shard write a part of it each (CheckpointSave).
+// prunes committed checkpoints beyond the newest `keep_last` (failures there are logged as
+// warnings: the checkpoint is committed). On any rank's failure to write, every rank throws and
+// nothing is committed. `optimizer` may be null (weights only).
 std::string save_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, const TrainingState& state,
-                            dist::ProcessGroups& groups, const std::string& root, int64_t keep_last,
-                            bool consolidated = false, UpdateCrcs* taken = nullptr, bool fully_parallel = true);
+                            dist::ProcessGroups& groups, const SaveRequest& request);
 
 // Collective over `world`. Fills the model's shards (and the optimizer's moments and step, when both
 // the checkpoint and `optimizer` have them) from any checkpoint, whatever world size and strategy

@@ -7,6 +7,8 @@
 #include <cmath>
 
 #include "common/lora_targets.h"
+#include "runtime/data/job_data.h"
+#include "runtime/model/job_model_config.h"
 #include "runtime/quant/nf4.h"
 
 namespace shardtune::launcher {
@@ -73,8 +75,7 @@ Shapes shapes_of(const model::LlamaConfig& c, const job::PeftSection& peft) {
 }  // namespace
 
 model::LlamaConfig job_model_config(const job::Job& job) {
-  if (job.model.preset == job::ModelPreset::kTiny) return model::LlamaConfig::tiny();
-  return model::LlamaConfig::from_file(job.model.path + "/config.json");
+  return model::job_model_config(job, data::tokenizer_path(job));
 }
 
 MemoryPlan plan_memory(const job::Job& job, const model::LlamaConfig& config) {
@@ -89,11 +90,12 @@ MemoryPlan plan_memory(const job::Job& job, const model::LlamaConfig& config) {
   plan.shard_size = job::shard_group_size(job);
   const double shards = static_cast<double>(plan.shard_size);
 
-  // Dtypes, as fsdp_options.cpp sets them.
-  const double master = t.pure_bf16 ? 2 : 4;
-  const double compute = t.pure_bf16 || t.mixed_precision ? 2 : 4;
-  const double reduce = job.fsdp.reduce_dtype == common::Dtype::kBF16 ? 2 : 4;
-  const double frozen = lora ? compute : master;
+  // Bytes per element of the job's dtypes (job::precision, as the ranks train in).
+  const job::Precision precision = job::precision(t, job.fsdp, lora);
+  const double master = static_cast<double>(common::element_size(precision.master));
+  const double compute = static_cast<double>(common::element_size(precision.compute));
+  const double reduce = static_cast<double>(common::element_size(precision.reduce));
+  const double frozen = static_cast<double>(common::element_size(precision.frozen));
 
   const double base = s.embed + s.layers * s.block + s.head;
   const double adapters = s.layers * s.adapters_per_block + s.adapters_head;

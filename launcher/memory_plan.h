@@ -47,7 +47,7 @@ struct MemoryPlan {
 
 MemoryPlan plan_memory(const job::Job& job, const model::LlamaConfig& config);
 
-// The model a job trains: the tiny preset's shapes, or its folder's config.json.
+// The model a job trains, as its ranks build it (model::job_model_config, with the job's tokenizer).
 model::LlamaConfig job_model_config(const job::Job& job);
 
 }  // namespace shardtune::launcher

@@ -10,25 +10,9 @@
 #include "checkpoint/hf/bnb_nf4.h"
 #include "checkpoint/hf/hf_model_io.h"
 #include "checkpoint/hf/peft_adapter.h"
-#include "runtime/data/tokenizer.h"
-#include "rank/job_data.h"
 #include "runtime/model/init.h"
 
 namespace shardtune::rank_program {
-
-model::LlamaConfig model_config(const job::Job& job, const std::string& tokenizer_file) {
-  if (job.model.preset == job::ModelPreset::kTiny) {
-    model::LlamaConfig c = model::LlamaConfig::tiny();
-    if (!tokenizer_file.empty()) {
-      const data::Tokenizer tokenizer = data::Tokenizer::from_file(tokenizer_file);
-      c.vocab_size = tokenizer.vocab_size();
-      if (auto bos = tokenizer.bos_id()) c.bos_token_id = *bos;
-      if (auto eos = tokenizer.eos_id()) c.eos_token_ids = {*eos};
-    }
-    return c;
-  }
-  return model::LlamaConfig::from_file(job.model.path + "/config.json");
-}
 
 bool job_fits_model(const job::Job& job, const model::LlamaConfig& config, bool reports) {
   const std::string source = job.model.preset != job::ModelPreset::kNone

@@ -17,10 +17,6 @@ class WeightsDigest;
 
 namespace shardtune::rank_program {
 
-// The model's shape: the preset's, or config.json of the model folder.
-// The debug preset takes its vocabulary from `tokenizer` (prepare_tokenizer's), when there is one.
-model::LlamaConfig model_config(const job::Job& job, const std::string& tokenizer);
-
 // The job's keys whose bounds depend on the model (job::check_against_model), checked on every rank
 // before anything is built: false, with the errors printed by the rank that `reports`, when the job
 // does not fit the model.

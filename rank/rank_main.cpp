@@ -1,7 +1,7 @@
 // shardtune-rank: one MPI rank of a job, from the job file to the trained model. Reads from top to
 // bottom: bootstrap MPI, check the ranks against the job and build the communicators
 // (rank_start.h), the tokenizer and the model's shape, the sharded model (sharded_model.h), the
-// data (job_data.h), the checkpoints (job_checkpoint.h), and the training loop.
+// data (runtime/data/job_data.h), the checkpoints (job_checkpoint.h), and the training loop.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "checkpoint/h5_check.h"
+#include "checkpoint/resume.h"
 #include "common/error.h"
 #include "common/process_memory.h"
 #include "common/exit_codes.h"
@@ -22,12 +23,14 @@
 #include "common/log.h"
 #include "common/subprocess.h"
 #include "rank/job_checkpoint.h"
-#include "rank/job_data.h"
 #include "rank/job_model.h"
 #include "rank/rank_start.h"
 #include "rank/sharded_model.h"
-#include "runtime/dist/mpi_check.h"
+#include "runtime/data/job_data.h"
+#include "runtime/model/job_model_config.h"
+#include "runtime/dist/agree.h"
 #include "runtime/dist/mpi_runtime.h"
+#include "runtime/dist/text_collectives.h"
 #include "runtime/dist/topology.h"
 #include "runtime/train/host_allocator.h"
 #include "runtime/train/stop_request.h"
@@ -85,22 +88,22 @@ std::optional<job::Job> load_job(const Args& args, const dist::Topology& topo) {
   }
 }
 
-// Every rank of the world takes part; true where `mine` is true on every rank.
-rank_program::DataContext data_context(const dist::Topology& topo) {
-  return {topo.rank, topo.world_size, [] { ST_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); },
-          [](bool mine) {
-            int in = mine ? 1 : 0, all = 0;
-            ST_MPI_CHECK(MPI_Allreduce(&in, &all, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD));
-            return all != 0;
-          }};
+// Every rank of the world takes part, each wait watched.
+data::DataContext data_context(dist::Communicator& world) {
+  return {world.rank(), world.size(),
+          [&world](const std::string& what, const std::function<std::string()>& decide) {
+            return dist::decide_on_root(world, decide, what);
+          },
+          [&world](bool mine) { return dist::min_over(world, mine ? 1 : 0) != 0; }};
 }
 
 // The loop's outcome as the process's exit code (common/exit_codes.h).
-int train(const job::Job& job, const model::LlamaConfig& config, dist::ProcessGroups& groups,
-          fsdp::FsdpLlama& model, const rank_program::JobData& data, const train::CheckpointHooks& hooks) {
+int train(const job::Job& job, const slurm::SlurmEnv& env, const model::LlamaConfig& config,
+          dist::ProcessGroups& groups, fsdp::FsdpLlama& model, const data::JobData& data,
+          const train::CheckpointHooks& hooks) {
   train::TrainerOptions options{job.train, job.metrics, job.job.output_dir, job.checkpoint.every_steps, config};
   // Under Slurm, its stop signal comes signal_lead_s ahead of the time limit.
-  if (std::getenv("SLURM_JOB_ID") != nullptr) options.signal_lead_s = static_cast<double>(job.slurm.signal_lead_s);
+  if (env.in_job) options.signal_lead_s = static_cast<double>(job.slurm.signal_lead_s);
   train::Trainer trainer(std::move(options), groups, model, *data.train, data.val.get(), hooks);
   train::TrainSummary summary;
   try {
@@ -129,14 +132,13 @@ int train(const job::Job& job, const model::LlamaConfig& config, dist::ProcessGr
 
 // Under Slurm, a rank that lost its peers leaves a note for the batch script, which then requeues
 // the job (slurm/sbatch_script.h): the checkpoints load at whatever world size the next start gets.
-void note_lost_peers(const job::Job& job, const std::string& why) {
-  const slurm::SlurmEnv env = slurm::read_slurm_env([](const char* name) { return std::getenv(name); });
+void note_lost_peers(const job::Job& job, const slurm::SlurmEnv& env, const std::string& why) {
   if (!env.in_job) return;
   std::ofstream note(slurm::lost_peers_file(job.job.output_dir, env.job_id), std::ios::app);
   note << why << "\n";
 }
 
-int run_job(const job::Job& job, const dist::Topology& topo);
+int run_job(const job::Job& job, const dist::Topology& topo, const slurm::SlurmEnv& env);
 
 int run(int argc, char** argv) {
   train::install_stop_handlers();
@@ -146,34 +148,37 @@ int run(int argc, char** argv) {
   common::set_process_identity({topo.host, topo.rank, topo.world_size, topo.node, topo.local_rank});
   const std::optional<job::Job> job = load_job(args, topo);
   if (!job) return common::kExitJobError;
+  const slurm::SlurmEnv env = slurm::read_slurm_env([](const char* name) { return std::getenv(name); });
   try {
-    return run_job(*job, topo);
+    return run_job(*job, topo, env);
   } catch (const common::Error& e) {
-    if (e.kind() == common::ErrorKind::kPeerLost) note_lost_peers(*job, e.what());
+    if (e.kind() == common::ErrorKind::kPeerLost) note_lost_peers(*job, env, e.what());
     throw;
   }
 }
 
-int run_job(const job::Job& job, const dist::Topology& topo) {
-  rank_program::announce_stop_handlers(job, topo);
-  rank_program::RankStart start = rank_program::start_rank(job, topo);
+int run_job(const job::Job& job, const dist::Topology& topo, const slurm::SlurmEnv& env) {
+  rank_program::RankStart start = rank_program::start_rank(job, topo, env);
+  rank_program::announce_stop_handlers(job, topo, env, *start.groups.world);
   if (start.device.is_cpu()) {
     train::use_large_block_cache();
     spdlog::info("host tensors of {} MiB or more: mapped once and reused whole (runtime/train/host_allocator.h)",
                  train::kLargeHostBlockBytes >> 20);
   }
 
+  const data::DataContext context = data_context(*start.groups.world);
   const std::string tokenizer =
-      rank_program::prepare_tokenizer(job, MPI_COMM_WORLD, common::sibling_executable("shardtune-tokenize"));
-  const model::LlamaConfig config = rank_program::model_config(job, tokenizer);
+      data::prepare_tokenizer(job, context, common::sibling_executable("shardtune-tokenize"));
+  const model::LlamaConfig config = model::job_model_config(job, tokenizer);
   if (!rank_program::job_fits_model(job, config, topo.rank == 0)) return common::kExitJobError;
   const std::string config_json = config.to_json().dump();
   // The data first: its errors (a bad record, too few samples) come before any weight is read.
-  const rank_program::JobData data = rank_program::load_job_data(job, config, tokenizer, data_context(topo));
-  const int64_t restarts = slurm::read_slurm_env([](const char* name) { return std::getenv(name); }).restart_count;
+  const data::JobData data =
+      data::load_job_data(job, {config.vocab_size, config.bos_token_id, config.eos_token_ids}, tokenizer, context);
+  const int64_t restarts = env.restart_count;
   // A full fine-tune that resumes takes every weight from its checkpoint: the base is not read
   // (LoRA and QLoRA train on the base, so they read it as a first start does).
-  const bool read_base = job.peft.adapters() || !rank_program::will_resume(job, *start.groups.world, restarts);
+  const bool read_base = job.peft.adapters() || !checkpoint::will_resume(job.checkpoint, *start.groups.world, restarts);
   rank_program::ShardedModel model =
       rank_program::build_sharded_model(job, config, topo, start.groups, start.device, read_base);
   train::CheckpointHooks hooks = rank_program::checkpoint_hooks(
@@ -188,7 +193,7 @@ int run_job(const job::Job& job, const dist::Topology& topo) {
       return at;
     };
   }
-  return train(job, config, start.groups, *model.sharded, data, hooks);
+  return train(job, env, config, start.groups, *model.sharded, data, hooks);
 }
 
 }  // namespace

@@ -14,7 +14,7 @@
 #include "common/job/schema.h"
 #include "common/malloc_pages.h"
 #include "common/process_memory.h"
-#include "rank/preflight.h"
+#include "runtime/dist/preflight.h"
 #include "runtime/dist/cpu_threads.h"
 #include "runtime/dist/device.h"
 #include "runtime/dist/gpu_sharing.h"
@@ -25,16 +25,11 @@
 namespace shardtune::rank_program {
 namespace {
 
-slurm::SlurmEnv slurm_env() {
-  return slurm::read_slurm_env([](const char* name) { return std::getenv(name); });
-}
-
 // The job's layout must be what MPI and Slurm actually started: a mismatch means a wrong launch
 // line or allocation. Every rank sees the same problems except GPU visibility; all report.
-void check_placement(const dist::Topology& topo, const job::Job& job) {
+void check_placement(const dist::Topology& topo, const job::Job& job, const slurm::SlurmEnv& env) {
   const slurm::Placement placement{topo.world_size, topo.num_nodes, topo.uniform, topo.local_size, topo.node_hosts,
                                    dist::visible_gpus()};
-  const slurm::SlurmEnv env = slurm_env();
   if (env.in_job)
     spdlog::info("Slurm job {}{}: nodes {}", env.job_id,
                  env.restart_count > 0 ? fmt::format(" (restart {})", env.restart_count) : "", env.node_list);
@@ -64,10 +59,10 @@ void log_shard_groups(const dist::GroupLayout& layout, const dist::Topology& top
 
 // The CPUs the launcher bound this rank to, and the threads it computes with on them: its share of
 // the node, so that ranks sharing a node do not each start a pool the size of the whole node.
-void set_cpu_threads(const job::Job& job, const dist::Topology& topo) {
+void set_cpu_threads(const job::Job& job, const dist::Topology& topo, const slurm::SlurmEnv& env) {
   const common::CpuAffinity cpus = common::cpu_affinity();
   spdlog::info("CPU affinity: {} CPU(s) ({})", cpus.cpus.size(), cpus.list());
-  if (slurm_env().in_job && static_cast<int64_t>(cpus.cpus.size()) < job.slurm.cpus_per_task)
+  if (env.in_job && static_cast<int64_t>(cpus.cpus.size()) < job.slurm.cpus_per_task)
     spdlog::warn("this rank may run on {} CPU(s), but [slurm] cpus_per_task = {}: its threads share them",
                  cpus.cpus.size(), job.slurm.cpus_per_task);
   const dist::ThreadChoice threads =
@@ -94,20 +89,20 @@ dist::DeviceChoice choose_rank_device(const job::Job& job, const dist::Topology&
 
 }  // namespace
 
-void announce_stop_handlers(const job::Job& job, const dist::Topology& topo) {
-  ST_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
-  const slurm::SlurmEnv env = slurm_env();
+void announce_stop_handlers(const job::Job& job, const dist::Topology& topo, const slurm::SlurmEnv& env,
+                            dist::Communicator& world) {
+  world.barrier();
   if (topo.rank != 0 || !env.in_job) return;
   const std::string path = slurm::ranks_ready_file(job.job.output_dir, env.job_id);
   std::ofstream ready(path);
   if (!ready) spdlog::warn("cannot create {}: a stop signal from Slurm will not reach the ranks", path);
 }
 
-RankStart start_rank(const job::Job& job, const dist::Topology& topo) {
-  check_placement(topo, job);
+RankStart start_rank(const job::Job& job, const dist::Topology& topo, const slurm::SlurmEnv& env) {
+  check_placement(topo, job, env);
   const dist::DeviceChoice choice = choose_rank_device(job, topo);
   spdlog::info("device: {}", choice.reason);
-  set_cpu_threads(job, topo);
+  set_cpu_threads(job, topo, env);
   ST_CHECK(choice.device >= 0 || !(job.train.use_fp16 && job.train.mixed_precision), common::ErrorKind::kConfig,
            "[train] use_fp16 = true needs a GPU, and this rank trains on the CPU ({}): LibTorch has no fp16 matrix "
            "products there. HINT: leave use_fp16 false (mixed precision in bf16)",
@@ -124,7 +119,7 @@ RankStart start_rank(const job::Job& job, const dist::Topology& topo) {
                job::enum_name(job.fsdp.sharding_strategy), layout.num_shard_groups(), layout.shard_size(),
                layout.replicate_size(), job.launch.collective_timeout_s);
   log_shard_groups(layout, topo);
-  const PreflightReport report = run_preflight(out.groups, out.device);
+  const dist::PreflightReport report = dist::run_preflight(out.groups, out.device);
   if (!report.summary.empty()) spdlog::error("preflight: {}", report.summary);
   ST_CHECK(report.failures == 0, common::ErrorKind::kInternal,
            "preflight found {} wrong collective result(s); see the rank logs", report.failures);

@@ -7,6 +7,7 @@
 #include "common/job/job.h"
 #include "runtime/dist/process_groups.h"
 #include "runtime/dist/topology.h"
+#include "slurm/slurm_env.h"
 
 namespace shardtune::rank_program {
 
@@ -16,11 +17,13 @@ struct RankStart {
 };
 
 // Collective over MPI_COMM_WORLD. Throws common::Error(kConfig) naming every way the ranks differ
-// from the job, and kInternal when the communicators give a wrong result.
-RankStart start_rank(const job::Job& job, const dist::Topology& topo);
+// from the job (and from `env`, Slurm's view of them), and kInternal when the communicators give a
+// wrong result.
+RankStart start_rank(const job::Job& job, const dist::Topology& topo, const slurm::SlurmEnv& env);
 
 // Every rank handles the stop signal by now: tell the batch script, which holds Slurm's stop
-// signal back until then. Collective.
-void announce_stop_handlers(const job::Job& job, const dist::Topology& topo);
+// signal back until then. Collective over `world`.
+void announce_stop_handlers(const job::Job& job, const dist::Topology& topo, const slurm::SlurmEnv& env,
+                            dist::Communicator& world);
 
 }  // namespace shardtune::rank_program

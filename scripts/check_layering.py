@@ -3,10 +3,13 @@
 library includes from another belongs to a library it links (static linking would otherwise hide
 a dependency the build graph does not know). The folders depend one way too: no include cycle
 between the top-level folders (runtime/ and checkpoint/hf/ by their subfolders), the rank program
-(rank/) included. Reads the CMakeLists.txt files and the #include lines of the sources; exits 1
-listing every violation with the include that causes it.
+(rank/) included. MPI stays behind runtime/dist/: no source outside it includes <mpi.h>. The
+rank program (rank/) is wiring only: a job in, libraries called; its code stays within a line
+budget (lines that are neither blank nor comments), so that what a library could own moves there
+instead. Reads the CMakeLists.txt files and the #include lines of the sources; exits 1 listing
+every violation with the include or the count that causes it.
 
-usage: check_layering.py SOURCE_DIR
+usage: check_layering.py SOURCE_DIR [--rank-lines N]   (N: rank/'s budget, 800 by default)
 """
 import os
 import re
@@ -121,6 +124,35 @@ def folder_cycles(root):
     return [f"folder cycle {c}" for c in find_cycles(graph, edges)], len(edges)
 
 
+def mpi_outside_dist(root):
+    out = []
+    for f in sorted(source_files(root)):
+        if f.startswith("runtime/dist/"):
+            continue
+        for n, line in enumerate(open(os.path.join(root, f), errors="replace"), 1):
+            if re.match(r"\s*#\s*include\s+<mpi\.h>", line):
+                out.append(f"{f}:{n} includes <mpi.h> outside runtime/dist/")
+    return out
+
+
+def code_lines(path):
+    """Lines that are neither blank nor comments."""
+    return sum(1 for line in open(path, errors="replace") if line.strip() and not line.strip().startswith("//"))
+
+
+def rank_over_budget(root, budget):
+    rank = os.path.join(root, "rank")
+    if not os.path.isdir(rank):
+        return []
+    counts = {f: code_lines(os.path.join(rank, f)) for f in sorted(os.listdir(rank)) if f.endswith((".cpp", ".h"))}
+    total = sum(counts.values())
+    if total <= budget:
+        return []
+    top = ", ".join(f"{f} {n}" for f, n in sorted(counts.items(), key=lambda x: -x[1])[:3])
+    return [f"rank/ holds {total} lines of code, over its budget of {budget} for wiring ({top}): move what a "
+            f"library could own into it"]
+
+
 def closure(links, lib, seen=None):
     seen = set() if seen is None else seen
     for dep in links.get(lib, ()):
@@ -131,7 +163,13 @@ def closure(links, lib, seen=None):
 
 
 def main():
-    root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else ".")
+    args = sys.argv[1:]
+    budget = 800
+    if "--rank-lines" in args:
+        at = args.index("--rank-lines")
+        budget = int(args[at + 1])
+        del args[at:at + 2]
+    root = os.path.abspath(args[0] if args else ".")
     libs, links = libraries(root)
     owner = owner_of_headers(root, libs)
     files_of = {lib: set(files) | {h for h, o in owner.items() if o == lib} for lib, files in libs.items()}
@@ -155,6 +193,8 @@ def main():
     problems += [f"dependency cycle {c}" for c in find_cycles(graph, edges)]
     folder_problems, folder_edges = folder_cycles(root)
     problems += folder_problems
+    problems += mpi_outside_dist(root)
+    problems += rank_over_budget(root, budget)
     for p in problems:
         print("layering:", p)
     print(f"layering: {len(libs)} libraries, {len(edges)} dependencies between them; {folder_edges} between "

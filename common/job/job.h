@@ -127,6 +127,11 @@ struct TrainSection {
   int64_t num_freeze_layers = 1;
   OnNonFinite on_nonfinite = OnNonFinite::kStop;
   int64_t max_nonfinite_skips = 10;
+
+  // Samples per optimizer step across the job: per rank x ranks x accumulation steps.
+  int64_t global_batch(int64_t world_size) const {
+    return batch_size_training * world_size * gradient_accumulation_steps;
+  }
 };
 
 struct FsdpSection {
@@ -184,5 +189,17 @@ struct Job {
 // out; the Job form uses the job's own world size (the one it asks Slurm for).
 int64_t shard_group_size(const FsdpSection& fsdp, int64_t world_size, int64_t ranks_per_node);
 int64_t shard_group_size(const Job& job);
+
+// The dtypes a job trains in, worked out here only (the rank's FSDP and the planner both read it):
+// sharded parameters and optimizer state (master), gathered parameters, activations and local
+// gradients (compute), gradients on the wire (reduce), and the shards of frozen parameters (LoRA
+// keeps its frozen base in the compute dtype: no fp32 master its forward would round anyway).
+struct Precision {
+  common::Dtype master = common::Dtype::kF32;
+  common::Dtype compute = common::Dtype::kF32;
+  common::Dtype reduce = common::Dtype::kF32;
+  common::Dtype frozen = common::Dtype::kF32;
+};
+Precision precision(const TrainSection& train, const FsdpSection& fsdp, bool lora);
 
 }  // namespace shardtune::job

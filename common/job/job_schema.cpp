@@ -610,4 +610,17 @@ int64_t shard_group_size(const Job& job) {
   return shard_group_size(job.fsdp, job.slurm.world_size(), job.slurm.ranks_per_node());
 }
 
+Precision precision(const TrainSection& train, const FsdpSection& fsdp, bool lora) {
+  using common::Dtype;
+  Precision p;
+  const Dtype wire = fsdp.reduce_dtype == Dtype::kBF16 ? Dtype::kBF16 : Dtype::kF32;
+  if (train.pure_bf16) {
+    p = {Dtype::kBF16, Dtype::kBF16, wire, Dtype::kBF16};
+  } else if (train.mixed_precision) {
+    p = {Dtype::kF32, train.use_fp16 ? Dtype::kF16 : Dtype::kBF16, wire, Dtype::kF32};
+  }
+  p.frozen = lora ? p.compute : p.master;
+  return p;
+}
+
 }  // namespace shardtune::job

@@ -3,16 +3,21 @@
 
 namespace shardtune::fsdp {
 
-PrecisionPolicy precision_from_job(const job::TrainSection& train, const job::FsdpSection& fsdp, bool lora) {
-  PrecisionPolicy p;
-  const at::ScalarType wire = fsdp.reduce_dtype == common::Dtype::kBF16 ? at::kBFloat16 : at::kFloat;
-  if (train.pure_bf16) {
-    p = {at::kBFloat16, at::kBFloat16, wire, at::kBFloat16};
-  } else if (train.mixed_precision) {
-    p = {at::kFloat, train.use_fp16 ? at::kHalf : at::kBFloat16, wire, at::kFloat};
+namespace {
+
+at::ScalarType scalar_type(common::Dtype d) {
+  switch (d) {
+    case common::Dtype::kBF16: return at::kBFloat16;
+    case common::Dtype::kF16: return at::kHalf;
+    default: return at::kFloat;
   }
-  p.frozen = lora ? p.compute : p.master;
-  return p;
+}
+
+}  // namespace
+
+PrecisionPolicy precision_from_job(const job::TrainSection& train, const job::FsdpSection& fsdp, bool lora) {
+  const job::Precision p = job::precision(train, fsdp, lora);
+  return {scalar_type(p.master), scalar_type(p.compute), scalar_type(p.reduce), scalar_type(p.frozen)};
 }
 
 FsdpOptions fsdp_options(const job::FsdpSection& fsdp, const job::TrainSection& train, int world_size,

@@ -11,18 +11,18 @@
 
 namespace shardtune::train {
 
-Batch collate(const Dataset& data, const std::vector<int64_t>& indices) {
+Batch collate(const data::Dataset& dataset, const std::vector<int64_t>& indices) {
   const int64_t b = static_cast<int64_t>(indices.size());
-  std::vector<Sample> samples;
+  std::vector<data::Sample> samples;
   int64_t t = 0;
   for (const int64_t index : indices) {
-    samples.push_back(data.get(index));
+    samples.push_back(dataset.get(index));
     t = std::max(t, static_cast<int64_t>(samples.back().input_ids.size()));
   }
-  Batch batch{at::full({b, t}, data.pad_id(), at::kLong), at::full({b, t}, model::kIgnoreIndex, at::kLong), {}, 1.0, {}};
+  Batch batch{at::full({b, t}, dataset.pad_id(), at::kLong), at::full({b, t}, model::kIgnoreIndex, at::kLong), {}, 1.0, {}};
   if (!samples[0].position_ids.empty()) batch.position_ids = at::empty({b, t}, at::kLong);
   for (int64_t i = 0; i < b; ++i) {
-    const Sample& s = samples[static_cast<size_t>(i)];
+    const data::Sample& s = samples[static_cast<size_t>(i)];
     ST_CHECK(s.labels.size() == s.input_ids.size() && (!batch.position_ids.defined() || static_cast<int64_t>(s.input_ids.size()) == t),
              common::ErrorKind::kInternal, "sample {} has {} tokens and {} labels; the batch {} tokens",
              indices[static_cast<size_t>(i)], s.input_ids.size(), s.labels.size(), t);
@@ -37,18 +37,18 @@ Batch collate(const Dataset& data, const std::vector<int64_t>& indices) {
   return batch;
 }
 
-std::vector<Batch> step_batches(const Dataset& data, const DataOrder& order, const std::vector<int64_t>& permutation,
+std::vector<Batch> step_batches(const data::Dataset& dataset, const DataOrder& order, const std::vector<int64_t>& permutation,
                                 const StepSpan& span, int accumulation, int rank, int ranks) {
   const int64_t slots = static_cast<int64_t>(accumulation) * ranks;
   std::vector<Batch> micro;
   for (int m = 0; m < accumulation; ++m) {
     const std::vector<int64_t> mine = order.samples(permutation, span.begin, span.size(), m, accumulation, rank, ranks);
     if (mine.empty()) {
-      micro.push_back(collate(data, {permutation[static_cast<size_t>(span.begin)]}));
+      micro.push_back(collate(dataset, {permutation[static_cast<size_t>(span.begin)]}));
       micro.back().weight = 0.0;
       continue;
     }
-    micro.push_back(collate(data, mine));
+    micro.push_back(collate(dataset, mine));
     const int64_t share = static_cast<int64_t>(mine.size()) * slots;  // exact: a full step's slots weigh 1
     if (share != span.size())
       micro.back().weight = static_cast<double>(share) / static_cast<double>(span.size());

@@ -9,18 +9,18 @@
 
 #include "runtime/train/batch.h"
 #include "runtime/train/data_order.h"
-#include "runtime/train/dataset.h"
+#include "runtime/data/dataset.h"
 #include "runtime/train/run_schedule.h"
 
 namespace shardtune::train {
 
 // The samples as one micro-batch; shorter samples are padded at the end to the longest (pad id,
 // label -100): a causal model never lets real tokens see the padding after them.
-Batch collate(const Dataset& data, const std::vector<int64_t>& indices);
+Batch collate(const data::Dataset& data, const std::vector<int64_t>& indices);
 
 // This rank's micro-batches of step `span`, whose sample order is `permutation`. A micro-batch slot
 // without samples (a short step over many slots) holds the step's first sample with weight 0.
-std::vector<Batch> step_batches(const Dataset& data, const DataOrder& order, const std::vector<int64_t>& permutation,
+std::vector<Batch> step_batches(const data::Dataset& data, const DataOrder& order, const std::vector<int64_t>& permutation,
                                 const StepSpan& span, int accumulation, int rank, int ranks);
 
 // For a rank on a GPU: the batches' tensors in page-locked host memory, so that their copy to the

@@ -27,7 +27,7 @@ std::vector<int64_t> eval_rows(int64_t rows, int64_t per_rank, int64_t batch, in
   return out;
 }
 
-Evaluation evaluate(fsdp::FsdpLlama& model, const Dataset& data, int64_t per_rank, int64_t max_batches,
+Evaluation evaluate(fsdp::FsdpLlama& model, const data::Dataset& data, int64_t per_rank, int64_t max_batches,
                     dist::Communicator& world) {
   at::NoGradGuard no_grad;
   const int ranks = world.size(), rank = world.rank();

@@ -10,7 +10,7 @@
 
 #include "runtime/dist/communicator.h"
 #include "runtime/fsdp/fsdp_llama.h"
-#include "runtime/train/dataset.h"
+#include "runtime/data/dataset.h"
 
 namespace shardtune::train {
 
@@ -31,7 +31,7 @@ struct Evaluation {
 
 // Evaluates `data` (every row holds a learned token) in batches of `per_rank` rows per rank, at most
 // `max_batches` of them (0: all). Collective over `world`.
-Evaluation evaluate(fsdp::FsdpLlama& model, const Dataset& data, int64_t per_rank, int64_t max_batches,
+Evaluation evaluate(fsdp::FsdpLlama& model, const data::Dataset& data, int64_t per_rank, int64_t max_batches,
                     dist::Communicator& world);
 
 }  // namespace shardtune::train

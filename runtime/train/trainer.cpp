@@ -116,11 +116,11 @@ std::vector<std::vector<int64_t>> gather_ids(dist::Communicator& world, const st
 }  // namespace
 
 struct Trainer::Run {
-  Run(const TrainerOptions& o, const dist::ProcessGroups& groups, const Dataset& train)
+  Run(const TrainerOptions& o, const dist::ProcessGroups& groups, const data::Dataset& train)
       : ranks(groups.world->size()),
         rank(groups.world->rank()),
         accumulation(static_cast<int>(o.train.gradient_accumulation_steps)),
-        global_batch(o.train.batch_size_training * ranks * accumulation),
+        global_batch(o.train.global_batch(ranks)),
         order(train.size(), static_cast<uint64_t>(o.train.seed), train.lengths()),
         optimizer({0.9, 0.999, 1e-8, o.train.weight_decay}),
         step{o.train.lr, o.train.gradient_clipping, o.train.gradient_clipping_threshold, true},
@@ -164,8 +164,8 @@ struct Trainer::Outcome {
   dist::DeviceMemoryStats device_peaks;  // likewise
 };
 
-Trainer::Trainer(TrainerOptions options, dist::ProcessGroups& groups, fsdp::FsdpLlama& model, const Dataset& train,
-                 const Dataset* val, CheckpointHooks hooks)
+Trainer::Trainer(TrainerOptions options, dist::ProcessGroups& groups, fsdp::FsdpLlama& model, const data::Dataset& train,
+                 const data::Dataset* val, CheckpointHooks hooks)
     : options_(std::move(options)),
       groups_(groups),
       model_(model),

@@ -18,7 +18,7 @@
 #include "runtime/fsdp/adamw.h"
 #include "runtime/fsdp/fsdp_llama.h"
 #include "runtime/model/llama_config.h"
-#include "runtime/train/dataset.h"
+#include "runtime/data/dataset.h"
 #include "runtime/train/run_schedule.h"
 
 namespace shardtune::train {
@@ -87,8 +87,8 @@ struct TrainerOptions {
 class Trainer {
  public:
   // `val` may be null. All ranks pass the same datasets.
-  Trainer(TrainerOptions options, dist::ProcessGroups& groups, fsdp::FsdpLlama& model, const Dataset& train,
-          const Dataset* val, CheckpointHooks hooks = {});
+  Trainer(TrainerOptions options, dist::ProcessGroups& groups, fsdp::FsdpLlama& model, const data::Dataset& train,
+          const data::Dataset* val, CheckpointHooks hooks = {});
   ~Trainer();
   // Throws common::Error(kDiverged) when training diverges (see on_nonfinite).
   TrainSummary run();
@@ -110,8 +110,8 @@ class Trainer {
   const TrainerOptions options_;
   dist::ProcessGroups& groups_;
   fsdp::FsdpLlama& model_;
-  const Dataset& train_;
-  const Dataset* val_;
+  const data::Dataset& train_;
+  const data::Dataset* val_;
   CheckpointHooks hooks_;
 };
 

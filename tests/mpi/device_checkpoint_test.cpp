@@ -21,7 +21,7 @@
 #include "checkpoint/update_crcs.h"
 #include "common/job/schema.h"
 #include "runtime/model/init.h"
-#include "runtime/train/dataset.h"
+#include "runtime/data/dataset.h"
 #include "runtime/train/train_step.h"
 #include "tests/mpi/test_device.h"
 
@@ -109,11 +109,11 @@ TEST(DeviceCheckpoint, DeviceAndCpuSavesAreTheSameFilesAndLoadIntoEachOther) {
         const auto from = source.flat_params(), to = on_device.model.flat_params();
         for (size_t i = 0; i < from.size(); ++i) to[i]->shard().copy_(from[i]->shard());
       }
-      const train::SyntheticCopyDataset data(256, 16, 256, 3);
+      const data::SyntheticCopyDataset dataset(256, 16, 256, 3);
       for (int step = 0; step < 3; ++step) {
         at::Tensor ids = at::empty({2, 16}, at::kLong);
         for (int64_t b = 0; b < 2; ++b) {
-          const train::Sample s = data.get((step * world + rank) * 2 + b);
+          const data::Sample s = dataset.get((step * world + rank) * 2 + b);
           std::copy(s.input_ids.begin(), s.input_ids.end(), ids.data_ptr<int64_t>() + b * 16);
         }
         train::train_step(on_device.model, on_device.optimizer, {{ids, ids, {}, 1.0, {}}}, {1e-3}, *on_device.groups.world);
@@ -131,9 +131,9 @@ TEST(DeviceCheckpoint, DeviceAndCpuSavesAreTheSameFilesAndLoadIntoEachOther) {
       const std::string root = shared_dir(fmt::format("{}_{}", pure_bf16, full));
       const checkpoint::TrainingState state{3, 0, 6, 0, 0, false, "", ""};
       const std::string from_device =
-          checkpoint::save_checkpoint(on_device.model, &on_device.optimizer, state, on_device.groups, root + "/device", 1, full);
+          checkpoint::save_checkpoint(on_device.model, &on_device.optimizer, state, on_device.groups, {root + "/device", 1, full});
       const std::string from_cpu =
-          checkpoint::save_checkpoint(on_cpu.model, &on_cpu.optimizer, state, on_cpu.groups, root + "/cpu", 1, full);
+          checkpoint::save_checkpoint(on_cpu.model, &on_cpu.optimizer, state, on_cpu.groups, {root + "/cpu", 1, full});
       const auto device_sums = slice_sums(from_device), cpu_sums = slice_sums(from_cpu);
       EXPECT_EQ(device_sums.size(), cpu_sums.size());
       EXPECT_TRUE(device_sums == cpu_sums) << "the device's checkpoint differs from the same state saved from the CPU";
@@ -170,11 +170,11 @@ TEST(DeviceCheckpoint, ChecksumsTakenDuringTheUpdateAreTheWrittenSlices) {
     const auto from = source.flat_params(), to = t.model.flat_params();
     for (size_t i = 0; i < from.size(); ++i) to[i]->shard().copy_(from[i]->shard());
   }
-  const train::SyntheticCopyDataset data(config.vocab_size, 16, 256, 3);
+  const data::SyntheticCopyDataset dataset(config.vocab_size, 16, 256, 3);
   checkpoint::UpdateCrcs crcs;
   for (int step = 0; step < 2; ++step) {
     at::Tensor ids = at::empty({1, 16}, at::kLong);
-    const train::Sample s = data.get(step * world + rank);
+    const data::Sample s = dataset.get(step * world + rank);
     std::copy(s.input_ids.begin(), s.input_ids.end(), ids.data_ptr<int64_t>());
     train::StepOptions options{1e-3};
     if (step == 1) options.updated_piece = crcs.watch(t.model, t.optimizer);
@@ -198,10 +198,10 @@ TEST(DeviceCheckpoint, ChecksumsTakenDuringTheUpdateAreTheWrittenSlices) {
   const std::string root = shared_dir("taken");
   checkpoint::TrainingState state;
   state.step = 2;
-  const std::string taken = checkpoint::save_checkpoint(t.model, &t.optimizer, state, t.groups, root + "/taken", 1,
-                                                        false, &crcs);
+  const std::string taken = checkpoint::save_checkpoint(t.model, &t.optimizer, state, t.groups,
+                                                        {root + "/taken", 1, false, true, &crcs});
   EXPECT_EQ(crcs.used(), units.size());
-  const std::string computed = checkpoint::save_checkpoint(t.model, &t.optimizer, state, t.groups, root + "/computed", 1);
+  const std::string computed = checkpoint::save_checkpoint(t.model, &t.optimizer, state, t.groups, {root + "/computed", 1});
   EXPECT_TRUE(slice_sums(taken) == slice_sums(computed)) << "checksums taken during the update differ from the file's";
   EXPECT_TRUE(checkpoint::verify_sharded_checkpoint(taken).problems.empty());
 
@@ -209,8 +209,8 @@ TEST(DeviceCheckpoint, ChecksumsTakenDuringTheUpdateAreTheWrittenSlices) {
   t.optimizer.exp_avg(0).add_(1.0);
   std::vector<checkpoint::FullUnit> again = checkpoint::saved_units(t.model, &t.optimizer, false);
   EXPECT_EQ(crcs.fill(again), units.size() - 1);
-  const std::string changed = checkpoint::save_checkpoint(t.model, &t.optimizer, state, t.groups, root + "/changed", 1,
-                                                          false, &crcs);
+  const std::string changed = checkpoint::save_checkpoint(t.model, &t.optimizer, state, t.groups,
+                                                          {root + "/changed", 1, false, true, &crcs});
   const checkpoint::VerifyReport report = checkpoint::verify_sharded_checkpoint(changed);
   EXPECT_TRUE(report.problems.empty()) << report.problems.front();
   EXPECT_FALSE(slice_sums(changed) == slice_sums(taken));

@@ -21,7 +21,7 @@
 #include "runtime/model/init.h"
 #include "runtime/train/allocator_compat.h"
 #include "runtime/train/data_order.h"
-#include "runtime/train/dataset.h"
+#include "runtime/data/dataset.h"
 #include "runtime/dist/device.h"
 #include "runtime/train/train_step.h"
 #include "tests/mpi/test_device.h"
@@ -106,16 +106,16 @@ int64_t live_bytes() {
   return d.is_cpu() ? CountingAllocator::live() : dist::memory_stats(d).allocated;
 }
 
-std::vector<train::Batch> copy_task_batches(const train::Dataset& data, const train::DataOrder& order, int64_t global,
+std::vector<train::Batch> copy_task_batches(const data::Dataset& dataset, const train::DataOrder& order, int64_t global,
                                             int64_t step, int rank, int ranks) {
   const std::vector<int64_t> idx = order.samples(order.permutation(0), step * global, global, 0, 1, rank, ranks);
   train::Batch b{at::empty({static_cast<int64_t>(idx.size()), 0}, at::kLong), {}, {}, 1.0, {}};
   std::vector<at::Tensor> ids, labels;
-  const int64_t t = static_cast<int64_t>(data.get(0).input_ids.size());
+  const int64_t t = static_cast<int64_t>(dataset.get(0).input_ids.size());
   b.input_ids = at::empty({static_cast<int64_t>(idx.size()), t}, at::kLong);
   b.labels = at::empty({static_cast<int64_t>(idx.size()), t}, at::kLong);
   for (size_t i = 0; i < idx.size(); ++i) {
-    const train::Sample s = data.get(idx[i]);
+    const data::Sample s = dataset.get(idx[i]);
     std::copy(s.input_ids.begin(), s.input_ids.end(), b.input_ids.data_ptr<int64_t>() + i * t);
     std::copy(s.labels.begin(), s.labels.end(), b.labels.data_ptr<int64_t>() + i * t);
   }
@@ -165,10 +165,10 @@ TEST(FsdpMemory, PersistentBytesMatchTheStrategyFormula) {
     fsdp::FsdpLlama sharded(m, groups, options);
     fsdp::AdamW opt({});
     train::add_trainable_shards(sharded, opt);
-    const train::SyntheticCopyDataset data(64, 16, cfg.vocab_size, 3);
+    const data::SyntheticCopyDataset dataset(64, 16, cfg.vocab_size, 3);
     const train::DataOrder order(64, 5);
     for (int step = 0; step < 2; ++step)
-      train::train_step(sharded, opt, copy_task_batches(data, order, 2 * w, step, rank, w), {1e-3}, *groups.world);
+      train::train_step(sharded, opt, copy_task_batches(dataset, order, 2 * w, step, rank, w), {1e-3}, *groups.world);
     const double persistent = static_cast<double>(live_bytes() - baseline);
     const double formula = n * (c.bytes_per_param_per_shard / options.shard_size + c.extra_bytes_per_param);
     // Padding (< shard size elements per flat parameter) and the model's RoPE table are the slack.
@@ -189,7 +189,7 @@ void expect_learns_copy_task(const fsdp::FsdpOptions& options) {
   for (fsdp::FlatParam* f : sharded.flat_params()) ASSERT_EQ(f->shard().scalar_type(), options.precision.master);
   fsdp::AdamW opt({});
   train::add_trainable_shards(sharded, opt);
-  const train::SyntheticCopyDataset data(16 * 400, 32, 256, 3);
+  const data::SyntheticCopyDataset dataset(16 * 400, 32, 256, 3);
   const train::DataOrder order(16 * 400, 5);
   // Learned: the mean loss of the last kWindow steps below 1.0. Training stops there (every rank
   // sees the same all-reduced losses, so all stop at the same step).
@@ -198,7 +198,7 @@ void expect_learns_copy_task(const fsdp::FsdpOptions& options) {
   double recent = 0;
   for (int step = 0; step < 300; ++step) {
     losses.push_back(
-        train::train_step(sharded, opt, copy_task_batches(data, order, 16, step, rank, w), {3e-3}, *groups.world).loss);
+        train::train_step(sharded, opt, copy_task_batches(dataset, order, 16, step, rank, w), {3e-3}, *groups.world).loss);
     if (losses.size() < kWindow) continue;
     recent = std::accumulate(losses.end() - kWindow, losses.end(), 0.0) / kWindow;
     if (recent < 1.0) break;
@@ -259,14 +259,14 @@ TEST(FsdpTraining, Fp16LossScalerSkipsOverflowsAndTrains) {
   train::add_trainable_shards(sharded, opt);
   // A scale far beyond fp16's range: the first steps overflow and are skipped until it fits.
   fsdp::LossScaler scaler(1e30, 50);
-  const train::SyntheticCopyDataset data(16 * 200, 32, 256, 3);
+  const data::SyntheticCopyDataset dataset(16 * 200, 32, 256, 3);
   const train::DataOrder order(16 * 200, 5);
   train::StepOptions step{3e-3};
   step.loss_scaler = &scaler;
   double first = 0, last = 0;
   int skipped = 0;
   for (int s = 0; s < 150; ++s) {
-    const train::StepResult r = train::train_step(sharded, opt, copy_task_batches(data, order, 16, s, rank, w), step, *groups.world);
+    const train::StepResult r = train::train_step(sharded, opt, copy_task_batches(dataset, order, 16, s, rank, w), step, *groups.world);
     skipped += r.skipped ? 1 : 0;
     if (s == 0) first = r.loss;
     last = r.loss;

@@ -15,7 +15,7 @@
 
 #include "runtime/fsdp/fsdp_llama.h"
 #include "runtime/model/init.h"
-#include "runtime/train/dataset.h"
+#include "runtime/data/dataset.h"
 #include "runtime/train/stop_request.h"
 #include "runtime/train/trainer.h"
 
@@ -53,7 +53,7 @@ struct TinyRun {
   dist::ProcessGroups groups = dist::make_mpi_groups(MPI_COMM_WORLD, world, 60.0);
   model::LlamaForCausalLM m{model::LlamaConfig::tiny(), at::TensorOptions().dtype(at::kFloat)};
   std::unique_ptr<fsdp::FsdpLlama> sharded;
-  const train::SyntheticCopyDataset data{4096, 16, 256, 3};
+  const data::SyntheticCopyDataset dataset{4096, 16, 256, 3};
 };
 
 TEST(StopRequest, OneRanksSignalStopsEveryRankAtTheSameStepAfterOneSave) {
@@ -76,7 +76,7 @@ TEST(StopRequest, OneRanksSignalStopsEveryRankAtTheSameStepAfterOneSave) {
   const job::Job& job = run.job;
   train::Trainer trainer(
       {job.train, job.metrics, job.job.output_dir, job.checkpoint.every_steps, model::LlamaConfig::tiny()}, run.groups,
-      *run.sharded, run.data, nullptr, hooks);
+      *run.sharded, run.dataset, nullptr, hooks);
   const train::TrainSummary summary = trainer.run();
 
   EXPECT_EQ(summary.stop_signal, SIGUSR1);
@@ -98,7 +98,7 @@ TEST(StopRequest, ASignalLeadShorterThanAStepAndASaveIsWarnedAbout) {
   auto lead = [&](double signal_lead_s) {
     train::TrainerOptions options{run.job.train, run.job.metrics, run.job.job.output_dir, 2, model::LlamaConfig::tiny()};
     options.signal_lead_s = signal_lead_s;
-    train::Trainer trainer(options, run.groups, *run.sharded, run.data, nullptr, hooks);
+    train::Trainer trainer(options, run.groups, *run.sharded, run.dataset, nullptr, hooks);
     const train::TrainSummary summary = trainer.run();
     int warnings = 0;
     for (const std::string& line : ring->last_formatted())

@@ -22,11 +22,11 @@ namespace {
 constexpr int64_t kVocab = 256;
 
 // 7 rows of 5 to 17 tokens; row r learns its last r + 1 tokens (the first label never counts).
-class Rows : public train::Dataset {
+class Rows : public data::Dataset {
  public:
   int64_t size() const override { return 7; }
-  train::Sample get(int64_t index) const override {
-    train::Sample s;
+  data::Sample get(int64_t index) const override {
+    data::Sample s;
     const int64_t n = 5 + 2 * index;
     for (int64_t t = 0; t < n; ++t) {
       s.input_ids.push_back((index * 37 + t * 11) % kVocab);
@@ -38,12 +38,12 @@ class Rows : public train::Dataset {
 
 // Σ −log p(label) over every learned token of every row, and their count, in float64 from an
 // unsharded model's fp32 logits, one row at a time.
-std::pair<double, int64_t> reference(model::LlamaForCausalLM& m, const train::Dataset& data) {
+std::pair<double, int64_t> reference(model::LlamaForCausalLM& m, const data::Dataset& dataset) {
   at::NoGradGuard no_grad;
   double sum = 0;
   int64_t tokens = 0;
-  for (int64_t r = 0; r < data.size(); ++r) {
-    const train::Sample s = data.get(r);
+  for (int64_t r = 0; r < dataset.size(); ++r) {
+    const data::Sample s = dataset.get(r);
     const int64_t n = static_cast<int64_t>(s.input_ids.size());
     const at::Tensor ids = at::tensor(s.input_ids, at::kLong).reshape({1, n});
     const at::Tensor logp = m.forward(ids).to(at::kDouble).log_softmax(-1);
@@ -64,8 +64,8 @@ TEST(Validation, EveryRowOnceAndTheSameLossAtEveryWorldSize) {
   config.vocab_size = kVocab;
   model::LlamaForCausalLM m(config, at::TensorOptions().dtype(at::kFloat));
   model::init_weights(m, 3);
-  const Rows data;
-  const auto [sum, tokens] = reference(m, data);
+  const Rows dataset;
+  const auto [sum, tokens] = reference(m, dataset);
 
   job::Job job;
   job.train.mixed_precision = false;
@@ -76,14 +76,14 @@ TEST(Validation, EveryRowOnceAndTheSameLossAtEveryWorldSize) {
   fsdp::FsdpLlama sharded(m, groups, options);
   for (int64_t per_rank : {1, 2, 3, 8}) {
     SCOPED_TRACE(per_rank);
-    const train::Evaluation e = train::evaluate(sharded, data, per_rank, 0, *groups.world);
+    const train::Evaluation e = train::evaluate(sharded, dataset, per_rank, 0, *groups.world);
     EXPECT_EQ(e.rows, 7);
     EXPECT_EQ(e.tokens, tokens);
     EXPECT_EQ(e.batches, (7 + per_rank * world - 1) / (per_rank * world));
     EXPECT_NEAR(e.loss, sum / static_cast<double>(tokens), 1e-6 * sum / static_cast<double>(tokens));
   }
   // max_eval_step caps the global batches: 1 batch of 1 row per rank evaluates `world` rows.
-  const train::Evaluation capped = train::evaluate(sharded, data, 1, 1, *groups.world);
+  const train::Evaluation capped = train::evaluate(sharded, dataset, 1, 1, *groups.world);
   EXPECT_EQ(capped.batches, 1);
   EXPECT_EQ(capped.rows, std::min<int64_t>(world, 7));
 }

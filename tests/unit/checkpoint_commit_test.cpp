@@ -345,10 +345,10 @@ TEST(Manifest, DataIdentityReadsBackAndItsChangesAreNamed) {
   EXPECT_EQ(r.data.decides, m.data.decides);
   EXPECT_EQ(r.data.made_from, m.data.made_from);
   EXPECT_TRUE(parse_manifest(manifest_text(small_manifest(5)), "m.json").data.empty());
-  DataIdentity now = m.data;
+  data::DataIdentity now = m.data;
   now.made_from["data"] = "/elsewhere/a.json size=10";
   EXPECT_TRUE(data_changes(m.data, now).empty());
-  EXPECT_TRUE(data_changes(DataIdentity{}, now).empty());  // a checkpoint from before identities
+  EXPECT_TRUE(data_changes(data::DataIdentity{}, now).empty());  // a checkpoint from before identities
   now.decides["train.seed"] = "7";
   EXPECT_EQ(data_changes(m.data, now), std::vector<std::string>{"train.seed: 42 in the checkpoint, 7 now"});
   now.decides["training tokens"] = "9 examples, 90 tokens, checksum 0a0a";

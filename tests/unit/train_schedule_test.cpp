@@ -12,7 +12,7 @@
 #include <set>
 
 #include "runtime/train/data_order.h"
-#include "runtime/train/dataset.h"
+#include "runtime/data/dataset.h"
 #include "runtime/train/evaluate.h"
 #include "runtime/train/flops.h"
 #include "runtime/train/run_schedule.h"
@@ -177,18 +177,18 @@ TEST(DataOrder, LengthGroupingSortsWithinFixedWindowsIndependentOfTheBatch) {
 }
 
 TEST(SyntheticCopyDataset, TheSecondHalfCopiesTheFirstAndOnlyItCounts) {
-  const SyntheticCopyDataset data(10, 12, 256, 1);
-  const Sample s = data.get(4);
+  const data::SyntheticCopyDataset copy(10, 12, 256, 1);
+  const data::Sample s = copy.get(4);
   ASSERT_EQ(s.input_ids.size(), 12u);
-  EXPECT_EQ(s.input_ids[0], SyntheticCopyDataset::kBos);
-  EXPECT_EQ(s.input_ids[6], SyntheticCopyDataset::kSep);
+  EXPECT_EQ(s.input_ids[0], data::SyntheticCopyDataset::kBos);
+  EXPECT_EQ(s.input_ids[6], data::SyntheticCopyDataset::kSep);
   for (int i = 1; i <= 5; ++i) {
     EXPECT_EQ(s.input_ids[static_cast<size_t>(i)], s.input_ids[static_cast<size_t>(i + 6)]);
     EXPECT_EQ(s.labels[static_cast<size_t>(i)], -100);
     EXPECT_EQ(s.labels[static_cast<size_t>(i + 6)], s.input_ids[static_cast<size_t>(i + 6)]);
   }
-  EXPECT_EQ(data.get(4).input_ids, s.input_ids);  // a function of the index
-  EXPECT_NE(data.get(5).input_ids, s.input_ids);
+  EXPECT_EQ(copy.get(4).input_ids, s.input_ids);  // a function of the index
+  EXPECT_NE(copy.get(5).input_ids, s.input_ids);
 }
 
 // Validation's rows: every row in exactly one batch of one rank, whatever the set's size, the

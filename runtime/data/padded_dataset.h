@@ -5,9 +5,9 @@
 #include <memory>
 
 #include "runtime/data/token_file.h"
-#include "runtime/train/dataset.h"
+#include "runtime/data/dataset.h"
 
-namespace shardtune::train {
+namespace shardtune::data {
 
 class PaddedDataset : public Dataset {
  public:
@@ -23,4 +23,4 @@ class PaddedDataset : public Dataset {
   int64_t pad_id_;
 };
 
-}  // namespace shardtune::train
+}  // namespace shardtune::data

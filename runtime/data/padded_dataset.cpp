@@ -1,8 +1,8 @@
-#include "runtime/train/padded_dataset.h"
+#include "runtime/data/padded_dataset.h"
 
 #include "common/error.h"
 
-namespace shardtune::train {
+namespace shardtune::data {
 
 Sample PaddedDataset::get(int64_t index) const {
   ST_CHECK(index >= 0 && index < size(), common::ErrorKind::kInternal, "example {} of {}", index, size());
@@ -21,4 +21,4 @@ std::vector<int64_t> PaddedDataset::lengths() const {
   return out;
 }
 
-}  // namespace shardtune::train
+}  // namespace shardtune::data

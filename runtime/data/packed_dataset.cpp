@@ -1,6 +1,6 @@
-#include "runtime/train/packed_dataset.h"
+#include "runtime/data/packed_dataset.h"
 
-namespace shardtune::train {
+namespace shardtune::data {
 
 Sample PackedDataset::get(int64_t index) const {
   const auto t = static_cast<size_t>(rows_.context_length());
@@ -9,4 +9,4 @@ Sample PackedDataset::get(int64_t index) const {
   return Sample{{ids.begin(), ids.end()}, {labels.begin(), labels.end()}, {positions.begin(), positions.end()}};
 }
 
-}  // namespace shardtune::train
+}  // namespace shardtune::data

@@ -2,9 +2,9 @@
 #pragma once
 
 #include "runtime/data/packed_rows.h"
-#include "runtime/train/dataset.h"
+#include "runtime/data/dataset.h"
 
-namespace shardtune::train {
+namespace shardtune::data {
 
 class PackedDataset : public Dataset {
  public:
@@ -16,4 +16,4 @@ class PackedDataset : public Dataset {
   data::PackedRowView rows_;
 };
 
-}  // namespace shardtune::train
+}  // namespace shardtune::data

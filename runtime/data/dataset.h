@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace shardtune::train {
+namespace shardtune::data {
 
 struct Sample {
   std::vector<int64_t> input_ids;
@@ -43,4 +43,4 @@ class SyntheticCopyDataset : public Dataset {
   uint64_t seed_;
 };
 
-}  // namespace shardtune::train
+}  // namespace shardtune::data

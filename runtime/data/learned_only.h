@@ -7,9 +7,9 @@
 #include <memory>
 #include <vector>
 
-#include "runtime/train/dataset.h"
+#include "runtime/data/dataset.h"
 
-namespace shardtune::train {
+namespace shardtune::data {
 
 class LearnedOnly : public Dataset {
  public:
@@ -27,4 +27,4 @@ class LearnedOnly : public Dataset {
   std::vector<int64_t> kept_;  // indices into all_
 };
 
-}  // namespace shardtune::train
+}  // namespace shardtune::data

@@ -1,12 +1,12 @@
 // The synthetic copy task.
-#include "runtime/train/dataset.h"
+#include "runtime/data/dataset.h"
 
 #include <algorithm>
 
 #include "common/error.h"
-#include "runtime/model/loss.h"
+#include "runtime/data/sft_examples.h"
 
-namespace shardtune::train {
+namespace shardtune::data {
 namespace {
 
 // SplitMix64: a well-mixed value for (seed, index, position), cheap and the same everywhere.
@@ -40,10 +40,10 @@ Sample SyntheticCopyDataset::get(int64_t index) const {
   s.input_ids.push_back(kSep);
   s.input_ids.insert(s.input_ids.end(), copy.begin(), copy.end());
   while (static_cast<int64_t>(s.input_ids.size()) < context_length_) s.input_ids.push_back(kSep);
-  s.labels.assign(s.input_ids.size(), model::kIgnoreIndex);
+  s.labels.assign(s.input_ids.size(), kIgnoreLabel);
   // Loss on the copy: positions after SEP (their targets are known only from the first half).
   for (int64_t i = k + 2; i < 2 * k + 2; ++i) s.labels[static_cast<size_t>(i)] = s.input_ids[static_cast<size_t>(i)];
   return s;
 }
 
-}  // namespace shardtune::train
+}  // namespace shardtune::data

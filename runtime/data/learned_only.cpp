@@ -1,19 +1,19 @@
 // Samples with something to learn.
-#include "runtime/train/learned_only.h"
+#include "runtime/data/learned_only.h"
 
 #include <algorithm>
 
 #include "common/error.h"
-#include "runtime/model/loss.h"
+#include "runtime/data/sft_examples.h"
 
-namespace shardtune::train {
+namespace shardtune::data {
 
 LearnedOnly::LearnedOnly(std::unique_ptr<Dataset> all) : all_(std::move(all)) {
   for (int64_t i = 0; i < all_->size(); ++i) {
     const Sample s = all_->get(i);
     // A label at position 0 predicts nothing (the loss is shifted by one).
     if (std::any_of(s.labels.begin() + std::min<size_t>(1, s.labels.size()), s.labels.end(),
-                    [](int64_t l) { return l != model::kIgnoreIndex; }))
+                    [](int64_t l) { return l != kIgnoreLabel; }))
       kept_.push_back(i);
   }
 }
@@ -42,4 +42,4 @@ std::vector<int64_t> LearnedOnly::left_out_indices() const {
   return out;
 }
 
-}  // namespace shardtune::train
+}  // namespace shardtune::data

@@ -1,5 +1,5 @@
 // Communicator checks with locally computable answers, and a bandwidth figure.
-#include "rank/preflight.h"
+#include "runtime/dist/preflight.h"
 
 #include <ATen/ops/arange.h>
 #include <ATen/ops/empty.h>
@@ -14,10 +14,8 @@
 
 #include "runtime/dist/collective_check.h"
 
-namespace shardtune::rank_program {
+namespace shardtune::dist {
 namespace {
-
-using dist::ReduceOp;
 
 int64_t sum_of(const std::vector<int>& v) {
   int64_t s = 0;
@@ -25,7 +23,7 @@ int64_t sum_of(const std::vector<int>& v) {
   return s;
 }
 
-void check_bf16(dist::Communicator& comm, ReduceOp op, const std::vector<float>& mine, const at::Device& device,
+void check_bf16(Communicator& comm, ReduceOp op, const std::vector<float>& mine, const at::Device& device,
                 PreflightReport& report, const std::function<std::string(const std::vector<float>&)>& judge) {
   at::Tensor host = at::empty({static_cast<int64_t>(mine.size())}, at::kFloat);
   std::copy(mine.begin(), mine.end(), host.data_ptr<float>());
@@ -42,7 +40,7 @@ void check_bf16(dist::Communicator& comm, ReduceOp op, const std::vector<float>&
 
 // Each member contributes its world rank; the sum, the gathered list and the reduce-scatter are
 // known locally.
-void check_group(dist::Communicator& comm, int world_rank, const at::Device& device, PreflightReport& report) {
+void check_group(Communicator& comm, int world_rank, const at::Device& device, PreflightReport& report) {
   const at::TensorOptions on = at::TensorOptions().device(device);
   const int64_t expected_sum = sum_of(comm.world_ranks());
   at::Tensor sum = at::full({3}, world_rank, on.dtype(at::kLong));
@@ -80,17 +78,17 @@ void check_group(dist::Communicator& comm, int world_rank, const at::Device& dev
   }
   // The 16-bit reduction path, with patterns whose every partial sum bf16 holds exactly, so that
   // the answer does not depend on the order a ring or tree reduces in (runtime/dist/collective_check.h).
-  check_bf16(comm, ReduceOp::kSum, dist::bf16_sum_pattern(comm.size(), comm.rank()), device, report,
-             [&](const std::vector<float>& got) { return dist::check_bf16_sum(got, comm.size()); });
-  check_bf16(comm, ReduceOp::kAvg, dist::bf16_avg_pattern(comm.size(), comm.rank()), device, report,
-             [&](const std::vector<float>& got) { return dist::check_bf16_avg(got, comm.size()); });
+  check_bf16(comm, ReduceOp::kSum, bf16_sum_pattern(comm.size(), comm.rank()), device, report,
+             [&](const std::vector<float>& got) { return check_bf16_sum(got, comm.size()); });
+  check_bf16(comm, ReduceOp::kAvg, bf16_avg_pattern(comm.size(), comm.rank()), device, report,
+             [&](const std::vector<float>& got) { return check_bf16_avg(got, comm.size()); });
 }
 
 }  // namespace
 
-PreflightReport run_preflight(dist::ProcessGroups& groups, const at::Device& device) {
+PreflightReport run_preflight(ProcessGroups& groups, const at::Device& device) {
   PreflightReport report;
-  dist::Communicator& world = *groups.world;
+  Communicator& world = *groups.world;
   const int world_rank = world.world_ranks()[world.rank()];
   check_group(world, world_rank, device, report);
   check_group(*groups.shard, world_rank, device, report);
@@ -121,4 +119,4 @@ PreflightReport run_preflight(dist::ProcessGroups& groups, const at::Device& dev
   return report;
 }
 
-}  // namespace shardtune::rank_program
+}  // namespace shardtune::dist

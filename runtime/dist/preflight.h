@@ -9,7 +9,7 @@
 
 #include "runtime/dist/process_groups.h"
 
-namespace shardtune::rank_program {
+namespace shardtune::dist {
 
 struct PreflightReport {
   int failures = 0;           // summed over all ranks: every rank sees the same number
@@ -18,6 +18,6 @@ struct PreflightReport {
   std::string summary;        // what failed, on this rank
 };
 
-PreflightReport run_preflight(dist::ProcessGroups& groups, const at::Device& device = at::kCPU);
+PreflightReport run_preflight(ProcessGroups& groups, const at::Device& device = at::kCPU);
 
-}  // namespace shardtune::rank_program
+}  // namespace shardtune::dist

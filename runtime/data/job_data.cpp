@@ -1,0 +1,171 @@
+// The job's data on every rank: the tokenizer, the token files, and the datasets the trainer draws
+// samples from.
+#include "runtime/data/job_data.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+
+#include "common/error.h"
+#include "common/job/schema.h"
+#include "common/subprocess.h"
+#include "runtime/data/job_tokens.h"
+#include "runtime/data/learned_only.h"
+#include "runtime/data/packed_dataset.h"
+#include "runtime/data/packed_rows.h"
+#include "runtime/data/padded_dataset.h"
+#include "runtime/data/tokenizer.h"
+
+namespace shardtune::data {
+namespace {
+
+using common::ErrorKind;
+
+std::unique_ptr<Dataset> batched(std::shared_ptr<const TokenFile> tokens, const job::Job& job,
+                                 const ExampleOptions& options, const char* what, bool cached) {
+  int64_t learned = 0;
+  for (const int32_t l : tokens->labels()) learned += l != kIgnoreLabel;
+  const int64_t pad = options.eos >= 0 ? options.eos : 0;
+  const char* from_cache = cached ? " (tokens cached by an earlier run)" : "";
+  if (job.train.batching_strategy == job::BatchingStrategy::kPadding) {
+    auto examples = std::make_unique<LearnedOnly>(std::make_unique<PaddedDataset>(tokens, pad));
+    spdlog::info("{} data: {} examples, {} tokens ({} learned, the rest prompt), at most {} per example, batched by "
+                 "length and padded{}{}",
+                 what, tokens->num_examples(), tokens->num_tokens(), learned, job.train.context_length,
+                 examples->left_out() > 0
+                     ? fmt::format("; {} example(s) left out, truncation left them no learned token", examples->left_out())
+                     : "",
+                 from_cache);
+    return examples;
+  }
+  PackedRowView view(tokens, job.train.context_length, static_cast<int32_t>(pad));
+  const int64_t all_rows = view.rows();
+  auto rows = std::make_unique<LearnedOnly>(std::make_unique<PackedDataset>(std::move(view)));
+  spdlog::info("{} data: {} examples, {} tokens ({} learned, the rest prompt), packed into {} rows of {}{}{}", what,
+               tokens->num_examples(), tokens->num_tokens(), learned, all_rows, job.train.context_length,
+               rows->left_out() > 0 ? fmt::format("; {} row(s) left out, they hold only prompt tokens", rows->left_out())
+                                    : "",
+               from_cache);
+  return rows;
+}
+
+// What decides the samples and their order, besides the tokens: checkpoints record it.
+void add_order_items(const job::Job& job, DataIdentity& identity) {
+  identity.decides["train.seed"] = std::to_string(job.train.seed);
+  identity.decides["train.batching_strategy"] = std::string(job::enum_name(job.train.batching_strategy));
+  identity.decides["train.context_length"] = std::to_string(job.train.context_length);
+}
+
+// A validation set that evaluates nothing would report a perfect or an undefined loss: an error
+// before training, naming where its records come from.
+void check_validation(const job::Job& job, const TokenFiles& tokens, const Dataset* val) {
+  if (tokens.val == nullptr) return;
+  const std::string source = job.data.val_file.empty()
+                                 ? fmt::format("{} (val_fraction = {})", job.data.train_file, job.data.val_fraction)
+                                 : job.data.val_file;
+  ST_CHECK(tokens.val->num_examples() > 0, ErrorKind::kConfig,
+           "no validation record: {} holds out none of {}, which has fewer than two usable records. HINT: give "
+           "[data] val_file, or set [train] run_validation = false",
+           source, job.data.train_file);
+  ST_CHECK(val != nullptr && val->size() > 0, ErrorKind::kConfig,
+           "no validation example of {} keeps a learned token: cut to [train] context_length = {} tokens, every "
+           "response is lost behind its prompt. HINT: raise context_length, or give another val_file",
+           source, job.train.context_length);
+}
+
+// At least one global batch, or the run could take no step.
+void check_global_batch(const job::Job& job, const Dataset& train, int world_size) {
+  const job::TrainSection& t = job.train;
+  const int64_t global_batch = t.global_batch(world_size);
+  ST_CHECK(train.size() >= global_batch, ErrorKind::kConfig,
+           "{} gives {} training samples ({}), fewer than one global batch of {} ({} per rank x {} ranks x {} "
+           "accumulation). HINT: more data, or a smaller batch_size_training or context_length",
+           job.data.train_file, train.size(),
+           t.batching_strategy == job::BatchingStrategy::kPadding ? "one per example"
+                                                                  : fmt::format("rows of {} tokens", t.context_length),
+           global_batch, t.batch_size_training, world_size, t.gradient_accumulation_steps);
+}
+
+JobData synthetic_data(const job::Job& job, const ModelTokens& model) {
+  const job::TrainSection& t = job.train;
+  JobData out;
+  out.train = std::make_unique<SyntheticCopyDataset>(1 << 16, t.context_length, model.vocab_size,
+                                                     static_cast<uint64_t>(t.seed));
+  // The same rows at every world size.
+  out.val = std::make_unique<SyntheticCopyDataset>(t.val_batch_size * 8, t.context_length, model.vocab_size,
+                                                   static_cast<uint64_t>(t.seed) + 1);
+  out.identity.decides["training tokens"] = "synthetic";
+  out.identity.decides["training samples"] = std::to_string(out.train->size());
+  add_order_items(job, out.identity);
+  return out;
+}
+
+}  // namespace
+
+std::string tokenizer_path(const job::Job& job) {
+  if (job.data.format == job::DataFormat::kSynthetic) return "";
+  if (!job.data.tokenizer.empty()) return job.data.tokenizer;
+  if (job.model.path.empty()) return "";
+  const std::string json = job.model.path + "/tokenizer.json", model = job.model.path + "/tokenizer.model";
+  return !std::filesystem::exists(json) && std::filesystem::exists(model) ? model : json;
+}
+
+DataContext single_rank() {
+  return {0, 1, [](const std::string&, const std::function<std::string()>& decide) { return decide(); },
+          [](bool mine) { return mine; }};
+}
+
+std::string prepare_tokenizer(const job::Job& job, const DataContext& context, const std::string& tool) {
+  const std::string path = tokenizer_path(job);
+  if (path.size() < 6 || path.compare(path.size() - 6, 6, ".model") != 0) return path;
+  return context.on_root("converting the SentencePiece model", [&] {
+    const std::string converted = job.job.output_dir + "/tokenizer/tokenizer.json";
+    std::filesystem::create_directories(job.job.output_dir + "/tokenizer");
+    const common::CommandResult r = common::run_command({tool, path, "--write-json", converted});
+    ST_CHECK(r.exit_code == 0, ErrorKind::kConfig, "cannot convert {} to tokenizer.json: {}", path, r.err);
+    spdlog::info("converted the SentencePiece model {} to {}", path, converted);
+    return converted;
+  });
+}
+
+JobData load_job_data(const job::Job& job, const ModelTokens& model, const std::string& tok_path,
+                      const DataContext& context) {
+  if (job.data.format == job::DataFormat::kSynthetic) {
+    JobData out = synthetic_data(job, model);
+    check_global_batch(job, *out.train, context.world_size);
+    return out;
+  }
+  ST_CHECK(!tok_path.empty(), ErrorKind::kConfig, "[data] format \"{}\" needs a tokenizer: set [data] tokenizer",
+           job::enum_name(job.data.format));
+  const Tokenizer tokenizer = Tokenizer::from_file(tok_path);
+  ST_CHECK(tokenizer.vocab_size() <= model.vocab_size, ErrorKind::kConfig,
+           "{} has {} tokens but the model's vocabulary has {}: a tokenizer of another model?", tok_path,
+           tokenizer.vocab_size(), model.vocab_size);
+  const ExampleOptions options = example_options(job, tokenizer, model);
+  const JobTokens recipe(job, tokenizer, tok_path, options);
+  if (context.rank == 0 && !recipe.chat_description().empty())
+    spdlog::info("chat data: rendered as {}", recipe.chat_description());
+  const TokenFiles tokens = recipe.open_or_make(model.vocab_size, context);
+
+  JobData out;
+  out.train = batched(tokens.train, job, options, "training", tokens.cached);
+  ST_CHECK(out.train->size() > 0, ErrorKind::kConfig,
+           "no training example of {} keeps a learned token: cut to [train] context_length = {} tokens, every "
+           "response is lost behind its prompt. HINT: raise [train] context_length, or use batching_strategy = "
+           "\"packing\" with [data] long_examples = \"split\"",
+           job.data.train_file, job.train.context_length);
+  out.identity.decides["training tokens"] =
+      fmt::format("{} examples, {} tokens, checksum {:016x}", tokens.train->num_examples(), tokens.train->num_tokens(),
+                  tokens.train->checksum());
+  out.identity.decides["training samples"] = std::to_string(out.train->size());
+  add_order_items(job, out.identity);
+  out.identity.made_from = key_items(recipe.training_key());
+  if (tokens.val != nullptr && tokens.val->num_examples() > 0)
+    out.val = batched(tokens.val, job, options, "validation", tokens.cached);
+  check_validation(job, tokens, out.val.get());
+  check_global_batch(job, *out.train, context.world_size);
+  return out;
+}
+
+}  // namespace shardtune::data
