@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <ctime>
 #include <filesystem>
-#include <sstream>
 
 #include "checkpoint/adapter_base.h"
 #include "checkpoint/commit.h"
@@ -20,13 +19,6 @@
 namespace shardtune::checkpoint {
 namespace {
 
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> out;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) out.push_back(line);
-  return out;
-}
-
 // Damage a checkpoint can have that an older one may not: worth falling back for.
 bool is_damage(const common::Error& e) {
   return e.kind() == common::ErrorKind::kIo || e.kind() == common::ErrorKind::kHdf5;
@@ -35,9 +27,8 @@ bool is_damage(const common::Error& e) {
 }  // namespace
 
 bool will_resume(const job::CheckpointSection& checkpoint, dist::Communicator& world, int64_t restart_count) {
-  return !dist::decide_on_root(
-              world, [&] { return fmt::format("{}", fmt::join(resume_candidates(checkpoint, restart_count), "\n")); },
-              "listing the checkpoints to resume")
+  return !dist::decide_lines_on_root(world, [&] { return resume_candidates(checkpoint, restart_count); },
+                                     "listing the checkpoints to resume")
               .empty();
 }
 
@@ -187,9 +178,8 @@ std::optional<TrainingState> resume(const ResumeRequest& request, fsdp::FsdpLlam
   const job::CheckpointSection& c = request.checkpoint;
   // World rank 0 lists: every rank must try the same checkpoints, even if the directory changes
   // while they look (a save of another job, a file system that lists lazily).
-  const std::vector<std::string> candidates = lines_of(dist::decide_on_root(world, [&] {
-    return fmt::format("{}", fmt::join(resume_candidates(c, request.restart_count), "\n"));
-  }));
+  const std::vector<std::string> candidates = dist::decide_lines_on_root(
+      world, [&] { return resume_candidates(c, request.restart_count); }, "listing the checkpoints to resume");
   if (candidates.empty()) {
     if (c.resume == "none")
       spdlog::info("starting fresh: [checkpoint] resume = \"none\" (checkpoints under {} are not resumed)", c.dir);

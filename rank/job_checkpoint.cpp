@@ -3,10 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
-#include <ctime>
-#include <filesystem>
 #include <memory>
-#include <sstream>
 #include <utility>
 
 #include <fmt/format.h>
@@ -33,16 +30,6 @@
 #include "runtime/model/lora.h"
 
 namespace shardtune::rank_program {
-namespace {
-
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> out;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) out.push_back(line);
-  return out;
-}
-
-}  // namespace
 
 std::optional<checkpoint::AdapterRecord> adapter_record(const job::Job& job, const std::string& model_config,
                                                         dist::Communicator& world, const std::string& weights_sha256) {
@@ -60,17 +47,16 @@ std::optional<checkpoint::AdapterRecord> adapter_record(const job::Job& job, con
   r.target_modules = spec->targets;
   r.base_path = job.model.path.empty() ? "preset:" + std::string(job::enum_name(job.model.preset)) : job.model.path;
   // The ranks that do not read weights never open the model folder: world rank 0 identifies it.
-  const std::vector<std::string> hashes = lines_of(dist::decide_on_root(world, [&] {
+  const std::vector<std::string> hashes = dist::decide_lines_on_root(world, [&]() -> std::vector<std::string> {
     if (job.model.init != job::ModelInit::kPretrained) {
       // A random base is its shape (the config) and its seed.
       const std::string seed = common::sha256_hex(fmt::format("random init, seed {}", job.train.seed));
-      return fmt::format("{}\n{}\n{}\n{}\n", common::sha256_hex(model_config), seed, seed, seed);
+      return {common::sha256_hex(model_config), seed, seed, seed};
     }
     const checkpoint::ModelIdentity id =
         checkpoint::model_identity(checkpoint::HfFolder::open(job.model.path), weights_sha256);
-    return fmt::format("{}\n{}\n{}\n{}\n", id.config_sha256, id.tensors_sha256, id.weights_sha256,
-                       id.weights_sample_sha256);
-  }, "identifying the base model (hashing its weights)"));
+    return {id.config_sha256, id.tensors_sha256, id.weights_sha256, id.weights_sample_sha256};
+  }, "identifying the base model (hashing its weights)");
   ST_CHECK(hashes.size() == 4, common::ErrorKind::kInternal, "the base model's identity has {} parts", hashes.size());
   r.base_config_sha256 = hashes[0];
   r.base_tensors_sha256 = hashes[1];

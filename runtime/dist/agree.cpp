@@ -58,6 +58,20 @@ std::string decide_on_root(MPI_Comm comm, const std::function<std::string()>& de
   return value_or_throw(broadcast(rank == 0 ? outcome_of(decide) : std::string(), comm));
 }
 
+std::vector<std::string> decide_lines_on_root(Communicator& comm, const std::function<std::vector<std::string>()>& decide,
+                                              const std::string& what) {
+  const std::string text =
+      decide_on_root(comm, [&] { return fmt::format("{}", fmt::join(decide(), "\n")); }, what);
+  std::vector<std::string> lines;
+  if (text.empty()) return lines;
+  for (size_t at = 0;;) {
+    const size_t end = text.find('\n', at);
+    lines.push_back(text.substr(at, end == std::string::npos ? std::string::npos : end - at));
+    if (end == std::string::npos) return lines;
+    at = end + 1;
+  }
+}
+
 void act_on_all(Communicator& comm, const std::string& what, const std::function<void()>& act) {
   const std::string mine = outcome_of([&] {
     act();

@@ -12,6 +12,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "runtime/dist/communicator.h"
 
@@ -22,6 +23,11 @@ namespace shardtune::dist {
 std::string decide_on_root(Communicator& comm, const std::function<std::string()>& decide,
                            const std::string& what = "deciding for the group");
 std::string decide_on_root(MPI_Comm comm, const std::function<std::string()>& decide);
+
+// decide_on_root for a list of lines (none may hold a newline; a list of one empty line comes
+// back empty): rank 0's on every rank.
+std::vector<std::string> decide_lines_on_root(Communicator& comm, const std::function<std::vector<std::string>()>& decide,
+                                              const std::string& what = "deciding for the group");
 
 // `what` opens the error: "<what>: rank 1: ...; rank 3: ...".
 void act_on_all(Communicator& comm, const std::string& what, const std::function<void()>& act);

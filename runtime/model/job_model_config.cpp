@@ -1,6 +1,8 @@
 // The job's model shape.
 #include "runtime/model/job_model_config.h"
 
+#include <filesystem>
+
 #include "runtime/data/tokenizer.h"
 
 namespace shardtune::model {
@@ -9,7 +11,7 @@ LlamaConfig job_model_config(const job::Job& job, const std::string& tokenizer_j
   if (job.model.preset != job::ModelPreset::kTiny) return LlamaConfig::from_file(job.model.path + "/config.json");
   LlamaConfig c = LlamaConfig::tiny();
   const bool json = tokenizer_json.size() >= 5 && tokenizer_json.compare(tokenizer_json.size() - 5, 5, ".json") == 0;
-  if (json) {
+  if (json && std::filesystem::exists(tokenizer_json)) {
     const data::Tokenizer tokenizer = data::Tokenizer::from_file(tokenizer_json);
     c.vocab_size = tokenizer.vocab_size();
     if (auto bos = tokenizer.bos_id()) c.bos_token_id = *bos;

@@ -10,8 +10,9 @@
 namespace shardtune::model {
 
 // The preset's shape, or config.json of the model folder. The tiny preset takes its vocabulary
-// and special tokens from `tokenizer_json`, the job's tokenizer, when it has one ("" or a
-// SentencePiece tokenizer.model, which is read once converted: the preset's own).
+// and special tokens from `tokenizer_json`, the job's tokenizer, when it has one: not for "", a
+// SentencePiece tokenizer.model (read once converted to tokenizer.json), or a file that is not
+// there (a job validated away from where it runs; the ranks refuse it when they read the data).
 LlamaConfig job_model_config(const job::Job& job, const std::string& tokenizer_json);
 
 }  // namespace shardtune::model

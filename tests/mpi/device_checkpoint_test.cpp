@@ -8,7 +8,6 @@
 #include <ATen/ops/equal.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <map>
@@ -29,29 +28,13 @@ namespace shardtune {
 namespace {
 
 namespace fs = std::filesystem;
+using testing_support::world_rank;
+using testing_support::world_size;
+
+// A fresh folder every rank agrees on, made by rank 0.
+std::string shared_dir(const std::string& name) { return testing_support::shared_temp_dir("device_ckpt_" + name); }
+
 using SliceKey = std::tuple<std::string, std::string, int64_t>;  // kind, tensor, offset
-
-int world_size() {
-  int w = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &w);
-  return w;
-}
-
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-
-std::string shared_dir(const std::string& name) {
-  std::string dir;
-  if (world_rank() == 0) dir = fs::temp_directory_path() / ("device_ckpt_" + name + "_" + std::to_string(::getpid()));
-  int n = static_cast<int>(dir.size());
-  MPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  dir.resize(static_cast<size_t>(n));
-  MPI_Bcast(dir.data(), n, MPI_CHAR, 0, MPI_COMM_WORLD);
-  return dir;
-}
 
 std::map<SliceKey, std::vector<uint32_t>> slice_sums(const std::string& dir) {
   std::map<SliceKey, std::vector<uint32_t>> out;

@@ -7,7 +7,6 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <mpi.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <string>
@@ -25,31 +24,11 @@ namespace shardtune {
 namespace {
 
 namespace fs = std::filesystem;
+using testing_support::world_rank;
+using testing_support::world_size;
 
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int world_size() {
-  int w = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &w);
-  return w;
-}
-
-std::string shared_dir(const std::string& name) {
-  std::string dir;
-  if (world_rank() == 0) {
-    dir = fs::temp_directory_path() / fmt::format("shardtune_resume_{}_{}", name, ::getpid());
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  int n = static_cast<int>(dir.size());
-  MPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  dir.resize(static_cast<size_t>(n));
-  MPI_Bcast(dir.data(), n, MPI_CHAR, 0, MPI_COMM_WORLD);
-  return dir;
-}
+// A fresh folder every rank agrees on, made by rank 0.
+std::string shared_dir(const std::string& name) { return testing_support::shared_temp_dir("resume_" + name); }
 
 data::DataIdentity identity(const std::string& tokens) {
   data::DataIdentity d;

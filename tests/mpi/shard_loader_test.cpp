@@ -8,7 +8,6 @@
 #include <ATen/ops/equal.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <map>
@@ -30,32 +29,11 @@ namespace shardtune {
 namespace {
 
 namespace fs = std::filesystem;
+using testing_support::world_rank;
+using testing_support::world_size;
 
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int world_size() {
-  int w = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &w);
-  return w;
-}
-
-// A directory every rank agrees on, made by rank 0.
-std::string shared_dir(const std::string& name) {
-  std::string path;
-  if (world_rank() == 0) {
-    path = (fs::temp_directory_path() / fmt::format("shardtune_{}_{}", name, ::getpid())).string();
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  int64_t n = static_cast<int64_t>(path.size());
-  MPI_Bcast(&n, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
-  path.resize(static_cast<size_t>(n));
-  MPI_Bcast(path.data(), static_cast<int>(n), MPI_CHAR, 0, MPI_COMM_WORLD);
-  return path;
-}
+// A fresh folder every rank agrees on, made by rank 0.
+std::string shared_dir(const std::string& name) { return testing_support::shared_temp_dir(name); }
 
 // Rank 0 writes a random model as a Hugging Face folder; `skip` leaves a tensor out.
 void write_folder(const std::string& dir, const model::LlamaConfig& cfg, at::ScalarType dtype,

@@ -4,7 +4,10 @@
 #include <ATen/Context.h>
 #include <mpi.h>
 
+#include <unistd.h>
+
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 
 #include "common/error.h"
@@ -52,6 +55,32 @@ dist::ProcessGroups make_test_groups(int shard_size, double timeout_s) {
   const int index = device.is_cuda() ? device.index() : -1;
   return dist::make_process_groups(MPI_COMM_WORLD, shard_size,
                                    {timeout_s, index, dist::choose_device_collectives(MPI_COMM_WORLD, index)});
+}
+
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+int world_size() {
+  int w = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &w);
+  return w;
+}
+
+std::string shared_temp_dir(const std::string& name) {
+  std::string dir;
+  if (world_rank() == 0) {
+    dir = (std::filesystem::temp_directory_path() / ("shardtune_" + name + "_" + std::to_string(::getpid()))).string();
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+  }
+  int n = static_cast<int>(dir.size());
+  MPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  dir.resize(static_cast<size_t>(n));
+  MPI_Bcast(dir.data(), n, MPI_CHAR, 0, MPI_COMM_WORLD);
+  return dir;
 }
 
 }  // namespace shardtune::testing_support

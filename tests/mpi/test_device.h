@@ -6,6 +6,8 @@
 
 #include <c10/core/Device.h>
 
+#include <string>
+
 #include "runtime/dist/process_groups.h"
 
 namespace shardtune::testing_support {
@@ -15,5 +17,12 @@ const c10::Device& test_device();
 
 // Collective over MPI_COMM_WORLD: groups carrying test_device()'s tensors.
 dist::ProcessGroups make_test_groups(int shard_size, double timeout_s = 60.0);
+
+int world_rank();
+int world_size();
+
+// Collective over MPI_COMM_WORLD: an empty folder under the temporary directory, named after
+// `name` and the process of world rank 0, which makes it; its path on every rank.
+std::string shared_temp_dir(const std::string& name);
 
 }  // namespace shardtune::testing_support
