@@ -36,7 +36,7 @@ struct TokenFiles {
 class JobTokens {
  public:
   // `tokenizer_file`: the tokenizer.json `tokenizer` was read from; `options`: the examples' bos,
-  // eos and truncation.
+  // eos and truncation (example_options). `tokenizer` must outlive this object; the job is copied.
   JobTokens(const job::Job& job, const Tokenizer& tokenizer, const std::string& tokenizer_file,
             const ExampleOptions& options);
   ~JobTokens();
