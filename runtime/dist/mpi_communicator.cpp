@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <climits>
 #include <functional>
 
@@ -38,6 +39,9 @@ constexpr int64_t kRingAllReduceElements = int64_t{1} << 16;
 // Ring messages are tagged with the collective's number modulo this (MPI_TAG_UB is at least
 // 32767), so a ring only ever matches the same collective on its peers.
 constexpr uint64_t kRingTags = 32768;
+// Messages' tag: above every ring collective's (Open MPI's tags reach 2^31 - 1).
+constexpr int kMessageTag = static_cast<int>(kRingTags);
+constexpr int64_t kMessagePiece = int64_t(1) << 30;  // MPI counts are ints: long messages go in pieces
 
 }  // namespace
 
@@ -130,14 +134,14 @@ MpiCommunicator::~MpiCommunicator() {
   if (!finalized && comm_ != MPI_COMM_NULL && comm_ != MPI_COMM_WORLD && comm_ != MPI_COMM_SELF) MPI_Comm_free(&comm_);
 }
 
-void MpiCommunicator::wait(MPI_Request& request, std::string_view op, uint64_t seq) {
+void MpiCommunicator::wait(MPI_Request& request, std::string_view op, uint64_t seq, int peer) {
   watchdog_->wait(
       [&] {
         int done = 0;
         ST_MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
         return done != 0;
       },
-      CollectiveDesc{op, seq});
+      CollectiveDesc{op, seq, peer});
 }
 
 WorkHandle MpiCommunicator::start_all_gather(const at::Tensor& input, at::Tensor& output) {
@@ -229,6 +233,24 @@ void MpiCommunicator::barrier() {
   MpiWork work(this, "barrier", {});
   ST_MPI_CHECK(MPI_Ibarrier(comm_, work.add_request()));
   work.wait();
+}
+
+void MpiCommunicator::send(const void* data, int64_t bytes, int to) {
+  for (int64_t done = 0; done < bytes; done += kMessagePiece) {
+    MPI_Request r;
+    ST_MPI_CHECK(MPI_Isend(static_cast<const char*>(data) + done, static_cast<int>(std::min(kMessagePiece, bytes - done)),
+                           MPI_BYTE, to, kMessageTag, comm_, &r));
+    wait(r, "send", ++messages_, to);
+  }
+}
+
+void MpiCommunicator::receive(void* data, int64_t bytes, int from) {
+  for (int64_t done = 0; done < bytes; done += kMessagePiece) {
+    MPI_Request r;
+    ST_MPI_CHECK(MPI_Irecv(static_cast<char*>(data) + done, static_cast<int>(std::min(kMessagePiece, bytes - done)),
+                           MPI_BYTE, from, kMessageTag, comm_, &r));
+    wait(r, "receive", ++messages_, from);
+  }
 }
 
 }  // namespace shardtune::dist

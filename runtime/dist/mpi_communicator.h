@@ -35,10 +35,17 @@ class MpiCommunicator final : public Communicator {
   void gather(const at::Tensor& input, at::Tensor& output, int root) override;
   void barrier() override;
 
+  // Raw bytes to, or from, one member of the group, waited for under the watchdog (whose census
+  // then asks only that member). Messages between two members arrive in the order sent; they
+  // never match a collective's traffic.
+  void send(const void* data, int64_t bytes, int to);
+  void receive(void* data, int64_t bytes, int from);
+
  private:
   class MpiWork;
-  // Waits for `request` under the watchdog; `op` names the collective in a timeout.
-  void wait(MPI_Request& request, std::string_view op, uint64_t seq);
+  // Waits for `request` under the watchdog; `op` names the collective in a timeout; `peer`: a
+  // message's other end.
+  void wait(MPI_Request& request, std::string_view op, uint64_t seq, int peer = -1);
 
   MPI_Comm comm_;
   std::string name_;
@@ -47,6 +54,7 @@ class MpiCommunicator final : public Communicator {
   std::vector<int> world_ranks_;
   std::unique_ptr<Watchdog> watchdog_;
   uint64_t seq_ = 0;
+  uint64_t messages_ = 0;  // sends and receives, counted apart from the collectives
 };
 
 }  // namespace shardtune::dist

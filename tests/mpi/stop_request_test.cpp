@@ -18,20 +18,13 @@
 #include "runtime/data/dataset.h"
 #include "runtime/train/stop_request.h"
 #include "runtime/train/trainer.h"
+#include "tests/mpi/test_device.h"
 
 namespace shardtune {
 namespace {
 
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int world_size() {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
+using testing_support::world_rank;
+using testing_support::world_size;
 
 // The tiny model sharded over the world, on synthetic data; `steps` optimizer steps at most.
 struct TinyRun {
