@@ -1,9 +1,10 @@
 // AdamW's step on the host: the fused fp32 pass against the operation-at-a-time path (LibTorch's
-// single-tensor AdamW), on tensors of the same sizes in the same run, alternating. The tensors:
+// single-tensor AdamW) and against 8-bit AdamW's block loop (runtime/fsdp/adam8bit.h), on tensors
+// of the same sizes in the same run, alternating. The tensors:
 // the flat parameters of bench/cpu_model.sh's 0.12B Llama at one rank (embedding, 12 blocks,
 // head), SCALE times each. Printed: each one's median seconds per step, its bandwidth over the
 // bytes the fused pass must move (28 B an element: parameter, both moments read and written, the
-// gradient read), and the ratio.
+// gradient read), the ratios, and each one's optimizer state.
 // Run: bench/adamw.sh, or build/bin/adamw_bench [SCALE] [STEPS].
 #include <ATen/Parallel.h>
 #include <ATen/ops/randn.h>
@@ -27,15 +28,16 @@ int main(int argc, char** argv) {
   sizes.push_back(embedding + 768);
   int64_t n = 0;
   for (int64_t& size : sizes) n += size = static_cast<int64_t>(static_cast<double>(size) * scale);
-  fsdp::AdamW fused({0.9, 0.95, 1e-8, 0.1, true}), ops({0.9, 0.95, 1e-8, 0.1, false});
+  fsdp::AdamW fused({0.9, 0.95, 1e-8, 0.1, true}), ops({0.9, 0.95, 1e-8, 0.1, false}),
+      eight({0.9, 0.95, 1e-8, 0.1, true, /*blockwise_8bit=*/true});
   std::vector<at::Tensor> keep;
   for (int64_t size : sizes)
-    for (fsdp::AdamW* opt : {&fused, &ops}) {
+    for (fsdp::AdamW* opt : {&fused, &ops, &eight}) {
       at::Tensor p = at::randn({size}), g = at::randn({size});
       opt->add(p, g);
       keep.insert(keep.end(), {p, g});
     }
-  std::vector<double> t_fused, t_ops;
+  std::vector<double> t_fused, t_ops, t_eight;
   const auto time = [](fsdp::AdamW& opt) {
     const auto start = std::chrono::steady_clock::now();
     opt.step(1e-4);
@@ -43,19 +45,25 @@ int main(int argc, char** argv) {
   };
   time(fused);  // first touch of the moments
   time(ops);
+  time(eight);
   for (int s = 0; s < steps; ++s) {
     t_fused.push_back(time(fused));
     t_ops.push_back(time(ops));
+    t_eight.push_back(time(eight));
   }
   const auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
   };
-  const double f = median(t_fused), o = median(t_ops), bytes = 28.0 * static_cast<double>(n);
+  const double f = median(t_fused), o = median(t_ops), e = median(t_eight), bytes = 28.0 * static_cast<double>(n);
   fmt::print("AdamW step, {:.1f}M fp32 parameters in {} tensors, {} threads, median of {} steps\n", n / 1e6, sizes.size(),
              at::get_num_threads(), steps);
   fmt::print("  operation at a time  {:8.3f} s  {:6.1f} GB/s (of the fused pass's bytes)\n", o, bytes / o / 1e9);
   fmt::print("  fused                {:8.3f} s  {:6.1f} GB/s\n", f, bytes / f / 1e9);
+  fmt::print("  8-bit block-wise     {:8.3f} s  {:6.1f} GB/s\n", e, bytes / e / 1e9);
   fmt::print("  fused / operation at a time: {:.2f}x faster\n", o / f);
+  fmt::print("  8-bit / fused: {:.2f}x the time, {:.3f}x the state ({:.1f} MiB against {:.1f} MiB)\n", e / f,
+             static_cast<double>(eight.state_bytes()) / static_cast<double>(fused.state_bytes()),
+             eight.state_bytes() / 1048576.0, fused.state_bytes() / 1048576.0);
   return 0;
 }

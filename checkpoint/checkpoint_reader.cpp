@@ -124,7 +124,9 @@ void CheckpointReader::read_ahead(const std::vector<std::pair<std::string, std::
 }
 
 at::Tensor CheckpointReader::read_tensor(const std::string& kind, const std::string& tensor) {
-  at::Tensor t = at::empty(shape(tensor), at::kFloat);
+  at::Tensor t = is_scale_kind(kind)
+                     ? at::empty({kind_numel(kind, {shape(tensor), "F32"}, manifest_.state_block)}, at::kFloat)
+                     : at::empty(shape(tensor), at::kFloat);
   read_range(kind, tensor, 0, t.numel(), t.data_ptr<float>());
   return t;
 }
@@ -132,8 +134,7 @@ at::Tensor CheckpointReader::read_tensor(const std::string& kind, const std::str
 CheckpointReader::Stream CheckpointReader::stream(const std::string& kind, const std::string& tensor) {
   auto it = index_.find({kind, tensor});
   ST_CHECK(it != index_.end(), ErrorKind::kIo, "{} holds no {} of {}", dir_, kind, tensor);
-  int64_t numel = 1;
-  for (int64_t d : shape(tensor)) numel *= d;
+  const int64_t numel = kind_numel(kind, {shape(tensor), "F32"}, manifest_.state_block);
   return Stream(*this, kind, tensor, it->second, numel);
 }
 

@@ -37,14 +37,24 @@ namespace {
 
 using common::ErrorKind;
 
-// A new checkpoint file with its three groups (/param, /exp_avg, /exp_avg_sq).
+// The groups of a checkpoint file: /param, /exp_avg and /exp_avg_sq, and the scale kinds' where
+// the units have them.
+std::vector<std::string> file_groups(const std::vector<std::string>& kinds) {
+  std::vector<std::string> out(std::begin(kStateKinds), std::begin(kStateKinds) + 3);
+  for (const char* scale : kScaleKinds)
+    if (std::find(kinds.begin(), kinds.end(), scale) != kinds.end()) out.emplace_back(scale);
+  return out;
+}
+
+// A new checkpoint file with its groups (/param, /exp_avg, /exp_avg_sq; a scale kind's at its
+// first dataset).
 struct CheckpointFile {
   H5Handle file;
   std::map<std::string, H5Handle> groups;
 
   explicit CheckpointFile(const std::string& path) {
     file = create_checkpoint_file(path);
-    for (const char* kind : kStateKinds) groups.emplace(kind, create_group(file.get(), kind));
+    for (const std::string& kind : file_groups({})) groups.emplace(kind, create_group(file.get(), kind));
   }
   // A dataset of `shape` in group /<kind>/ holding `data` (1-D, any device and dtype), whose block
   // checksums come back.
@@ -52,6 +62,7 @@ struct CheckpointFile {
                               const at::Tensor& data) {
     std::vector<hsize_t> dims(shape.begin(), shape.end());
     H5Handle space(ST_H5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)), H5Sclose);
+    if (!groups.count(kind)) groups.emplace(kind, create_group(file.get(), kind));
     H5Handle ds(ST_H5_CHECK(H5Dcreate2(groups.at(kind).get(), name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT,
                                        H5P_DEFAULT, H5P_DEFAULT)),
                 H5Dclose);
@@ -116,9 +127,10 @@ std::vector<ManifestSlice> write_rank_file(const std::vector<FullUnit>& units, c
     }
     placed.back().end_slice = slices.size();
   }
-  const std::vector<int64_t> offsets = create_contiguous_file(
-      path, std::vector<std::string>(std::begin(kStateKinds), std::end(kStateKinds)), specs,
-      static_cast<int64_t>(common::kDirectAlignment));
+  std::vector<std::string> kinds;
+  for (const FullUnit& u : units) kinds.push_back(u.kind);
+  const std::vector<int64_t> offsets =
+      create_contiguous_file(path, file_groups(kinds), specs, static_cast<int64_t>(common::kDirectAlignment));
   common::DirectWriter out(path);
   at::Tensor staging;  // fp32 on the host, for shards of another dtype or on a GPU
   for (size_t k = 0; k < units.size(); ++k) {
@@ -185,13 +197,15 @@ std::vector<ManifestSlice> write_full_file(fsdp::FsdpLlama& model, fsdp::AdamW* 
   guarded([&] { out.emplace(path); });
   size_t trainable_index = 0;
   for (fsdp::FlatParam* f : saved_flats(model, adapters_only)) {
-    const auto sources = state_of(f, optimizer, trainable_index);
-    for (const auto& [kind, shard] : sources) {
+    for (const FlatState& source : state_of(f, optimizer, trainable_index)) {
+      const std::string& kind = source.kind;
+      // (An 8-bit AdamW's decoded moments are on the host: gathered from the shards' device.)
+      const at::Tensor shard = source.tensor.to(f->shard().device());
       at::Tensor full;  // one unit at a time, on the writer only
-      if (writer) full = at::empty({f->layout().padded_numel()}, shard.options());
+      if (writer) full = at::empty({source.layout->padded_numel()}, shard.options());
       shard_group.gather(shard, full, root);
       guarded([&] {
-        for (const fsdp::ParamSpan& p : f->layout().params()) {
+        for (const fsdp::ParamSpan& p : source.layout->params()) {
           ManifestSlice s{kind, p.name, file_name, p.name, 0, p.numel, kCrcBlock, {}};
           s.crcs = out->write(kind, p.name, p.shape, full.narrow(0, p.offset, p.numel));
           slices.push_back(std::move(s));
@@ -310,6 +324,10 @@ CheckpointSave::CheckpointSave(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, c
   m.validation_pending = state.validation_pending;
   m.optimizer_step = optimizer ? optimizer->step_count() : 0;
   m.has_optimizer = optimizer != nullptr;
+  if (optimizer != nullptr) {
+    m.optimizer = optimizer_name(*optimizer);
+    m.state_block = optimizer_state_block(*optimizer);
+  }
   m.world_size = world.size();
   m.shard_group_size = groups.shard->size();
   m.job_toml = state.job_toml;

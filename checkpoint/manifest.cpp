@@ -147,13 +147,22 @@ void check_tiling(const Manifest& m, Fields& f, const std::string& where) {
       }
       covered += s->length;
     }
-    if (covered != t->second.numel())
-      f.problem(fmt::format("{}: {} of {}: the slices cover {} of its {} elements", where, kind, name, covered,
-                            t->second.numel()));
+    const int64_t numel = kind_numel(kind, t->second, m.state_block);
+    if (covered != numel)
+      f.problem(fmt::format("{}: {} of {}: the slices cover {} of its {} elements", where, kind, name, covered, numel));
   }
 }
 
 }  // namespace
+
+bool is_scale_kind(const std::string& kind) {
+  return std::find(std::begin(kScaleKinds), std::end(kScaleKinds), kind) != std::end(kScaleKinds);
+}
+
+int64_t kind_numel(const std::string& kind, const ManifestTensor& t, int64_t state_block) {
+  if (!is_scale_kind(kind)) return t.numel();
+  return state_block > 0 ? (t.numel() + state_block - 1) / state_block : 0;
+}
 
 int64_t ManifestTensor::numel() const {
   int64_t n = 1;
@@ -208,6 +217,7 @@ std::string manifest_text(const Manifest& m) {
             {"validation_pending", m.validation_pending},
             {"optimizer_step", m.optimizer_step},
             {"has_optimizer", m.has_optimizer},
+            {"optimizer", m.optimizer},
             {"world_size", m.world_size},
             {"shard_group_size", m.shard_group_size},
             {"job", m.job_toml},
@@ -216,6 +226,7 @@ std::string manifest_text(const Manifest& m) {
             {"slices", slices}};
   if (!m.model_config.is_null()) j["model_config"] = m.model_config;
   if (!m.moment_steps.empty()) j["moment_steps"] = m.moment_steps;
+  if (m.state_block > 0) j["state_block"] = m.state_block;
   if (m.commit > 0) j["commit"] = m.commit;
   if (!m.data.empty()) j["data"] = {{"decides", m.data.decides}, {"made_from", m.data.made_from}};
   if (m.adapter) {
@@ -333,6 +344,11 @@ Manifest parse_manifest(const std::string& text, const std::string& where) {
   m.validation_pending = f.boolean(j, "validation_pending", where, false);
   m.optimizer_step = f.integer(j, "optimizer_step", where, 0, 0, false);
   m.has_optimizer = f.boolean(j, "has_optimizer", where);
+  if (f.get(j, "optimizer", where, false) != nullptr) m.optimizer = f.string(j, "optimizer", where);
+  if (std::find(std::begin(kOptimizerNames), std::end(kOptimizerNames), m.optimizer) == std::end(kOptimizerNames))
+    f.problem(fmt::format("{}: optimizer {} is not one of {}", where, json_quoted(m.optimizer),
+                          fmt::join(std::begin(kOptimizerNames), std::end(kOptimizerNames), ", ")));
+  m.state_block = f.integer(j, "state_block", where, 1, 0, m.optimizer == "adamw_8bit");
   if (const json* steps = f.get(j, "moment_steps", where, false)) {
     bool ok = steps->is_object();
     if (ok) {
@@ -444,7 +460,11 @@ Manifest parse_manifest(const std::string& text, const std::string& where) {
       ms.dataset_offset = m.version >= 4 ? f.integer(s, "dataset_offset", at, 0, 0, false) : 0;
       const std::string what = fmt::format("{} ({} of {} in {})", at, ms.kind, json_quoted(ms.tensor), json_quoted(ms.file));
       if (std::find(std::begin(kStateKinds), std::end(kStateKinds), ms.kind) == std::end(kStateKinds))
-        f.problem(fmt::format("{}: kind {} is not param, exp_avg or exp_avg_sq", what, json_quoted(ms.kind)));
+        f.problem(fmt::format("{}: kind {} is not one of {}", what, json_quoted(ms.kind),
+                              fmt::join(std::begin(kStateKinds), std::end(kStateKinds), ", ")));
+      else if (is_scale_kind(ms.kind) && m.state_block == 0)
+        f.problem(fmt::format("{}: scales of an 8-bit optimizer's state in a checkpoint of optimizer {}", what,
+                              json_quoted(m.optimizer)));
       if (!m.tensors.count(ms.tensor)) f.problem(fmt::format("{}: the tensor is not among \"tensors\"", what));
       if (!is_plain_file_name(ms.file))
         f.problem(fmt::format("{}: the file name is not a plain name inside the checkpoint directory", what));

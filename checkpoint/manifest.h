@@ -22,15 +22,24 @@ namespace shardtune::checkpoint {
 // Every version from 1 is read; 3 is written.
 inline constexpr int kManifestVersion = 4;
 inline constexpr const char* kManifestFile = "manifest.json";
-// The kinds of state a checkpoint holds of each tensor.
+// The kinds of state a checkpoint holds of each tensor: its values, AdamW's two moments (fp32;
+// an 8-bit optimizer's decoded, code · scale), and an 8-bit optimizer's scales of the moments, one
+// per Manifest::state_block elements of the tensor.
 inline constexpr const char* kParamKind = "param";
-inline constexpr const char* kStateKinds[] = {"param", "exp_avg", "exp_avg_sq"};
+inline constexpr const char* kStateKinds[] = {"param", "exp_avg", "exp_avg_sq", "exp_avg_absmax", "exp_avg_sq_absmax"};
+inline constexpr const char* kScaleKinds[] = {"exp_avg_absmax", "exp_avg_sq_absmax"};
+bool is_scale_kind(const std::string& kind);
+// The optimizers whose state a checkpoint may hold, as [train] optimizer spells them.
+inline constexpr const char* kOptimizerNames[] = {"adamw", "adamw_8bit"};
 
 struct ManifestTensor {
   std::vector<int64_t> shape;
   std::string dtype = "F32";
   int64_t numel() const;
 };
+
+// Elements of `kind` of a tensor: its own, or for a scale kind one per `state_block` of them.
+int64_t kind_numel(const std::string& kind, const ManifestTensor& t, int64_t state_block);
 
 struct ManifestSlice {
   std::string kind;     // one of kStateKinds
@@ -85,6 +94,10 @@ struct Manifest {
   // resume started theirs later); empty in most checkpoints.
   std::map<std::string, int64_t> moment_steps;
   bool has_optimizer = false;
+  // Whose state the moments are ("adamw" in checkpoints from before the key), and for
+  // "adamw_8bit" the elements per scale.
+  std::string optimizer = "adamw";
+  int64_t state_block = 0;
   int64_t world_size = 1;
   int64_t shard_group_size = 1;
   std::string job_toml;               // the resolved job that wrote it

@@ -136,6 +136,10 @@ MomentsOf moments_of(const CheckpointReader& reader, const fsdp::FlatParam& f) {
     const bool avg = reader.has("exp_avg", p.name), sq = reader.has("exp_avg_sq", p.name);
     ST_CHECK(avg == sq, ErrorKind::kIo, "{} holds {} of {} but not {}", reader.dir(), avg ? "exp_avg" : "exp_avg_sq",
              p.name, avg ? "exp_avg_sq" : "exp_avg");
+    if (reader.manifest().state_block > 0)
+      for (const char* scales : kScaleKinds)
+        ST_CHECK(reader.has(scales, p.name) == avg, ErrorKind::kIo, "{} holds {} of {} {} its moments", reader.dir(),
+                 scales, p.name, avg ? "without" : "but not");
     with += avg ? 1 : 0;
     if (auto it = reader.manifest().moment_steps.find(p.name); it != reader.manifest().moment_steps.end())
       out.step = it->second;
@@ -147,12 +151,31 @@ MomentsOf moments_of(const CheckpointReader& reader, const fsdp::FlatParam& f) {
   return out;
 }
 
+// An 8-bit AdamW's moments of trainable flat `index`, read decoded, to encode.
+struct PendingCodes {
+  size_t index;
+  fsdp::FlatParam* flat;
+  at::Tensor exp_avg, exp_avg_sq;
+};
+
+void encode_codes(fsdp::AdamW& optimizer, const PendingCodes& p, const std::string& dir) {
+  const std::optional<int64_t> bad = optimizer.encode_moments(p.index, p.exp_avg, p.exp_avg_sq);
+  if (!bad) return;
+  for (const fsdp::ShardPiece& piece : p.flat->layout().pieces_in_shard(p.flat->shard_rank()))
+    if (*bad >= piece.shard_offset && *bad < piece.shard_offset + piece.length)
+      common::raise(ErrorKind::kIo, fmt::format("{}: the 8-bit AdamW moments of {} at element {} are not a code times "
+                                                "their block's scale: damaged",
+                                                dir, p.flat->layout().params()[piece.param].name,
+                                                piece.param_offset + (*bad - piece.shard_offset)));
+  common::raise(ErrorKind::kIo, fmt::format("{}: 8-bit AdamW moments that are not a code times a scale", dir));
+}
+
 // This rank's part of a load: no collectives, so that a rank that fails cannot leave the others
 // waiting (load_sharded_checkpoint agrees on the outcome).
 // Replicas (ranks holding the same shard) each read a part of it, replica_part, into `read`'s
 // tensors: load_sharded_checkpoint shares the parts.
 TrainingState load_shards_of(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, const std::string& dir,
-                             std::vector<at::Tensor>& read) {
+                             std::vector<at::Tensor>& read, std::vector<PendingCodes>& encodes) {
   const int replicas = model.groups().replicate->size(), replica = model.groups().replicate->rank();
   CheckpointReader reader(dir);
   const Manifest& manifest = reader.manifest();
@@ -188,34 +211,46 @@ TrainingState load_shards_of(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, con
   ST_CHECK(problems.empty(), ErrorKind::kConfig, "{} does not fit the model: {}", dir, fmt::join(problems, "; "));
 
   const bool load_optimizer = optimizer != nullptr && manifest.has_optimizer;
+  if (load_optimizer) {
+    const std::string wanted = optimizer_name(*optimizer);
+    ST_CHECK(manifest.optimizer == wanted, ErrorKind::kConfig,
+             "{} holds the state of optimizer \"{}\", and this job's [train] optimizer is \"{}\": set [train] "
+             "optimizer = \"{}\" to resume it",
+             dir, manifest.optimizer, wanted, manifest.optimizer);
+    ST_CHECK(manifest.state_block == optimizer_state_block(*optimizer), ErrorKind::kConfig,
+             "{} holds {} state in blocks of {}; this build's are of {}", dir, manifest.optimizer, manifest.state_block,
+             optimizer_state_block(*optimizer));
+  }
   TrainingState state;
   if (load_optimizer) optimizer->set_step_count(manifest.optimizer_step);
   size_t trainable_index = 0;
   for (fsdp::FlatParam* f : saved_flats(model, adapters_only)) {
     const size_t index = trainable_index;
-    auto targets = state_of(f, load_optimizer ? optimizer : nullptr, trainable_index);
+    auto targets = state_of(f, load_optimizer ? optimizer : nullptr, trainable_index, /*decode=*/false);
     if (load_optimizer && targets.size() > 1) {
       const MomentsOf moments = moments_of(reader, *f);
       if (!moments.saved) state.fresh_moments.insert(state.fresh_moments.end(), moments.names.begin(), moments.names.end());
       optimizer->set_param_step(index, !moments.saved ? 0 : moments.step.value_or(manifest.optimizer_step));
       if (!moments.saved) {  // they start fresh
-        for (size_t k = 1; k < targets.size(); ++k) targets[k].second.zero_();
+        for (size_t k = 1; k < targets.size(); ++k) targets[k].tensor.zero_();
         targets.resize(1);
       }
     } else if (load_optimizer && !f->trainable() && moments_of(reader, *f).saved) {
       for (const fsdp::ParamSpan& p : f->layout().params()) state.unused_moments.push_back(p.name);
     }
-    const fsdp::ShardPart part = fsdp::replica_part(f->layout().shard_numel(), replicas, replica);
-    for (auto& [kind, target] : targets) read.push_back(target);
-    for (const fsdp::ShardPiece& piece : f->layout().pieces_in_part(f->shard_rank(), part)) {
-      const fsdp::ParamSpan& p = f->layout().params()[piece.param];
-      for (auto& [kind, target] : targets) {
-        read_tensor(target.narrow(0, piece.shard_offset, piece.length),
-                    [&, &kind = kind](int64_t offset, int64_t count, float* out) {
-                      reader.read_range(kind, p.name, piece.param_offset + offset, count, out);
+    for (FlatState& target : targets) {
+      const fsdp::ShardPart part = fsdp::replica_part(target.tensor.numel(), replicas, replica);
+      read.push_back(target.tensor);
+      for (const fsdp::ShardPiece& piece : target.layout->pieces_in_part(f->shard_rank(), part)) {
+        const fsdp::ParamSpan& p = target.layout->params()[piece.param];
+        read_tensor(target.tensor.narrow(0, piece.shard_offset, piece.length),
+                    [&](int64_t offset, int64_t count, float* out) {
+                      reader.read_range(target.kind, p.name, piece.param_offset + offset, count, out);
                     });
       }
     }
+    // An 8-bit AdamW's moments, read decoded, become codes again once every replica has its parts.
+    if (targets.size() > 3) encodes.push_back({index, f, targets[1].tensor, targets[2].tensor});
   }
   for (fsdp::FlatParam* f : model.flat_params()) f->reshard();  // written through their raw data
   state.step = manifest.step;
@@ -237,10 +272,19 @@ TrainingState load_sharded_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optim
                                       dist::Communicator& world) {
   TrainingState state;
   std::vector<at::Tensor> read;
+  std::vector<PendingCodes> encodes;
   dist::act_on_all(world, fmt::format("loading checkpoint {}", dir),
-                   [&] { state = load_shards_of(model, optimizer, dir, read); });
+                   [&] { state = load_shards_of(model, optimizer, dir, read, encodes); });
   // Each replica read a part of its shards: every rank of a replicate group gets the others'.
   for (at::Tensor& t : read) fsdp::share_parts(t, *model.groups().replicate);
+  read.clear();
+  if (!encodes.empty())
+    dist::act_on_all(world, fmt::format("loading the 8-bit optimizer state of checkpoint {}", dir), [&] {
+      for (PendingCodes& p : encodes) {
+        encode_codes(*optimizer, p, dir);
+        p = PendingCodes{};  // its decoded moments freed as it goes
+      }
+    });
   if (model.groups().replicate->size() > 1)
     for (fsdp::FlatParam* f : model.flat_params()) f->reshard();
   return state;

@@ -15,10 +15,13 @@ fsdp::AdamW::PieceObserver UpdateCrcs::watch(fsdp::FsdpLlama& model, fsdp::AdamW
   for (fsdp::FlatParam* f : model.flat_params()) {
     if (!f->trainable()) continue;
     std::vector<Tensor> tensors;
-    for (auto& [kind, t] : state_of(f, &optimizer, trainable)) {
+    // An 8-bit AdamW's saved moments are decoded copies, made at the save: the shard alone here.
+    fsdp::AdamW* watched = optimizer.config().blockwise_8bit ? nullptr : &optimizer;
+    for (FlatState& s : state_of(f, watched, trainable)) {
+      const at::Tensor& t = s.tensor;
       if (!t.device().is_cpu() || t.scalar_type() != at::kFloat || !t.is_contiguous()) continue;  // staged
-      Tensor entry{kind, t, {}, {}, {}, 0, 0, -1};
-      for (const fsdp::ShardPiece& piece : f->layout().pieces_in_shard(f->shard_rank())) {
+      Tensor entry{s.kind, t, {}, {}, {}, 0, 0, -1};
+      for (const fsdp::ShardPiece& piece : s.layout->pieces_in_shard(f->shard_rank())) {
         entry.slices.emplace_back(piece.shard_offset, piece.shard_offset + piece.length);
         entry.sums.emplace_back();
       }

@@ -131,8 +131,15 @@ MemoryPlan plan_memory(const job::Job& job, const model::LlamaConfig& config) {
   }
   add("gradients", fmt::format("{} of the trainable parameters, {}", over, dtype_name(master)),
       plan.trainable / shards * master);
-  add("optimizer states", fmt::format("AdamW's two moments, {}", dtype_name(master)),
-      2 * plan.trainable / shards * master);
+  // 8-bit AdamW: a byte per moment element and an fp32 scale per block of each moment.
+  const bool eight_bit = job.train.optimizer == job::Optimizer::kAdamW8bit;
+  constexpr double kBlock = 256;
+  if (eight_bit)
+    add("optimizer states", "8-bit AdamW's two moments: a code per element, an fp32 scale per 256 elements",
+        plan.trainable / shards * (2 + 2 * 4 / kBlock));
+  else
+    add("optimizer states", fmt::format("AdamW's two moments, {}", dtype_name(master)),
+        2 * plan.trainable / shards * master);
 
   // Gathered units in the compute dtype. One shard of the master dtype is its own full buffer.
   const bool strategy_reshards = job.fsdp.sharding_strategy == job::ShardingStrategy::kFullShard ||
@@ -222,10 +229,11 @@ MemoryPlan plan_memory(const job::Job& job, const model::LlamaConfig& config) {
     }
   }
   // What a checkpoint holds of the rank: its shards (a LoRA model's adapters alone) and, saved with
-  // the optimizer, AdamW's moments of what trains, in the shards' dtype.
-  plan.checkpoint_state_bytes =
-      ((lora ? adapters : plan.parameters) / shards + (job.fsdp.save_optimizer ? 2 * plan.trainable / shards : 0)) *
-      master;
+  // the optimizer, AdamW's moments of what trains, in the shards' dtype (8-bit AdamW's decoded in
+  // fp32, with their scales).
+  const double moment_bytes = eight_bit ? 2 * 4 + 2 * 4 / kBlock : 2 * master;
+  plan.checkpoint_state_bytes = (lora ? adapters : plan.parameters) / shards * master +
+                                (job.fsdp.save_optimizer ? plan.trainable / shards * moment_bytes : 0);
   if (job.checkpoint.async && plan.cuda) plan.checkpoint_copy_bytes = plan.checkpoint_state_bytes;
 
   // Loading: a streamed load holds a unit at a time; otherwise every rank builds the whole model

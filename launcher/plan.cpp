@@ -54,6 +54,9 @@ std::vector<Candidate> candidates(const job::Job& job) {
   if (!t.pure_bf16 && !t.use_fp16)
     out.push_back({"pure_bf16 (bf16 parameters and optimizer states)", {"train.pure_bf16=true"},
                    [](job::Job& j) { j.train.pure_bf16 = true; }});
+  if (t.optimizer == job::Optimizer::kAdamW)
+    out.push_back({"AdamW with 8-bit moments (block-wise, 2.03 bytes per trainable parameter)",
+                   {"train.optimizer=adamw_8bit"}, [](job::Job& j) { j.train.optimizer = job::Optimizer::kAdamW8bit; }});
   if (job.peft.method == job::PeftMethod::kNone && !t.freeze_layers)
     out.push_back({"LoRA (the base frozen; adapters on q_proj and v_proj, r = 8)", {"peft.method=lora"},
                    [](job::Job& j) { j.peft.method = job::PeftMethod::kLora; }});

@@ -130,8 +130,10 @@ void consolidate(const std::string& src, const std::string& out) {
   for (const std::string& name : reader.tensor_names())
     for (const char* kind : checkpoint::kStateKinds)
       if (reader.has(kind, name)) {
-        total += static_cast<uint64_t>(numel(reader.shape(name))) * 4;
-        datasets.push_back({kind, name, reader.shape(name)});
+        const checkpoint::ManifestTensor t{reader.shape(name), "F32"};
+        const int64_t n = checkpoint::kind_numel(kind, t, reader.manifest().state_block);
+        total += static_cast<uint64_t>(n) * 4;
+        datasets.push_back({kind, name, checkpoint::is_scale_kind(kind) ? std::vector<int64_t>{n} : t.shape});
       }
   FullWriter writer(out, reader.manifest(), datasets);
   common::Progress progress(tool_progress("consolidating", static_cast<int64_t>(total)));
@@ -184,20 +186,24 @@ std::vector<fsdp::FlatLayout> reshard_layouts(const checkpoint::Manifest& manife
     std::vector<fsdp::FlatLayout::Entry> entries;
     for (const model::NamedParam& p : unit)
       if (!manifest.adapter || model::is_adapter_parameter(p.name)) entries.push_back({p.name, p.tensor->sizes().vec()});
-    if (!entries.empty()) layouts.emplace_back(entries, world_size);
+    // Aligned as the 8-bit optimizer's training lays them out, so that its scales' blocks fall
+    // in one shard each.
+    if (!entries.empty()) layouts.emplace_back(entries, world_size, std::max<int64_t>(manifest.state_block, 1));
   }
   return layouts;
 }
 
 // Each stored tensor's pieces by rank, and each rank file's datasets (`specs`), kind by kind.
+// The 8-bit optimizer's scales are laid out by `block_layouts` (FlatLayout::blocks of each).
 std::vector<ReshardTensor> reshard_pieces(const checkpoint::CheckpointReader& reader,
                                           const std::vector<fsdp::FlatLayout>& layouts,
+                                          const std::vector<fsdp::FlatLayout>& block_layouts,
                                           const std::vector<std::string>& kinds, int world_size,
                                           std::vector<std::vector<checkpoint::DatasetSpec>>& specs) {
   std::vector<ReshardTensor> tensors;
   specs.assign(static_cast<size_t>(world_size), {});
   for (const std::string& kind : kinds)
-    for (const fsdp::FlatLayout& layout : layouts) {
+    for (const fsdp::FlatLayout& layout : checkpoint::is_scale_kind(kind) ? block_layouts : layouts) {
       std::vector<std::vector<fsdp::ShardPiece>> by_rank;
       for (int r = 0; r < world_size; ++r) by_rank.push_back(layout.pieces_in_shard(r));
       for (size_t param = 0; param < layout.params().size(); ++param) {
@@ -270,10 +276,13 @@ void reshard(const std::string& src, const std::string& out, int world_size) {
   const std::string tmp = pending.dir();
   // The state kinds of each tensor: frozen tensors (freeze_layers) have no optimizer moments while
   // the others do, so the kinds are looked up tensor by tensor.
+  std::vector<fsdp::FlatLayout> block_layouts;
+  if (manifest.state_block > 0)
+    for (const fsdp::FlatLayout& layout : layouts) block_layouts.push_back(layout.blocks(manifest.state_block));
   std::vector<std::string> kinds;
   uint64_t total = 0;
   for (const char* kind : checkpoint::kStateKinds)
-    for (const fsdp::FlatLayout& layout : layouts)
+    for (const fsdp::FlatLayout& layout : checkpoint::is_scale_kind(kind) ? block_layouts : layouts)
       for (const fsdp::ParamSpan& p : layout.params())
         if (reader.has(kind, p.name)) {
           if (kinds.empty() || kinds.back() != kind) kinds.emplace_back(kind);
@@ -282,7 +291,7 @@ void reshard(const std::string& src, const std::string& out, int world_size) {
   common::Progress progress(tool_progress("resharding", static_cast<int64_t>(total)));
   // Every rank's file laid out first (a dataset per piece), then the tensors streamed into them.
   std::vector<std::vector<checkpoint::DatasetSpec>> specs;
-  std::vector<ReshardTensor> tensors = reshard_pieces(reader, layouts, kinds, world_size, specs);
+  std::vector<ReshardTensor> tensors = reshard_pieces(reader, layouts, block_layouts, kinds, world_size, specs);
   std::vector<std::string> names, paths;
   for (int r = 0; r < world_size; ++r) {
     names.push_back(fmt::format("rank-{:05d}.h5", r));

@@ -23,6 +23,7 @@ enum class BadRecordPolicy { kError, kSkip };
 enum class LongExamples { kSplit, kTruncate };
 enum class BatchingStrategy { kPacking, kPadding };
 enum class LrScheduler { kStep, kCosine };
+enum class Optimizer { kAdamW, kAdamW8bit };
 enum class OnNonFinite { kStop, kSkipStep };
 enum class OnDataChange { kRefuse, kNewSchedule };
 enum class ShardingStrategy { kFullShard, kShardGradOp, kNoShard, kHybridShard };
@@ -115,6 +116,7 @@ struct TrainSection {
   int64_t num_workers_dataloader = 1;
   double lr = 1e-4;
   double weight_decay = 0.0;
+  Optimizer optimizer = Optimizer::kAdamW;
   double gamma = 0.85;
   LrScheduler lr_scheduler = LrScheduler::kStep;
   int64_t warmup_steps = 0;

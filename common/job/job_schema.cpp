@@ -82,6 +82,11 @@ struct EnumNames<LrScheduler> {
       {{LrScheduler::kStep, "step"}, {LrScheduler::kCosine, "cosine"}}};
 };
 template <>
+struct EnumNames<Optimizer> {
+  static constexpr std::array<std::pair<Optimizer, std::string_view>, 2> kNames{
+      {{Optimizer::kAdamW, "adamw"}, {Optimizer::kAdamW8bit, "adamw_8bit"}}};
+};
+template <>
 struct EnumNames<OnNonFinite> {
   static constexpr std::array<std::pair<OnNonFinite, std::string_view>, 2> kNames{
       {{OnNonFinite::kStop, "stop"}, {OnNonFinite::kSkipStep, "skip_step"}}};
@@ -141,6 +146,7 @@ template std::string_view enum_name(BadRecordPolicy);
 template std::string_view enum_name(LongExamples);
 template std::string_view enum_name(BatchingStrategy);
 template std::string_view enum_name(LrScheduler);
+template std::string_view enum_name(Optimizer);
 template std::string_view enum_name(ShardingStrategy);
 template std::string_view enum_name(common::Dtype);
 template std::string_view enum_name(CheckpointType);
@@ -400,6 +406,12 @@ std::vector<SectionSpec> build_schema() {
         .in_range(0, 256);
     s.field("lr", &TrainSection::lr, "Peak learning rate.").positive();
     s.field("weight_decay", &TrainSection::weight_decay, "AdamW decoupled weight decay.").at_least(0.0);
+    s.field("optimizer", &TrainSection::optimizer,
+            "adamw: AdamW with fp32 moments (8 bytes per trainable parameter; bf16 with pure_bf16). adamw_8bit: "
+            "the same update with both moments stored in 8 bits, block-wise as bitsandbytes' AdamW8bit does (a "
+            "dynamic map and one fp32 scale per block of 256 elements of each tensor: 2.03 bytes per trainable "
+            "parameter); tensors of fewer than 4096 elements (bitsandbytes' min_8bit_size) and the token "
+            "embedding (as Hugging Face's Trainer overrides it) keep fp32 moments.");
     s.field("gamma", &TrainSection::gamma, "StepLR: the learning rate is multiplied by gamma after each epoch.")
         .require("in (0, 1]", [](double v) { return v > 0.0 && v <= 1.0; });
     s.field("lr_scheduler", &TrainSection::lr_scheduler,

@@ -10,10 +10,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <utility>
 
 #include "common/error.h"
+#include "runtime/quant/dynamic_map.h"
+#include "runtime/fsdp/adam8bit_ops.h"
 #include "runtime/fsdp/adamw_kernel.h"
 
 // LibTorch 2.x with CUDA has torch.optim.AdamW(fused=True)'s kernel.
@@ -27,13 +30,127 @@
 
 namespace shardtune::fsdp {
 
-void AdamW::add(at::Tensor param, at::Tensor grad) {
+void AdamW::add(at::Tensor param, at::Tensor grad, std::vector<StatePiece> pieces) {
   params_.push_back(param);
   grads_.push_back(grad);
-  // Contiguous whatever the parameter's strides, as the fused pass needs.
-  exp_avg_.push_back(at::zeros(param.sizes(), param.options()));
-  exp_avg_sq_.push_back(at::zeros(param.sizes(), param.options()));
   steps_.push_back(step_);
+  if (!config_.blockwise_8bit) {
+    ST_CHECK(pieces.empty(), common::ErrorKind::kInternal, "AdamW: state pieces without blockwise_8bit");
+    // Contiguous whatever the parameter's strides, as the fused pass needs.
+    exp_avg_.push_back(at::zeros(param.sizes(), param.options()));
+    exp_avg_sq_.push_back(at::zeros(param.sizes(), param.options()));
+    return;
+  }
+  ST_CHECK(param.is_contiguous() && grad.is_contiguous() && grad.numel() == param.numel() &&
+               (param.scalar_type() == at::kFloat || param.scalar_type() == at::kBFloat16),
+           common::ErrorKind::kInternal, "8-bit AdamW needs contiguous fp32 or bf16 parameters and their gradients");
+  if (pieces.empty() && param.numel() > 0) pieces.push_back({0, param.numel()});
+  for (const StatePiece& piece : pieces)
+    ST_CHECK(piece.offset % kAdam8bitBlock == 0 && piece.length >= 0 && piece.offset + piece.length <= param.numel(),
+             common::ErrorKind::kInternal, "8-bit AdamW: piece [{}, +{}) of a parameter of {} is not block-aligned",
+             piece.offset, piece.length, param.numel());
+  const int64_t blocks = (param.numel() + kAdam8bitBlock - 1) / kAdam8bitBlock;
+  const at::TensorOptions on = param.options();
+  // Codes 0 and scales 0, as bitsandbytes starts them: every moment decodes to zero.
+  codes1_.push_back(at::zeros({blocks * kAdam8bitBlock}, on.dtype(at::kByte)));
+  codes2_.push_back(at::zeros({blocks * kAdam8bitBlock}, on.dtype(at::kByte)));
+  absmax1_.push_back(at::zeros({blocks}, on.dtype(at::kFloat)));
+  absmax2_.push_back(at::zeros({blocks}, on.dtype(at::kFloat)));
+  std::vector<at::Tensor> m, v;
+  for (const StatePiece& piece : pieces) {
+    m.push_back(piece.quantized ? at::Tensor() : at::zeros({piece.length}, on.dtype(at::kFloat)));
+    v.push_back(piece.quantized ? at::Tensor() : at::zeros({piece.length}, on.dtype(at::kFloat)));
+  }
+  piece_m_.push_back(std::move(m));
+  piece_v_.push_back(std::move(v));
+  pieces_.push_back(std::move(pieces));
+}
+
+at::Tensor& AdamW::exp_avg(size_t i) {
+  ST_CHECK(!config_.blockwise_8bit, common::ErrorKind::kInternal, "8-bit AdamW keeps no fp32 moments");
+  return exp_avg_.at(i);
+}
+
+at::Tensor& AdamW::exp_avg_sq(size_t i) {
+  ST_CHECK(!config_.blockwise_8bit, common::ErrorKind::kInternal, "8-bit AdamW keeps no fp32 moments");
+  return exp_avg_sq_.at(i);
+}
+
+at::Tensor& AdamW::codes(size_t i, int moment) {
+  ST_CHECK(config_.blockwise_8bit, common::ErrorKind::kInternal, "AdamW keeps no 8-bit codes");
+  return moment == 0 ? codes1_.at(i) : codes2_.at(i);
+}
+
+at::Tensor& AdamW::absmax(size_t i, int moment) {
+  ST_CHECK(config_.blockwise_8bit, common::ErrorKind::kInternal, "AdamW keeps no 8-bit scales");
+  return moment == 0 ? absmax1_.at(i) : absmax2_.at(i);
+}
+
+at::Tensor AdamW::decoded(size_t i, int moment) const {
+  ST_CHECK(config_.blockwise_8bit, common::ErrorKind::kInternal, "AdamW keeps no 8-bit codes");
+  const std::array<float, 256>& map = quant::dynamic_map(moment == 0);
+  const at::Tensor codes = (moment == 0 ? codes1_ : codes2_).at(i).to(at::kCPU);
+  const at::Tensor scales = (moment == 0 ? absmax1_ : absmax2_).at(i).to(at::kCPU);
+  at::Tensor out = at::zeros({params_.at(i).numel()}, at::TensorOptions().dtype(at::kFloat));
+  const uint8_t* c = codes.data_ptr<uint8_t>();
+  const float* a = scales.data_ptr<float>();
+  float* o = out.data_ptr<float>();
+  for (size_t k = 0; k < pieces_[i].size(); ++k) {
+    const StatePiece& piece = pieces_[i][k];
+    if (!piece.quantized) {
+      out.narrow(0, piece.offset, piece.length).copy_((moment == 0 ? piece_m_ : piece_v_)[i][k]);
+      continue;
+    }
+    for (int64_t e = piece.offset; e < piece.offset + piece.length; ++e) o[e] = map[c[e]] * a[e / kAdam8bitBlock];
+  }
+  return out.view(params_[i].sizes());
+}
+
+std::optional<int64_t> AdamW::encode_moments(size_t i, const at::Tensor& exp_avg, const at::Tensor& exp_avg_sq) {
+  ST_CHECK(config_.blockwise_8bit, common::ErrorKind::kInternal, "AdamW keeps no 8-bit codes");
+  std::array<at::Tensor, 2> codes;
+  const std::array<const at::Tensor*, 2> values{&exp_avg, &exp_avg_sq};
+  for (int moment = 0; moment < 2; ++moment) {
+    const std::array<float, 256>& map = quant::dynamic_map(moment == 0);
+    const at::Tensor scales = absmax(i, moment).to(at::kCPU).contiguous();
+    const at::Tensor decoded = values[moment]->to(at::kCPU).to(at::kFloat).contiguous();
+    codes[moment] = at::zeros({codes1_.at(i).numel()}, at::TensorOptions().dtype(at::kByte));
+    const float* a = scales.data_ptr<float>();
+    const float* v = decoded.data_ptr<float>();
+    uint8_t* c = codes[moment].data_ptr<uint8_t>();
+    for (const StatePiece& piece : pieces_[i]) {
+      if (!piece.quantized) continue;  // fp32: taken as they are, below
+      for (int64_t e = piece.offset; e < piece.offset + piece.length; ++e) {
+        const float scale = a[e / kAdam8bitBlock];
+        // The code the step would store for this value, sign rule included...
+        uint8_t q = encode(map, v[e] / scale, moment == 0);
+        if (moment == 0 && std::signbit(map[q]) != std::signbit(v[e]))
+          q = static_cast<uint8_t>(v[e] > 0.0f ? q + 1 : q - 1);
+        // ...which decodes to it unless the scale is so small that codes round together: then
+        // any code that decodes to it bit for bit is the same state.
+        const auto same = [&](int k) {
+          const float d = map[static_cast<size_t>(k)] * scale;
+          return std::memcmp(&d, &v[e], sizeof d) == 0;
+        };
+        if (!same(q)) {
+          int k = 0;
+          while (k < 256 && !same(k)) ++k;
+          if (k == 256) return e;
+          q = static_cast<uint8_t>(k);
+        }
+        c[e] = q;
+      }
+    }
+  }
+  codes1_[i].copy_(codes[0]);
+  codes2_[i].copy_(codes[1]);
+  for (size_t k = 0; k < pieces_[i].size(); ++k) {
+    const StatePiece& piece = pieces_[i][k];
+    if (piece.quantized) continue;
+    piece_m_[i][k].copy_(exp_avg.reshape({-1}).narrow(0, piece.offset, piece.length));
+    piece_v_[i][k].copy_(exp_avg_sq.reshape({-1}).narrow(0, piece.offset, piece.length));
+  }
+  return std::nullopt;
 }
 
 void AdamW::set_step_count(int64_t step) {
@@ -53,13 +170,22 @@ AdamW::Path AdamW::path(size_t i) const {
   return Path::kOps;
 }
 
-bool AdamW::fused(size_t i) const { return path(i) != Path::kOps; }
+bool AdamW::fused(size_t i) const {
+  return config_.blockwise_8bit ? params_.at(i).is_cpu() && params_[i].scalar_type() == at::kFloat
+                                : path(i) != Path::kOps;
+}
 
 void AdamW::step(double lr, const PieceObserver& updated) {
   at::NoGradGuard no_grad;
   ++step_;
   std::vector<size_t> on_device;
   for (size_t i = 0; i < params_.size(); ++i) {
+    if (config_.blockwise_8bit) {
+      ++steps_[i];
+      step_8bit(i, lr);
+      if (updated) updated(i, 0, params_[i].numel());
+      continue;
+    }
     const auto step = static_cast<double>(++steps_[i]);
     const double bias_correction1 = 1 - std::pow(config_.beta1, step);
     const double bias_correction2_sqrt = std::sqrt(1 - std::pow(config_.beta2, step));
@@ -75,6 +201,68 @@ void AdamW::step(double lr, const PieceObserver& updated) {
     for (size_t i : on_device)
       for (int64_t start = 0; start < params_[i].numel(); start += kObservedPieceElements)
         updated(i, start, std::min(kObservedPieceElements, params_[i].numel() - start));
+}
+
+void AdamW::step_8bit(size_t i, double lr) {
+  const Adam8bitScalars s =
+      adam8bit_scalars(lr, config_.beta1, config_.beta2, config_.eps, config_.weight_decay, steps_[i]);
+  at::Tensor &p = params_[i], &g = grads_[i];
+  const bool host = p.is_cpu() && p.scalar_type() == at::kFloat && g.device() == p.device() &&
+                    (g.scalar_type() == at::kFloat || g.scalar_type() == at::kBFloat16);
+  if (!host && maps_.empty()) {
+    const Adam8bitMaps maps = adam8bit_maps(p.device());
+    maps_ = {maps.signed_map, maps.unsigned_map};
+  }
+  const std::vector<StatePiece>& pieces = pieces_[i];
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    const StatePiece& piece = pieces[k];
+    if (piece.length == 0) continue;
+    if (!piece.quantized) {  // a small tensor: fp32 moments
+      at::Tensor &m = piece_m_[i][k], &v = piece_v_[i][k];
+      if (!host) {
+        adam32bit_update_ops(p.view({-1}).narrow(0, piece.offset, piece.length),
+                             g.view({-1}).narrow(0, piece.offset, piece.length), m, v, s);
+      } else if (g.scalar_type() == at::kFloat) {
+        adam32bit_update(p.data_ptr<float>() + piece.offset, g.data_ptr<float>() + piece.offset, m.data_ptr<float>(),
+                         v.data_ptr<float>(), piece.length, s);
+      } else {
+        adam32bit_update(p.data_ptr<float>() + piece.offset,
+                         reinterpret_cast<const uint16_t*>(g.data_ptr<at::BFloat16>()) + piece.offset,
+                         m.data_ptr<float>(), v.data_ptr<float>(), piece.length, s);
+      }
+      continue;
+    }
+    const int64_t b0 = piece.offset / kAdam8bitBlock, nb = (piece.length + kAdam8bitBlock - 1) / kAdam8bitBlock;
+    if (!host) {
+      const auto part = [&](const at::Tensor& t) { return t.narrow(0, piece.offset, piece.length); };
+      adam8bit_update_ops(part(p.view({-1})), part(g.view({-1})),
+                          codes1_[i].narrow(0, piece.offset, nb * kAdam8bitBlock),
+                          codes2_[i].narrow(0, piece.offset, nb * kAdam8bitBlock), absmax1_[i].narrow(0, b0, nb),
+                          absmax2_[i].narrow(0, b0, nb), s, {maps_[0], maps_[1]});
+      continue;
+    }
+    // Blocks are independent: split among LibTorch's intra-op threads.
+    at::parallel_for(0, nb, kGrainElements / kAdam8bitBlock, [&](int64_t first, int64_t end) {
+      const int64_t begin = piece.offset + first * kAdam8bitBlock;
+      const int64_t n = std::min(end * kAdam8bitBlock, piece.length) - first * kAdam8bitBlock;
+      uint8_t* c1 = codes1_[i].data_ptr<uint8_t>() + begin;
+      uint8_t* c2 = codes2_[i].data_ptr<uint8_t>() + begin;
+      float* a1 = absmax1_[i].data_ptr<float>() + b0 + first;
+      float* a2 = absmax2_[i].data_ptr<float>() + b0 + first;
+      float* pp = p.data_ptr<float>() + begin;
+      if (g.scalar_type() == at::kFloat)
+        adam8bit_update(pp, g.data_ptr<float>() + begin, c1, c2, a1, a2, n, s);
+      else
+        adam8bit_update(pp, reinterpret_cast<const uint16_t*>(g.data_ptr<at::BFloat16>()) + begin, c1, c2, a1, a2, n, s);
+    });
+  }
+  if (host) {  // written through their data: their version counters move on as an in-place operation's would
+    for (at::Tensor* t : {&p, &codes1_[i], &codes2_[i], &absmax1_[i], &absmax2_[i]})
+      t->unsafeGetTensorImpl()->bump_version();
+    for (std::vector<at::Tensor>* list : {&piece_m_[i], &piece_v_[i]})
+      for (at::Tensor& t : *list)
+        if (t.defined()) t.unsafeGetTensorImpl()->bump_version();
+  }
 }
 
 void AdamW::step_ops(size_t i, double lr, double bias_correction1, double bias_correction2_sqrt,
@@ -178,10 +366,14 @@ void AdamW::step_device_fused(const std::vector<size_t>& params, double lr) {
 void AdamW::reset_state() {
   step_ = 0;
   std::fill(steps_.begin(), steps_.end(), 0);
-  for (size_t i = 0; i < params_.size(); ++i) {
-    exp_avg_[i].zero_();
-    exp_avg_sq_[i].zero_();
-  }
+  for (at::Tensor& t : exp_avg_) t.zero_();
+  for (at::Tensor& t : exp_avg_sq_) t.zero_();
+  for (std::vector<at::Tensor>* list : {&codes1_, &codes2_, &absmax1_, &absmax2_})
+    for (at::Tensor& t : *list) t.zero_();
+  for (std::vector<std::vector<at::Tensor>>* lists : {&piece_m_, &piece_v_})
+    for (std::vector<at::Tensor>& list : *lists)
+      for (at::Tensor& t : list)
+        if (t.defined()) t.zero_();
 }
 
 bool AdamW::all_finite() const {
@@ -192,14 +384,24 @@ bool AdamW::all_finite() const {
         return false;
     return true;
   };
-  for (size_t i = 0; i < params_.size(); ++i)
-    if (!finite(params_[i]) || !finite(exp_avg_[i]) || !finite(exp_avg_sq_[i])) return false;
+  for (const std::vector<at::Tensor>* list : {&params_, &exp_avg_, &exp_avg_sq_, &absmax1_, &absmax2_})
+    for (const at::Tensor& t : *list)
+      if (!finite(t)) return false;
+  for (const std::vector<std::vector<at::Tensor>>* lists : {&piece_m_, &piece_v_})
+    for (const std::vector<at::Tensor>& list : *lists)
+      for (const at::Tensor& t : list)
+        if (t.defined() && !finite(t)) return false;
   return true;
 }
 
 int64_t AdamW::state_bytes() const {
   int64_t bytes = 0;
-  for (size_t i = 0; i < exp_avg_.size(); ++i) bytes += exp_avg_[i].nbytes() + exp_avg_sq_[i].nbytes();
+  for (const std::vector<at::Tensor>* list : {&exp_avg_, &exp_avg_sq_, &codes1_, &codes2_, &absmax1_, &absmax2_})
+    for (const at::Tensor& t : *list) bytes += static_cast<int64_t>(t.nbytes());
+  for (const std::vector<std::vector<at::Tensor>>* lists : {&piece_m_, &piece_v_})
+    for (const std::vector<at::Tensor>& list : *lists)
+      for (const at::Tensor& t : list)
+        if (t.defined()) bytes += static_cast<int64_t>(t.nbytes());
   return bytes;
 }
 

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <vector>
 
 namespace shardtune::fsdp {
@@ -21,14 +22,27 @@ struct AdamWConfig {
   double eps = 1e-8;
   double weight_decay = 0.0;
   bool fused = true;
+  bool blockwise_8bit = false;
+};
+
+// Where the tensors lie in a parameter of a blockwise 8-bit AdamW (a flat shard): the pieces
+// [offset, offset + length), each starting at a multiple of the block. A piece that ends at its
+// tensor's end may end inside a block; elements outside every piece (alignment gaps, padding) are
+// neither updated nor given state that changes. A piece of a tensor of fewer than kMin8bitSize
+// elements is not `quantized`: its moments stay fp32 (runtime/fsdp/adam8bit.h).
+struct StatePiece {
+  int64_t offset = 0;
+  int64_t length = 0;
+  bool quantized = true;
 };
 
 class AdamW {
  public:
   explicit AdamW(AdamWConfig config) : config_(config) {}
 
-  // `param` is updated in place from `grad` at each step; the moments take the param's dtype.
-  void add(at::Tensor param, at::Tensor grad);
+  // `param` is updated in place from `grad` at each step; the moments take the param's dtype (8-bit:
+  // codes and fp32 scales). `pieces` (8-bit only; empty: one piece, the whole parameter).
+  void add(at::Tensor param, at::Tensor grad, std::vector<StatePiece> pieces = {});
 
   // Told after each piece of a parameter is updated: the parameter's index and the piece's elements
   // [start, start + count) in flat order, where the parameter and its moments now hold the step's
@@ -61,8 +75,22 @@ class AdamW {
   // Every parameter and moment of this rank is finite (checked a piece at a time).
   bool all_finite() const;
   size_t size() const { return params_.size(); }
-  at::Tensor& exp_avg(size_t i) { return exp_avg_.at(i); }
-  at::Tensor& exp_avg_sq(size_t i) { return exp_avg_sq_.at(i); }
+  const AdamWConfig& config() const { return config_; }
+  // fp32 (or the params' dtype) moments; not with blockwise_8bit.
+  at::Tensor& exp_avg(size_t i);
+  at::Tensor& exp_avg_sq(size_t i);
+  // blockwise_8bit: the codes (uint8, a whole number of blocks covering the parameter) and the
+  // blocks' scales (fp32) of the first (moment 0) and second (1) moment of parameter i.
+  at::Tensor& codes(size_t i, int moment);
+  at::Tensor& absmax(size_t i, int moment);
+  // blockwise_8bit: a moment of parameter i decoded (code · scale; the fp32 moments of pieces not
+  // quantized), fp32 on the host, shaped like the parameter; elements outside its pieces are zero.
+  at::Tensor decoded(size_t i, int moment) const;
+  // blockwise_8bit: sets parameter i's codes from decoded moments (host fp32, shaped like the
+  // parameter) and the scales already in absmax(i, ·), as a checkpoint holds them. Every element of
+  // the pieces must be a code times its block's scale, as decoded() gives them: returns the first
+  // element that is not (nothing is changed then).
+  std::optional<int64_t> encode_moments(size_t i, const at::Tensor& exp_avg, const at::Tensor& exp_avg_sq);
 
  private:
   enum class Path { kOps, kHostFused, kDeviceFused };
@@ -71,11 +99,17 @@ class AdamW {
   void step_host_fused(size_t i, double lr, double bias_correction1, double bias_correction2_sqrt,
                        const PieceObserver& updated);
   void step_device_fused(const std::vector<size_t>& params, double lr);
+  void step_8bit(size_t i, double lr);
 
   AdamWConfig config_;
   int64_t step_ = 0;
   std::vector<int64_t> steps_;  // per parameter
   std::vector<at::Tensor> params_, grads_, exp_avg_, exp_avg_sq_;
+  // blockwise_8bit
+  std::vector<std::vector<StatePiece>> pieces_;
+  std::vector<at::Tensor> codes1_, codes2_, absmax1_, absmax2_;
+  std::vector<std::vector<at::Tensor>> piece_m_, piece_v_;  // fp32 moments of pieces not quantized
+  std::vector<at::Tensor> maps_;  // signed, unsigned; on the first parameter's device
 };
 
 }  // namespace shardtune::fsdp

@@ -249,6 +249,13 @@ void FlatParam::reset_leaves() {
   for (at::Tensor* slot : slots_) *slot = at::Tensor();
 }
 
+const FlatLayout& FlatParam::block_layout(int64_t block) const {
+  if (!block_layout_) block_layout_ = layout_.blocks(block);
+  ST_CHECK(block_layout_->align() * block == layout_.align(), common::ErrorKind::kInternal,
+           "a flat parameter's blocks of {} asked for after blocks of {}", block, layout_.align() / block_layout_->align());
+  return *block_layout_;
+}
+
 void FlatParam::accumulate_grad(size_t param, const at::Tensor& grad) {
   at::NoGradGuard no_grad;
   ST_CHECK(trainable_, common::ErrorKind::kInternal, "gradient for a frozen parameter");

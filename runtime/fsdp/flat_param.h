@@ -39,6 +39,8 @@ class FlatParam {
             int shard_rank, std::optional<quant::Nf4Format> nf4 = std::nullopt);
 
   const FlatLayout& layout() const { return layout_; }
+  // layout().blocks(block), made at the first call (for the scales of an 8-bit optimizer's state).
+  const FlatLayout& block_layout(int64_t block) const;
   int shard_rank() const { return shard_rank_; }
   bool trainable() const { return trainable_; }
   // (shard_numel,) master (or frozen) dtype, on the device; NF4: uint8 records.
@@ -114,6 +116,7 @@ class FlatParam {
   void zero_unwritten_grad();
 
   FlatLayout layout_;
+  mutable std::optional<FlatLayout> block_layout_;
   std::vector<at::Tensor*> slots_;
   bool trainable_;
   FsdpOptions options_;

@@ -46,7 +46,8 @@ FsdpLlama::FsdpLlama(model::LlamaForCausalLM& model, dist::ProcessGroups& groups
       }
       if (entries.empty()) continue;
       const std::optional<quant::Nf4Format> nf4 = kind == kNf4 ? options.nf4_base : std::nullopt;
-      FlatLayout layout(entries, options.shard_size, nf4 ? nf4->record_elements() : 1);
+      FlatLayout layout(entries, options.shard_size,
+                        nf4 ? nf4->record_elements() : kind == kTrainable ? options.trainable_align : 1);
       padding_ += layout.padding();
       unit->flats().push_back(
           std::make_unique<FlatParam>(std::move(layout), slots, kind == kTrainable, options, shard_rank, nf4));

@@ -1,6 +1,8 @@
 // Job settings → FSDP behaviour.
 #include "runtime/fsdp/fsdp_options.h"
 
+#include "runtime/fsdp/adam8bit.h"
+
 namespace shardtune::fsdp {
 
 namespace {
@@ -30,6 +32,7 @@ FsdpOptions fsdp_options(const job::FsdpSection& fsdp, const job::TrainSection& 
   o.reshard_after_forward = fsdp.sharding_strategy == job::ShardingStrategy::kFullShard ||
                             fsdp.sharding_strategy == job::ShardingStrategy::kHybridShard;
   o.reshard_after_backward = fsdp.sharding_strategy != job::ShardingStrategy::kNoShard;
+  if (train.optimizer == job::Optimizer::kAdamW8bit) o.trainable_align = kAdam8bitBlock;
   return o;
 }
 

@@ -35,6 +35,10 @@ struct FsdpOptions {
   // QLoRA: the frozen projections of every block (q, k, v, o, gate, up, down; bitsandbytes leaves
   // embeddings, norms and the head as they are) are stored in NF4 records of this format.
   std::optional<quant::Nf4Format> nf4_base;
+  // Trainable parameters start at multiples of this many elements in their flat parameter, and
+  // shard boundaries fall on multiples of it: an 8-bit optimizer's blocks of each tensor then lie
+  // in one shard whatever the world size (runtime/fsdp/adam8bit.h).
+  int64_t trainable_align = 1;
 };
 
 

@@ -49,6 +49,17 @@ std::vector<ShardPiece> FlatLayout::pieces_in_part(int shard, ShardPart part) co
   return out;
 }
 
+FlatLayout FlatLayout::blocks(int64_t block) const {
+  ST_CHECK(block >= 1 && align_ % block == 0, common::ErrorKind::kInternal, "blocks of {} in a layout aligned to {}",
+           block, align_);
+  std::vector<Entry> entries;
+  for (const ParamSpan& p : params_) entries.push_back({p.name, {(p.numel + block - 1) / block}});
+  FlatLayout out(entries, shard_count_, align_ / block);
+  ST_CHECK(out.shard_numel_ * block == shard_numel_, common::ErrorKind::kInternal,
+           "a layout of blocks of {} with shards of {} for shards of {}", block, out.shard_numel_, shard_numel_);
+  return out;
+}
+
 ShardPart replica_part(int64_t numel, int parts, int index, int64_t align) {
   ST_CHECK(parts >= 1 && index >= 0 && index < parts && align >= 1 && numel >= 0, common::ErrorKind::kInternal,
            "part {} of {} of {} elements (aligned to {})", index, parts, numel, align);

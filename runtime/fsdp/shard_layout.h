@@ -63,6 +63,12 @@ class FlatLayout {
   // Those pieces cut to elements `part` of the shard.
   std::vector<ShardPiece> pieces_in_part(int shard, ShardPart part) const;
 
+  // The layout of one value per `block` elements of each parameter (an 8-bit optimizer's scales),
+  // each parameter a vector of ceil(numel / block) values: block b of this layout's shard s is
+  // element b of the other's shard s. Throws common::Error(kInternal) unless align() is a multiple
+  // of `block`.
+  FlatLayout blocks(int64_t block) const;
+
  private:
   std::vector<ParamSpan> params_;
   int shard_count_;

@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "common/lora_targets.h"
+#include "runtime/quant/dynamic_map.h"
 
 namespace shardtune::quant {
 namespace {
@@ -20,38 +21,6 @@ constexpr std::array<float, 15> kNf4Thresholds = {
     -0.23460740596055984f, -0.13791173323988914f, -0.045525018125772476f, 0.03979014977812767f,
     0.1202552504837513f,  0.2035212516784668f,   0.2920137718319893f,   0.3893125355243683f,
     0.5016634166240692f,  0.6427869200706482f,   0.8614784181118011f};
-
-// torch.linspace(0.1, 1, n, dtype=float32) on the CPU: each half from its own end, one fused
-// multiply-add per value (as x86 builds of torch >= 2.0 compute it).
-std::vector<float> linspace(int n) {
-  const float start = 0.1f, end = 1.0f, step = (end - start) / static_cast<float>(n - 1);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i)
-    v[static_cast<size_t>(i)] = i < n / 2 ? std::fma(step, static_cast<float>(i), start)
-                                          : std::fma(-step, static_cast<float>(n - 1 - i), end);
-  return v;
-}
-
-// create_dynamic_map(signed=True, max_exponent_bits=7, total_bits=8).
-std::array<float, 256> make_dynamic_map() {
-  std::vector<float> data;
-  for (int i = 0; i < 7; ++i) {
-    const std::vector<float> b = linspace((1 << i) + 1);
-    const auto scale = static_cast<float>(std::pow(10.0, i - 6));
-    for (size_t k = 0; k + 1 < b.size(); ++k) {
-      const float mean = (b[k] + b[k + 1]) / 2.0f;
-      data.push_back(scale * mean);
-      data.push_back(-(scale * mean));
-    }
-  }
-  data.push_back(0.0f);
-  data.push_back(1.0f);
-  std::sort(data.begin(), data.end());
-  std::array<float, 256> out{};
-  ST_CHECK(data.size() == out.size(), ErrorKind::kInternal, "dynamic map of {} values", data.size());
-  std::copy(data.begin(), data.end(), out.begin());
-  return out;
-}
 
 int64_t div_up(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -102,10 +71,7 @@ const std::array<float, 16>& nf4_values() {
   return values;
 }
 
-const std::array<float, 256>& dynamic_map() {
-  static const std::array<float, 256> map = make_dynamic_map();
-  return map;
-}
+const std::array<float, 256>& dynamic_map() { return dynamic_map(true); }
 
 uint8_t nf4_code(float normed) {
   uint8_t code = 0;

@@ -12,14 +12,26 @@
 #include <utility>
 
 #include "common/error.h"
+#include "runtime/fsdp/adam8bit.h"
 #include "runtime/model/lora.h"
 #include "runtime/train/flops.h"
 
 namespace shardtune::train {
 
 void add_trainable_shards(fsdp::FsdpLlama& model, fsdp::AdamW& optimizer) {
-  for (fsdp::FlatParam* f : model.flat_params())
-    if (f->trainable()) optimizer.add(f->shard(), f->grad_shard());
+  for (fsdp::FlatParam* f : model.flat_params()) {
+    if (!f->trainable()) continue;
+    std::vector<fsdp::StatePiece> pieces;
+    // The 8-bit state's blocks are each tensor's own: the pieces of tensors in this shard (the
+    // layout aligns them to the block, FsdpOptions::trainable_align).
+    if (optimizer.config().blockwise_8bit)
+      for (const fsdp::ShardPiece& piece : f->layout().pieces_in_shard(f->shard_rank()))
+        pieces.push_back({piece.shard_offset, piece.length,
+                          fsdp::quantized_state(f->layout().params()[piece.param].name,
+                                                f->layout().params()[piece.param].numel)});
+    if (optimizer.config().blockwise_8bit && pieces.empty()) pieces.push_back({0, 0});  // a shard of padding alone
+    optimizer.add(f->shard(), f->grad_shard(), std::move(pieces));
+  }
 }
 
 namespace {

@@ -122,7 +122,8 @@ struct Trainer::Run {
         accumulation(static_cast<int>(o.train.gradient_accumulation_steps)),
         global_batch(o.train.global_batch(ranks)),
         order(train.size(), static_cast<uint64_t>(o.train.seed), train.lengths()),
-        optimizer({0.9, 0.999, 1e-8, o.train.weight_decay}),
+        optimizer({0.9, 0.999, 1e-8, o.train.weight_decay, /*fused=*/true,
+                   /*blockwise_8bit=*/o.train.optimizer == job::Optimizer::kAdamW8bit}),
         step{o.train.lr, o.train.gradient_clipping, o.train.gradient_clipping_threshold, true},
         guard(o.train.on_nonfinite, o.train.max_nonfinite_skips) {}
 
@@ -200,6 +201,9 @@ void Trainer::start(Run& run) {
   const job::TrainSection& t = options_.train;
   const job::MetricsSection& m = options_.metrics;
   add_trainable_shards(model_, run.optimizer);
+  spdlog::info("optimizer: {}, {} bytes of state on this rank",
+               run.optimizer.config().blockwise_8bit ? "AdamW with 8-bit block-wise moments" : "AdamW",
+               run.optimizer.state_bytes());
   if (model_.options().precision.compute == at::kHalf) run.step.loss_scaler = &run.scaler;
   run.validates = t.run_validation && val_ != nullptr;
   if (hooks_.resume)

@@ -214,6 +214,7 @@ ROWS = [
     ("train.num_workers_dataloader", "0", "log", ("misc", r"batches collated on the training thread")),
     ("train.lr", "0.001", "metrics", ("misc", "math.isclose(steps[1]['lr'], 0.001, rel_tol=1e-9)")),
     ("train.weight_decay", "0.5", "differs", ("weight_decay", "wd_ref")),
+    ("train.optimizer", "adamw_8bit", "plan", []),
     ("train.gamma", "0.5", "metrics", ("gamma", "math.isclose(steps[-1]['lr'], 0.5 * steps[0]['lr'], rel_tol=1e-9)")),
     ("train.lr_scheduler", "cosine", "metrics", ("precision", "steps[1]['lr'] < steps[0]['lr']")),
     ("train.warmup_steps", "2", "metrics", ("misc", "math.isclose(steps[0]['lr'], steps[1]['lr'] / 2, rel_tol=1e-9)")),

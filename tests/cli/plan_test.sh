@@ -7,7 +7,8 @@
 #  - Llama 3.1 70B over 32 GPUs does not fit 40 GiB: every change it lists, applied with its own
 #    --set overrides, is planned again and fits; Llama 2 70B LoRA on 4 x 24 GB does not fit, and
 #    QLoRA is listed as a change that does (and fits when applied);
-#  - a real 2-rank run's largest per-step peak RSS (0.1B, LoRA) is within 15% of the plan;
+#  - a real 2-rank run's largest per-step peak RSS (0.1B, LoRA; and fully fine-tuned with AdamW and
+#    with 8-bit AdamW) is within 15% of the plan;
 #  - `shardtune submit --dry-run` warns about a GPU job that will not fit ([launch] gpu_memory_gib),
 #    and about one that names no GPU memory to check against;
 #  - every job file in configs/ fits the GPUs it names (NCCL's buffers planned), or this machine;
@@ -146,6 +147,28 @@ predicted = json.load(open(sys.argv[2]))["total_bytes"]
 print(f"0.1B LoRA, 2 ranks: planned {predicted / 2**20:.0f} MiB, measured {measured / 2**20:.0f} MiB ({predicted / measured:.3f})")
 assert len(steps) == 2 and abs(predicted / measured - 1) <= 0.15
 PY
+
+# A full fine-tune of the same model with each optimizer, where the optimizer state is a third of
+# the rank (fp32 AdamW) or a tenth (8-bit AdamW): each within 15% of its plan.
+for optimizer in adamw adamw_8bit; do
+  full=(--set "model.path=$tmp/mid" --set train.optimizer=$optimizer --set train.batch_size_training=1
+        --set train.context_length=128 --set train.max_train_step=3 --set fsdp.low_cpu_fsdp=true)
+  OMP_NUM_THREADS=1 "$st" run "$tmp/job.toml" -n 2 --set "job.output_dir=$tmp/full-$optimizer" "${full[@]}" \
+    >"$tmp/full-$optimizer.log" 2>&1 || fail "the $optimizer run failed: $(tail -5 "$tmp/full-$optimizer.log")"
+  "$st" plan "$tmp/job.toml" --set slurm.ntasks_per_node=2 "${full[@]}" --json >"$tmp/full-$optimizer.json"
+  $py - "$tmp/full-$optimizer/metrics.jsonl" "$tmp/full-$optimizer.json" "$optimizer" <<'PY' ||
+import json, sys
+steps = [json.loads(l) for l in open(sys.argv[1]) if '"step":' in l][1:]  # step 2 on, as above
+measured = max(r["peak_rss_bytes"] for r in steps)
+plan = json.load(open(sys.argv[2]))
+predicted = plan["total_bytes"]
+state = plan["parts_bytes"]["optimizer states"]
+print(f"0.1B full fine-tune with {sys.argv[3]}, 2 ranks: planned {predicted / 2**20:.0f} MiB (optimizer states "
+      f"{state / 2**20:.0f} MiB), measured {measured / 2**20:.0f} MiB ({predicted / measured:.3f})")
+assert len(steps) == 2 and abs(predicted / measured - 1) <= 0.15
+PY
+    fail "the plan of the $optimizer full fine-tune is more than 15% off the largest rank's peak"
+done
 
 # submit warns about a GPU job that will not fit.
 "$st" submit configs/llama3-70b-fsdp.toml --dry-run --set launch.gpu_memory_gib=1 --set "model.path=$src/configs/data/tiny-llama" \

@@ -1,0 +1,141 @@
+// The 8-bit block-wise Adam update on the host. Compiled with -ffp-contract=off
+// (runtime/fsdp/CMakeLists.txt): every operation rounds to fp32 on its own.
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+
+#include "runtime/fsdp/adam8bit.h"
+#include "runtime/quant/dynamic_map.h"
+
+namespace shardtune::fsdp {
+namespace {
+
+inline float widen(float g) { return g; }
+inline float widen(uint16_t bf16) {
+  const uint32_t bits = static_cast<uint32_t>(bf16) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+template <class G>
+void update(float* p, const G* g, uint8_t* c1, uint8_t* c2, float* a1, float* a2, int64_t n,
+            const Adam8bitScalars& s) {
+  const std::array<float, 256>&m1 = quant::dynamic_map(true), &m2 = quant::dynamic_map(false);
+  float s1[kAdam8bitBlock], s2[kAdam8bitBlock];
+  bool finite[kAdam8bitBlock];
+  for (int64_t begin = 0, b = 0; begin < n; begin += kAdam8bitBlock, ++b) {
+    const int64_t valid = std::min(kAdam8bitBlock, n - begin);
+    float max1 = -FLT_MAX, max2 = -FLT_MAX;
+    for (int64_t j = 0; j < kAdam8bitBlock; ++j) {
+      // Past the tensor's end: bitsandbytes' phantom elements.
+      const float gj = j < valid ? widen(g[begin + j]) : 0.0f;
+      const uint8_t q1 = j < valid ? c1[begin + j] : 128, q2 = j < valid ? c2[begin + j] : 0;
+      finite[j] = std::isfinite(gj);
+      if (finite[j]) {
+        const float v = m2[q2] * a2[b];
+        s2[j] = v * s.beta2 + s.one_minus_beta2 * gj * gj;
+        const float m = m1[q1] * a1[b];
+        s1[j] = m * s.beta1 + s.one_minus_beta1 * gj;
+      } else {
+        s1[j] = 0.0f;
+        s2[j] = 0.0f;
+      }
+      max1 = std::fmax(max1, std::fabs(s1[j]));
+      max2 = std::fmax(max2, std::fabs(s2[j]));
+    }
+    a1[b] = max1;
+    a2[b] = max2;
+    for (int64_t j = 0; j < valid; ++j) {
+      if (!finite[j]) continue;
+      float pj = p[begin + j] + s.step_size * (s1[j] / (std::sqrt(s2[j]) + s.c2_eps));
+      if (s.decays) pj = pj * s.decay;
+      p[begin + j] = pj;
+    }
+    for (int64_t j = 0; j < kAdam8bitBlock; ++j) {
+      uint8_t q1 = encode(m1, s1[j] / max1, true);
+      if (std::signbit(m1[q1]) != std::signbit(s1[j])) q1 = static_cast<uint8_t>(s1[j] > 0.0f ? q1 + 1 : q1 - 1);
+      c1[begin + j] = q1;
+      c2[begin + j] = encode(m2, s2[j] / max2, false);
+    }
+  }
+}
+
+template <class G>
+void update32(float* p, const G* g, float* m, float* v, int64_t n, const Adam8bitScalars& s) {
+  const Adam8bitScalars c = s;
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = widen(g[i]);
+    const float mi = m[i] * c.beta1 + c.one_minus_beta1 * gi;
+    const float vi = v[i] * c.beta2 + c.one_minus_beta2 * (gi * gi);
+    float pi = p[i] + c.step_size * (mi / (std::sqrt(vi) + c.c2_eps));
+    if (c.decays) pi = pi * c.decay;
+    p[i] = pi;
+    m[i] = mi;
+    v[i] = vi;
+  }
+}
+
+}  // namespace
+
+bool quantized_state(const std::string& name, int64_t numel) {
+  return numel >= kMin8bitSize && name != "model.embed_tokens.weight";
+}
+
+void adam32bit_update(float* p, const float* g, float* m, float* v, int64_t n, const Adam8bitScalars& s) {
+  update32(p, g, m, v, n, s);
+}
+
+void adam32bit_update(float* p, const uint16_t* g_bf16, float* m, float* v, int64_t n, const Adam8bitScalars& s) {
+  update32(p, g_bf16, m, v, n, s);
+}
+
+uint8_t encode(const std::array<float, 256>& map, float x, bool is_signed) {
+  int pivot = 127, upper_pivot = 255, lower_pivot = 0;
+  float lower = is_signed ? -1.0f : 0.0f, upper = 1.0f;
+  float val = map[pivot];
+  for (int i = 64; i > 0; i >>= 1) {
+    if (x > val) {
+      lower_pivot = pivot;
+      lower = val;
+      pivot += i;
+    } else {
+      upper_pivot = pivot;
+      upper = val;
+      pivot -= i;
+    }
+    val = map[pivot];
+  }
+  if (x > val) return static_cast<uint8_t>(x > (upper + val) * 0.5f ? upper_pivot : pivot);
+  return static_cast<uint8_t>(x < (lower + val) * 0.5f ? lower_pivot : pivot);
+}
+
+Adam8bitScalars adam8bit_scalars(double lr, double beta1, double beta2, double eps, double weight_decay, int64_t step) {
+  Adam8bitScalars s{};
+  s.beta1 = static_cast<float>(beta1);
+  s.beta2 = static_cast<float>(beta2);
+  s.one_minus_beta1 = 1.0f - s.beta1;
+  s.one_minus_beta2 = 1.0f - s.beta2;
+  const auto t = static_cast<double>(step);
+  const auto c1 = static_cast<float>(1.0 - std::pow(beta1, t));
+  const auto c2 = static_cast<float>(std::sqrt(1.0 - std::pow(beta2, t)));
+  const auto lr32 = static_cast<float>(lr);
+  s.c2_eps = c2 * static_cast<float>(eps);
+  s.step_size = (-lr32 * c2) / c1;
+  s.decays = weight_decay > 0;
+  s.decay = 1.0f - lr32 * static_cast<float>(weight_decay);
+  return s;
+}
+
+void adam8bit_update(float* p, const float* g, uint8_t* c1, uint8_t* c2, float* a1, float* a2, int64_t n,
+                     const Adam8bitScalars& s) {
+  update(p, g, c1, c2, a1, a2, n, s);
+}
+
+void adam8bit_update(float* p, const uint16_t* g_bf16, uint8_t* c1, uint8_t* c2, float* a1, float* a2, int64_t n,
+                     const Adam8bitScalars& s) {
+  update(p, g_bf16, c1, c2, a1, a2, n, s);
+}
+
+}  // namespace shardtune::fsdp
