@@ -74,6 +74,8 @@ cpu_configs=(
   "0.1B, QLoRA, 3 ranks, blocks of 128, fp32 scales|mid|3|peft.method=qlora peft.nf4_block_size=128 peft.nf4_double_quant=false train.batch_size_training=2 train.context_length=256"
   "0.1B, QLoRA, SHARD_GRAD_OP, no activation checkpointing|mid|2|peft.method=qlora fsdp.sharding_strategy=SHARD_GRAD_OP fsdp.activation_checkpointing=false train.batch_size_training=1 train.context_length=256"
   "0.63B, QLoRA|big|2|peft.method=qlora train.batch_size_training=1 train.context_length=64"
+  "0.1B, FULL_SHARD, 8-bit AdamW|mid|2|train.optimizer=adamw_8bit train.batch_size_training=2 train.context_length=256"
+  "0.63B, FULL_SHARD, 8-bit AdamW|big|2|train.optimizer=adamw_8bit train.batch_size_training=1 train.context_length=64"
 )
 bf16="train.mixed_precision=true train.context_length=2048"
 cuda_configs=(

@@ -10,6 +10,7 @@
 #include "runtime/data/job_data.h"
 #include "runtime/model/job_model_config.h"
 #include "runtime/quant/nf4.h"
+#include "runtime/quant/state_8bit.h"
 
 namespace shardtune::launcher {
 namespace {
@@ -30,6 +31,9 @@ struct Shapes {
   double embed, block, head;  // parameters per FSDP unit (head: its norm and, untied, lm_head)
   double adapters_per_block = 0, adapters_head = 0;
   double projections = 0;     // weights of a block's seven projections
+  // 8-bit AdamW: elements of trainable tensors that keep fp32 moments (runtime/fsdp/adam8bit.h,
+  // quantized_state: fewer than 4096 elements), per block and in the head unit; the embedding too.
+  double small_per_block = 0, small_head = 0, small_adapters_per_block = 0, small_adapters_head = 0;
   double nf4_block = 0;       // QLoRA: their NF4 records' bytes, each tensor in whole records
 };
 
@@ -48,6 +52,12 @@ Shapes shapes_of(const model::LlamaConfig& c, const job::PeftSection& peft) {
   if (c.mlp_bias) s.block += 2 * s.f + s.d;
   s.head = s.d + (c.tie_word_embeddings ? 0 : s.embed);
   s.projections = 2 * s.d * s.q + 2 * s.d * s.kv + 3 * s.d * s.f;
+  const auto small = [](double n) { return n < static_cast<double>(quant::kMin8bitSize) ? n : 0.0; };
+  for (double n : {s.d * s.q, s.d * s.kv, s.d * s.kv, s.q * s.d, s.d * s.f, s.d * s.f, s.f * s.d, s.d, s.d})
+    s.small_per_block += small(n);
+  if (c.attention_bias) s.small_per_block += small(s.q) + 2 * small(s.kv) + small(s.d);
+  if (c.mlp_bias) s.small_per_block += 2 * small(s.f) + small(s.d);
+  s.small_head = small(s.d) + (c.tie_word_embeddings ? 0 : small(s.embed));
   if (peft.method == job::PeftMethod::kQlora) {
     const quant::Nf4Format nf4{peft.nf4_block_size, peft.nf4_double_quant};
     for (double n : {s.d * s.q, s.d * s.kv, s.d * s.kv, s.d * s.q, s.d * s.f, s.d * s.f, s.d * s.f})
@@ -66,8 +76,14 @@ Shapes shapes_of(const model::LlamaConfig& c, const job::PeftSection& peft) {
         {"gate_proj", {s.d, s.f}}, {"up_proj", {s.d, s.f}}, {"down_proj", {s.f, s.d}},
     };
     for (const auto& [name, in_out] : modules)
-      if (targeted(name)) s.adapters_per_block += r * (in_out.first + in_out.second);
-    if (targeted(common::kLoraHeadModule)) s.adapters_head = r * (s.d + s.v);
+      if (targeted(name)) {
+        s.adapters_per_block += r * (in_out.first + in_out.second);
+        s.small_adapters_per_block += small(r * in_out.first) + small(r * in_out.second);
+      }
+    if (targeted(common::kLoraHeadModule)) {
+      s.adapters_head = r * (s.d + s.v);
+      s.small_adapters_head = small(r * s.d) + small(r * s.v);
+    }
   }
   return s;
 }
@@ -131,12 +147,18 @@ MemoryPlan plan_memory(const job::Job& job, const model::LlamaConfig& config) {
   }
   add("gradients", fmt::format("{} of the trainable parameters, {}", over, dtype_name(master)),
       plan.trainable / shards * master);
-  // 8-bit AdamW: a byte per moment element and an fp32 scale per block of each moment.
+  // 8-bit AdamW: a byte per moment element and an fp32 scale per block of each moment; fp32
+  // moments for the embedding and tensors of fewer than 4096 elements.
   const bool eight_bit = job.train.optimizer == job::Optimizer::kAdamW8bit;
-  constexpr double kBlock = 256;
+  constexpr auto kBlock = static_cast<double>(quant::kAdam8bitBlock);
+  const double trainable_blocks = s.layers - (frozen_base > 0 && !lora ? frozen_base / s.block : 0);
+  const double fp32_state = lora ? s.layers * s.small_adapters_per_block + s.small_adapters_head
+                                 : s.embed + trainable_blocks * s.small_per_block + s.small_head;
   if (eight_bit)
-    add("optimizer states", "8-bit AdamW's two moments: a code per element, an fp32 scale per 256 elements",
-        plan.trainable / shards * (2 + 2 * 4 / kBlock));
+    add("optimizer states",
+        "8-bit AdamW's two moments: a code per element and an fp32 scale per 256 elements; fp32 for the embedding "
+        "and tensors of fewer than 4096 elements",
+        (plan.trainable - fp32_state) / shards * (2 + 2 * 4 / kBlock) + fp32_state / shards * 8);
   else
     add("optimizer states", fmt::format("AdamW's two moments, {}", dtype_name(master)),
         2 * plan.trainable / shards * master);

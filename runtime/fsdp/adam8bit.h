@@ -25,19 +25,16 @@
 
 #include <array>
 #include <cstdint>
-#include <string>
+
+#include "runtime/quant/state_8bit.h"
 
 namespace shardtune::fsdp {
 
-inline constexpr int64_t kAdam8bitBlock = 256;
-// Tensors of fewer elements keep fp32 moments, updated by bitsandbytes' 32-bit Adam kernel
-// (kOptimizer32bit2State): bitsandbytes' default min_8bit_size.
-inline constexpr int64_t kMin8bitSize = 4096;
-// Whether a trainable tensor's moments are quantised: not for tensors of fewer than kMin8bitSize
-// elements, nor for the token embedding, whose state Hugging Face's Trainer keeps in 32 bits with
-// every bitsandbytes 8-bit optimizer (GlobalOptimManager's override for nn.Embedding, as
-// bitsandbytes advises: rows of tokens absent from a batch see no gradient for many steps).
-bool quantized_state(const std::string& name, int64_t numel);
+// The block, and which tensors keep fp32 moments (updated by bitsandbytes' 32-bit Adam kernel,
+// kOptimizer32bit2State): runtime/quant/state_8bit.h.
+using quant::kAdam8bitBlock;
+using quant::kMin8bitSize;
+using quant::quantized_state;
 
 // The code of x (a moment divided by its block's absmax) in `map` (runtime/quant/dynamic_map.h:
 // signed for the first moment, unsigned for the second) as bitsandbytes' quantize_2D picks it:

@@ -79,10 +79,6 @@ void update32(float* p, const G* g, float* m, float* v, int64_t n, const Adam8bi
 
 }  // namespace
 
-bool quantized_state(const std::string& name, int64_t numel) {
-  return numel >= kMin8bitSize && name != "model.embed_tokens.weight";
-}
-
 void adam32bit_update(float* p, const float* g, float* m, float* v, int64_t n, const Adam8bitScalars& s) {
   update32(p, g, m, v, n, s);
 }
