@@ -51,9 +51,12 @@ void AdamW::add(at::Tensor param, at::Tensor grad, std::vector<StatePiece> piece
              piece.offset, piece.length, param.numel());
   const int64_t blocks = (param.numel() + kAdam8bitBlock - 1) / kAdam8bitBlock;
   const at::TensorOptions on = param.options();
-  // Codes 0 and scales 0, as bitsandbytes starts them: every moment decodes to zero.
-  codes1_.push_back(at::zeros({blocks * kAdam8bitBlock}, on.dtype(at::kByte)));
-  codes2_.push_back(at::zeros({blocks * kAdam8bitBlock}, on.dtype(at::kByte)));
+  // Codes 0 and scales 0, as bitsandbytes starts them: every moment decodes to zero. No codes where
+  // no piece is quantized (the embedding's flat parameter).
+  const bool any_quantized = std::any_of(pieces.begin(), pieces.end(), [](const StatePiece& p) { return p.quantized; });
+  const int64_t codes = any_quantized ? blocks * kAdam8bitBlock : 0;
+  codes1_.push_back(at::zeros({codes}, on.dtype(at::kByte)));
+  codes2_.push_back(at::zeros({codes}, on.dtype(at::kByte)));
   absmax1_.push_back(at::zeros({blocks}, on.dtype(at::kFloat)));
   absmax2_.push_back(at::zeros({blocks}, on.dtype(at::kFloat)));
   std::vector<at::Tensor> m, v;

@@ -79,8 +79,9 @@ class AdamW {
   // fp32 (or the params' dtype) moments; not with blockwise_8bit.
   at::Tensor& exp_avg(size_t i);
   at::Tensor& exp_avg_sq(size_t i);
-  // blockwise_8bit: the codes (uint8, a whole number of blocks covering the parameter) and the
-  // blocks' scales (fp32) of the first (moment 0) and second (1) moment of parameter i.
+  // blockwise_8bit: the codes (uint8, a whole number of blocks covering the parameter; none when
+  // no piece is quantized) and the blocks' scales (fp32) of the first (moment 0) and second (1)
+  // moment of parameter i.
   at::Tensor& codes(size_t i, int moment);
   at::Tensor& absmax(size_t i, int moment);
   // blockwise_8bit: a moment of parameter i decoded (code · scale; the fp32 moments of pieces not
