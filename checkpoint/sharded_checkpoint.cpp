@@ -170,15 +170,9 @@ void encode_codes(fsdp::AdamW& optimizer, const PendingCodes& p, const std::stri
   common::raise(ErrorKind::kIo, fmt::format("{}: 8-bit AdamW moments that are not a code times a scale", dir));
 }
 
-// This rank's part of a load: no collectives, so that a rank that fails cannot leave the others
-// waiting (load_sharded_checkpoint agrees on the outcome).
-// Replicas (ranks holding the same shard) each read a part of it, replica_part, into `read`'s
-// tensors: load_sharded_checkpoint shares the parts.
-TrainingState load_shards_of(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, const std::string& dir,
-                             std::vector<at::Tensor>& read, std::vector<PendingCodes>& encodes) {
-  const int replicas = model.groups().replicate->size(), replica = model.groups().replicate->rank();
-  CheckpointReader reader(dir);
-  const Manifest& manifest = reader.manifest();
+// The checkpoint holds this model's tensors (or its adapters), with their shapes; throws
+// common::Error(kConfig) naming every difference.
+void check_fits(fsdp::FsdpLlama& model, const Manifest& manifest, const std::string& dir) {
   bool model_has_adapters = false;
   for (fsdp::FlatParam* f : model.flat_params())
     for (const fsdp::ParamSpan& p : f->layout().params())
@@ -209,18 +203,33 @@ TrainingState load_shards_of(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, con
   for (const auto& [name, t] : manifest.tensors)
     if (!want.count(name)) problems.push_back(fmt::format("unexpected tensor {}", name));
   ST_CHECK(problems.empty(), ErrorKind::kConfig, "{} does not fit the model: {}", dir, fmt::join(problems, "; "));
+}
 
+// The checkpoint's optimizer state is this optimizer's; throws common::Error(kConfig) naming both.
+void check_optimizer(const fsdp::AdamW& optimizer, const Manifest& manifest, const std::string& dir) {
+  const std::string wanted = optimizer_name(optimizer);
+  ST_CHECK(manifest.optimizer == wanted, ErrorKind::kConfig,
+           "{} holds the state of optimizer \"{}\", and this job's [train] optimizer is \"{}\": set [train] "
+           "optimizer = \"{}\" to resume it",
+           dir, manifest.optimizer, wanted, manifest.optimizer);
+  ST_CHECK(manifest.state_block == optimizer_state_block(optimizer), ErrorKind::kConfig,
+           "{} holds {} state in blocks of {}; this build's are of {}", dir, manifest.optimizer, manifest.state_block,
+           optimizer_state_block(optimizer));
+}
+
+// This rank's part of a load: no collectives, so that a rank that fails cannot leave the others
+// waiting (load_sharded_checkpoint agrees on the outcome).
+// Replicas (ranks holding the same shard) each read a part of it, replica_part, into `read`'s
+// tensors: load_sharded_checkpoint shares the parts.
+TrainingState load_shards_of(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, const std::string& dir,
+                             std::vector<at::Tensor>& read, std::vector<PendingCodes>& encodes) {
+  const int replicas = model.groups().replicate->size(), replica = model.groups().replicate->rank();
+  CheckpointReader reader(dir);
+  const Manifest& manifest = reader.manifest();
+  check_fits(model, manifest, dir);
+  const bool adapters_only = manifest.adapter.has_value();
   const bool load_optimizer = optimizer != nullptr && manifest.has_optimizer;
-  if (load_optimizer) {
-    const std::string wanted = optimizer_name(*optimizer);
-    ST_CHECK(manifest.optimizer == wanted, ErrorKind::kConfig,
-             "{} holds the state of optimizer \"{}\", and this job's [train] optimizer is \"{}\": set [train] "
-             "optimizer = \"{}\" to resume it",
-             dir, manifest.optimizer, wanted, manifest.optimizer);
-    ST_CHECK(manifest.state_block == optimizer_state_block(*optimizer), ErrorKind::kConfig,
-             "{} holds {} state in blocks of {}; this build's are of {}", dir, manifest.optimizer, manifest.state_block,
-             optimizer_state_block(*optimizer));
-  }
+  if (load_optimizer) check_optimizer(*optimizer, manifest, dir);
   TrainingState state;
   if (load_optimizer) optimizer->set_step_count(manifest.optimizer_step);
   size_t trainable_index = 0;

@@ -9,7 +9,8 @@
 # Every call configures and builds (incrementally), then runs the stages asked for, all by default:
 #   tests       the multi-rank test programs with ST_TEST_DEVICE=cuda, so every tensor lives on
 #               the GPU: at world size 1 over NCCL, and at 2 on the same GPU through the
-#               host-staged backend (NCCL refuses two ranks on one GPU); the NCCL unit tests
+#               host-staged backend (NCCL refuses two ranks on one GPU); the NCCL unit tests;
+#               8-bit AdamW against its numpy reference, and that against bitsandbytes if installed
 #   jobs        training jobs through `shardtune run` on the GPU, one rank and two
 #   references  transformers' and the plain-PyTorch Llama references
 #   lora        LoRA under FSDP against the PyTorch reference, a LoRA job, its PEFT export in peft
@@ -104,7 +105,7 @@ else
   # CI compiles the test programs among these against LibTorch 2.x headers too (CMakeLists.txt).
   targets=(shardtune shardtune-rank shardtune-make-model shardtune-ckpt shardtune-tokenize nccl_comm_test mpi_collectives_test
            fsdp_equivalence_test fsdp_training_test shard_loader_test device_checkpoint_test hf_model_test train_bench
-           lora_fsdp_test lora_bench kernels_gpu_test)
+           lora_fsdp_test lora_bench kernels_gpu_test adam8bit_test)
   build_cmd=(cmake --build "$build" -j"$jobs" --target)
   keep_going=()
   [ ${#generator[@]} -gt 0 ] && keep_going=(-- -k 0)  # every target that can be built, and every error
@@ -167,6 +168,13 @@ stage_tests() {
   if [ -x "$sanitizer" ]; then
     check kernels_sanitizer st_with_libs "$sanitizer" --error-exitcode 1 --tool memcheck "$bin/kernels_gpu_test"
   fi
+  # 8-bit AdamW on the GPU (its ATen operations) bit for bit against the numpy reference of
+  # bitsandbytes' update, and that reference against bitsandbytes' own kernel where it is installed.
+  [ -f "$report/adam8bit_reference/cases.json" ] ||
+    check adam8bit_reference_make python3 "$root/tests/reference/adam8bit_reference.py" "$report/adam8bit_reference"
+  check adam8bit st_with_libs env ST_TEST_DEVICE=cuda "SHARDTUNE_ADAM8BIT_REFERENCE=$report/adam8bit_reference" \
+    "$bin/adam8bit_test" --gtest_filter='Adam8bitReference.*'
+  check adam8bit_bitsandbytes python3 "$root/tests/reference/adam8bit_bnb_check.py" "$report/adam8bit_reference"
   for np in $nps; do
     for t in mpi_collectives_test fsdp_equivalence_test fsdp_training_test shard_loader_test device_checkpoint_test; do
       mpirun_np $np

@@ -1,23 +1,17 @@
 // The 8-bit block-wise Adam update on the host. Compiled with -ffp-contract=off
 // (runtime/fsdp/CMakeLists.txt): every operation rounds to fp32 on its own.
+#include "runtime/fsdp/adam8bit.h"
+
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
-#include <cstring>
 
-#include "runtime/fsdp/adam8bit.h"
+#include "runtime/fsdp/widen.h"
 #include "runtime/quant/dynamic_map.h"
 
 namespace shardtune::fsdp {
 namespace {
 
-inline float widen(float g) { return g; }
-inline float widen(uint16_t bf16) {
-  const uint32_t bits = static_cast<uint32_t>(bf16) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
 
 template <class G>
 void update(float* p, const G* g, uint8_t* c1, uint8_t* c2, float* a1, float* a2, int64_t n,
@@ -88,23 +82,7 @@ void adam32bit_update(float* p, const uint16_t* g_bf16, float* m, float* v, int6
 }
 
 uint8_t encode(const std::array<float, 256>& map, float x, bool is_signed) {
-  int pivot = 127, upper_pivot = 255, lower_pivot = 0;
-  float lower = is_signed ? -1.0f : 0.0f, upper = 1.0f;
-  float val = map[pivot];
-  for (int i = 64; i > 0; i >>= 1) {
-    if (x > val) {
-      lower_pivot = pivot;
-      lower = val;
-      pivot += i;
-    } else {
-      upper_pivot = pivot;
-      upper = val;
-      pivot -= i;
-    }
-    val = map[pivot];
-  }
-  if (x > val) return static_cast<uint8_t>(x > (upper + val) * 0.5f ? upper_pivot : pivot);
-  return static_cast<uint8_t>(x < (lower + val) * 0.5f ? lower_pivot : pivot);
+  return quant::search_code(map, x, is_signed ? -1.0f : 0.0f, /*ends_from_map=*/false);
 }
 
 Adam8bitScalars adam8bit_scalars(double lr, double beta1, double beta2, double eps, double weight_decay, int64_t step) {

@@ -2,18 +2,11 @@
 #include "runtime/fsdp/adamw_kernel.h"
 
 #include <cmath>
-#include <cstring>
+
+#include "runtime/fsdp/widen.h"
 
 namespace shardtune::fsdp {
 namespace {
-
-inline float widen(float g) { return g; }
-inline float widen(uint16_t bf16) {
-  const uint32_t bits = static_cast<uint32_t>(bf16) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
 
 template <class G>
 void update(float* __restrict p, const G* __restrict g, float* __restrict m, float* __restrict v, int64_t n,

@@ -48,4 +48,25 @@ const std::array<float, 256>& dynamic_map(bool is_signed) {
   return is_signed ? kSigned : kUnsigned;
 }
 
+uint8_t search_code(const std::array<float, 256>& map, float x, float lower, bool ends_from_map) {
+  int pivot = 127, upper_pivot = 255, lower_pivot = 0;
+  float upper = 1.0f, val = map[127];
+  for (int i = 64; i > 0; i >>= 1) {
+    if (x > val) {
+      lower_pivot = pivot;
+      lower = val;
+      pivot += i;
+    } else {
+      upper_pivot = pivot;
+      upper = val;
+      pivot -= i;
+    }
+    val = map[static_cast<size_t>(pivot)];
+  }
+  if (ends_from_map && upper_pivot == 255) upper = map[255];
+  if (ends_from_map && lower_pivot == 0) lower = map[0];
+  if (x > val) return static_cast<uint8_t>(x > (upper + val) * 0.5f ? upper_pivot : pivot);
+  return static_cast<uint8_t>(x < (lower + val) * 0.5f ? lower_pivot : pivot);
+}
+
 }  // namespace shardtune::quant

@@ -81,31 +81,7 @@ uint8_t nf4_code(float normed) {
 
 // bitsandbytes' dQuantize<0>: a binary search to an even pivot, then the nearer of it and the
 // neighbour on the value's side, by an fp32 midpoint.
-uint8_t dynamic_code(float x) {
-  const std::array<float, 256>& code = dynamic_map();
-  int pivot = 127, upper_pivot = 255, lower_pivot = 0;
-  float lower = -1.0f, upper = 1.0f, val = code[127];
-  for (int i = 64; i > 0; i >>= 1) {
-    if (x > val) {
-      lower_pivot = pivot;
-      lower = val;
-      pivot += i;
-    } else {
-      upper_pivot = pivot;
-      upper = val;
-      pivot -= i;
-    }
-    val = code[static_cast<size_t>(pivot)];
-  }
-  if (upper_pivot == 255) upper = code[255];
-  if (lower_pivot == 0) lower = code[0];
-  if (x > val) {
-    const float mid = (upper + val) * 0.5f;
-    return static_cast<uint8_t>(x > mid ? upper_pivot : pivot);
-  }
-  const float mid = (lower + val) * 0.5f;
-  return static_cast<uint8_t>(x < mid ? lower_pivot : pivot);
-}
+uint8_t dynamic_code(float x) { return search_code(dynamic_map(), x, -1.0f, /*ends_from_map=*/true); }
 
 bool is_nf4_weight(const std::string& name) {
   // "model.layers.<N>.<self_attn|mlp>.<projection>.weight"

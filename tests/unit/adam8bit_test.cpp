@@ -15,8 +15,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -25,47 +23,37 @@
 #include "runtime/fsdp/adam8bit_ops.h"
 #include "runtime/fsdp/adamw.h"
 #include "runtime/quant/dynamic_map.h"
+#include "tests/unit/reference_files.h"
 
 namespace shardtune::fsdp {
 namespace {
 
-std::string reference_dir() {
-  const char* dir = std::getenv("SHARDTUNE_ADAM8BIT_REFERENCE");
-  return dir == nullptr ? "" : dir;
-}
+std::string reference_dir() { return testing_support::reference_dir("SHARDTUNE_ADAM8BIT_REFERENCE"); }
 
 template <class T>
 std::vector<T> read_raw(const std::string& name) {
-  std::ifstream in(reference_dir() + "/" + name, std::ios::binary);
-  EXPECT_TRUE(in.good()) << name;
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::vector<T> out(bytes.size() / sizeof(T));
-  std::memcpy(out.data(), bytes.data(), out.size() * sizeof(T));
-  return out;
+  return testing_support::read_raw<T>(reference_dir(), name);
 }
 
-nlohmann::json cases() {
-  std::ifstream in(reference_dir() + "/cases.json");
-  return nlohmann::json::parse(in);
-}
+nlohmann::json cases() { return testing_support::read_cases(reference_dir()); }
 
-// Index of the first element whose bits differ, or -1 (-2: the sizes differ).
-template <class T>
-int64_t first_difference(const T* a, const std::vector<T>& b, size_t n) {
-  if (n != b.size()) return -2;
-  for (size_t i = 0; i < n; ++i)
-    if (std::memcmp(&a[i], &b[i], sizeof(T)) != 0) return static_cast<int64_t>(i);
-  return -1;
-}
+using testing_support::first_difference;
 
 template <class T>
 int64_t first_difference(const at::Tensor& t, const std::vector<T>& b) {
-  const at::Tensor c = t.contiguous();
+  const at::Tensor c = t.to(at::kCPU).contiguous();
   return first_difference(c.data_ptr<T>(), b, static_cast<size_t>(c.numel()));
 }
 
 at::Tensor tensor_of(const std::vector<float>& v) {
   return at::from_blob(const_cast<float*>(v.data()), {static_cast<int64_t>(v.size())}, at::kFloat).clone();
+}
+
+// Where the reference cases run: the CPU, or with ST_TEST_DEVICE=cuda the GPU (scripts/gpu-check.sh),
+// through the ATen operations there.
+at::Device test_device() {
+  const char* d = std::getenv("ST_TEST_DEVICE");
+  return d != nullptr && std::string(d) == "cuda" ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
 }
 
 class Adam8bitReference : public ::testing::Test {
@@ -101,8 +89,9 @@ TEST_F(Adam8bitReference, CodesAtEveryMidpoint) {
     for (size_t i = 0; i < x.size(); ++i)
       ASSERT_EQ(int(encode(map, x[i], is_signed)), int(want[i])) << x[i] << (is_signed ? " signed" : " unsigned");
     // The ATen search too.
-    const Adam8bitMaps maps = adam8bit_maps(at::kCPU);
-    const at::Tensor got = encode_ops(is_signed ? maps.signed_map : maps.unsigned_map, tensor_of(x), is_signed);
+    const Adam8bitMaps maps = adam8bit_maps(test_device());
+    const at::Tensor got =
+        encode_ops(is_signed ? maps.signed_map : maps.unsigned_map, tensor_of(x).to(test_device()), is_signed);
     EXPECT_EQ(first_difference(got.to(at::kByte), want), -1);
   }
 }
@@ -120,15 +109,16 @@ void run_case(const Case& c, bool ops) {
   const nlohmann::json& s = c.spec;
   SCOPED_TRACE(s["name"].get<std::string>() + (ops ? " (ATen operations)" : " (host loop)"));
   const bool bf16_params = s["bf16_params"], bf16_grads = s["bf16_grads"];
-  at::Tensor p = tensor_of(c.p0);
+  const at::Device device = test_device();
+  at::Tensor p = tensor_of(c.p0).to(device);
   if (bf16_params) p = p.to(at::kBFloat16);  // exact: the reference's values are bf16's
-  at::Tensor g = at::zeros({c.n}, at::TensorOptions().dtype(bf16_grads ? at::kBFloat16 : at::kFloat));
+  at::Tensor g = at::zeros({c.n}, at::TensorOptions().dtype(bf16_grads ? at::kBFloat16 : at::kFloat).device(device));
   AdamW opt({s["beta1"], s["beta2"], s["eps"], s["weight_decay"], /*fused=*/true, /*blockwise_8bit=*/true});
   // A small tensor's one piece, not quantized: fp32 moments.
   const bool fp32_state = s["fp32_state"];
   opt.add(p, g, {{0, c.n, !fp32_state}});
-  at::Tensor m = at::zeros({c.n}), v = at::zeros({c.n});  // the ATen path's fp32 moments
-  const Adam8bitMaps maps = adam8bit_maps(at::kCPU);
+  at::Tensor m = at::zeros({c.n}, device), v = at::zeros({c.n}, device);  // the ATen path's fp32 moments
+  const Adam8bitMaps maps = adam8bit_maps(device);
   for (int64_t t = 1; t <= c.steps; ++t) {
     g.copy_(tensor_of(std::vector<float>(c.grads.begin() + (t - 1) * c.n, c.grads.begin() + t * c.n)));
     if (!ops) {

@@ -16,29 +16,19 @@
 
 #include "common/error.h"
 #include "runtime/quant/nf4.h"
+#include "tests/unit/reference_files.h"
 
 namespace shardtune::quant {
 namespace {
 
-std::string reference_dir() {
-  const char* dir = std::getenv("SHARDTUNE_NF4_REFERENCE");
-  return dir == nullptr ? "" : dir;
-}
+std::string reference_dir() { return testing_support::reference_dir("SHARDTUNE_NF4_REFERENCE"); }
 
 template <class T>
 std::vector<T> read_raw(const std::string& name) {
-  std::ifstream in(reference_dir() + "/" + name, std::ios::binary);
-  EXPECT_TRUE(in.good()) << name;
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::vector<T> out(bytes.size() / sizeof(T));
-  std::memcpy(out.data(), bytes.data(), out.size() * sizeof(T));
-  return out;
+  return testing_support::read_raw<T>(reference_dir(), name);
 }
 
-nlohmann::json cases() {
-  std::ifstream in(reference_dir() + "/cases.json");
-  return nlohmann::json::parse(in);
-}
+nlohmann::json cases() { return testing_support::read_cases(reference_dir()); }
 
 uint32_t bits(float f) {
   uint32_t b = 0;
@@ -46,14 +36,7 @@ uint32_t bits(float f) {
   return b;
 }
 
-// Index of the first element whose bits differ, or -1.
-template <class T>
-int64_t first_difference(const std::vector<T>& a, const std::vector<T>& b) {
-  if (a.size() != b.size()) return 0;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (std::memcmp(&a[i], &b[i], sizeof(T)) != 0) return static_cast<int64_t>(i);
-  return -1;
-}
+using testing_support::first_difference;
 
 class Nf4Reference : public ::testing::Test {
  protected:
