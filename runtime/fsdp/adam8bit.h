@@ -26,6 +26,7 @@
 #include <array>
 #include <cstdint>
 
+#include "runtime/quant/dynamic_map.h"
 #include "runtime/quant/state_8bit.h"
 
 namespace shardtune::fsdp {
@@ -41,6 +42,8 @@ using quant::quantized_state;
 // a binary search of seven halvings from code 127, then the nearer neighbour by midpoints (the
 // search's bounds start at −1 (signed) or 0, and 1). A NaN (0/0: an all-zero block) ends at code 0.
 uint8_t encode(const std::array<float, 256>& map, float x, bool is_signed);
+// The same by table (quant::CodeTable), as the host loop codes: signed or unsigned map.
+const quant::CodeTable& code_table(bool is_signed);
 
 // The step's scalars in fp32.
 struct Adam8bitScalars {

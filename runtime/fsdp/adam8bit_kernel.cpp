@@ -17,6 +17,7 @@ template <class G>
 void update(float* p, const G* g, uint8_t* c1, uint8_t* c2, float* a1, float* a2, int64_t n,
             const Adam8bitScalars& s) {
   const std::array<float, 256>&m1 = quant::dynamic_map(true), &m2 = quant::dynamic_map(false);
+  const quant::CodeTable &t1 = code_table(true), &t2 = code_table(false);
   float s1[kAdam8bitBlock], s2[kAdam8bitBlock];
   bool finite[kAdam8bitBlock];
   for (int64_t begin = 0, b = 0; begin < n; begin += kAdam8bitBlock, ++b) {
@@ -36,8 +37,9 @@ void update(float* p, const G* g, uint8_t* c1, uint8_t* c2, float* a1, float* a2
         s1[j] = 0.0f;
         s2[j] = 0.0f;
       }
-      max1 = std::fmax(max1, std::fabs(s1[j]));
-      max2 = std::fmax(max2, std::fabs(s2[j]));
+      // fmax's result without its call: the running maximum is never NaN, and both skip a NaN value.
+      max1 = std::max(max1, std::fabs(s1[j]));
+      max2 = std::max(max2, std::fabs(s2[j]));
     }
     a1[b] = max1;
     a2[b] = max2;
@@ -48,10 +50,10 @@ void update(float* p, const G* g, uint8_t* c1, uint8_t* c2, float* a1, float* a2
       p[begin + j] = pj;
     }
     for (int64_t j = 0; j < kAdam8bitBlock; ++j) {
-      uint8_t q1 = encode(m1, s1[j] / max1, true);
+      uint8_t q1 = t1.code(s1[j] / max1);
       if (std::signbit(m1[q1]) != std::signbit(s1[j])) q1 = static_cast<uint8_t>(s1[j] > 0.0f ? q1 + 1 : q1 - 1);
       c1[begin + j] = q1;
-      c2[begin + j] = encode(m2, s2[j] / max2, false);
+      c2[begin + j] = t2.code(s2[j] / max2);
     }
   }
 }
@@ -83,6 +85,12 @@ void adam32bit_update(float* p, const uint16_t* g_bf16, float* m, float* v, int6
 
 uint8_t encode(const std::array<float, 256>& map, float x, bool is_signed) {
   return quant::search_code(map, x, is_signed ? -1.0f : 0.0f, /*ends_from_map=*/false);
+}
+
+const quant::CodeTable& code_table(bool is_signed) {
+  static const quant::CodeTable kSigned(quant::dynamic_map(true), -1.0f, false),
+      kUnsigned(quant::dynamic_map(false), 0.0f, false);
+  return is_signed ? kSigned : kUnsigned;
 }
 
 Adam8bitScalars adam8bit_scalars(double lr, double beta1, double beta2, double eps, double weight_decay, int64_t step) {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "common/error.h"
@@ -48,25 +49,69 @@ const std::array<float, 256>& dynamic_map(bool is_signed) {
   return is_signed ? kSigned : kUnsigned;
 }
 
-uint8_t search_code(const std::array<float, 256>& map, float x, float lower, bool ends_from_map) {
-  int pivot = 127, upper_pivot = 255, lower_pivot = 0;
-  float upper = 1.0f, val = map[127];
-  for (int i = 64; i > 0; i >>= 1) {
-    if (x > val) {
-      lower_pivot = pivot;
-      lower = val;
-      pivot += i;
-    } else {
-      upper_pivot = pivot;
-      upper = val;
-      pivot -= i;
+namespace {
+
+// Every value search_code compares x with, over all 128 paths of its halvings.
+std::vector<float> thresholds(const std::array<float, 256>& map, float start_lower, bool ends_from_map) {
+  std::vector<float> out;
+  for (int path = 0; path < 128; ++path) {
+    int pivot = 127, upper_pivot = 255, lower_pivot = 0, step = 6;
+    float lower = start_lower, upper = 1.0f, val = map[127];
+    for (int i = 64; i > 0; i >>= 1, --step) {
+      out.push_back(val);
+      const bool above = ((path >> step) & 1) != 0;
+      if (above) {
+        lower_pivot = pivot;
+        lower = val;
+        pivot += i;
+      } else {
+        upper_pivot = pivot;
+        upper = val;
+        pivot -= i;
+      }
+      val = map[static_cast<size_t>(pivot)];
     }
-    val = map[static_cast<size_t>(pivot)];
+    if (ends_from_map && upper_pivot == 255) upper = map[255];
+    if (ends_from_map && lower_pivot == 0) lower = map[0];
+    out.insert(out.end(), {val, (upper + val) * 0.5f, (lower + val) * 0.5f});
   }
-  if (ends_from_map && upper_pivot == 255) upper = map[255];
-  if (ends_from_map && lower_pivot == 0) lower = map[0];
-  if (x > val) return static_cast<uint8_t>(x > (upper + val) * 0.5f ? upper_pivot : pivot);
-  return static_cast<uint8_t>(x < (lower + val) * 0.5f ? lower_pivot : pivot);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+float from_bits(uint32_t bits) {
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+}  // namespace
+
+CodeTable::CodeTable(const std::array<float, 256>& map, float lower, bool ends_from_map)
+    : map_(map), lower_(lower), ends_from_map_(ends_from_map), thresholds_(thresholds(map, lower, ends_from_map)),
+      table_(65536, kSearch) {
+  ST_CHECK(thresholds_.size() < kIndex, common::ErrorKind::kInternal, "{} thresholds", thresholds_.size());
+  const float inf = std::numeric_limits<float>::infinity();
+  for (size_t k = 0; k <= thresholds_.size(); ++k) {
+    if (k < thresholds_.size()) at_.push_back(search_code(map, thresholds_[k], lower, ends_from_map));
+    // Any float strictly between threshold k - 1 and k (none there: the code is never read).
+    const float after = k == 0 ? -std::numeric_limits<float>::max() : std::nextafter(thresholds_[k - 1], inf);
+    below_.push_back(search_code(map, after, lower, ends_from_map));
+  }
+  for (uint32_t top = 0; top < 65536; ++top) {
+    if (((top >> 7) & 0xff) == 0xff) continue;  // infinities and NaN: the search
+    const float a = from_bits(top << 16), b = from_bits((top << 16) | 0xffff);
+    const float lo = std::min(a, b), hi = std::max(a, b);
+    const auto first = std::lower_bound(thresholds_.begin(), thresholds_.end(), lo);  // the first >= lo
+    table_[top] = first != thresholds_.end() && *first <= hi
+                      ? static_cast<uint16_t>(kStep | (first - thresholds_.begin()))
+                      : search_code(map, a, lower, ends_from_map);
+  }
+}
+
+int CodeTable::stepped_intervals() const {
+  return static_cast<int>(std::count_if(table_.begin(), table_.end(), [](uint16_t e) { return e >= 256 && e != kSearch; }));
 }
 
 }  // namespace shardtune::quant

@@ -273,6 +273,42 @@ TEST(Adam8bit, DecodedMomentsEncodeBack) {
   EXPECT_TRUE(restored.codes(0, 0).equal(before));
 }
 
+// The table the host loop codes by gives the search's code for every float: 4M random bit
+// patterns (every exponent, NaN and infinities), and every float within 64 ulp of each map value
+// and midpoint, for both maps and both kinds of bounds.
+TEST(Adam8bit, CodeTableIsTheSearch) {
+  std::mt19937 rng(7);
+  for (bool is_signed : {true, false})
+    for (bool ends_from_map : {false, true}) {
+      const std::array<float, 256>& map = quant::dynamic_map(is_signed);
+      const float lower = is_signed ? -1.0f : 0.0f;
+      const quant::CodeTable table(map, lower, ends_from_map);
+      EXPECT_LT(table.stepped_intervals(), 3000);
+      const auto check = [&](float x) {
+        ASSERT_EQ(int(table.code(x)), int(quant::search_code(map, x, lower, ends_from_map))) << x;
+      };
+      for (int i = 0; i < (1 << 22); ++i) {
+        const uint32_t bits = rng();
+        float x;
+        std::memcpy(&x, &bits, sizeof x);
+        check(x);
+      }
+      for (size_t k = 0; k < 256; ++k) {
+        std::vector<float> near = {map[k]};
+        if (k + 1 < 256) near.push_back((map[k] + map[k + 1]) * 0.5f);
+        for (const float c : near) {
+          float x = c, y = c;
+          for (int u = 0; u < 64; ++u) {
+            check(x);
+            check(y);
+            x = std::nextafter(x, 2.0f);
+            y = std::nextafter(y, -2.0f);
+          }
+        }
+      }
+    }
+}
+
 // bitsandbytes' 2.03 bytes per parameter: a byte per moment and an fp32 scale per 256 elements of
 // each, against fp32 AdamW's 8.
 TEST(Adam8bit, StateIsAQuarterOfAdamWs) {
