@@ -249,7 +249,7 @@ TrainingState load_shards_of(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, con
     }
     for (FlatState& target : targets) {
       const fsdp::ShardPart part = fsdp::replica_part(target.tensor.numel(), replicas, replica);
-      read.push_back(target.tensor);
+      if (replicas > 1) read.push_back(target.tensor);  // parts to share
       for (const fsdp::ShardPiece& piece : target.layout->pieces_in_part(f->shard_rank(), part)) {
         const fsdp::ParamSpan& p = target.layout->params()[piece.param];
         read_tensor(target.tensor.narrow(0, piece.shard_offset, piece.length),
@@ -258,8 +258,16 @@ TrainingState load_shards_of(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, con
                     });
       }
     }
-    // An 8-bit AdamW's moments, read decoded, become codes again once every replica has its parts.
-    if (targets.size() > 3) encodes.push_back({index, f, targets[1].tensor, targets[2].tensor});
+    // An 8-bit AdamW's moments, read decoded, become codes again: here, a flat parameter at a time
+    // (its decoded copies freed before the next is read), or, where replicas read parts of them,
+    // once every replica has them all.
+    if (targets.size() > 3) {
+      PendingCodes pending{index, f, targets[1].tensor, targets[2].tensor};
+      if (replicas == 1)
+        encode_codes(*optimizer, pending, dir);
+      else
+        encodes.push_back(std::move(pending));
+    }
   }
   for (fsdp::FlatParam* f : model.flat_params()) f->reshard();  // written through their raw data
   state.step = manifest.step;
