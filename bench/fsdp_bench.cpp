@@ -13,6 +13,7 @@
 #include <string>
 
 #include "runtime/dist/mpi_runtime.h"
+#include "runtime/fsdp/adamw.h"
 #include "runtime/fsdp/fsdp_llama.h"
 #include "runtime/model/init.h"
 #include "runtime/model/loss.h"

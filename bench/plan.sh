@@ -76,6 +76,9 @@ cpu_configs=(
   "0.63B, QLoRA|big|2|peft.method=qlora train.batch_size_training=1 train.context_length=64"
   "0.1B, FULL_SHARD, 8-bit AdamW|mid|2|train.optimizer=adamw_8bit train.batch_size_training=2 train.context_length=256"
   "0.63B, FULL_SHARD, 8-bit AdamW|big|2|train.optimizer=adamw_8bit train.batch_size_training=1 train.context_length=64"
+  "0.1B, FULL_SHARD, Adafactor|mid|2|train.optimizer=adafactor train.batch_size_training=2 train.context_length=256"
+  "0.63B, FULL_SHARD, Adafactor|big|2|train.optimizer=adafactor train.batch_size_training=1 train.context_length=64"
+  "0.63B, FULL_SHARD, Adafactor with a first moment|big|2|train.optimizer=adafactor train.adafactor_beta1=0.9 train.batch_size_training=1 train.context_length=64"
 )
 bf16="train.mixed_precision=true train.context_length=2048"
 cuda_configs=(

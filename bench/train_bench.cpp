@@ -41,6 +41,7 @@
 #include "runtime/dist/gpu_sharing.h"
 #include "runtime/dist/mpi_runtime.h"
 #include "runtime/dist/topology.h"
+#include "runtime/fsdp/adamw.h"
 #include "runtime/fsdp/fsdp_llama.h"
 #include "runtime/fsdp/shard_loader.h"
 #include "runtime/model/fused_ops.h"

@@ -124,9 +124,7 @@ void CheckpointReader::read_ahead(const std::vector<std::pair<std::string, std::
 }
 
 at::Tensor CheckpointReader::read_tensor(const std::string& kind, const std::string& tensor) {
-  at::Tensor t = is_scale_kind(kind)
-                     ? at::empty({kind_numel(kind, {shape(tensor), "F32"}, manifest_.state_block)}, at::kFloat)
-                     : at::empty(shape(tensor), at::kFloat);
+  at::Tensor t = at::empty(kind_shape(kind, {shape(tensor), "F32"}, manifest_.state_block), at::kFloat);
   read_range(kind, tensor, 0, t.numel(), t.data_ptr<float>());
   return t;
 }

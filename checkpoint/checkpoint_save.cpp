@@ -37,12 +37,12 @@ namespace {
 
 using common::ErrorKind;
 
-// The groups of a checkpoint file: /param, /exp_avg and /exp_avg_sq, and the scale kinds' where
-// the units have them.
+// The groups of a checkpoint file: /param, /exp_avg and /exp_avg_sq, and the other kinds' (scales,
+// factors) where the units have them.
 std::vector<std::string> file_groups(const std::vector<std::string>& kinds) {
   std::vector<std::string> out(std::begin(kStateKinds), std::begin(kStateKinds) + 3);
-  for (const char* scale : kScaleKinds)
-    if (std::find(kinds.begin(), kinds.end(), scale) != kinds.end()) out.emplace_back(scale);
+  for (auto kind = std::begin(kStateKinds) + 3; kind != std::end(kStateKinds); ++kind)
+    if (std::find(kinds.begin(), kinds.end(), *kind) != kinds.end()) out.emplace_back(*kind);
   return out;
 }
 
@@ -79,7 +79,7 @@ struct CheckpointFile {
 
 // AdamW's own step of each trainable tensor whose count is not the optimizer's (a layer that
 // started training after the others), for the manifest.
-std::map<std::string, int64_t> moment_steps(fsdp::FsdpLlama& model, const fsdp::AdamW& optimizer, bool adapters_only) {
+std::map<std::string, int64_t> moment_steps(fsdp::FsdpLlama& model, const fsdp::Optimizer& optimizer, bool adapters_only) {
   std::map<std::string, int64_t> out;
   size_t index = 0;
   for (fsdp::FlatParam* f : saved_flats(model, adapters_only)) {
@@ -177,7 +177,7 @@ std::vector<ManifestSlice> write_rank_file(const std::vector<FullUnit>& units, c
 // group that holds it, one at a time, and written there as whole tensors of their own shape.
 // Collective over that shard group; only world rank 0 receives and writes. A failure to write is
 // recorded, not thrown, so that the gathers go on in step on every rank.
-std::vector<ManifestSlice> write_full_file(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, bool adapters_only,
+std::vector<ManifestSlice> write_full_file(fsdp::FsdpLlama& model, fsdp::Optimizer* optimizer, bool adapters_only,
                                            dist::Communicator& shard_group, bool writer, const std::string& path,
                                            const std::string& file_name, std::string& failure) {
   const std::vector<int>& members = shard_group.world_ranks();
@@ -266,7 +266,7 @@ std::string full_file_plan(dist::Communicator& world, bool writer, const std::ve
 
 }  // namespace
 
-CheckpointSave::CheckpointSave(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, const TrainingState& state,
+CheckpointSave::CheckpointSave(fsdp::FsdpLlama& model, fsdp::Optimizer* optimizer, const TrainingState& state,
                                dist::ProcessGroups& groups, const SaveRequest& request)
     : groups_(groups),
       model_(model),
@@ -325,7 +325,7 @@ CheckpointSave::CheckpointSave(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, c
   m.optimizer_step = optimizer ? optimizer->step_count() : 0;
   m.has_optimizer = optimizer != nullptr;
   if (optimizer != nullptr) {
-    m.optimizer = optimizer_name(*optimizer);
+    m.optimizer = optimizer->name();
     m.state_block = optimizer_state_block(*optimizer);
   }
   m.world_size = world.size();

@@ -40,7 +40,7 @@ class UpdateCrcs;  // update_crcs.h
 class CheckpointSave {
  public:
   // Begins a save of `state` (sharded_checkpoint.h's SaveRequest says where and how).
-  CheckpointSave(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, const TrainingState& state,
+  CheckpointSave(fsdp::FsdpLlama& model, fsdp::Optimizer* optimizer, const TrainingState& state,
                  dist::ProcessGroups& groups, const SaveRequest& request);
   ~CheckpointSave();
   CheckpointSave(const CheckpointSave&) = delete;
@@ -71,7 +71,7 @@ class CheckpointSave {
  private:
   dist::ProcessGroups& groups_;
   fsdp::FsdpLlama& model_;
-  fsdp::AdamW* optimizer_;
+  fsdp::Optimizer* optimizer_;
   std::string root_;
   int64_t keep_last_;
   bool consolidated_, adapters_only_, split_, writer_, gather_ = false;

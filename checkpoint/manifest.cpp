@@ -159,9 +159,19 @@ bool is_scale_kind(const std::string& kind) {
   return std::find(std::begin(kScaleKinds), std::end(kScaleKinds), kind) != std::end(kScaleKinds);
 }
 
+bool is_factor_kind(const std::string& kind) {
+  return std::find(std::begin(kFactorKinds), std::end(kFactorKinds), kind) != std::end(kFactorKinds);
+}
+
 int64_t kind_numel(const std::string& kind, const ManifestTensor& t, int64_t state_block) {
+  if (is_factor_kind(kind)) return t.shape.size() != 2 ? -1 : kind == kFactorKinds[0] ? t.shape[0] : t.shape[1];
   if (!is_scale_kind(kind)) return t.numel();
   return state_block > 0 ? (t.numel() + state_block - 1) / state_block : 0;
+}
+
+std::vector<int64_t> kind_shape(const std::string& kind, const ManifestTensor& t, int64_t state_block) {
+  if (is_scale_kind(kind) || is_factor_kind(kind)) return {kind_numel(kind, t, state_block)};
+  return t.shape;
 }
 
 int64_t ManifestTensor::numel() const {
@@ -465,6 +475,11 @@ Manifest parse_manifest(const std::string& text, const std::string& where) {
       else if (is_scale_kind(ms.kind) && m.state_block == 0)
         f.problem(fmt::format("{}: scales of an 8-bit optimizer's state in a checkpoint of optimizer {}", what,
                               json_quoted(m.optimizer)));
+      else if (is_factor_kind(ms.kind) && m.optimizer != "adafactor")
+        f.problem(fmt::format("{}: Adafactor's factored statistics in a checkpoint of optimizer {}", what,
+                              json_quoted(m.optimizer)));
+      else if (is_factor_kind(ms.kind) && m.tensors.count(ms.tensor) && m.tensors.at(ms.tensor).shape.size() != 2)
+        f.problem(fmt::format("{}: factored statistics of a tensor that is not a matrix", what));
       if (!m.tensors.count(ms.tensor)) f.problem(fmt::format("{}: the tensor is not among \"tensors\"", what));
       if (!is_plain_file_name(ms.file))
         f.problem(fmt::format("{}: the file name is not a plain name inside the checkpoint directory", what));

@@ -23,14 +23,18 @@ namespace shardtune::checkpoint {
 inline constexpr int kManifestVersion = 4;
 inline constexpr const char* kManifestFile = "manifest.json";
 // The kinds of state a checkpoint holds of each tensor: its values, AdamW's two moments (fp32;
-// an 8-bit optimizer's decoded, code · scale), and an 8-bit optimizer's scales of the moments, one
-// per Manifest::state_block elements of the tensor.
+// an 8-bit optimizer's decoded, code · scale), an 8-bit optimizer's scales of the moments, one
+// per Manifest::state_block elements of the tensor, and Adafactor's row and column means of a
+// matrix's squared gradient (a vector's second moment is exp_avg_sq, its first moment exp_avg).
 inline constexpr const char* kParamKind = "param";
-inline constexpr const char* kStateKinds[] = {"param", "exp_avg", "exp_avg_sq", "exp_avg_absmax", "exp_avg_sq_absmax"};
+inline constexpr const char* kStateKinds[] = {"param",          "exp_avg",          "exp_avg_sq", "exp_avg_absmax",
+                                              "exp_avg_sq_absmax", "exp_avg_sq_row", "exp_avg_sq_col"};
 inline constexpr const char* kScaleKinds[] = {"exp_avg_absmax", "exp_avg_sq_absmax"};
+inline constexpr const char* kFactorKinds[] = {"exp_avg_sq_row", "exp_avg_sq_col"};
 bool is_scale_kind(const std::string& kind);
+bool is_factor_kind(const std::string& kind);
 // The optimizers whose state a checkpoint may hold, as [train] optimizer spells them.
-inline constexpr const char* kOptimizerNames[] = {"adamw", "adamw_8bit"};
+inline constexpr const char* kOptimizerNames[] = {"adamw", "adamw_8bit", "adafactor"};
 
 struct ManifestTensor {
   std::vector<int64_t> shape;
@@ -38,8 +42,11 @@ struct ManifestTensor {
   int64_t numel() const;
 };
 
-// Elements of `kind` of a tensor: its own, or for a scale kind one per `state_block` of them.
+// Elements of `kind` of a tensor: its own; for a scale kind one per `state_block` of them; for a
+// factor kind one per row or column of a matrix (-1 for a tensor that is not one).
 int64_t kind_numel(const std::string& kind, const ManifestTensor& t, int64_t state_block);
+// The shape of `kind` of a tensor: the tensor's, or a vector of kind_numel for scales and factors.
+std::vector<int64_t> kind_shape(const std::string& kind, const ManifestTensor& t, int64_t state_block);
 
 struct ManifestSlice {
   std::string kind;     // one of kStateKinds

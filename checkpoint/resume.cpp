@@ -135,7 +135,7 @@ std::string data_change_text(const std::string& dir, const std::vector<std::stri
 // other data is refused, or, with on_data_change = "new_schedule", starts this job's schedule from
 // its first sample: step 0, the cursor at the start.
 TrainingState load(const std::string& dir, const ResumeRequest& request, fsdp::FsdpLlama& model,
-                   fsdp::AdamW& optimizer, dist::Communicator& world) {
+                   fsdp::Optimizer& optimizer, dist::Communicator& world) {
   const std::string changed = dist::decide_on_root(world, [&] {
     const Manifest manifest = read_manifest(dir);
     if (manifest.adapter && request.adapter) {
@@ -173,7 +173,7 @@ TrainingState load(const std::string& dir, const ResumeRequest& request, fsdp::F
 
 }  // namespace
 
-std::optional<TrainingState> resume(const ResumeRequest& request, fsdp::FsdpLlama& model, fsdp::AdamW& optimizer,
+std::optional<TrainingState> resume(const ResumeRequest& request, fsdp::FsdpLlama& model, fsdp::Optimizer& optimizer,
                                     dist::Communicator& world) {
   const job::CheckpointSection& c = request.checkpoint;
   // World rank 0 lists: every rank must try the same checkpoints, even if the directory changes

@@ -21,7 +21,7 @@
 #include "common/job/job.h"
 #include "runtime/data/data_identity.h"
 #include "runtime/dist/communicator.h"
-#include "runtime/fsdp/adamw.h"
+#include "runtime/fsdp/optimizer.h"
 #include "runtime/fsdp/fsdp_llama.h"
 
 namespace shardtune::checkpoint {
@@ -50,7 +50,7 @@ struct ResumeRequest {
 // rank, and returns its training state; nullopt when there is none (a fresh start). A checkpoint of
 // other data started as a new schedule has its step, cursor, reference batch and pending validation
 // zeroed. Throws the same common::Error on every rank when no checkpoint loads.
-std::optional<TrainingState> resume(const ResumeRequest& request, fsdp::FsdpLlama& model, fsdp::AdamW& optimizer,
+std::optional<TrainingState> resume(const ResumeRequest& request, fsdp::FsdpLlama& model, fsdp::Optimizer& optimizer,
                                     dist::Communicator& world);
 
 }  // namespace shardtune::checkpoint

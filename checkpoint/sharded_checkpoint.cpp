@@ -25,6 +25,8 @@
 #include "common/error.h"
 #include "runtime/dist/agree.h"
 #include "runtime/dist/busy.h"
+#include "runtime/fsdp/adafactor.h"
+#include "runtime/fsdp/adamw.h"
 #include "runtime/fsdp/replica_parts.h"
 #include "runtime/model/lora.h"
 
@@ -106,7 +108,7 @@ VerifyReport verify_sharded_checkpoint(const std::string& dir, const std::functi
   return report;
 }
 
-std::string save_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, const TrainingState& state,
+std::string save_checkpoint(fsdp::FsdpLlama& model, fsdp::Optimizer* optimizer, const TrainingState& state,
                             dist::ProcessGroups& groups, const SaveRequest& request) {
   CheckpointSave save(model, optimizer, state, groups, request);
   // Writing alone (no gather), a rank may take longer than the collective timeout (a slow file
@@ -120,35 +122,73 @@ std::string save_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, cons
 
 namespace {
 
-// Whether a checkpoint holds AdamW's moments of a flat parameter's tensors: all of them or none
+// Whether a checkpoint holds the optimizer state of a flat parameter's tensors: all of them or none
 // (tensors frozen when it was saved have none; anything between is damage), and their own step.
 struct MomentsOf {
   bool saved = false;
+  bool first_moment = false;        // Adafactor: the saved tensors have exp_avg
   std::optional<int64_t> step;      // the manifest's moment_steps entry, when the tensors have one
   std::vector<std::string> names;   // the flat parameter's tensors
 };
 
+// Whether the checkpoint holds AdamW's state of tensor `p`: both moments, and an 8-bit one's scales.
+bool adamw_state_of(const CheckpointReader& reader, const fsdp::ParamSpan& p) {
+  const bool avg = reader.has("exp_avg", p.name), sq = reader.has("exp_avg_sq", p.name);
+  ST_CHECK(avg == sq, ErrorKind::kIo, "{} holds {} of {} but not {}", reader.dir(), avg ? "exp_avg" : "exp_avg_sq",
+           p.name, avg ? "exp_avg_sq" : "exp_avg");
+  if (reader.manifest().state_block > 0)
+    for (const char* scales : kScaleKinds)
+      ST_CHECK(reader.has(scales, p.name) == avg, ErrorKind::kIo, "{} holds {} of {} {} its moments", reader.dir(),
+               scales, p.name, avg ? "without" : "but not");
+  return avg;
+}
+
+// Whether the checkpoint holds Adafactor's statistics of tensor `p` (a matrix's row and column
+// means, a vector's second moment).
+bool adafactor_state_of(const CheckpointReader& reader, const fsdp::ParamSpan& p) {
+  const bool row = reader.has(kFactorKinds[0], p.name), col = reader.has(kFactorKinds[1], p.name);
+  const bool sq = reader.has("exp_avg_sq", p.name);
+  const bool matrix = p.shape.size() == 2;
+  ST_CHECK(matrix ? row == col && !sq : !row && !col, ErrorKind::kIo,
+           "{} holds Adafactor statistics of {} ({}{}{}) that a tensor of {} dimensions does not have: damaged",
+           reader.dir(), p.name, row ? "row means " : "", col ? "column means " : "", sq ? "second moments" : "",
+           p.shape.size());
+  return matrix ? row : sq;
+}
+
 MomentsOf moments_of(const CheckpointReader& reader, const fsdp::FlatParam& f) {
   MomentsOf out;
-  size_t with = 0;
+  const bool adafactor = reader.manifest().optimizer == "adafactor";
+  size_t with = 0, first = 0;
   for (const fsdp::ParamSpan& p : f.layout().params()) {
     out.names.push_back(p.name);
-    const bool avg = reader.has("exp_avg", p.name), sq = reader.has("exp_avg_sq", p.name);
-    ST_CHECK(avg == sq, ErrorKind::kIo, "{} holds {} of {} but not {}", reader.dir(), avg ? "exp_avg" : "exp_avg_sq",
-             p.name, avg ? "exp_avg_sq" : "exp_avg");
-    if (reader.manifest().state_block > 0)
-      for (const char* scales : kScaleKinds)
-        ST_CHECK(reader.has(scales, p.name) == avg, ErrorKind::kIo, "{} holds {} of {} {} its moments", reader.dir(),
-                 scales, p.name, avg ? "without" : "but not");
-    with += avg ? 1 : 0;
+    const bool saved = adafactor ? adafactor_state_of(reader, p) : adamw_state_of(reader, p);
+    with += saved ? 1 : 0;
+    first += saved && adafactor && reader.has("exp_avg", p.name) ? 1 : 0;
     if (auto it = reader.manifest().moment_steps.find(p.name); it != reader.manifest().moment_steps.end())
       out.step = it->second;
   }
   ST_CHECK(with == 0 || with == out.names.size(), ErrorKind::kIo,
            "{} holds optimizer moments of {} of the {} tensors that train together with {}: damaged", reader.dir(), with,
            out.names.size(), out.names.front());
+  ST_CHECK(first == 0 || first == with, ErrorKind::kIo,
+           "{} holds Adafactor's first moment of {} of the {} tensors that train together with {}: damaged",
+           reader.dir(), first, with, out.names.front());
   out.saved = with > 0;
+  out.first_moment = first > 0;
   return out;
+}
+
+// Adafactor resumes its first moment only where the checkpoint has one, and drops none.
+void check_first_moment(const fsdp::Optimizer& optimizer, const MomentsOf& moments, const std::string& dir) {
+  const auto* adafactor = dynamic_cast<const fsdp::Adafactor*>(&optimizer);
+  if (adafactor == nullptr || !moments.saved) return;
+  const bool wanted = adafactor->config().beta1 > 0;
+  ST_CHECK(moments.first_moment == wanted, ErrorKind::kConfig,
+           "{} holds Adafactor's state {} a first moment (of {} and the tensors with it), and this job's "
+           "adafactor_beta1 = {} {} one: set adafactor_beta1 {} to resume it",
+           dir, moments.first_moment ? "with" : "without", moments.names.front(), adafactor->config().beta1,
+           wanted ? "needs" : "has no place for", moments.first_moment ? "above 0 (as saved)" : "= 0");
 }
 
 // An 8-bit AdamW's moments of trainable flat `index`, read decoded, to encode.
@@ -206,8 +246,8 @@ void check_fits(fsdp::FsdpLlama& model, const Manifest& manifest, const std::str
 }
 
 // The checkpoint's optimizer state is this optimizer's; throws common::Error(kConfig) naming both.
-void check_optimizer(const fsdp::AdamW& optimizer, const Manifest& manifest, const std::string& dir) {
-  const std::string wanted = optimizer_name(optimizer);
+void check_optimizer(const fsdp::Optimizer& optimizer, const Manifest& manifest, const std::string& dir) {
+  const std::string wanted = optimizer.name();
   ST_CHECK(manifest.optimizer == wanted, ErrorKind::kConfig,
            "{} holds the state of optimizer \"{}\", and this job's [train] optimizer is \"{}\": set [train] "
            "optimizer = \"{}\" to resume it",
@@ -221,7 +261,7 @@ void check_optimizer(const fsdp::AdamW& optimizer, const Manifest& manifest, con
 // waiting (load_sharded_checkpoint agrees on the outcome).
 // Replicas (ranks holding the same shard) each read a part of it, replica_part, into `read`'s
 // tensors: load_sharded_checkpoint shares the parts.
-TrainingState load_shards_of(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, const std::string& dir,
+TrainingState load_shards_of(fsdp::FsdpLlama& model, fsdp::Optimizer* optimizer, const std::string& dir,
                              std::vector<at::Tensor>& read, std::vector<PendingCodes>& encodes) {
   const int replicas = model.groups().replicate->size(), replica = model.groups().replicate->rank();
   CheckpointReader reader(dir);
@@ -235,9 +275,10 @@ TrainingState load_shards_of(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, con
   size_t trainable_index = 0;
   for (fsdp::FlatParam* f : saved_flats(model, adapters_only)) {
     const size_t index = trainable_index;
-    auto targets = state_of(f, load_optimizer ? optimizer : nullptr, trainable_index, /*decode=*/false);
+    auto targets = state_of(f, load_optimizer ? optimizer : nullptr, trainable_index, /*for_load=*/true);
     if (load_optimizer && targets.size() > 1) {
       const MomentsOf moments = moments_of(reader, *f);
+      check_first_moment(*optimizer, moments, dir);
       if (!moments.saved) state.fresh_moments.insert(state.fresh_moments.end(), moments.names.begin(), moments.names.end());
       optimizer->set_param_step(index, !moments.saved ? 0 : moments.step.value_or(manifest.optimizer_step));
       if (!moments.saved) {  // they start fresh
@@ -250,7 +291,7 @@ TrainingState load_shards_of(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, con
     for (FlatState& target : targets) {
       const fsdp::ShardPart part = fsdp::replica_part(target.tensor.numel(), replicas, replica);
       if (replicas > 1) read.push_back(target.tensor);  // parts to share
-      for (const fsdp::ShardPiece& piece : target.layout->pieces_in_part(f->shard_rank(), part)) {
+      for (const fsdp::ShardPiece& piece : target.layout->pieces_in_part(target.shard_of(*f), part)) {
         const fsdp::ParamSpan& p = target.layout->params()[piece.param];
         read_tensor(target.tensor.narrow(0, piece.shard_offset, piece.length),
                     [&](int64_t offset, int64_t count, float* out) {
@@ -261,10 +302,10 @@ TrainingState load_shards_of(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, con
     // An 8-bit AdamW's moments, read decoded, become codes again: here, a flat parameter at a time
     // (its decoded copies freed before the next is read), or, where replicas read parts of them,
     // once every replica has them all.
-    if (targets.size() > 3) {
+    if (targets.size() > 3 && optimizer->name() == "adamw_8bit") {
       PendingCodes pending{index, f, targets[1].tensor, targets[2].tensor};
       if (replicas == 1)
-        encode_codes(*optimizer, pending, dir);
+        encode_codes(dynamic_cast<fsdp::AdamW&>(*optimizer), pending, dir);
       else
         encodes.push_back(std::move(pending));
     }
@@ -285,7 +326,7 @@ TrainingState load_shards_of(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, con
 
 }  // namespace
 
-TrainingState load_sharded_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, const std::string& dir,
+TrainingState load_sharded_checkpoint(fsdp::FsdpLlama& model, fsdp::Optimizer* optimizer, const std::string& dir,
                                       dist::Communicator& world) {
   TrainingState state;
   std::vector<at::Tensor> read;
@@ -298,7 +339,7 @@ TrainingState load_sharded_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optim
   if (!encodes.empty())
     dist::act_on_all(world, fmt::format("loading the 8-bit optimizer state of checkpoint {}", dir), [&] {
       for (PendingCodes& p : encodes) {
-        encode_codes(*optimizer, p, dir);
+        encode_codes(dynamic_cast<fsdp::AdamW&>(*optimizer), p, dir);
         p = PendingCodes{};  // its decoded moments freed as it goes
       }
     });

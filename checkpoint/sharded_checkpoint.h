@@ -16,7 +16,7 @@
 
 #include "checkpoint/manifest.h"
 #include "runtime/dist/process_groups.h"
-#include "runtime/fsdp/adamw.h"
+#include "runtime/fsdp/optimizer.h"
 #include "runtime/fsdp/fsdp_llama.h"
 
 namespace shardtune::checkpoint {
@@ -62,7 +62,7 @@ struct SaveRequest {
 // prunes committed checkpoints beyond the newest `keep_last` (failures there are logged as
 // warnings: the checkpoint is committed). On any rank's failure to write, every rank throws and
 // nothing is committed. `optimizer` may be null (weights only).
-std::string save_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, const TrainingState& state,
+std::string save_checkpoint(fsdp::FsdpLlama& model, fsdp::Optimizer* optimizer, const TrainingState& state,
                             dist::ProcessGroups& groups, const SaveRequest& request);
 
 // Collective over `world`. Fills the model's shards (and the optimizer's moments and step, when both
@@ -71,7 +71,7 @@ std::string save_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, cons
 // part of it each and share the parts over their replicate group: each byte is read once. Returns the training state. An
 // adapter checkpoint fills only the trainable (adapter) shards; it loads only into a model with
 // adapters, and a full-model checkpoint only into one without.
-TrainingState load_sharded_checkpoint(fsdp::FsdpLlama& model, fsdp::AdamW* optimizer, const std::string& dir,
+TrainingState load_sharded_checkpoint(fsdp::FsdpLlama& model, fsdp::Optimizer* optimizer, const std::string& dir,
                                       dist::Communicator& world);
 
 struct VerifyReport {

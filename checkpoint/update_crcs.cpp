@@ -5,23 +5,26 @@
 #include <chrono>
 
 #include "checkpoint/saved_state.h"
+#include "runtime/fsdp/adamw.h"
 
 namespace shardtune::checkpoint {
 
-fsdp::AdamW::PieceObserver UpdateCrcs::watch(fsdp::FsdpLlama& model, fsdp::AdamW& optimizer) {
+fsdp::Optimizer::PieceObserver UpdateCrcs::watch(fsdp::FsdpLlama& model, fsdp::Optimizer& optimizer) {
   by_param_.clear();
   seconds_ = 0;
   size_t trainable = 0;
   for (fsdp::FlatParam* f : model.flat_params()) {
     if (!f->trainable()) continue;
     std::vector<Tensor> tensors;
-    // An 8-bit AdamW's saved moments are decoded copies, made at the save: the shard alone here.
-    fsdp::AdamW* watched = optimizer.config().blockwise_8bit ? nullptr : &optimizer;
+    // An 8-bit AdamW's saved moments are decoded copies, made at the save, and Adafactor's
+    // statistics are not updated a piece at a time: the shard alone here.
+    const auto* adamw = dynamic_cast<const fsdp::AdamW*>(&optimizer);
+    fsdp::Optimizer* watched = adamw != nullptr && !adamw->config().blockwise_8bit ? &optimizer : nullptr;
     for (FlatState& s : state_of(f, watched, trainable)) {
       const at::Tensor& t = s.tensor;
       if (!t.device().is_cpu() || t.scalar_type() != at::kFloat || !t.is_contiguous()) continue;  // staged
       Tensor entry{s.kind, t, {}, {}, {}, 0, 0, -1};
-      for (const fsdp::ShardPiece& piece : s.layout->pieces_in_shard(f->shard_rank())) {
+      for (const fsdp::ShardPiece& piece : s.layout->pieces_in_shard(s.shard_of(*f))) {
         entry.slices.emplace_back(piece.shard_offset, piece.shard_offset + piece.length);
         entry.sums.emplace_back();
       }

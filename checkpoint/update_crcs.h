@@ -17,7 +17,7 @@
 
 #include "checkpoint/block_crc.h"
 #include "checkpoint/full_file.h"
-#include "runtime/fsdp/adamw.h"
+#include "runtime/fsdp/optimizer.h"
 #include "runtime/fsdp/fsdp_llama.h"
 
 namespace shardtune::checkpoint {
@@ -27,7 +27,7 @@ class UpdateCrcs {
   // Forgets what was taken and returns the observer for the next AdamW::step of `optimizer`, which
   // trains the trainable flat parameters of `model` in order (train::add_trainable_shards): the
   // observer sums the slices a save writes of each one's shard and moments (state_of).
-  fsdp::AdamW::PieceObserver watch(fsdp::FsdpLlama& model, fsdp::AdamW& optimizer);
+  fsdp::Optimizer::PieceObserver watch(fsdp::FsdpLlama& model, fsdp::Optimizer& optimizer);
 
   // For each unit of `units` without checksums: those taken of its tensor in its present version.
   // Returns how many units got them (also kept: used()).

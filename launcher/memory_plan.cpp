@@ -35,6 +35,9 @@ struct Shapes {
   // quantized_state: fewer than 4096 elements), per block and in the head unit; the embedding too.
   double small_per_block = 0, small_head = 0, small_adapters_per_block = 0, small_adapters_head = 0;
   double nf4_block = 0;       // QLoRA: their NF4 records' bytes, each tensor in whole records
+  // Adafactor: statistics per tensor (a matrix's rows plus columns, a vector's elements), per block,
+  // in the embedding and in the head unit, and of the adapters.
+  double stats_per_block = 0, stats_embed = 0, stats_head = 0, stats_adapters_per_block = 0, stats_adapters_head = 0;
 };
 
 Shapes shapes_of(const model::LlamaConfig& c, const job::PeftSection& peft) {
@@ -58,6 +61,11 @@ Shapes shapes_of(const model::LlamaConfig& c, const job::PeftSection& peft) {
   if (c.attention_bias) s.small_per_block += small(s.q) + 2 * small(s.kv) + small(s.d);
   if (c.mlp_bias) s.small_per_block += 2 * small(s.f) + small(s.d);
   s.small_head = small(s.d) + (c.tie_word_embeddings ? 0 : small(s.embed));
+  s.stats_per_block = 2 * (s.q + s.d) + 2 * (s.kv + s.d) + 3 * (s.f + s.d) + 2 * s.d;
+  if (c.attention_bias) s.stats_per_block += s.q + 2 * s.kv + s.d;
+  if (c.mlp_bias) s.stats_per_block += 2 * s.f + s.d;
+  s.stats_embed = s.v + s.d;
+  s.stats_head = s.d + (c.tie_word_embeddings ? 0 : s.v + s.d);
   if (peft.method == job::PeftMethod::kQlora) {
     const quant::Nf4Format nf4{peft.nf4_block_size, peft.nf4_double_quant};
     for (double n : {s.d * s.q, s.d * s.kv, s.d * s.kv, s.d * s.q, s.d * s.f, s.d * s.f, s.d * s.f})
@@ -78,10 +86,12 @@ Shapes shapes_of(const model::LlamaConfig& c, const job::PeftSection& peft) {
     for (const auto& [name, in_out] : modules)
       if (targeted(name)) {
         s.adapters_per_block += r * (in_out.first + in_out.second);
+        s.stats_adapters_per_block += in_out.first + in_out.second + 2 * r;
         s.small_adapters_per_block += small(r * in_out.first) + small(r * in_out.second);
       }
     if (targeted(common::kLoraHeadModule)) {
       s.adapters_head = r * (s.d + s.v);
+      s.stats_adapters_head = s.d + s.v + 2 * r;
       s.small_adapters_head = small(r * s.d) + small(r * s.v);
     }
   }
@@ -154,7 +164,23 @@ MemoryPlan plan_memory(const job::Job& job, const model::LlamaConfig& config) {
   const double trainable_blocks = s.layers - (frozen_base > 0 && !lora ? frozen_base / s.block : 0);
   const double fp32_state = lora ? s.layers * s.small_adapters_per_block + s.small_adapters_head
                                  : s.embed + trainable_blocks * s.small_per_block + s.small_head;
-  if (eight_bit)
+  // Adafactor: every rank of a shard group keeps the statistics of all its trainable tensors whole,
+  // and each step sums them (and each tensor's norms) in a vector as long; it computes a piece of
+  // a tensor at a time, in blocks of at most 4 Mi elements, two fp32 temporaries of a block alive.
+  const bool adafactor = job.train.optimizer == job::Optimizer::kAdafactor;
+  const bool first_moment = adafactor && job.train.adafactor_beta1 > 0;
+  const double stats = lora ? s.layers * s.stats_adapters_per_block + s.stats_adapters_head
+                            : s.stats_embed + trainable_blocks * s.stats_per_block + s.stats_head;
+  if (adafactor) {
+    const double largest = lora ? std::max(s.adapters_per_block, s.adapters_head)
+                                : std::max({s.embed, s.d * s.f, s.d * s.q});
+    const double block = std::min(4.0 * (1 << 20), largest / shards);
+    add("optimizer states",
+        fmt::format("Adafactor's row and column means of each matrix and second moment of each vector, fp32, whole on "
+                    "every rank, the step's sums of them and two blocks of its temporaries{}",
+                    first_moment ? "; an fp32 first moment, sharded" : ""),
+        2 * stats * 4 + 2 * block * 4 + (first_moment ? plan.trainable / shards * 4 : 0));
+  } else if (eight_bit)
     add("optimizer states",
         "8-bit AdamW's two moments: a code per element and an fp32 scale per 256 elements; fp32 for the embedding "
         "and tensors of fewer than 4096 elements",
@@ -252,10 +278,11 @@ MemoryPlan plan_memory(const job::Job& job, const model::LlamaConfig& config) {
   }
   // What a checkpoint holds of the rank: its shards (a LoRA model's adapters alone) and, saved with
   // the optimizer, AdamW's moments of what trains, in the shards' dtype (8-bit AdamW's decoded in
-  // fp32, with their scales).
-  const double moment_bytes = eight_bit ? 2 * 4 + 2 * 4 / kBlock : 2 * master;
+  // fp32, with their scales); Adafactor's first moment and its share of the statistics.
+  const double moment_bytes = eight_bit ? 2 * 4 + 2 * 4 / kBlock : adafactor ? (first_moment ? 4 : 0) : 2 * master;
+  const double saved_stats = adafactor ? stats / shards * 4 : 0;
   plan.checkpoint_state_bytes = (lora ? adapters : plan.parameters) / shards * master +
-                                (job.fsdp.save_optimizer ? plan.trainable / shards * moment_bytes : 0);
+                                (job.fsdp.save_optimizer ? plan.trainable / shards * moment_bytes + saved_stats : 0);
   if (job.checkpoint.async && plan.cuda) plan.checkpoint_copy_bytes = plan.checkpoint_state_bytes;
 
   // Loading: a streamed load holds a unit at a time; otherwise every rank builds the whole model

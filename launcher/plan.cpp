@@ -57,6 +57,9 @@ std::vector<Candidate> candidates(const job::Job& job) {
   if (t.optimizer == job::Optimizer::kAdamW)
     out.push_back({"AdamW with 8-bit moments (block-wise, 2.03 bytes per trainable parameter)",
                    {"train.optimizer=adamw_8bit"}, [](job::Job& j) { j.train.optimizer = job::Optimizer::kAdamW8bit; }});
+  if (t.optimizer != job::Optimizer::kAdafactor)
+    out.push_back({"Adafactor (each matrix's row and column means instead of a second moment per parameter)",
+                   {"train.optimizer=adafactor"}, [](job::Job& j) { j.train.optimizer = job::Optimizer::kAdafactor; }});
   if (job.peft.method == job::PeftMethod::kNone && !t.freeze_layers)
     out.push_back({"LoRA (the base frozen; adapters on q_proj and v_proj, r = 8)", {"peft.method=lora"},
                    [](job::Job& j) { j.peft.method = job::PeftMethod::kLora; }});

@@ -119,7 +119,7 @@ train::CheckpointHooks checkpoint_hooks(const job::Job& job, const std::string& 
                                         data::DataIdentity data) {
   train::CheckpointHooks hooks;
   const checkpoint::ResumeRequest request{job.checkpoint, restart_count, job.fsdp.save_optimizer, adapter, data};
-  hooks.resume = [&model, &groups, request](fsdp::AdamW& optimizer) -> std::optional<train::ResumePoint> {
+  hooks.resume = [&model, &groups, request](fsdp::Optimizer& optimizer) -> std::optional<train::ResumePoint> {
     const std::optional<checkpoint::TrainingState> s = checkpoint::resume(request, model, optimizer, *groups.world);
     if (!s) return std::nullopt;
     return train::ResumePoint{s->step, {s->epoch, s->sample_in_epoch}, s->loss_scale, s->reference_batch,
@@ -147,8 +147,8 @@ train::CheckpointHooks checkpoint_hooks(const job::Job& job, const std::string& 
   const bool sharded = job.fsdp.checkpoint_type != job::CheckpointType::kFull;
   const bool split = job.checkpoint.fully_parallel && groups.replicate->size() > 1;
   auto crcs = std::make_shared<checkpoint::UpdateCrcs>();
-  if (sharded && !split) hooks.watch_update = [&model, crcs](fsdp::AdamW& optimizer) { return crcs->watch(model, optimizer); };
-  hooks.save = [&job, &model, &groups, state_at, pruner, crcs](fsdp::AdamW& optimizer, const train::ResumePoint& at) {
+  if (sharded && !split) hooks.watch_update = [&model, crcs](fsdp::Optimizer& optimizer) { return crcs->watch(model, optimizer); };
+  hooks.save = [&job, &model, &groups, state_at, pruner, crcs](fsdp::Optimizer& optimizer, const train::ResumePoint& at) {
     const Timer timer;
     // Pruning runs beside training, outside any collective; the ranks waiting in the save's first
     // collective meanwhile hear that rank 0 is busy with it.
@@ -166,7 +166,7 @@ train::CheckpointHooks checkpoint_hooks(const job::Job& job, const std::string& 
   // The host copies of one save are kept for the next.
   auto buffers = std::make_shared<std::vector<at::Tensor>>();
   hooks.start_save = [&job, &model, &groups, state_at, buffers, pruner, crcs](
-                         fsdp::AdamW& optimizer, const train::ResumePoint& at) -> std::unique_ptr<train::SaveInFlight> {
+                         fsdp::Optimizer& optimizer, const train::ResumePoint& at) -> std::unique_ptr<train::SaveInFlight> {
     const Timer timer;
     dist::while_busy("pruning older checkpoints", [&] { pruner->wait(); });
     auto save = std::make_unique<checkpoint::CheckpointSave>(

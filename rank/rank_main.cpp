@@ -185,7 +185,7 @@ int run_job(const job::Job& job, const dist::Topology& topo, const slurm::SlurmE
       job, config_json, *model.sharded, start.groups, restarts,
       rank_program::adapter_record(job, config_json, *start.groups.world, model.weights_sha256), data.identity);
   if (!read_base) {  // the checkpoint listed a moment ago must be there to resume
-    hooks.resume = [resume = std::move(hooks.resume)](fsdp::AdamW& optimizer) {
+    hooks.resume = [resume = std::move(hooks.resume)](fsdp::Optimizer& optimizer) {
       std::optional<train::ResumePoint> at = resume(optimizer);
       ST_CHECK(at.has_value(), common::ErrorKind::kIo,
                "no checkpoint was resumed, though one was listed when the base weights were left unread; nothing "

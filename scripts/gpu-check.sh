@@ -105,7 +105,7 @@ else
   # CI compiles the test programs among these against LibTorch 2.x headers too (CMakeLists.txt).
   targets=(shardtune shardtune-rank shardtune-make-model shardtune-ckpt shardtune-tokenize nccl_comm_test mpi_collectives_test
            fsdp_equivalence_test fsdp_training_test shard_loader_test device_checkpoint_test hf_model_test train_bench
-           lora_fsdp_test lora_bench kernels_gpu_test adam8bit_test)
+           lora_fsdp_test lora_bench kernels_gpu_test adam8bit_test adafactor_test adafactor_fsdp_test)
   build_cmd=(cmake --build "$build" -j"$jobs" --target)
   keep_going=()
   [ ${#generator[@]} -gt 0 ] && keep_going=(-- -k 0)  # every target that can be built, and every error
@@ -175,10 +175,17 @@ stage_tests() {
   check adam8bit st_with_libs env ST_TEST_DEVICE=cuda "SHARDTUNE_ADAM8BIT_REFERENCE=$report/adam8bit_reference" \
     "$bin/adam8bit_test" --gtest_filter='Adam8bitReference.*'
   check adam8bit_bitsandbytes python3 "$root/tests/reference/adam8bit_bnb_check.py" "$report/adam8bit_reference"
+  # Adafactor on the GPU against the float64 reference of transformers' update: one rank, and sharded.
+  [ -f "$report/adafactor_reference/cases.json" ] ||
+    check adafactor_reference_make python3 "$root/tests/reference/adafactor_reference.py" "$report/adafactor_reference"
+  check adafactor st_with_libs env ST_TEST_DEVICE=cuda "SHARDTUNE_ADAFACTOR_REFERENCE=$report/adafactor_reference" \
+    "$bin/adafactor_test" --gtest_filter='AdafactorReference.*'
   for np in $nps; do
-    for t in mpi_collectives_test fsdp_equivalence_test fsdp_training_test shard_loader_test device_checkpoint_test; do
+    for t in mpi_collectives_test fsdp_equivalence_test fsdp_training_test shard_loader_test device_checkpoint_test \
+             adafactor_fsdp_test; do
       mpirun_np $np
-      check "${t%_test}_np$np" st_with_libs env ST_TEST_DEVICE=cuda mpirun "${np_args[@]}" "$bin/$t"
+      check "${t%_test}_np$np" st_with_libs env ST_TEST_DEVICE=cuda \
+        "SHARDTUNE_ADAFACTOR_REFERENCE=$report/adafactor_reference" mpirun "${np_args[@]}" "$bin/$t"
     done
   done
 }

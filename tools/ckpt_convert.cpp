@@ -46,6 +46,7 @@
 #include "common/process_memory.h"
 #include "common/direct_file.h"
 #include "common/write_behind.h"
+#include "runtime/fsdp/adafactor.h"
 #include "runtime/fsdp/llama_units.h"
 #include "runtime/fsdp/shard_layout.h"
 #include "runtime/fsdp/shard_loader.h"
@@ -133,7 +134,7 @@ void consolidate(const std::string& src, const std::string& out) {
         const checkpoint::ManifestTensor t{reader.shape(name), "F32"};
         const int64_t n = checkpoint::kind_numel(kind, t, reader.manifest().state_block);
         total += static_cast<uint64_t>(n) * 4;
-        datasets.push_back({kind, name, checkpoint::is_scale_kind(kind) ? std::vector<int64_t>{n} : t.shape});
+        datasets.push_back({kind, name, checkpoint::kind_shape(kind, t, reader.manifest().state_block)});
       }
   FullWriter writer(out, reader.manifest(), datasets);
   common::Progress progress(tool_progress("consolidating", static_cast<int64_t>(total)));
@@ -193,17 +194,35 @@ std::vector<fsdp::FlatLayout> reshard_layouts(const checkpoint::Manifest& manife
   return layouts;
 }
 
+// How each kind lies at the reshard's world size: as the flat parameters (parameters, moments), as
+// their blocks (8-bit AdamW's scales, FlatLayout::blocks), or as Adafactor's row and column means
+// of each (fsdp::statistics_layout).
+struct KindLayouts {
+  std::vector<fsdp::FlatLayout> flats, blocks, rows, cols;
+
+  KindLayouts(std::vector<fsdp::FlatLayout> layouts, int64_t state_block, int world_size) : flats(std::move(layouts)) {
+    for (const fsdp::FlatLayout& layout : flats) {
+      if (state_block > 0) blocks.push_back(layout.blocks(state_block));
+      rows.push_back(fsdp::statistics_layout(layout, fsdp::kRowMeans, world_size));
+      cols.push_back(fsdp::statistics_layout(layout, fsdp::kColumnMeans, world_size));
+    }
+  }
+  const std::vector<fsdp::FlatLayout>& of(const std::string& kind) const {
+    if (checkpoint::is_scale_kind(kind)) return blocks;
+    if (kind == checkpoint::kFactorKinds[0]) return rows;
+    if (kind == checkpoint::kFactorKinds[1]) return cols;
+    return flats;
+  }
+};
+
 // Each stored tensor's pieces by rank, and each rank file's datasets (`specs`), kind by kind.
-// The 8-bit optimizer's scales are laid out by `block_layouts` (FlatLayout::blocks of each).
-std::vector<ReshardTensor> reshard_pieces(const checkpoint::CheckpointReader& reader,
-                                          const std::vector<fsdp::FlatLayout>& layouts,
-                                          const std::vector<fsdp::FlatLayout>& block_layouts,
+std::vector<ReshardTensor> reshard_pieces(const checkpoint::CheckpointReader& reader, const KindLayouts& layouts,
                                           const std::vector<std::string>& kinds, int world_size,
                                           std::vector<std::vector<checkpoint::DatasetSpec>>& specs) {
   std::vector<ReshardTensor> tensors;
   specs.assign(static_cast<size_t>(world_size), {});
   for (const std::string& kind : kinds)
-    for (const fsdp::FlatLayout& layout : checkpoint::is_scale_kind(kind) ? block_layouts : layouts) {
+    for (const fsdp::FlatLayout& layout : layouts.of(kind)) {
       std::vector<std::vector<fsdp::ShardPiece>> by_rank;
       for (int r = 0; r < world_size; ++r) by_rank.push_back(layout.pieces_in_shard(r));
       for (size_t param = 0; param < layout.params().size(); ++param) {
@@ -271,18 +290,15 @@ void reshard(const std::string& src, const std::string& out, int world_size) {
   ST_CHECK(world_size >= 1, ErrorKind::kUsage, "--world-size must be at least 1, got {}", world_size);
   checkpoint::CheckpointReader reader(src);
   checkpoint::Manifest manifest = reader.manifest();
-  const std::vector<fsdp::FlatLayout> layouts = reshard_layouts(manifest, src, world_size);
+  const KindLayouts layouts(reshard_layouts(manifest, src, world_size), manifest.state_block, world_size);
   checkpoint::PendingDirectory pending(out);
   const std::string tmp = pending.dir();
   // The state kinds of each tensor: frozen tensors (freeze_layers) have no optimizer moments while
   // the others do, so the kinds are looked up tensor by tensor.
-  std::vector<fsdp::FlatLayout> block_layouts;
-  if (manifest.state_block > 0)
-    for (const fsdp::FlatLayout& layout : layouts) block_layouts.push_back(layout.blocks(manifest.state_block));
   std::vector<std::string> kinds;
   uint64_t total = 0;
   for (const char* kind : checkpoint::kStateKinds)
-    for (const fsdp::FlatLayout& layout : checkpoint::is_scale_kind(kind) ? block_layouts : layouts)
+    for (const fsdp::FlatLayout& layout : layouts.of(kind))
       for (const fsdp::ParamSpan& p : layout.params())
         if (reader.has(kind, p.name)) {
           if (kinds.empty() || kinds.back() != kind) kinds.emplace_back(kind);
@@ -291,7 +307,7 @@ void reshard(const std::string& src, const std::string& out, int world_size) {
   common::Progress progress(tool_progress("resharding", static_cast<int64_t>(total)));
   // Every rank's file laid out first (a dataset per piece), then the tensors streamed into them.
   std::vector<std::vector<checkpoint::DatasetSpec>> specs;
-  std::vector<ReshardTensor> tensors = reshard_pieces(reader, layouts, block_layouts, kinds, world_size, specs);
+  std::vector<ReshardTensor> tensors = reshard_pieces(reader, layouts, kinds, world_size, specs);
   std::vector<std::string> names, paths;
   for (int r = 0; r < world_size; ++r) {
     names.push_back(fmt::format("rank-{:05d}.h5", r));

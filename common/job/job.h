@@ -23,7 +23,7 @@ enum class BadRecordPolicy { kError, kSkip };
 enum class LongExamples { kSplit, kTruncate };
 enum class BatchingStrategy { kPacking, kPadding };
 enum class LrScheduler { kStep, kCosine };
-enum class Optimizer { kAdamW, kAdamW8bit };
+enum class Optimizer { kAdamW, kAdamW8bit, kAdafactor };
 enum class OnNonFinite { kStop, kSkipStep };
 enum class OnDataChange { kRefuse, kNewSchedule };
 enum class ShardingStrategy { kFullShard, kShardGradOp, kNoShard, kHybridShard };
@@ -117,6 +117,15 @@ struct TrainSection {
   double lr = 1e-4;
   double weight_decay = 0.0;
   Optimizer optimizer = Optimizer::kAdamW;
+  // optimizer = "adafactor": transformers.Adafactor's arguments (runtime/fsdp/adafactor.h).
+  double adafactor_beta1 = 0.0;  // 0: no first moment
+  double adafactor_decay_rate = -0.8;
+  double adafactor_clip_threshold = 1.0;
+  double adafactor_eps = 1e-30;
+  double adafactor_eps_scale = 1e-3;
+  bool adafactor_scale_parameter = false;
+  bool adafactor_relative_step = false;
+  bool adafactor_warmup_init = false;
   double gamma = 0.85;
   LrScheduler lr_scheduler = LrScheduler::kStep;
   int64_t warmup_steps = 0;

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <filesystem>
+#include <functional>
 #include <system_error>
 #include <utility>
 
@@ -141,20 +142,26 @@ void check_no_effect(const Job& job, Checker& c) {
   }
 }
 
-// [peft] keys the method ignores: one given a value of its own is refused, saying why and which
-// method uses it (`needs`). A resolved job file spells out every key with its default; those are
-// not refused.
-void refuse_unused_peft_keys(const Job& job, Checker& c, std::initializer_list<const char*> keys, const std::string& why,
-                             const char* needs) {
+// Keys of `section` that another key makes unused: one given a value of its own is refused, saying
+// why (`why(key)`). A resolved job file spells out every key with its default; those are not refused.
+void refuse_unused_keys(const Job& job, Checker& c, const char* section, std::initializer_list<const char*> keys,
+                        const char* because_key, const std::function<std::string(const FieldSpec&)>& why) {
   const Job defaults;
   for (const char* key : keys) {
-    const FieldSpec* field = find_field("peft", key);
+    const FieldSpec* field = find_field(section, key);
     const std::string dotted = field->dotted();
     if (c.is_set(dotted.c_str()) && field->literal(job) != field->literal(defaults))
-      c.error({dotted.c_str(), "peft.method"},
-              fmt::format("{} = {} is set but [peft] method is \"{}\", {}: set method = \"{}\" or remove it", key,
-                          field->literal(job), enum_name(job.peft.method), why, needs));
+      c.error({dotted.c_str(), because_key}, why(*field));
   }
+}
+
+// [peft] keys the method ignores, saying why and which method uses them (`needs`).
+void refuse_unused_peft_keys(const Job& job, Checker& c, std::initializer_list<const char*> keys, const std::string& why,
+                             const char* needs) {
+  refuse_unused_keys(job, c, "peft", keys, "peft.method", [&](const FieldSpec& field) {
+    return fmt::format("{} = {} is set but [peft] method is \"{}\", {}: set method = \"{}\" or remove it", field.key,
+                       field.literal(job), enum_name(job.peft.method), why, needs);
+  });
 }
 
 // LoRA's keys mean nothing to a full fine-tune, the NF4 keys nothing without QLoRA.
@@ -164,6 +171,32 @@ void check_peft(const Job& job, Checker& c) {
   if (job.peft.method == PeftMethod::kNone)
     refuse_unused_peft_keys(job, c, {"lora_r", "lora_alpha", "lora_dropout", "target_modules", "from_peft_checkpoint"},
                             "full fine-tuning, which would ignore it", "lora");
+}
+
+// Adafactor's keys mean nothing to another optimizer; a relative step replaces lr and its schedule.
+void check_optimizer(const Job& job, Checker& c) {
+  const TrainSection& t = job.train;
+  if (t.optimizer != Optimizer::kAdafactor)
+    refuse_unused_keys(job, c, "train",
+                       {"adafactor_beta1", "adafactor_decay_rate", "adafactor_clip_threshold", "adafactor_eps",
+                        "adafactor_eps_scale", "adafactor_scale_parameter", "adafactor_relative_step",
+                        "adafactor_warmup_init"},
+                       "train.optimizer", [&](const FieldSpec& field) {
+                         return fmt::format("{} = {} is set but optimizer is \"{}\", which does not read it: set "
+                                            "optimizer = \"adafactor\" or remove it",
+                                            field.key, field.literal(job), enum_name(t.optimizer));
+                       });
+  if (t.adafactor_warmup_init && !t.adafactor_relative_step)
+    c.error({"train.adafactor_warmup_init", "train.adafactor_relative_step"},
+            "adafactor_warmup_init = true warms up the relative step: it needs adafactor_relative_step = true");
+  if (t.optimizer == Optimizer::kAdafactor && t.adafactor_relative_step)
+    refuse_unused_keys(job, c, "train", {"lr", "lr_scheduler", "gamma", "warmup_steps"},
+                       "train.adafactor_relative_step", [&](const FieldSpec& field) {
+                         return fmt::format("{} = {} is set, but adafactor_relative_step = true computes each step's "
+                                            "size itself (min(1e-2, 1/sqrt(t))) and would ignore it: remove it, or "
+                                            "set adafactor_relative_step = false",
+                                            field.key, field.literal(job));
+                       });
 }
 
 void check_metrics(const Job& job, Checker& c) {
@@ -243,6 +276,7 @@ void check_job(const Job& job, const FieldSources& sources, const std::string& f
   check_slurm(job, c);
   check_fsdp(job, c);
   check_train(job, c);
+  check_optimizer(job, c);
   check_peft(job, c);
   check_no_effect(job, c);
   check_metrics(job, c);

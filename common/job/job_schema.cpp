@@ -83,8 +83,8 @@ struct EnumNames<LrScheduler> {
 };
 template <>
 struct EnumNames<Optimizer> {
-  static constexpr std::array<std::pair<Optimizer, std::string_view>, 2> kNames{
-      {{Optimizer::kAdamW, "adamw"}, {Optimizer::kAdamW8bit, "adamw_8bit"}}};
+  static constexpr std::array<std::pair<Optimizer, std::string_view>, 3> kNames{
+      {{Optimizer::kAdamW, "adamw"}, {Optimizer::kAdamW8bit, "adamw_8bit"}, {Optimizer::kAdafactor, "adafactor"}}};
 };
 template <>
 struct EnumNames<OnNonFinite> {
@@ -405,13 +405,42 @@ std::vector<SectionSpec> build_schema() {
             "steps of batches); 0: collated on the training thread.")
         .in_range(0, 256);
     s.field("lr", &TrainSection::lr, "Peak learning rate.").positive();
-    s.field("weight_decay", &TrainSection::weight_decay, "AdamW decoupled weight decay.").at_least(0.0);
+    s.field("weight_decay", &TrainSection::weight_decay,
+            "Decoupled weight decay (AdamW's; Adafactor's as transformers applies it, times each tensor's step).")
+        .at_least(0.0);
     s.field("optimizer", &TrainSection::optimizer,
             "adamw: AdamW with fp32 moments (8 bytes per trainable parameter; bf16 with pure_bf16). adamw_8bit: "
             "the same update with both moments stored in 8 bits, block-wise as bitsandbytes' AdamW8bit does (a "
             "dynamic map and one fp32 scale per block of 256 elements of each tensor: 2.03 bytes per trainable "
             "parameter); tensors of fewer than 4096 elements (bitsandbytes' min_8bit_size) and the token "
-            "embedding (as Hugging Face's Trainer overrides it) keep fp32 moments.");
+            "embedding (as Hugging Face's Trainer overrides it) keep fp32 moments. adafactor: Adafactor as "
+            "transformers.Adafactor computes it: a matrix keeps its squared gradient's row and column means "
+            "(4 (r + c) bytes, on every rank of the shard group), a vector an fp32 second moment, and with "
+            "adafactor_beta1 > 0 every tensor an fp32 first moment (4 bytes per trainable parameter).");
+    s.field("adafactor_beta1", &TrainSection::adafactor_beta1,
+            "Adafactor's first-moment decay (transformers' beta1); 0: none (beta1 = None, the same update).")
+        .require("in [0, 1)", [](double v) { return v >= 0.0 && v < 1.0; });
+    s.field("adafactor_decay_rate", &TrainSection::adafactor_decay_rate,
+            "Adafactor's second-moment decay at step t: 1 - t^decay_rate (transformers' decay_rate).")
+        .require("below 0", [](double v) { return v < 0.0; });
+    s.field("adafactor_clip_threshold", &TrainSection::adafactor_clip_threshold,
+            "Adafactor divides a tensor's update by max(1, RMS(update) / clip_threshold).")
+        .positive();
+    s.field("adafactor_eps", &TrainSection::adafactor_eps,
+            "Adafactor: added to the squared gradient (transformers' eps[0]).")
+        .positive();
+    s.field("adafactor_eps_scale", &TrainSection::adafactor_eps_scale,
+            "Adafactor with adafactor_scale_parameter: the least parameter scale (transformers' eps[1]).")
+        .positive();
+    s.field("adafactor_scale_parameter", &TrainSection::adafactor_scale_parameter,
+            "Adafactor: each tensor's step times max(adafactor_eps_scale, RMS of the tensor) (transformers' "
+            "scale_parameter; off, as Hugging Face's Trainer sets it).");
+    s.field("adafactor_relative_step", &TrainSection::adafactor_relative_step,
+            "Adafactor: the step size min(1e-2, 1/sqrt(t)) at step t instead of lr and its schedule "
+            "(transformers' relative_step; off, as Hugging Face's Trainer sets it). The job's lr, lr_scheduler, "
+            "gamma and warmup_steps are then refused.");
+    s.field("adafactor_warmup_init", &TrainSection::adafactor_warmup_init,
+            "Adafactor with adafactor_relative_step: the step size min(1e-6 t, 1/sqrt(t)).");
     s.field("gamma", &TrainSection::gamma, "StepLR: the learning rate is multiplied by gamma after each epoch.")
         .require("in (0, 1]", [](double v) { return v > 0.0 && v <= 1.0; });
     s.field("lr_scheduler", &TrainSection::lr_scheduler,
@@ -467,7 +496,8 @@ std::vector<SectionSpec> build_schema() {
             "Other ranks never open them.");
     s.field("checkpoint_type", &FsdpSection::checkpoint_type,
             "sharded: every rank writes its own slices; full: one consolidated file, written unit by unit.");
-    s.field("save_optimizer", &FsdpSection::save_optimizer, "Save AdamW moments in checkpoints.");
+    s.field("save_optimizer", &FsdpSection::save_optimizer,
+            "Save the optimizer's state in checkpoints (AdamW's moments, Adafactor's statistics).");
     s.field("reduce_dtype", &FsdpSection::reduce_dtype, "Dtype of gradient reduction.");
   }
   {

@@ -156,11 +156,6 @@ std::optional<int64_t> AdamW::encode_moments(size_t i, const at::Tensor& exp_avg
   return std::nullopt;
 }
 
-void AdamW::set_step_count(int64_t step) {
-  step_ = step;
-  std::fill(steps_.begin(), steps_.end(), step);
-}
-
 AdamW::Path AdamW::path(size_t i) const {
   const at::Tensor &p = params_[i], &g = grads_[i];
   const bool fp32 = p.scalar_type() == at::kFloat && p.is_contiguous() && exp_avg_[i].is_contiguous() &&

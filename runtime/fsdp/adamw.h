@@ -10,9 +10,11 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
-#include <functional>
 #include <optional>
+#include <string>
 #include <vector>
+
+#include "runtime/fsdp/optimizer.h"
 
 namespace shardtune::fsdp {
 
@@ -36,7 +38,7 @@ struct StatePiece {
   bool quantized = true;
 };
 
-class AdamW {
+class AdamW final : public Optimizer {
  public:
   explicit AdamW(AdamWConfig config) : config_(config) {}
 
@@ -44,11 +46,7 @@ class AdamW {
   // codes and fp32 scales). `pieces` (8-bit only; empty: one piece, the whole parameter).
   void add(at::Tensor param, at::Tensor grad, std::vector<StatePiece> pieces = {});
 
-  // Told after each piece of a parameter is updated: the parameter's index and the piece's elements
-  // [start, start + count) in flat order, where the parameter and its moments now hold the step's
-  // values (likely still in cache). The pieces of a parameter come in order and cover it once.
-  using PieceObserver = std::function<void(size_t param, int64_t start, int64_t count)>;
-  void step(double lr, const PieceObserver& updated = nullptr);
+  void step(double lr, const PieceObserver& updated = nullptr) override;
 
   // An operation at a time, contiguous tensors are updated in pieces of this many elements (64 MiB
   // of fp32), bounding the temporaries; the fused host pass needs none. With an observer, both
@@ -62,19 +60,13 @@ class AdamW {
   // Whether parameter i is updated in one fused pass (see above).
   bool fused(size_t i) const;
 
-  // Steps taken. Each parameter also counts its own (its bias correction's step), as
-  // torch.optim.AdamW keeps state['step'] per parameter: a parameter that starts training later
-  // (layers unfrozen on a resume) starts its count, and its fresh moments, at 0.
-  int64_t step_count() const { return step_; }
-  void set_step_count(int64_t step);  // when resuming from a checkpoint: the run's and every parameter's
-  int64_t param_step(size_t i) const { return steps_.at(i); }
-  void set_param_step(size_t i, int64_t step) { steps_.at(i) = step; }
-  // Moments to zero and no step taken, as when the parameters were added.
-  void reset_state();
-  int64_t state_bytes() const;
-  // Every parameter and moment of this rank is finite (checked a piece at a time).
-  bool all_finite() const;
-  size_t size() const { return params_.size(); }
+  void reset_state() override;
+  int64_t state_bytes() const override;
+  bool all_finite() const override;  // checked a piece at a time
+  std::string name() const override { return config_.blockwise_8bit ? "adamw_8bit" : "adamw"; }
+  std::string description() const override {
+    return config_.blockwise_8bit ? "AdamW with 8-bit block-wise moments" : "AdamW";
+  }
   const AdamWConfig& config() const { return config_; }
   // fp32 (or the params' dtype) moments; not with blockwise_8bit.
   at::Tensor& exp_avg(size_t i);
@@ -103,8 +95,6 @@ class AdamW {
   void step_8bit(size_t i, double lr);
 
   AdamWConfig config_;
-  int64_t step_ = 0;
-  std::vector<int64_t> steps_;  // per parameter
   std::vector<at::Tensor> params_, grads_, exp_avg_, exp_avg_sq_;
   // blockwise_8bit
   std::vector<std::vector<StatePiece>> pieces_;

@@ -12,25 +12,32 @@
 #include <utility>
 
 #include "common/error.h"
+#include "runtime/fsdp/adafactor.h"
 #include "runtime/fsdp/adam8bit.h"
+#include "runtime/fsdp/adamw.h"
 #include "runtime/model/lora.h"
 #include "runtime/train/flops.h"
 
 namespace shardtune::train {
 
-void add_trainable_shards(fsdp::FsdpLlama& model, fsdp::AdamW& optimizer) {
+void add_trainable_shards(fsdp::FsdpLlama& model, fsdp::Optimizer& optimizer) {
   for (fsdp::FlatParam* f : model.flat_params()) {
     if (!f->trainable()) continue;
+    if (auto* adafactor = dynamic_cast<fsdp::Adafactor*>(&optimizer)) {
+      adafactor->add(f->shard(), f->grad_shard(), f->layout(), f->shard_rank());
+      continue;
+    }
+    auto& adamw = dynamic_cast<fsdp::AdamW&>(optimizer);
     std::vector<fsdp::StatePiece> pieces;
     // The 8-bit state's blocks are each tensor's own: the pieces of tensors in this shard (the
     // layout aligns them to the block, FsdpOptions::trainable_align).
-    if (optimizer.config().blockwise_8bit)
+    if (adamw.config().blockwise_8bit)
       for (const fsdp::ShardPiece& piece : f->layout().pieces_in_shard(f->shard_rank()))
         pieces.push_back({piece.shard_offset, piece.length,
                           fsdp::quantized_state(f->layout().params()[piece.param].name,
                                                 f->layout().params()[piece.param].numel)});
-    if (optimizer.config().blockwise_8bit && pieces.empty()) pieces.push_back({0, 0});  // a shard of padding alone
-    optimizer.add(f->shard(), f->grad_shard(), std::move(pieces));
+    if (adamw.config().blockwise_8bit && pieces.empty()) pieces.push_back({0, 0});  // a shard of padding alone
+    adamw.add(f->shard(), f->grad_shard(), std::move(pieces));
   }
 }
 
@@ -64,7 +71,7 @@ void refuse_update_after_failure(const StepOptions& options, std::string failed,
 
 }  // namespace
 
-StepResult train_step(fsdp::FsdpLlama& model, fsdp::AdamW& optimizer, const std::vector<Batch>& micro_batches,
+StepResult train_step(fsdp::FsdpLlama& model, fsdp::Optimizer& optimizer, const std::vector<Batch>& micro_batches,
                       const StepOptions& options, dist::Communicator& world) {
   ST_CHECK(!micro_batches.empty(), common::ErrorKind::kInternal, "a training step without micro-batches");
   const double n = static_cast<double>(micro_batches.size());

@@ -1,13 +1,13 @@
 // One optimizer step of sharded training: forward and backward over the rank's micro-batches
 // (gradients reduced at every micro-batch or only at the last), clipping by the global norm,
-// AdamW on the shards.
+// the optimizer (AdamW, 8-bit AdamW or Adafactor) on the shards.
 #pragma once
 
 #include <functional>
 #include <string>
 #include <vector>
 
-#include "runtime/fsdp/adamw.h"
+#include "runtime/fsdp/optimizer.h"
 #include "runtime/fsdp/fsdp_llama.h"
 #include "runtime/fsdp/loss_scaler.h"
 #include "runtime/model/llama_config.h"
@@ -31,8 +31,8 @@ struct StepOptions {
   // Called before the optimizer changes the shards and moments (a checkpoint still copying them
   // in the background waits here); may be empty.
   std::function<void()> before_update = nullptr;
-  // Told of each piece the optimizer updates (AdamW::PieceObserver); may be empty.
-  fsdp::AdamW::PieceObserver updated_piece = nullptr;
+  // Told of each piece the optimizer updates (Optimizer::PieceObserver); may be empty.
+  fsdp::Optimizer::PieceObserver updated_piece = nullptr;
   // This rank's loss is NaN, as a diverging run's (a test's fault: common/fault_injection.h).
   bool poison_loss = false;
   // The groups whose health is checked after the step's host synchronisation, before the update
@@ -53,12 +53,12 @@ struct StepResult {
 };
 
 // Registers every trainable shard with the optimizer (frozen ones get no state).
-void add_trainable_shards(fsdp::FsdpLlama& model, fsdp::AdamW& optimizer);
+void add_trainable_shards(fsdp::FsdpLlama& model, fsdp::Optimizer& optimizer);
 
 // Collective over the model's process groups. Every rank must pass the same number of micro-batches.
 // A step whose loss or gradient norm is not finite makes no update (every rank sees the same
 // reduced values, so all skip alike).
-StepResult train_step(fsdp::FsdpLlama& model, fsdp::AdamW& optimizer, const std::vector<Batch>& micro_batches,
+StepResult train_step(fsdp::FsdpLlama& model, fsdp::Optimizer& optimizer, const std::vector<Batch>& micro_batches,
                       const StepOptions& options, dist::Communicator& world);
 
 }  // namespace shardtune::train

@@ -17,6 +17,8 @@
 #include "common/process_memory.h"
 #include "runtime/dist/device.h"
 #include "runtime/dist/text_collectives.h"
+#include "runtime/fsdp/adafactor.h"
+#include "runtime/fsdp/adamw.h"
 #include "runtime/model/lora.h"
 #include "runtime/model/loss.h"
 #include "runtime/train/collate.h"
@@ -113,6 +115,25 @@ std::vector<std::vector<int64_t>> gather_ids(dist::Communicator& world, const st
   return out;
 }
 
+// The job's optimizer over the shards of `shard_group`.
+std::unique_ptr<fsdp::Optimizer> make_optimizer(const job::TrainSection& t, dist::Communicator& shard_group) {
+  if (t.optimizer == job::Optimizer::kAdafactor) {
+    fsdp::AdafactorConfig c;
+    c.eps1 = t.adafactor_eps;
+    c.eps2 = t.adafactor_eps_scale;
+    c.clip_threshold = t.adafactor_clip_threshold;
+    c.decay_rate = t.adafactor_decay_rate;
+    c.beta1 = t.adafactor_beta1;
+    c.weight_decay = t.weight_decay;
+    c.scale_parameter = t.adafactor_scale_parameter;
+    c.relative_step = t.adafactor_relative_step;
+    c.warmup_init = t.adafactor_warmup_init;
+    return std::make_unique<fsdp::Adafactor>(c, &shard_group);
+  }
+  return std::make_unique<fsdp::AdamW>(fsdp::AdamWConfig{0.9, 0.999, 1e-8, t.weight_decay, /*fused=*/true,
+                                                         /*blockwise_8bit=*/t.optimizer == job::Optimizer::kAdamW8bit});
+}
+
 }  // namespace
 
 struct Trainer::Run {
@@ -122,8 +143,7 @@ struct Trainer::Run {
         accumulation(static_cast<int>(o.train.gradient_accumulation_steps)),
         global_batch(o.train.global_batch(ranks)),
         order(train.size(), static_cast<uint64_t>(o.train.seed), train.lengths()),
-        optimizer({0.9, 0.999, 1e-8, o.train.weight_decay, /*fused=*/true,
-                   /*blockwise_8bit=*/o.train.optimizer == job::Optimizer::kAdamW8bit}),
+        optimizer(make_optimizer(o.train, *groups.shard)),
         step{o.train.lr, o.train.gradient_clipping, o.train.gradient_clipping_threshold, true},
         guard(o.train.on_nonfinite, o.train.max_nonfinite_skips) {}
 
@@ -131,7 +151,7 @@ struct Trainer::Run {
   const int64_t global_batch;
   const DataOrder order;
   std::optional<RunSchedule> schedule;  // once the checkpoint says which batch the step counts mean
-  fsdp::AdamW optimizer;
+  std::unique_ptr<fsdp::Optimizer> optimizer;
   StepOptions step;
   fsdp::LossScaler scaler;
   ResumePoint from;
@@ -200,14 +220,13 @@ TrainSummary Trainer::run() {
 void Trainer::start(Run& run) {
   const job::TrainSection& t = options_.train;
   const job::MetricsSection& m = options_.metrics;
-  add_trainable_shards(model_, run.optimizer);
-  spdlog::info("optimizer: {}, {} bytes of state on this rank",
-               run.optimizer.config().blockwise_8bit ? "AdamW with 8-bit block-wise moments" : "AdamW",
-               run.optimizer.state_bytes());
+  add_trainable_shards(model_, *run.optimizer);
+  spdlog::info("optimizer: {}, {} bytes of state on this rank", run.optimizer->description(),
+               run.optimizer->state_bytes());
   if (model_.options().precision.compute == at::kHalf) run.step.loss_scaler = &run.scaler;
   run.validates = t.run_validation && val_ != nullptr;
   if (hooks_.resume)
-    if (std::optional<ResumePoint> r = hooks_.resume(run.optimizer)) run.from = *r;
+    if (std::optional<ResumePoint> r = hooks_.resume(*run.optimizer)) run.from = *r;
   run.schedule.emplace(t, train_.size(), run.global_batch, run.from.reference_batch);
   run.cursor = run.schedule->normalized(run.from.cursor);
   run.steps_taken = run.from.step;
@@ -289,18 +308,18 @@ Trainer::Outcome Trainer::take_step(Run& run, const StepSpan& span, const std::v
       micro = prefetch.take(span.begin, upcoming);
     }
     out.data_wait = seconds_since(start);
-    run.step.lr = run.schedule->lr(span);
+    run.step.lr = run.optimizer->step_size(run.schedule->lr(span));
     const int64_t every = options_.checkpoint_every_steps;
     const bool save_follows = (every > 0 && (run.steps_taken + 1) % every == 0) ||
                               run.schedule->finished(run.schedule->after(span));
-    run.step.updated_piece = save_follows && hooks_.watch_update ? hooks_.watch_update(run.optimizer) : nullptr;
+    run.step.updated_piece = save_follows && hooks_.watch_update ? hooks_.watch_update(*run.optimizer) : nullptr;
     // Dropout masks follow from the seed, the step and the rank: a rerun or a resume at the same
     // world size draws the same ones.
     run.step.dropout = {true, model::mix_seed(model::mix_seed(static_cast<uint64_t>(options_.train.seed),
                                                               run.steps_taken), run.rank)};
     run.step.poison_loss = common::nonfinite_point(run.steps_taken + 1, run.rank);
     run.step.fail_group = common::group_fail_point(run.steps_taken + 1, run.rank);
-    out.result = train_step(model_, run.optimizer, micro, run.step, *groups_.world);
+    out.result = train_step(model_, *run.optimizer, micro, run.step, *groups_.world);
     out.seconds = seconds_since(start);
     if (run_step > 1) run.longest_step = std::max(run.longest_step, out.seconds);  // the first warms up
     for (const Batch& b : micro) {
@@ -368,15 +387,15 @@ bool Trainer::finish_step(Run& run, const StepSpan& span, Outcome& out) {
 void Trainer::save(Run& run, bool validation_pending, bool background) {
   if (!hooks_.save) return;
   RECORD_USER_SCOPE("checkpoint.save");
-  const bool finite = dist::min_over(*groups_.world, run.optimizer.all_finite() ? 1 : 0) == 1;
+  const bool finite = dist::min_over(*groups_.world, run.optimizer->all_finite() ? 1 : 0) == 1;
   NonFiniteGuard::before_save(run.steps_taken, finite);
   const ResumePoint at{run.steps_taken, run.cursor, run.fp16() ? run.scaler.scale() : 0.0,
                        run.schedule->reference_batch(), validation_pending};
   const auto start = Clock::now();
   if (background && hooks_.start_save) {
-    run.in_flight = hooks_.start_save(run.optimizer, at);
+    run.in_flight = hooks_.start_save(*run.optimizer, at);
   } else {
-    hooks_.save(run.optimizer, at);
+    hooks_.save(*run.optimizer, at);
     run.longest_save = std::max(run.longest_save, seconds_since(start));
     check_signal_lead(run);
   }

@@ -15,7 +15,7 @@
 
 #include "common/job/job.h"
 #include "runtime/dist/process_groups.h"
-#include "runtime/fsdp/adamw.h"
+#include "runtime/fsdp/optimizer.h"
 #include "runtime/fsdp/fsdp_llama.h"
 #include "runtime/model/llama_config.h"
 #include "runtime/data/dataset.h"
@@ -51,12 +51,12 @@ class SaveInFlight {
 // is written in the background; it returns null when it had to save in the foreground instead.
 // Any may be empty.
 struct CheckpointHooks {
-  std::function<std::optional<ResumePoint>(fsdp::AdamW&)> resume;
-  std::function<void(fsdp::AdamW&, const ResumePoint&)> save;
-  std::function<std::unique_ptr<SaveInFlight>(fsdp::AdamW&, const ResumePoint&)> start_save;
+  std::function<std::optional<ResumePoint>(fsdp::Optimizer&)> resume;
+  std::function<void(fsdp::Optimizer&, const ResumePoint&)> save;
+  std::function<std::unique_ptr<SaveInFlight>(fsdp::Optimizer&, const ResumePoint&)> start_save;
   // For the update of a step a save follows: an observer that takes the save's checksums as the
   // optimizer writes each piece (checkpoint/update_crcs.h). May be empty.
-  std::function<fsdp::AdamW::PieceObserver(fsdp::AdamW&)> watch_update;
+  std::function<fsdp::Optimizer::PieceObserver(fsdp::Optimizer&)> watch_update;
 };
 
 struct TrainSummary {

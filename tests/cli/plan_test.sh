@@ -149,8 +149,9 @@ assert len(steps) == 2 and abs(predicted / measured - 1) <= 0.15
 PY
 
 # A full fine-tune of the same model with each optimizer, where the optimizer state is a third of
-# the rank (fp32 AdamW) or a tenth (8-bit AdamW): each within 15% of its plan.
-for optimizer in adamw adamw_8bit; do
+# the rank (fp32 AdamW), a tenth (8-bit AdamW) or almost nothing (Adafactor without a first
+# moment): each within 15% of its plan.
+for optimizer in adamw adamw_8bit adafactor; do
   full=(--set "model.path=$tmp/mid" --set train.optimizer=$optimizer --set train.batch_size_training=1
         --set train.context_length=128 --set train.max_train_step=3 --set fsdp.low_cpu_fsdp=true)
   OMP_NUM_THREADS=1 "$st" run "$tmp/job.toml" -n 2 --set "job.output_dir=$tmp/full-$optimizer" "${full[@]}" \

@@ -19,6 +19,7 @@
 #include "checkpoint/sharded_checkpoint.h"
 #include "checkpoint/update_crcs.h"
 #include "common/job/schema.h"
+#include "runtime/fsdp/adamw.h"
 #include "runtime/model/init.h"
 #include "runtime/data/dataset.h"
 #include "runtime/train/train_step.h"

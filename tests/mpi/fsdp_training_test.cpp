@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/job/schema.h"
+#include "runtime/fsdp/adamw.h"
 #include "runtime/fsdp/fsdp_llama.h"
 #include "runtime/model/init.h"
 #include "runtime/train/allocator_compat.h"

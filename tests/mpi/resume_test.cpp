@@ -16,6 +16,7 @@
 #include "checkpoint/resume.h"
 #include "checkpoint/sharded_checkpoint.h"
 #include "common/error.h"
+#include "runtime/fsdp/adamw.h"
 #include "runtime/fsdp/fsdp_options.h"
 #include "runtime/train/train_step.h"
 #include "tests/mpi/test_device.h"

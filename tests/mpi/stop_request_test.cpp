@@ -58,7 +58,7 @@ TEST(StopRequest, OneRanksSignalStopsEveryRankAtTheSameStepAfterOneSave) {
   train::install_stop_handlers();
   std::vector<int64_t> saved_at;
   train::CheckpointHooks hooks;
-  hooks.save = [&](fsdp::AdamW&, const train::ResumePoint& at) {
+  hooks.save = [&](fsdp::Optimizer&, const train::ResumePoint& at) {
     saved_at.push_back(at.step);
     if (at.step == 4 && rank == world - 1) {
       std::raise(SIGUSR1);  // arrives between boundaries 4 and 5
@@ -84,7 +84,7 @@ TEST(StopRequest, ASignalLeadShorterThanAStepAndASaveIsWarnedAbout) {
   TinyRun run(6);
   const int rank = run.rank;
   train::CheckpointHooks hooks;
-  hooks.save = [](fsdp::AdamW&, const train::ResumePoint&) { std::this_thread::sleep_for(std::chrono::milliseconds(200)); };
+  hooks.save = [](fsdp::Optimizer&, const train::ResumePoint&) { std::this_thread::sleep_for(std::chrono::milliseconds(200)); };
   auto ring = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(64);
   const auto previous = spdlog::default_logger();
   spdlog::set_default_logger(std::make_shared<spdlog::logger>("test", ring));

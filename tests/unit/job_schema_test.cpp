@@ -109,6 +109,41 @@ TEST(JobSchema, LoraKeysWithoutLoraAreRefusedAndLlamaRecipesSpellingsNameTheKeyT
             std::string::npos) << out;
 }
 
+// Adafactor's keys take effect only with optimizer = "adafactor" and are refused under another;
+// warmup_init needs relative_step, and a relative step refuses the learning rate and schedule it
+// would ignore. The resolved job of an Adafactor run loads clean.
+TEST(JobSchema, AdafactorKeysTakeEffectOnlyWithAdafactorAndARelativeStepRefusesTheSchedule) {
+  const std::string train = std::string(kMinimal) + "\n[train]\n";
+  const LoadedJob a = parse_ok(train + "optimizer = \"adafactor\"\nadafactor_beta1 = 0.9\nadafactor_decay_rate = -0.5\n");
+  EXPECT_EQ(a.job.train.optimizer, Optimizer::kAdafactor);
+  EXPECT_DOUBLE_EQ(a.job.train.adafactor_beta1, 0.9);
+  EXPECT_DOUBLE_EQ(a.job.train.adafactor_decay_rate, -0.5);
+  EXPECT_FALSE(a.job.train.adafactor_relative_step);
+  EXPECT_FALSE(a.job.train.adafactor_scale_parameter);
+  parse_ok(to_toml(a.job));
+
+  for (const char* key : {"adafactor_beta1 = 0.5", "adafactor_scale_parameter = true", "adafactor_eps = 1e-20"}) {
+    const std::string out = parse_job(train + key + "\n", "job.toml", {}).diagnostics.to_string();
+    EXPECT_NE(out.find("is set but optimizer is \"adamw\", which does not read it: set optimizer = \"adafactor\""),
+              std::string::npos) << key << ": " << out;
+    EXPECT_NE(out.find("job.toml:9:"), std::string::npos) << "not at the key's line: " << out;
+  }
+  const std::string warmup =
+      parse_job(train + "optimizer = \"adafactor\"\nadafactor_warmup_init = true\n", "job.toml", {}).diagnostics.to_string();
+  EXPECT_NE(warmup.find("it needs adafactor_relative_step = true"), std::string::npos) << warmup;
+  for (const char* key : {"lr = 0.001", "lr_scheduler = \"cosine\"", "warmup_steps = 5", "gamma = 0.5"}) {
+    const std::string out =
+        parse_job(train + "optimizer = \"adafactor\"\nadafactor_relative_step = true\n" + key + "\n", "job.toml", {})
+            .diagnostics.to_string();
+    EXPECT_NE(out.find("adafactor_relative_step = true computes each step's size itself"), std::string::npos)
+        << key << ": " << out;
+  }
+  parse_ok(train + "optimizer = \"adafactor\"\nadafactor_relative_step = true\nadafactor_warmup_init = true\n");
+  for (const char* bad : {"adafactor_beta1 = 1.0", "adafactor_decay_rate = 0.5", "adafactor_clip_threshold = 0.0"})
+    EXPECT_TRUE(parse_job(train + "optimizer = \"adafactor\"\n" + bad + "\n", "job.toml", {}).diagnostics.has_errors())
+        << bad;
+}
+
 // QLoRA: method = "qlora" with its NF4 keys; those keys under another method, block sizes
 // bitsandbytes does not have, and bitsandbytes' own spellings are refused naming the key to use.
 TEST(JobSchema, QloraKeysTakeEffectOnlyWithQlora) {
