@@ -78,6 +78,7 @@ cpu_configs=(
   "0.63B, FULL_SHARD, 8-bit AdamW|big|2|train.optimizer=adamw_8bit train.batch_size_training=1 train.context_length=64"
   "0.1B, FULL_SHARD, Adafactor|mid|2|train.optimizer=adafactor train.batch_size_training=2 train.context_length=256"
   "0.63B, FULL_SHARD, Adafactor|big|2|train.optimizer=adafactor train.batch_size_training=1 train.context_length=64"
+  "0.1B, FULL_SHARD, cpu_offload|mid|2|fsdp.cpu_offload=true train.batch_size_training=2 train.context_length=256"
   "0.63B, FULL_SHARD, Adafactor with a first moment|big|2|train.optimizer=adafactor train.adafactor_beta1=0.9 train.batch_size_training=1 train.context_length=64"
 )
 bf16="train.mixed_precision=true train.context_length=2048"

@@ -7,6 +7,7 @@
 //   mpirun -np W train_bench MODEL_DIR [--device cuda|cpu] [--seq 2048] [--micro-batch 4]
 //       [--checkpointing] [--packed] [--cudnn-attention] [--steps 10] [--warmup 3] [--fp32]
 //       [--strategy full_shard|no_shard] [--threads N] [--trace DIR] [--unfused rmsnorm,rope,...|all]
+//       [--cpu-offload]
 // --fp32: no mixed precision (parameters, products and gradients in fp32), as CPU training runs.
 // --threads: CPU threads per rank (0: the rank's share of the node, as jobs choose; -1: leave
 // LibTorch's and OpenBLAS's own defaults, to measure what that choice gains).
@@ -16,6 +17,8 @@
 // (runtime/dist/device.h), to measure what that choice costs or saves.
 // --unfused: the named fusions (runtime/model/fused_ops.h) run as ATen operations instead, to price
 // each; the fused kernels run on CUDA tensors of a build with them ("fused_kernels" in the output).
+// --cpu-offload: [fsdp] cpu_offload (the trainable shards, gradients and AdamW's moments in host
+// memory, the optimizer stepping there), to price it against the same run without.
 // --trace DIR: after the timed steps, three more of which the last two are traced by the step
 // profiler (GPU kernels included on CUDA) into DIR/rank-NNNNN.trace.json; the figures are of the
 // timed steps alone.
@@ -74,6 +77,7 @@ struct Args {
   int threads = 0;
   std::string trace_dir;
   bool adamw_ops = false;
+  bool cpu_offload = false;
   std::vector<std::string> unfused;  // fusions turned off (the ablation): rmsnorm, rope, swiglu, cross_entropy, gqa
 };
 
@@ -148,6 +152,7 @@ int run(const Args& a) {
   job.fsdp.sharding_strategy = a.strategy == "no_shard" ? job::ShardingStrategy::kNoShard
                                                         : job::ShardingStrategy::kFullShard;
   job.fsdp.activation_checkpointing = a.checkpointing;
+  job.fsdp.cpu_offload = a.cpu_offload;
   const fsdp::FsdpOptions options =
       fsdp::fsdp_options(job.fsdp, job.train, world, static_cast<int>(job.slurm.ranks_per_node()), device);
   dist::ProcessGroups groups = dist::make_process_groups(
@@ -225,6 +230,7 @@ int run(const Args& a) {
         {"precision", a.fp32 ? "fp32" : "bf16 mixed"},
         {"strategy", a.strategy},
         {"adamw", a.adamw_ops ? "ops" : "fused"},
+        {"cpu_offload", a.cpu_offload},
         {"unfused", a.unfused},
         {"fused_kernels", device.is_cuda() && model::kernel_calls::cuda_kernels_built()},
         {"adamw_hyper", {{"lr", kLr}, {"betas", {adamw.beta1, adamw.beta2}}, {"eps", adamw.eps},
@@ -273,6 +279,7 @@ int main(int argc, char** argv) {
   app.add_flag("--fp32", a.fp32, "fp32 throughout (no mixed precision)");
   app.add_option("--strategy", a.strategy, "full_shard or no_shard")->check(CLI::IsMember({"full_shard", "no_shard"}));
   app.add_flag("--adamw-ops", a.adamw_ops, "AdamW an operation at a time (LibTorch's single-tensor path), not fused");
+  app.add_flag("--cpu-offload", a.cpu_offload, "Shards, gradients and AdamW's state in host memory ([fsdp] cpu_offload)");
   app.add_option("--unfused", a.unfused, "Fusions to turn off (the ablation), comma-separated")
       ->delimiter(',')
       ->check(CLI::IsMember({"rmsnorm", "rope", "swiglu", "cross_entropy", "gqa", "all"}));

@@ -92,7 +92,8 @@ void note_submit_only_keys(const job::Job& job) {
                              fmt::join(keys, ", "));
 }
 
-// A node's host memory for a CPU job's plan: --node-memory, else this machine's.
+// A node's host memory for a CPU job's plan (and a GPU job's with cpu_offload): --node-memory, else
+// this machine's.
 std::optional<launcher::NodeMemory> node_memory(const std::string& text) {
   if (!text.empty()) {
     const std::optional<double> bytes = launcher::parse_memory_size(text);

@@ -189,11 +189,27 @@ MemoryPlan plan_memory(const job::Job& job, const model::LlamaConfig& config) {
     add("optimizer states", fmt::format("AdamW's two moments, {}", dtype_name(master)),
         2 * plan.trainable / shards * master);
 
+  // cpu_offload on a GPU: the trainable shards, their gradients and the optimizer's state (with
+  // offload_params the frozen shards too) are host memory, pinned: off the GPU's parts.
+  if (job.fsdp.cpu_offload && plan.cuda) {
+    const double trainable_shards = (lora ? adapters : plan.trainable) / shards * master;
+    for (MemoryPart& part : plan.parts) {
+      if (part.name != "parameters" && part.name != "gradients" && part.name != "optimizer states") continue;
+      double moved = part.bytes;
+      if (part.name == "parameters" && !job.fsdp.offload_params) moved = std::min(part.bytes, trainable_shards);
+      part.bytes -= moved;
+      plan.total_bytes -= moved;
+      plan.offload_bytes += moved;
+      part.detail += moved == 0 ? "" : part.bytes == 0 ? "; in host memory (cpu_offload)"
+                                                        : "; the trainable shards in host memory (cpu_offload)";
+    }
+  }
+
   // Gathered units in the compute dtype. One shard of the master dtype is its own full buffer.
   const bool strategy_reshards = job.fsdp.sharding_strategy == job::ShardingStrategy::kFullShard ||
                                  job.fsdp.sharding_strategy == job::ShardingStrategy::kHybridShard;
   const bool tied = config.tie_word_embeddings;
-  const bool base_aliased = !qlora && plan.shard_size == 1 && compute == frozen;
+  const bool base_aliased = !qlora && plan.shard_size == 1 && compute == frozen && !job.fsdp.offload_params;
   if (!base_aliased) {
     double gathered = 0;
     std::string detail;

@@ -9,7 +9,9 @@
 //     block recomputed (activation checkpointing), and the logits with their loss and gradient;
 //   - the runtime itself (LibTorch, MPI, HDF5 on the CPU); on a GPU, NCCL's buffers, and on rank 0
 //     the unit a full checkpoint gathers;
-//   - with [checkpoint] async on a GPU, the pinned host copy of the rank's saved state (apart).
+//   - with [checkpoint] async on a GPU, the pinned host copy of the rank's saved state (apart);
+//   - with [fsdp] cpu_offload on a GPU, the shards, gradients and optimizer state it keeps in host
+//     memory instead (apart).
 // On the CPU the parts are host memory (what peak RSS measures); on a GPU, device memory (what
 // the CUDA caching allocator holds; the CUDA context comes on top).
 #pragma once
@@ -40,6 +42,10 @@ struct MemoryPlan {
   // are written as they are (no copy).
   double checkpoint_state_bytes = 0;
   double checkpoint_copy_bytes = 0;
+  // [fsdp] cpu_offload on a GPU: the host memory per rank (pinned) that holds the trainable shards,
+  // their gradients and the optimizer's state (with offload_params the frozen shards too), which
+  // the GPU's parts then leave out. On the CPU, host memory is the device's and nothing moves.
+  double offload_bytes = 0;
   double parameters = 0, trainable = 0;  // counts
   int64_t world = 1, shard_size = 1, ranks_per_node = 1;
   int64_t tokens_per_micro_batch = 0;

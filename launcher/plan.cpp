@@ -60,6 +60,12 @@ std::vector<Candidate> candidates(const job::Job& job) {
   if (t.optimizer != job::Optimizer::kAdafactor)
     out.push_back({"Adafactor (each matrix's row and column means instead of a second moment per parameter)",
                    {"train.optimizer=adafactor"}, [](job::Job& j) { j.train.optimizer = job::Optimizer::kAdafactor; }});
+  if (!job.fsdp.cpu_offload)
+    out.push_back({"CPU offload (trainable shards, gradients and optimizer state in host memory)",
+                   {"fsdp.cpu_offload=true"}, [](job::Job& j) { j.fsdp.cpu_offload = true; }});
+  if (job.peft.adapters() && !job.fsdp.offload_params)
+    out.push_back({"CPU offload of the frozen base too", {"fsdp.cpu_offload=true", "fsdp.offload_params=true"},
+                   [](job::Job& j) { j.fsdp.cpu_offload = j.fsdp.offload_params = true; }});
   if (job.peft.method == job::PeftMethod::kNone && !t.freeze_layers)
     out.push_back({"LoRA (the base frozen; adapters on q_proj and v_proj, r = 8)", {"peft.method=lora"},
                    [](job::Job& j) { j.peft.method = job::PeftMethod::kLora; }});
@@ -107,7 +113,12 @@ std::vector<FitChange> changes_that_fit(const job::Job& job, const model::LlamaC
 }
 
 double node_host_bytes(const MemoryPlan& plan) {
-  return plan.cuda ? 0 : static_cast<double>(plan.ranks_per_node) * std::max(plan.total_bytes, plan.loading_bytes);
+  const double ranks = static_cast<double>(plan.ranks_per_node);
+  if (plan.cuda)
+    return plan.offload_bytes > 0
+               ? ranks * std::max(plan.offload_bytes + plan.checkpoint_copy_bytes, plan.loading_bytes)
+               : 0;
+  return ranks * std::max(plan.total_bytes, plan.loading_bytes);
 }
 
 namespace {
@@ -162,6 +173,11 @@ std::string plan_report(const job::Job& job, const model::LlamaConfig& config, s
   if (plan.checkpoint_copy_bytes > 0)
     out += fmt::format("host memory per rank for checkpoints written in the background: {} (pinned)\n",
                        gib(plan.checkpoint_copy_bytes));
+  if (plan.offload_bytes > 0) {
+    out += fmt::format("host memory per rank for cpu_offload: {} (pinned: shards, gradients, optimizer state)\n",
+                       gib(plan.offload_bytes));
+    if (node) out += node_line(plan, *node);
+  }
   if (!plan.cuda && node) {
     out += node_line(plan, *node);
     if (!limit_bytes) {
@@ -211,7 +227,8 @@ std::string plan_json(const job::Job& job, const model::LlamaConfig& config, std
   j["loading_bytes"] = plan.loading_bytes;
   j["checkpoint_state_bytes"] = plan.checkpoint_state_bytes;
   j["checkpoint_copy_bytes"] = plan.checkpoint_copy_bytes;
-  if (!plan.cuda) {
+  j["offload_bytes"] = plan.offload_bytes;
+  if (!plan.cuda || plan.offload_bytes > 0) {
     j["ranks_per_node"] = plan.ranks_per_node;
     j["node_host_bytes"] = node_host_bytes(plan);
     if (node) {

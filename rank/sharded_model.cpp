@@ -28,6 +28,14 @@ void log_model(const job::Job& job, const ShardedModel& m, const std::set<std::s
                                   job.peft.lora_r, fmt::join(job.peft.target_modules, ", "))
                     : "",
                m.model->num_layers() + 2, m.sharded->persistent_bytes());
+  if (options.cpu_offload) {
+    int64_t host = 0;
+    for (fsdp::FlatParam* f : m.sharded->flat_params())
+      if (f->offloaded()) host += f->shard().nbytes() + (f->trainable() ? f->shard().nbytes() : 0);
+    spdlog::info("cpu offload: {} shards in host memory{}, {} bytes with their gradients; the optimizer steps on the "
+                 "host",
+                 options.offload_params ? "all" : "the trainable", options.device.is_cuda() ? " (pinned)" : "", host);
+  }
   if (options.nf4_base) {
     int64_t packed = 0, weights = 0;
     for (fsdp::FlatParam* f : m.sharded->flat_params())

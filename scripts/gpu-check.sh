@@ -282,6 +282,9 @@ stage_bench() {
 stage_extras() {
   # LoRA against full fine-tuning of a 0.63B model on one GPU: memory, step time, gradient bytes.
   limit=400 check lora_bench st_with_libs bash "$root/bench/lora.sh" "$build" "$report/lora-bench-model" 1 cuda 2048 16
+  # cpu_offload on the GPU: device memory saved and step time against the same run without it.
+  limit=240 check offload_gpu st_with_libs env DEVICE=cuda RANKS=1 ROUNDS=2 \
+    MODEL_DIR="${SHARDTUNE_BENCH_MODEL:-$report/bench/llama-3.2-1b}" bash "$root/bench/offload.sh" "$build" "$report/offload" 5
   # The memory planner against the CUDA allocator's peaks (bench/plan.sh's GPU configurations).
   limit=400 check plan_gpu st_with_libs bash "$root/bench/plan.sh" "$build" "$report/plan-bench" . cuda
   # Against Hugging Face's Rust tokenizers, on this machine's CPU: identical ids, and tokens/s.

@@ -155,6 +155,8 @@ struct FsdpSection {
   CheckpointType checkpoint_type = CheckpointType::kSharded;
   bool save_optimizer = false;
   common::Dtype reduce_dtype = common::Dtype::kF32;  // kF32 or kBF16
+  bool cpu_offload = false;     // trainable shards, gradients and optimizer state in host memory
+  bool offload_params = false;  // with cpu_offload: the frozen shards too
 };
 
 struct CheckpointSection {

@@ -84,6 +84,10 @@ void check_slurm(const Job& job, Checker& c) {
 }
 
 void check_fsdp(const Job& job, Checker& c) {
+  if (job.fsdp.offload_params && !job.fsdp.cpu_offload)
+    c.error({"fsdp.offload_params", "fsdp.cpu_offload"},
+            "offload_params = true offloads the frozen shards as well as what cpu_offload offloads: it needs "
+            "cpu_offload = true");
   const int64_t world = job.slurm.world_size();
   if (job.fsdp.sharding_strategy == ShardingStrategy::kHybridShard) {
     const int64_t shard = shard_group_size(job);

@@ -499,6 +499,14 @@ std::vector<SectionSpec> build_schema() {
     s.field("save_optimizer", &FsdpSection::save_optimizer,
             "Save the optimizer's state in checkpoints (AdamW's moments, Adafactor's statistics).");
     s.field("reduce_dtype", &FsdpSection::reduce_dtype, "Dtype of gradient reduction.");
+    s.field("cpu_offload", &FsdpSection::cpu_offload,
+            "Keep each rank's trainable shards (the fp32 masters), their gradients and the optimizer's state in "
+            "host memory (pinned on a GPU) and step the optimizer on the CPU, as FSDP's CPUOffload and "
+            "ZeRO-Offload do: a gather copies the shard up, a reduction copies the gradient down. The GPU then "
+            "holds only gathered units, activations and gradients in flight. On the CPU the same path runs.");
+    s.field("offload_params", &FsdpSection::offload_params,
+            "With cpu_offload: the frozen shards (a LoRA or QLoRA base) in host memory too, copied up for each "
+            "gather.");
   }
   {
     SectionBuilder<CheckpointSection> s(schema, "checkpoint", "When checkpoints are written and resumed.",

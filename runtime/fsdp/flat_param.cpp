@@ -56,7 +56,10 @@ FlatParam::FlatParam(FlatLayout layout, std::vector<at::Tensor*> slots, bool tra
   ST_CHECK(!nf4_ || (!trainable_ && layout_.align() == nf4_->record_elements()), common::ErrorKind::kInternal,
            "an NF4 flat parameter must be frozen and aligned to its records");
   const at::ScalarType master_dtype = trainable_ ? options_.precision.master : options_.precision.frozen;
-  const at::TensorOptions master = at::TensorOptions().dtype(master_dtype).device(options_.device);
+  offloaded_ = options_.cpu_offload && (trainable_ || options_.offload_params);
+  const at::TensorOptions master =
+      offloaded_ ? at::TensorOptions().dtype(master_dtype).pinned_memory(options_.device.is_cuda())
+                 : at::TensorOptions().dtype(master_dtype).device(options_.device);
   // Slots on the meta device have no values: the shard is filled later by a loader.
   const bool have_values = !slots_.empty() && !slots_.front()->is_meta();
   if (nf4_) {
@@ -65,7 +68,7 @@ FlatParam::FlatParam(FlatLayout layout, std::vector<at::Tensor*> slots, bool tra
     std::vector<at::Tensor> values;
     if (have_values)
       for (at::Tensor* slot : slots_) values.push_back(slot->detach().to(options_.precision.frozen));
-    shard_ = have_values ? quantize_shard(layout_, shard_rank_, values, *nf4_).to(options_.device)
+    shard_ = have_values ? to_home(quantize_shard(layout_, shard_rank_, values, *nf4_))
                          : padding_records(layout_.shard_numel() / nf4_->record_elements(), *nf4_, master);
   } else {
     shard_ = zeros_on_huge_pages(layout_.shard_numel(), master);  // padding stays zero
@@ -75,14 +78,22 @@ FlatParam::FlatParam(FlatLayout layout, std::vector<at::Tensor*> slots, bool tra
     }
   }
   for (at::Tensor* slot : slots_) *slot = at::Tensor();
-  alias_full_to_shard_ = !nf4_ && layout_.shard_count() == 1 && options_.precision.compute == master_dtype;
+  alias_full_to_shard_ =
+      !offloaded_ && !nf4_ && layout_.shard_count() == 1 && options_.precision.compute == master_dtype;
   if (alias_full_to_shard_) {
     full_ = shard_;
     gathered_ = true;
   } else {
-    full_ = at::empty({layout_.padded_numel()}, master.dtype(options_.precision.compute));
+    full_ = at::empty({layout_.padded_numel()},
+                      at::TensorOptions().dtype(options_.precision.compute).device(options_.device));
     drop_storage(full_);
   }
+}
+
+at::Tensor FlatParam::to_home(const at::Tensor& t) const {
+  if (!offloaded_) return t.to(options_.device);
+  const at::Tensor host = t.to(at::kCPU);
+  return options_.device.is_cuda() ? host.pin_memory() : host;
 }
 
 at::Tensor& FlatParam::grad_shard() {
@@ -106,10 +117,13 @@ void FlatParam::start_gather(dist::Communicator& shard_group) {
              "an NF4 flat parameter gathered before its quantisation finished");
     gathered_version_ = shard_._version();
     dequantize_pending_ = true;
+    // Offloaded records come up to the device first (kept until gathered: the collective reads them).
+    if (offloaded_) device_records_ = shard_.to(options_.device, /*non_blocking=*/true);
+    const at::Tensor& records = offloaded_ ? device_records_ : shard_;
     if (shard_group.size() == 1) return;
-    packed_full_ = at::empty({shard_.numel() * shard_group.size()}, shard_.options());
+    packed_full_ = at::empty({shard_.numel() * shard_group.size()}, records.options());
     wire_.gathered += static_cast<int64_t>(packed_full_.nbytes());
-    gather_work_ = shard_group.start_all_gather(shard_, packed_full_);
+    gather_work_ = shard_group.start_all_gather(records, packed_full_);
     return;
   }
   restore_storage(full_);
@@ -118,7 +132,8 @@ void FlatParam::start_gather(dist::Communicator& shard_group) {
   at::NoGradGuard no_grad;
   at::Tensor full = full_.variable_data();
   at::Tensor mine = full.narrow(0, layout_.shard_begin(shard_rank_), layout_.shard_numel());
-  mine.copy_(shard_);  // to the compute dtype
+  // To the compute dtype (offloaded: up from pinned memory, without the host waiting).
+  mine.copy_(shard_, /*non_blocking=*/offloaded_ && options_.device.is_cuda());
   gathered_version_ = shard_._version();
   if (shard_group.size() > 1) wire_.gathered += static_cast<int64_t>(full.nbytes());
   gather_work_ = shard_group.start_all_gather(mine, full);
@@ -134,8 +149,9 @@ void FlatParam::finish_gather() {
   restore_storage(full_);
   at::NoGradGuard no_grad;
   at::Tensor full = full_.variable_data();
-  dequantize_into(packed_full_.defined() ? packed_full_ : shard_, *nf4_, full);
+  dequantize_into(packed_full_.defined() ? packed_full_ : offloaded_ ? device_records_ : shard_, *nf4_, full);
   packed_full_ = at::Tensor();
+  device_records_ = at::Tensor();
   dequantize_pending_ = false;
   gathered_ = true;
 }
@@ -173,7 +189,7 @@ void FlatParam::loaded() {
     load_error_ = e.what();
   }
   staging_ = at::Tensor();
-  shard_ = records.to(options_.device);
+  shard_ = to_home(records);
   provisional_ = true;
 }
 
@@ -185,7 +201,7 @@ void FlatParam::load_records(const RecordReader& read) {
     read(layout_.params()[piece.param].name, piece.param_offset / per, (piece.length + per - 1) / per,
          records.data_ptr<uint8_t>() + piece.shard_offset / per * nf4_->record_bytes());
   staging_ = at::Tensor();
-  shard_ = records.to(options_.device);
+  shard_ = to_home(records);
   provisional_ = false;
 }
 
@@ -221,7 +237,7 @@ void FlatParam::finish_quantization(dist::Communicator& shard_group) {
                                    (piece.length + per - 1) / per, offset, *nf4_,
                                    out.data_ptr<uint8_t>() + record * nf4_->record_bytes());
   }
-  shard_ = out.to(options_.device);
+  shard_ = to_home(out);
 }
 
 void FlatParam::reshard() {
@@ -320,13 +336,14 @@ bool FlatParam::advance_reduce(dist::Communicator& replicate_group) {
   }
   const at::Tensor reduced = std::move(reduced_);
   reduced_ = at::Tensor();
-  grad_shard().add_(reduced);
+  // Offloaded, the gradient comes down to the host (this waits for its reduction).
+  grad_shard().add_(offloaded_ ? reduced.to(at::kCPU) : reduced);
   return true;
 }
 
 int64_t FlatParam::persistent_bytes() const {
-  int64_t bytes = shard_.nbytes();
-  if (grad_shard_.defined()) bytes += grad_shard_.nbytes();
+  int64_t bytes = offloaded_ ? 0 : shard_.nbytes();
+  if (grad_shard_.defined() && !offloaded_) bytes += grad_shard_.nbytes();
   if (!alias_full_to_shard_ && gathered_) bytes += full_.nbytes();
   return bytes;
 }

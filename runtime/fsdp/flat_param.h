@@ -1,6 +1,6 @@
 // One flat parameter: some of a unit's parameters (all trainable, or all frozen) laid end to end.
 // Each rank keeps its shard (master dtype; frozen ones in the policy's frozen dtype) on its device
-// and, when trainable, a gradient shard.
+// and, when trainable, a gradient shard; offloaded (FsdpOptions::cpu_offload), both in host memory.
 // For forward and backward the full buffer is gathered in the compute dtype; the model's
 // parameter slots then hold views of it. Freeing keeps the buffer's storage object and drops its
 // memory, so views saved by autograd stay valid once it is gathered again.
@@ -43,8 +43,9 @@ class FlatParam {
   const FlatLayout& block_layout(int64_t block) const;
   int shard_rank() const { return shard_rank_; }
   bool trainable() const { return trainable_; }
-  // (shard_numel,) master (or frozen) dtype, on the device; NF4: uint8 records.
+  // (shard_numel,) master (or frozen) dtype, on the device (offloaded: the host); NF4: uint8 records.
   at::Tensor& shard() { return shard_; }
+  bool offloaded() const { return offloaded_; }
   const std::optional<quant::Nf4Format>& nf4() const { return nf4_; }
 
   // Loading. A loader writes this rank's part of every parameter into load_target(): the shard,
@@ -99,7 +100,8 @@ class FlatParam {
     }
   }
 
-  // Bytes held between steps: shard, gradient shard, and the full buffer when it is kept.
+  // Bytes held on the device between steps: shard and gradient shard (unless offloaded), and the
+  // full buffer when it is kept.
   int64_t persistent_bytes() const;
 
   // Bytes this rank has handed to collectives over groups of more than one rank, since
@@ -114,6 +116,8 @@ class FlatParam {
  private:
   // Zeroes what of full_grad_ no gradient reached: unwritten parameters, alignment gaps, padding.
   void zero_unwritten_grad();
+  // `t` where the shard lives: on the device, or in host memory (pinned for a GPU) when offloaded.
+  at::Tensor to_home(const at::Tensor& t) const;
 
   FlatLayout layout_;
   mutable std::optional<FlatLayout> block_layout_;
@@ -121,6 +125,7 @@ class FlatParam {
   bool trainable_;
   FsdpOptions options_;
   int shard_rank_;
+  bool offloaded_ = false;  // the shard and gradient shard in host memory
   bool alias_full_to_shard_ = false;  // one shard of the same dtype: the shard is the full buffer
   at::Tensor shard_;
   at::Tensor grad_shard_;
@@ -138,6 +143,7 @@ class FlatParam {
   // NF4 storage.
   std::optional<quant::Nf4Format> nf4_;
   at::Tensor packed_full_;             // every shard's records, while gathered from other ranks
+  at::Tensor device_records_;          // offloaded: this shard's records on the device, while gathered
   at::Tensor staging_;                 // values being loaded (host)
   bool provisional_ = false;           // records with fp32 scales until finish_quantization
   bool dequantize_pending_ = false;    // gathering: the records still to be dequantised

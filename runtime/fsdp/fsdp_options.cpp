@@ -33,6 +33,8 @@ FsdpOptions fsdp_options(const job::FsdpSection& fsdp, const job::TrainSection& 
                             fsdp.sharding_strategy == job::ShardingStrategy::kHybridShard;
   o.reshard_after_backward = fsdp.sharding_strategy != job::ShardingStrategy::kNoShard;
   if (train.optimizer == job::Optimizer::kAdamW8bit) o.trainable_align = kAdam8bitBlock;
+  o.cpu_offload = fsdp.cpu_offload;
+  o.offload_params = fsdp.offload_params;
   return o;
 }
 

@@ -39,6 +39,13 @@ struct FsdpOptions {
   // shard boundaries fall on multiples of it: an 8-bit optimizer's blocks of each tensor then lie
   // in one shard whatever the world size (runtime/fsdp/adam8bit.h).
   int64_t trainable_align = 1;
+  // [fsdp] cpu_offload: the trainable shards (the masters), their gradients and so the optimizer's
+  // state live in host memory (pinned when `device` is a GPU) and the optimizer steps there, as
+  // FSDP's CPUOffload and ZeRO-Offload do; gathers copy a shard up, reductions copy the gradient
+  // down. offload_params: the frozen shards too (a LoRA or QLoRA base). On the CPU the same path
+  // runs with host copies.
+  bool cpu_offload = false;
+  bool offload_params = false;
 };
 
 

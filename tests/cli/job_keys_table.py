@@ -97,6 +97,8 @@ RUNS = {
     "seed": (sets(("metrics.sample_ids", "true"), ("train.seed", "7")), (0,), None),
     "wd_ref": (sets(("train.lr", "0.01")), (0,), None),
     "weight_decay": (sets(("train.lr", "0.01"), ("train.weight_decay", "0.5")), (0,), None),
+    "offload": (sets(("fsdp.cpu_offload", "true")), (0,), None),
+    "offload_all": (sets(("peft.method", "lora"), ("fsdp.cpu_offload", "true"), ("fsdp.offload_params", "true")), (0,), None),
     # Adafactor: each of its keys against the run without it.
     "adafactor": (sets(("train.optimizer", "adafactor")), (0,), None),
     "af_beta1": (sets(("train.optimizer", "adafactor"), ("train.adafactor_beta1", "0.9")), (0,), None),
@@ -257,6 +259,8 @@ ROWS = [
     ("fsdp.checkpoint_type", "full", "files", ("misc", os.path.join(CKDIR, "step-0000003", "model.h5"))),
     ("fsdp.save_optimizer", "true", "manifest", ("misc", "m['has_optimizer']")),
     ("fsdp.reduce_dtype", "bf16", "plan", []),
+    ("fsdp.cpu_offload", "true", "log", ("offload", r"cpu offload: the trainable shards in host memory")),
+    ("fsdp.offload_params", "true", "log", ("offload_all", r"cpu offload: all shards in host memory")),
     ("checkpoint.dir", CKDIR, "files", ("misc", os.path.join(CKDIR, "step-0000003", "manifest.json"))),
     ("checkpoint.every_steps", "1", "log", ("misc", r"checkpoint committed: .*step-0000001")),
     ("checkpoint.keep_last", "1", "files", ("misc", "!" + os.path.join(CKDIR, "step-0000002"))),

@@ -117,6 +117,35 @@ while read -r sets; do
 done <"$tmp/changes"
 echo "70B on 40 GiB: $(wc -l <"$tmp/changes") change(s) listed, each planned again and fitting"
 
+# Llama 3 70B QLoRA on 24 GB GPUs (docs/planner.md, beside the published figures of
+# ../shared/reference/qlora-nf4.md): 2 GPUs at batch 2, sequence 2048, fit only with the base
+# offloaded (cpu_offload and offload_params), which the plan suggests; 4 GPUs at batch 1,
+# sequence 3072 fit either way. With offload the GPU holds no shard, gradient or optimizer state:
+# its plan drops exactly the offload_bytes it reports as host memory.
+q70=(configs/llama3-70b-qlora.toml --model-config tests/fixtures/hf_configs/llama-3.1-70b.json --set slurm.nodes=1
+     --node-memory 256GiB)
+off=(--set fsdp.cpu_offload=true --set fsdp.offload_params=true)
+two=(--set slurm.gpus_per_node=2 --set train.batch_size_training=2 --set train.context_length=2048)
+four=(--set slurm.gpus_per_node=4 --set train.batch_size_training=1 --set train.context_length=3072)
+"$st" plan "${q70[@]}" "${two[@]}" --json >"$tmp/q70-2.json" && "$st" plan "${q70[@]}" "${two[@]}" "${off[@]}" --json \
+  >"$tmp/q70-2-off.json" && "$st" plan "${q70[@]}" "${four[@]}" "${off[@]}" --json >"$tmp/q70-4-off.json" ||
+  fail "plans of 70B QLoRA failed"
+$py - "$tmp/q70-2.json" "$tmp/q70-2-off.json" "$tmp/q70-4-off.json" <<'PY' || fail "70B QLoRA with offload is not planned to fit 24 GB GPUs"
+import json, math, sys
+plain, two, four = (json.load(open(p)) for p in sys.argv[1:])
+assert not plain["fits"], plain["total_bytes"]
+assert any("fsdp.offload_params=true" in c["overrides"] for c in plain["changes"]), plain["changes"]
+for p in (two, four):
+    assert p["fits"] and p["offload_bytes"] > 0, p
+    for part in ("parameters", "gradients", "optimizer states"):
+        assert p["parts_bytes"][part] == 0, (part, p["parts_bytes"])
+    assert p["node_fits"], p
+assert math.isclose(plain["total_bytes"] - two["total_bytes"], two["offload_bytes"]), (plain["total_bytes"], two)
+print(f"70B QLoRA + offload: 2 x 24 GB {two['total_bytes'] / 2**30:.2f} GiB a GPU (without offload "
+      f"{plain['total_bytes'] / 2**30:.2f}), {two['node_host_bytes'] / 2**30:.1f} GiB of host memory; 4 x 24 GB "
+      f"{four['total_bytes'] / 2**30:.2f} GiB a GPU, {four['node_host_bytes'] / 2**30:.1f} GiB of host memory")
+PY
+
 # Llama 2 70B LoRA on one node of 4 x 24 GB: the bf16 base does not fit, and QLoRA is what makes it.
 "$st" plan configs/llama3-70b-qlora.toml --model-config tests/fixtures/hf_configs/llama-2-70b.json --set peft.method=lora \
   --set slurm.nodes=1 --set slurm.gpus_per_node=4 --gpu-memory 24GiB >"$tmp/qlora70b.txt" 2>&1 || fail "plan of 70B LoRA failed"
@@ -150,9 +179,11 @@ PY
 
 # A full fine-tune of the same model with each optimizer, where the optimizer state is a third of
 # the rank (fp32 AdamW), a tenth (8-bit AdamW) or almost nothing (Adafactor without a first
-# moment): each within 15% of its plan.
-for optimizer in adamw adamw_8bit adafactor; do
-  full=(--set "model.path=$tmp/mid" --set train.optimizer=$optimizer --set train.batch_size_training=1
+# moment), and AdamW with cpu_offload (on the CPU the same memory): each within 15% of its plan.
+for optimizer in adamw adamw_8bit adafactor adamw-offload; do
+  extra=()
+  [ "$optimizer" = adamw-offload ] && extra=(--set fsdp.cpu_offload=true)
+  full=(--set "model.path=$tmp/mid" --set train.optimizer=${optimizer%-offload} "${extra[@]}" --set train.batch_size_training=1
         --set train.context_length=128 --set train.max_train_step=3 --set fsdp.low_cpu_fsdp=true)
   OMP_NUM_THREADS=1 "$st" run "$tmp/job.toml" -n 2 --set "job.output_dir=$tmp/full-$optimizer" "${full[@]}" \
     >"$tmp/full-$optimizer.log" 2>&1 || fail "the $optimizer run failed: $(tail -5 "$tmp/full-$optimizer.log")"
