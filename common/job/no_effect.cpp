@@ -138,6 +138,11 @@ std::vector<NoEffectRule> build_rules() {
     if (j.fsdp.sharding_strategy == ShardingStrategy::kHybridShard) return std::nullopt;
     return fmt::format("sharding_strategy is {}", enum_name(j.fsdp.sharding_strategy));
   });
+  add("fsdp.offload_params", "nothing frozen: `[peft] method = \"none\"` without `freeze_layers`",
+      [](const Job& j) {
+        return when(!j.peft.adapters() && (!j.train.freeze_layers || j.train.num_freeze_layers == 0),
+                    "nothing is frozen (no LoRA, no freeze_layers): cpu_offload already offloads every shard");
+      });
   for (const char* key : {"fsdp.low_cpu_fsdp", "fsdp.low_cpu_fsdp_min_params"})
     add(key, "a preset or `init = \"random\"`", if_weights_made_in_place);
   add("fsdp.load_readers", "a preset, `init = \"random\"`, or weights that are not streamed", [](const Job& j) -> Because {

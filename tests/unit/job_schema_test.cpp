@@ -473,6 +473,8 @@ TEST(JobSchema, EveryKeyWithoutEffectIsNamed) {
       {"train.max_nonfinite_skips=2", {}, {"train.on_nonfinite=skip_step"}},
       {"train.mixed_precision=false", {"train.pure_bf16=true"}, {}},
       {"fsdp.hsdp_shard_size=1", {}, {"fsdp.sharding_strategy=HYBRID_SHARD"}},
+      {"fsdp.offload_params=true", {"fsdp.cpu_offload=true"}, {"fsdp.cpu_offload=true", "peft.method=lora"}},
+      {"fsdp.offload_params=true", {"fsdp.cpu_offload=true"}, {"fsdp.cpu_offload=true", "train.freeze_layers=true"}},
       {"fsdp.low_cpu_fsdp=true", {}, {"model.preset=none", "model.path=/m", "model.init=pretrained"}},
       {"fsdp.low_cpu_fsdp_min_params=5", {}, {"model.preset=none", "model.path=/m", "model.init=pretrained"}},
       {"fsdp.load_readers=rank0",
