@@ -34,7 +34,9 @@
 #include "runtime/dist/topology.h"
 #include "runtime/train/host_allocator.h"
 #include "runtime/train/stop_request.h"
+#include "runtime/train/dpo.h"
 #include "runtime/train/trainer.h"
+#include "common/job/schema.h"
 #include "slurm/sbatch_script.h"
 #include "slurm/slurm_env.h"
 
@@ -100,8 +102,9 @@ data::DataContext data_context(dist::Communicator& world) {
 // The loop's outcome as the process's exit code (common/exit_codes.h).
 int train(const job::Job& job, const slurm::SlurmEnv& env, const model::LlamaConfig& config,
           dist::ProcessGroups& groups, fsdp::FsdpLlama& model, const data::JobData& data,
-          const train::CheckpointHooks& hooks) {
+          const train::CheckpointHooks& hooks, const train::PreferenceObjective* preference) {
   train::TrainerOptions options{job.train, job.metrics, job.job.output_dir, job.checkpoint.every_steps, config};
+  options.preference = preference;
   // Under Slurm, its stop signal comes signal_lead_s ahead of the time limit.
   if (env.in_job) options.signal_lead_s = static_cast<double>(job.slurm.signal_lead_s);
   train::Trainer trainer(std::move(options), groups, model, *data.train, data.val.get(), hooks);
@@ -193,7 +196,31 @@ int run_job(const job::Job& job, const dist::Topology& topo, const slurm::SlurmE
       return at;
     };
   }
-  return train(job, env, config, start.groups, *model.sharded, data, hooks);
+  // DPO's reference: the policy without its adapters, or a frozen sharded copy of the starting weights.
+  std::optional<train::PreferenceObjective> preference;
+  rank_program::ShardedModel reference;
+  if (job.train.objective == job::Objective::kDpo) {
+    preference.emplace();
+    preference->dpo = train::dpo_options(job.dpo);
+    switch (job::dpo_reference(job)) {
+      case job::DpoReference::kBase:
+        preference->reference = train::reference_without_adapters(*model.sharded);
+        spdlog::info("DPO ({}, beta {}): the reference is the base model with the adapters switched off",
+                     job::enum_name(job.dpo.loss_type), job.dpo.beta);
+        break;
+      case job::DpoReference::kModel:
+        reference = rank_program::build_reference_model(job, config, topo, start.groups, start.device);
+        preference->reference = train::reference_model(*reference.sharded);
+        spdlog::info("DPO ({}, beta {}): the reference is a frozen sharded copy", job::enum_name(job.dpo.loss_type),
+                     job.dpo.beta);
+        break;
+      default:
+        common::raise(common::ErrorKind::kConfig,
+                      "[dpo] reference = \"precomputed\" is not available in this build: use \"base\" (LoRA) or "
+                      "\"model\"");
+    }
+  }
+  return train(job, env, config, start.groups, *model.sharded, data, hooks, preference ? &*preference : nullptr);
 }
 
 }  // namespace

@@ -6,6 +6,11 @@
 #include <spdlog/spdlog.h>
 
 #include <optional>
+#include <set>
+#include <vector>
+
+#include "common/error.h"
+#include "common/job/schema.h"
 
 #include "checkpoint/hf/hf_tensor_source.h"
 #include "checkpoint/hf/weights_digest.h"
@@ -112,6 +117,51 @@ ShardedModel build_sharded_model(const job::Job& job, const model::LlamaConfig& 
                                : "");
   }
   log_model(job, m, frozen, options);
+  return m;
+}
+
+ShardedModel build_reference_model(const job::Job& job, const model::LlamaConfig& config, const dist::Topology& topo,
+                                   dist::ProcessGroups& groups, const at::Device& device) {
+  job::Job ref = job;
+  if (!job.dpo.reference_model.empty()) {
+    ref.model.path = job.dpo.reference_model;
+    ref.model.preset = job::ModelPreset::kNone;
+    ref.model.init = job::ModelInit::kPretrained;
+    const model::LlamaConfig theirs = model::LlamaConfig::from_file(ref.model.path + "/config.json");
+    const auto shape = [](const model::LlamaConfig& c) {
+      return std::vector<int64_t>{c.vocab_size,       c.hidden_size,         c.intermediate_size,
+                                  c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads,
+                                  c.head_dim,         c.tie_word_embeddings ? 1 : 0};
+    };
+    ST_CHECK(shape(theirs) == shape(config), common::ErrorKind::kConfig,
+             "[dpo] reference_model = \"{}\" is not of the policy's shape (vocabulary, hidden size, intermediate "
+             "size, blocks, heads, key/value heads, head size, tied head: {} there, {} here)",
+             ref.model.path, fmt::join(shape(theirs), ", "), fmt::join(shape(config), ", "));
+  }
+  const bool stream = streams_weights(ref, config);
+  ShardedModel m;
+  m.model = stream ? std::make_unique<model::LlamaForCausalLM>(config, at::TensorOptions().device(at::kMeta))
+                   : build_model(ref, config);
+  fsdp::FsdpOptions options =
+      fsdp::fsdp_options(job.fsdp, job.train, topo.world_size, topo.local_size, device, job.peft.adapters());
+  options.precision.frozen = options.precision.compute;  // a forward casts it so anyway
+  if (job.peft.method == job::PeftMethod::kQlora)
+    options.nf4_base = quant::Nf4Format{job.peft.nf4_block_size, job.peft.nf4_double_quant};
+  const fsdp::SourceFactory source = checkpoint::HfFolderSourceFactory{ref.model.path};
+  if (stream) fsdp::validate_source(*m.model, source, *groups.world, options.nf4_base);
+  std::set<std::string> frozen;
+  for (const model::NamedParam& p : m.model->named_parameters()) frozen.insert(p.name);
+  m.sharded = std::make_unique<fsdp::FsdpLlama>(*m.model, groups, options, frozen);
+  if (stream) {
+    fsdp::LoadOptions load_options;
+    load_options.reader_per_node = job.fsdp.load_readers == job::LoadReaders::kNode;
+    fsdp::load_shards(*m.sharded, source, load_options);
+  }
+  spdlog::info("DPO reference: a frozen copy of {}, {} bytes of shards per rank in {}{}",
+               ref.model.path.empty() ? fmt::format("the {} preset's initial weights", job::enum_name(ref.model.preset))
+                                      : ref.model.path,
+               m.sharded->persistent_bytes(), c10::toString(options.precision.frozen),
+               options.nf4_base ? " (block projections in NF4)" : "");
   return m;
 }
 

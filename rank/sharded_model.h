@@ -28,4 +28,11 @@ struct ShardedModel {
 ShardedModel build_sharded_model(const job::Job& job, const model::LlamaConfig& config, const dist::Topology& topo,
                                  dist::ProcessGroups& groups, const at::Device& device, bool read_base = true);
 
+// DPO's reference = "model": a frozen copy of the starting weights ([dpo] reference_model, else the
+// job's own model), sharded as the policy is, every parameter frozen (no gradient, no optimizer
+// state) and held in the compute dtype (NF4 for QLoRA's block projections), without adapters.
+// Throws common::Error(kConfig) when the reference's shapes are not the policy's. Collective.
+ShardedModel build_reference_model(const job::Job& job, const model::LlamaConfig& config, const dist::Topology& topo,
+                                   dist::ProcessGroups& groups, const at::Device& device);
+
 }  // namespace shardtune::rank_program

@@ -16,7 +16,7 @@ enum class Device { kAuto, kCuda, kCpu };
 enum class ModelInit { kPretrained, kRandom };
 enum class ModelPreset { kNone, kTiny };
 enum class PeftMethod { kNone, kLora, kQlora };
-enum class DataFormat { kSynthetic, kAlpaca, kSamsum, kGrammar, kJsonl, kChat };
+enum class DataFormat { kSynthetic, kAlpaca, kSamsum, kGrammar, kJsonl, kChat, kPreference };
 enum class ChatFormat { kAuto, kLlama3, kLlama31, kLlama2 };
 enum class TrainOn { kAssistant, kAll };
 enum class BadRecordPolicy { kError, kSkip };
@@ -24,6 +24,9 @@ enum class LongExamples { kSplit, kTruncate };
 enum class BatchingStrategy { kPacking, kPadding };
 enum class LrScheduler { kStep, kCosine };
 enum class Optimizer { kAdamW, kAdamW8bit, kAdafactor };
+enum class Objective { kSft, kDpo };
+enum class DpoLossType { kSigmoid, kIpo, kHinge };
+enum class DpoReference { kAuto, kBase, kPrecomputed, kModel };
 enum class OnNonFinite { kStop, kSkipStep };
 enum class OnDataChange { kRefuse, kNewSchedule };
 enum class ShardingStrategy { kFullShard, kShardGradOp, kNoShard, kHybridShard };
@@ -103,6 +106,7 @@ struct DataSection {
 };
 
 struct TrainSection {
+  Objective objective = Objective::kSft;
   int64_t batch_size_training = 4;
   int64_t val_batch_size = 1;
   int64_t context_length = 4096;
@@ -143,6 +147,15 @@ struct TrainSection {
   int64_t global_batch(int64_t world_size) const {
     return batch_size_training * world_size * gradient_accumulation_steps;
   }
+};
+
+// [train] objective = "dpo": direct preference optimisation (runtime/train/dpo.h).
+struct DpoSection {
+  double beta = 0.1;
+  DpoLossType loss_type = DpoLossType::kSigmoid;
+  double label_smoothing = 0.0;  // sigmoid only: the conservative DPO's share of flipped labels
+  DpoReference reference = DpoReference::kAuto;
+  std::string reference_model;  // reference = "model": its folder; empty: the policy's [model] path
 };
 
 struct FsdpSection {
@@ -192,10 +205,15 @@ struct Job {
   PeftSection peft;
   DataSection data;
   TrainSection train;
+  DpoSection dpo;
   FsdpSection fsdp;
   CheckpointSection checkpoint;
   MetricsSection metrics;
 };
+
+// The reference a DPO job uses: reference = "auto" is the base without its adapters for LoRA and
+// QLoRA, a frozen sharded copy of the starting weights for a full fine-tune.
+DpoReference dpo_reference(const Job& job);
 
 // Shard-group size once defaults are resolved: the world for FULL_SHARD and SHARD_GRAD_OP, 1 for
 // NO_SHARD, hsdp_shard_size (default: ranks per node) for HYBRID_SHARD. The only place it is worked

@@ -203,6 +203,55 @@ void check_optimizer(const Job& job, Checker& c) {
                        });
 }
 
+// DPO's keys need DPO, and DPO needs pairs; each reference needs what it reads.
+void check_dpo(const Job& job, Checker& c) {
+  const bool dpo = job.train.objective == Objective::kDpo;
+  const bool pairs = job.data.format == DataFormat::kPreference;
+  if (!dpo) {
+    refuse_unused_keys(job, c, "dpo", {"beta", "loss_type", "label_smoothing", "reference", "reference_model"},
+                       "train.objective", [&](const FieldSpec& field) {
+                         return fmt::format("[dpo] {} = {} is set but [train] objective is \"sft\", which does not "
+                                            "read it: set objective = \"dpo\" or remove it",
+                                            field.key, field.literal(job));
+                       });
+    if (pairs)
+      c.error({"data.format", "train.objective"},
+              "format = \"preference\" holds pairs of answers, which only [train] objective = \"dpo\" trains on: "
+              "set objective = \"dpo\" (or train the chosen answers with format = \"chat\" or \"jsonl\")");
+    return;
+  }
+  if (!pairs)
+    c.error({"train.objective", "data.format"},
+            fmt::format("objective = \"dpo\" trains on preference pairs, and [data] format is \"{}\": set [data] "
+                        "format = \"preference\" (records with prompt, chosen and rejected)",
+                        enum_name(job.data.format)));
+  if (pairs && job.train.batching_strategy != BatchingStrategy::kPadding)
+    c.error({"train.batching_strategy", "data.format"},
+            "preference pairs are batched pair by pair, each answer its own row padded to the longest of the "
+            "micro-batch, never packed: set batching_strategy = \"padding\"");
+  if (pairs && job.data.train_on == TrainOn::kAll)
+    c.error({"data.train_on", "data.format"},
+            "DPO compares the log-probabilities of the two answers alone: train_on = \"all\" would add the "
+            "prompt's; remove it");
+  const DpoSection& d = job.dpo;
+  if (d.label_smoothing > 0 && d.loss_type != DpoLossType::kSigmoid)
+    c.error({"dpo.label_smoothing", "dpo.loss_type"},
+            fmt::format("label_smoothing = {} is the conservative DPO's, of loss_type = \"sigmoid\"; loss_type "
+                        "\"{}\" would ignore it: remove it",
+                        d.label_smoothing, enum_name(d.loss_type)));
+  const DpoReference reference = dpo_reference(job);
+  if (reference == DpoReference::kBase && !job.peft.adapters())
+    c.error({"dpo.reference", "peft.method"},
+            "reference = \"base\" is the model with its adapters switched off, and [peft] method is \"none\": "
+            "a full fine-tune has no adapters. HINT: reference = \"model\" (a frozen copy of the starting "
+            "weights) or \"precomputed\"");
+  if (!d.reference_model.empty() && reference != DpoReference::kModel)
+    c.error({"dpo.reference_model", "dpo.reference"},
+            fmt::format("reference_model = \"{}\" is the folder of reference = \"model\", and reference is "
+                        "\"{}\": set reference = \"model\" or remove it",
+                        d.reference_model, enum_name(reference)));
+}
+
 void check_metrics(const Job& job, Checker& c) {
   if (job.metrics.save_metrics && !job.metrics.jsonl)
     c.error({"metrics.save_metrics", "metrics.jsonl"},
@@ -232,7 +281,7 @@ void check_data_files(const Job& job, Checker& c) {
     const std::string name = std::string(key).substr(5);
     c.error({key}, format_given
                        ? fmt::format("{} = \"{}\" is set, but format = \"synthetic\" generates its tokens and reads no "
-                                     "file: set the file's format (alpaca, samsum, grammar, jsonl, chat) or remove {}",
+                                     "file: set the file's format (alpaca, samsum, grammar, jsonl, chat, preference) or remove {}",
                                      name, *value, name)
                        : fmt::format("{} = \"{}\" is set, but [data] format is not: without one the job trains on "
                                      "synthetic tokens and reads no file. HINT: set [data] format = \"alpaca\", "
@@ -282,6 +331,7 @@ void check_job(const Job& job, const FieldSources& sources, const std::string& f
   check_train(job, c);
   check_optimizer(job, c);
   check_peft(job, c);
+  check_dpo(job, c);
   check_no_effect(job, c);
   check_metrics(job, c);
   check_data(job, c);

@@ -40,13 +40,14 @@ struct EnumNames<PeftMethod> {
 };
 template <>
 struct EnumNames<DataFormat> {
-  static constexpr std::array<std::pair<DataFormat, std::string_view>, 6> kNames{
+  static constexpr std::array<std::pair<DataFormat, std::string_view>, 7> kNames{
       {{DataFormat::kSynthetic, "synthetic"},
        {DataFormat::kAlpaca, "alpaca"},
        {DataFormat::kSamsum, "samsum"},
        {DataFormat::kGrammar, "grammar"},
        {DataFormat::kJsonl, "jsonl"},
-       {DataFormat::kChat, "chat"}}};
+       {DataFormat::kChat, "chat"},
+       {DataFormat::kPreference, "preference"}}};
 };
 template <>
 struct EnumNames<ChatFormat> {
@@ -85,6 +86,24 @@ template <>
 struct EnumNames<Optimizer> {
   static constexpr std::array<std::pair<Optimizer, std::string_view>, 3> kNames{
       {{Optimizer::kAdamW, "adamw"}, {Optimizer::kAdamW8bit, "adamw_8bit"}, {Optimizer::kAdafactor, "adafactor"}}};
+};
+template <>
+struct EnumNames<Objective> {
+  static constexpr std::array<std::pair<Objective, std::string_view>, 2> kNames{
+      {{Objective::kSft, "sft"}, {Objective::kDpo, "dpo"}}};
+};
+template <>
+struct EnumNames<DpoLossType> {
+  static constexpr std::array<std::pair<DpoLossType, std::string_view>, 3> kNames{
+      {{DpoLossType::kSigmoid, "sigmoid"}, {DpoLossType::kIpo, "ipo"}, {DpoLossType::kHinge, "hinge"}}};
+};
+template <>
+struct EnumNames<DpoReference> {
+  static constexpr std::array<std::pair<DpoReference, std::string_view>, 4> kNames{
+      {{DpoReference::kAuto, "auto"},
+       {DpoReference::kBase, "base"},
+       {DpoReference::kPrecomputed, "precomputed"},
+       {DpoReference::kModel, "model"}}};
 };
 template <>
 struct EnumNames<OnNonFinite> {
@@ -133,6 +152,7 @@ std::optional<E> enum_value(std::string_view name) {
   return std::nullopt;
 }
 template std::optional<ChatFormat> enum_value(std::string_view);
+template std::optional<DpoLossType> enum_value(std::string_view);
 
 template std::string_view enum_name(Launcher);
 template std::string_view enum_name(Device);
@@ -147,6 +167,9 @@ template std::string_view enum_name(LongExamples);
 template std::string_view enum_name(BatchingStrategy);
 template std::string_view enum_name(LrScheduler);
 template std::string_view enum_name(Optimizer);
+template std::string_view enum_name(Objective);
+template std::string_view enum_name(DpoLossType);
+template std::string_view enum_name(DpoReference);
 template std::string_view enum_name(ShardingStrategy);
 template std::string_view enum_name(common::Dtype);
 template std::string_view enum_name(CheckpointType);
@@ -339,7 +362,10 @@ std::vector<SectionSpec> build_schema() {
     s.field("format", &DataSection::format,
             "synthetic (generated tokens, no files), alpaca (instruction/input/output JSON), samsum "
             "(dialogue/summary JSON or JSONL), grammar (input/target CSV), jsonl (prompt_field/response_field), "
-            "chat (conversations: OpenAI-style messages or ShareGPT-style conversations, JSON or JSONL).");
+            "chat (conversations: OpenAI-style messages or ShareGPT-style conversations, JSON or JSONL), "
+            "preference (pairs for [train] objective = \"dpo\": records with prompt, chosen and rejected, either "
+            "strings, the prompt rendered by prompt_template, or a conversation of messages and the answers as "
+            "strings or one assistant message each, rendered in the model's chat format; docs/dpo.md).");
     s.field("train_file", &DataSection::train_file, "Training data file (all formats but synthetic).")
         .require("one line without control characters", is_one_line);
     s.field("val_file", &DataSection::val_file,
@@ -374,6 +400,9 @@ std::vector<SectionSpec> build_schema() {
   {
     SectionBuilder<TrainSection> s(schema, "train", "The training run (llama-recipes' names and defaults).",
                                    &Job::train);
+    s.field("objective", &TrainSection::objective,
+            "sft: the next-token loss on the learned tokens; dpo: direct preference optimisation on pairs of "
+            "[data] format = \"preference\", as the [dpo] section sets it (docs/dpo.md).");
     s.field("batch_size_training", &TrainSection::batch_size_training, "Micro-batch size per rank.")
         .in_range(1, 1 << 20);
     s.field("val_batch_size", &TrainSection::val_batch_size, "Validation batch size per rank.")
@@ -472,6 +501,34 @@ std::vector<SectionSpec> build_schema() {
     s.field("max_nonfinite_skips", &TrainSection::max_nonfinite_skips,
             "on_nonfinite = \"skip_step\": this many non-finite steps in a row end the run.")
         .in_range(1, 1000000);
+  }
+  {
+    SectionBuilder<DpoSection> s(schema, "dpo",
+                                 "Direct preference optimisation ([train] objective = \"dpo\"), as TRL's DPOTrainer "
+                                 "defines its losses and metrics.",
+                                 &Job::dpo);
+    s.field("beta", &DpoSection::beta,
+            "How far the policy may move from the reference: the rewards are beta times the log-probability "
+            "ratios; for ipo, the margin's target is 1 / (2 beta).")
+        .positive();
+    s.field("loss_type", &DpoSection::loss_type,
+            "sigmoid: DPO's -log sigmoid(beta x margin); ipo: (margin - 1/(2 beta))^2 on log-probabilities "
+            "averaged over each answer's tokens; hinge: max(0, 1 - beta x margin). The margin is the policy's "
+            "log-probability ratio of chosen to rejected minus the reference's.");
+    s.field("label_smoothing", &DpoSection::label_smoothing,
+            "loss_type = \"sigmoid\": the share of pairs assumed mislabelled (conservative DPO); 0: plain DPO.")
+        .require("in [0, 0.5)", [](double v) { return v >= 0.0 && v < 0.5; });
+    s.field("reference", &DpoSection::reference,
+            "Where the reference log-probabilities come from. base: the model with its LoRA adapters switched off "
+            "(LoRA and QLoRA; nothing more in memory); model: a frozen copy of the starting weights (or of "
+            "reference_model), sharded as the policy is, without gradients or optimizer state; precomputed: one "
+            "pass over the pairs before training computes them once and stores them beside the token files, "
+            "keyed to the data and the reference weights; training then runs no reference at all. auto: base "
+            "with adapters, model without.");
+    s.field("reference_model", &DpoSection::reference_model,
+            "reference = \"model\": the Hugging Face folder of the reference; empty: [model] path, the weights "
+            "training starts from.")
+        .require("one line without control characters", is_one_line);
   }
   {
     SectionBuilder<FsdpSection> s(schema, "fsdp", "How parameters, gradients and optimizer state are sharded.",
@@ -642,10 +699,46 @@ std::optional<std::string> foreign_key_hint(std::string_view section, std::strin
       {"peft", "r", "PEFT's r is [peft] lora_r here"},
       {"peft", "bias", "only bias = \"none\" is supported (no trained biases): remove the key"},
       {"peft", "task_type", "the task is always CAUSAL_LM: remove the key"},
+      // TRL's DPOConfig and DPOTrainer names.
+      {"train", "beta", "DPO's beta is [dpo] beta here"},
+      {"train", "loss_type", "DPO's loss_type is [dpo] loss_type here"},
+      {"train", "label_smoothing", "DPO's label_smoothing is [dpo] label_smoothing here"},
+      {"dpo", "precompute_ref_log_probs", "TRL's precompute_ref_log_probs = true is reference = \"precomputed\" here"},
+      {"dpo", "precompute_ref_batch_size", "the reference pass takes [train] val_batch_size pairs per rank here"},
+      {"dpo", "ref_model", "TRL's ref_model is reference = \"model\" with reference_model = its folder here"},
+      {"dpo", "ref_adapter_name", "reference = \"base\" is the model with its adapters switched off here"},
+      {"dpo", "model_adapter_name", "a job trains one adapter: remove the key"},
+      {"dpo", "force_use_ref_model", "reference = \"model\" uses a frozen copy even with adapters here"},
+      {"dpo", "reference_free", "a DPO job always has a reference here: choose it with reference"},
+      {"dpo", "max_length", "the longest sequence of a pair is [train] context_length here"},
+      {"dpo", "max_prompt_length",
+       "a pair longer than [train] context_length loses the start of its prompt first, down to half the context, "
+       "then the end of its answers (docs/dpo.md): there is no key"},
+      {"dpo", "max_completion_length",
+       "a pair longer than [train] context_length loses the start of its prompt first, down to half the context, "
+       "then the end of its answers (docs/dpo.md): there is no key"},
+      {"dpo", "truncation_mode",
+       "a pair longer than [train] context_length loses the start of its prompt first, down to half the context, "
+       "then the end of its answers (docs/dpo.md): there is no key"},
+      {"dpo", "learning_rate", "the learning rate is [train] lr here"},
+      {"dpo", "disable_dropout", "the only dropout is LoRA's: [peft] lora_dropout = 0 turns it off"},
+      {"dpo", "padding_value", "pairs are padded with the tokenizer's EOS, which no loss sees: remove the key"},
+      {"dpo", "label_pad_token_id", "padding never carries a loss here: remove the key"},
+      {"dpo", "rpo_alpha", "RPO's added NLL term is not supported: remove the key"},
+      {"dpo", "ld_alpha", "LD-DPO is not supported: remove the key"},
+      {"dpo", "f_divergence_type", "only the reverse KL divergence (DPO's) is supported: remove the key"},
+      {"dpo", "sync_ref_model", "the reference stays the starting weights here: remove the key"},
+      {"dpo", "use_weighting", "WPO's weighting is not supported: remove the key"},
+      {"dpo", "loss_weights", "one loss_type at a time here: remove the key"},
   };
   for (const Foreign& f : kForeign)
     if (f.section == section && f.key == key) return std::string(f.hint);
   return std::nullopt;
+}
+
+DpoReference dpo_reference(const Job& job) {
+  if (job.dpo.reference != DpoReference::kAuto) return job.dpo.reference;
+  return job.peft.adapters() ? DpoReference::kBase : DpoReference::kModel;
 }
 
 int64_t shard_group_size(const FsdpSection& fsdp, int64_t world_size, int64_t ranks_per_node) {

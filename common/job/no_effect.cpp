@@ -26,6 +26,7 @@ Because unless_jsonl(const Job& j) {
     case DataFormat::kSamsum: return std::string("format is \"samsum\", whose fields are dialogue and summary");
     case DataFormat::kGrammar: return std::string("format is \"grammar\", whose fields are input and target");
     case DataFormat::kChat: return std::string("format is \"chat\", whose records are conversations");
+    case DataFormat::kPreference: return std::string("format is \"preference\", whose fields are prompt, chosen and rejected");
     case DataFormat::kSynthetic: return if_synthetic(j);
   }
   return std::nullopt;
@@ -95,9 +96,14 @@ std::vector<NoEffectRule> build_rules() {
     return when(j.data.format == DataFormat::kChat, "format is \"chat\", rendered in the model's chat format");
   });
   add("data.on_bad_record", "synthetic data", if_synthetic);
-  for (const char* key : {"data.chat_format", "data.train_on"})
+  add("data.chat_format", "a format other than `chat` or `preference`", [](const Job& j) -> Because {
+    if (j.data.format == DataFormat::kChat || j.data.format == DataFormat::kPreference) return std::nullopt;
+    return fmt::format("format is \"{}\" (only \"chat\" and \"preference\" render conversations)",
+                       enum_name(j.data.format));
+  });
+  for (const char* key : {"data.train_on"})
     add(key, "a format other than `chat`", [](const Job& j) -> Because {
-      if (j.data.format == DataFormat::kChat) return std::nullopt;
+      if (j.data.format == DataFormat::kChat || j.data.format == DataFormat::kPreference) return std::nullopt;
       return fmt::format("format is \"{}\" (only \"chat\" renders conversations)", enum_name(j.data.format));
     });
   add("data.long_examples", "synthetic data, or `batching_strategy = \"padding\"`", [](const Job& j) -> Because {

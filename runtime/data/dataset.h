@@ -11,6 +11,13 @@ struct Sample {
   std::vector<int64_t> input_ids;
   std::vector<int64_t> labels;        // -100 where no loss is taken
   std::vector<int64_t> position_ids;  // restarting per packed document; empty: 0..T-1
+  // A preference pair ([data] format = "preference"): input_ids and labels hold the chosen answer's
+  // sequence, these the rejected one's (labels on the answer alone); empty for other samples.
+  std::vector<int64_t> rejected_input_ids, rejected_labels;
+  // The reference model's log-probabilities of the chosen and the rejected answer, when they were
+  // precomputed; empty otherwise.
+  std::vector<double> reference_logps;
+  bool is_pair() const { return !rejected_input_ids.empty(); }
 };
 
 class Dataset {

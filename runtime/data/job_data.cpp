@@ -15,6 +15,7 @@
 #include "runtime/data/packed_dataset.h"
 #include "runtime/data/packed_rows.h"
 #include "runtime/data/padded_dataset.h"
+#include "runtime/data/preference_dataset.h"
 #include "runtime/data/tokenizer.h"
 
 namespace shardtune::data {
@@ -28,6 +29,13 @@ std::unique_ptr<Dataset> batched(std::shared_ptr<const TokenFile> tokens, const 
   for (const int32_t l : tokens->labels()) learned += l != kIgnoreLabel;
   const int64_t pad = options.eos >= 0 ? options.eos : 0;
   const char* from_cache = cached ? " (tokens cached by an earlier run)" : "";
+  if (job.data.format == job::DataFormat::kPreference) {
+    auto pairs = std::make_unique<PreferenceDataset>(tokens, pad);
+    spdlog::info("{} data: {} preference pairs, {} tokens ({} in answers, the rest prompts), at most {} per sequence, "
+                 "batched by length and padded{}",
+                 what, pairs->size(), tokens->num_tokens(), learned, job.train.context_length, from_cache);
+    return pairs;
+  }
   if (job.train.batching_strategy == job::BatchingStrategy::kPadding) {
     auto examples = std::make_unique<LearnedOnly>(std::make_unique<PaddedDataset>(tokens, pad));
     spdlog::info("{} data: {} examples, {} tokens ({} learned, the rest prompt), at most {} per example, batched by "

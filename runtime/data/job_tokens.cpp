@@ -17,6 +17,7 @@
 #include "common/job/schema.h"
 #include "common/log.h"
 #include "runtime/data/chat.h"
+#include "runtime/data/preference_pairs.h"
 #include "runtime/data/token_cache.h"
 
 namespace shardtune::data {
@@ -39,37 +40,65 @@ class Findings {
 };
 
 // How the job's records become examples: the format's prompt and response, or (chat) the
-// conversation rendered in the model's chat format.
+// conversation rendered in the model's chat format; preference pairs as two examples each, their
+// prompts rendered either way.
 struct ExampleMaker {
+  bool pairs = false;               // format = "preference"
   PromptFormat format;             // not chat
-  std::optional<ChatOptions> chat;  // chat
+  std::optional<ChatOptions> chat;  // chat, or preference when the chat format is known
   std::string chat_how;             // where the chat format came from, for the log and the token key
+  std::string no_chat;              // preference: why conversations cannot be rendered, if they cannot
 
   Example make(const Tokenizer& tokenizer, const Record& r, const ExampleOptions& options) const {
-    if (chat) return chat_example(tokenizer, render_chat(r.turns, *chat), options.max_tokens, r.where);
+    if (chat && !pairs) return chat_example(tokenizer, render_chat(r.turns, *chat), options.max_tokens, r.where);
     return make_example(tokenizer, format.prompt(r), r.fields.at(format.response_field), options);
+  }
+
+  // A pair's chosen and rejected examples, cut by truncate_pair; `cut` tells whether it was.
+  std::pair<Example, Example> make_pair(const Tokenizer& tokenizer, const Record& r, const ExampleOptions& options,
+                                        bool& cut) const {
+    ExampleOptions whole = options;
+    whole.max_tokens = 0;
+    auto answer = [&](const std::string& key) {
+      if (r.turns.empty()) return make_example(tokenizer, format.prompt(r), r.fields.at(key), whole);
+      ST_CHECK(chat.has_value(), ErrorKind::kConfig, "{}: a conversational pair, and {}", r.where, no_chat);
+      std::vector<Turn> turns = r.turns;
+      turns.push_back({"assistant", r.fields.at(key)});
+      return chat_example(tokenizer, learn_last_turn(render_chat(turns, *chat)), 0, r.where);
+    };
+    std::pair<Example, Example> out{answer("chosen"), answer("rejected")};
+    cut = truncate_pair(out.first, out.second, options.max_tokens, options.bos);
+    return out;
   }
 };
 
 ExampleMaker example_maker(const job::Job& job, const Tokenizer& tokenizer, const std::string& tok_path) {
   ExampleMaker m;
-  if (job.data.format != job::DataFormat::kChat) {
-    m.format = prompt_format(job.data);
+  m.pairs = job.data.format == job::DataFormat::kPreference;
+  if (job.data.format != job::DataFormat::kChat) m.format = prompt_format(job.data);
+  if (job.data.format != job::DataFormat::kChat && !m.pairs) return m;
+  // The template sits beside the tokenizer the job names (a tokenizer.model is converted elsewhere).
+  // Pairs of text need none: only a conversational pair asks for it.
+  std::optional<ChatChoice> choice;
+  try {
+    choice = choose_chat_style(job.data.chat_format, tokenizer_path(job));
+  } catch (const common::Error& e) {
+    if (!m.pairs) throw;
+    m.no_chat = e.what();
     return m;
   }
-  // The template sits beside the tokenizer the job names (a tokenizer.model is converted elsewhere).
-  const ChatChoice choice = choose_chat_style(job.data.chat_format, tokenizer_path(job));
-  ChatOptions o = chat_options(choice.style, tokenizer, tok_path);
+  ChatOptions o = chat_options(choice->style, tokenizer, tok_path);
   o.train_on_all = job.data.train_on == job::TrainOn::kAll;
   m.chat = o;
-  m.chat_how = fmt::format("{} ({})", chat_style_name(choice.style), choice.how);
+  m.chat_how = fmt::format("{} ({})", chat_style_name(choice->style), choice->how);
   return m;
 }
 
 RecordFile read(const job::Job& job, const ExampleMaker& maker, const std::string& path, Findings& findings) {
   const bool skip = job.data.on_bad_record == job::BadRecordPolicy::kSkip;
-  RecordFile f = maker.chat ? read_conversations(path, skip)
-                            : read_records(path, maker.format.required, maker.format.may_be_empty, skip);
+  RecordFile f = maker.pairs  ? read_preferences(path, maker.format.required, maker.format.may_be_empty, skip)
+                 : maker.chat ? read_conversations(path, skip)
+                              : read_records(path, maker.format.required, maker.format.may_be_empty, skip);
   if (f.skipped > 0) {
     findings.warn(fmt::format("{}: skipped {} bad record(s) of {}; first: {}", path, f.skipped,
                               f.skipped + static_cast<int64_t>(f.records.size()), fmt::join(f.skip_reasons, "; ")));
@@ -118,6 +147,27 @@ std::vector<Example> tokenize(const std::vector<Record>& records, const ExampleM
                                                     static_cast<int64_t>(records.size()), common::ProgressUnit::kCount,
                                                     "examples"));
   std::vector<Example> examples;
+  if (maker.pairs) {  // two examples a pair, chosen first
+    examples.reserve(2 * records.size());
+    std::vector<std::string> cut;
+    for (const Record& r : records) {
+      bool was_cut = false;
+      auto [chosen, rejected] = maker.make_pair(tokenizer, r, options, was_cut);
+      examples.push_back(std::move(chosen));
+      examples.push_back(std::move(rejected));
+      if (was_cut) cut.push_back(r.where);
+      progress.add(1);
+    }
+    progress.finish("tokenized the " + what + " data");
+    if (!cut.empty())
+      findings.warn(fmt::format(
+          "{} of {} {} pairs are longer than context_length = {}: their prompts lost their first tokens (down to half "
+          "the context at most) and then their answers their last ones: {}{}",
+          cut.size(), records.size(), what, options.max_tokens,
+          fmt::join(cut.begin(), cut.begin() + static_cast<std::ptrdiff_t>(std::min<size_t>(cut.size(), 10)), ", "),
+          cut.size() > 10 ? fmt::format(" and {} more", cut.size() - 10) : ""));
+    return examples;
+  }
   examples.reserve(records.size());
   std::vector<std::string> cut;  // examples truncation left without a learned token
   for (const Record& r : records) {
@@ -225,6 +275,10 @@ const std::string& JobTokens::validation_key() const { return impl_->validation;
 std::string JobTokens::chat_description() const {
   const ExampleMaker& m = impl_->maker;
   if (!m.chat) return "";
+  if (m.pairs)
+    return fmt::format("{}, for pairs whose prompt is a conversation; each answer's log-probability over its last "
+                       "turn and the token that ends it",
+                       m.chat_how);
   return fmt::format("{}; the loss on {}", m.chat_how,
                      m.chat->train_on_all ? "every token ([data] train_on = \"all\")"
                                           : "the assistant's turns, each with the token that ends it");

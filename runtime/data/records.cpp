@@ -39,19 +39,13 @@ class LineIndex {
 
 constexpr std::string_view kUtf8Bom = "\xEF\xBB\xBF";
 
-// A conversation's turns, from "messages" (role, content) or "conversations" (from, value), or why
-// the record holds none (see read_conversations).
-std::string conversation_of(const json& object, std::vector<Turn>& turns) {
-  const bool messages = object.contains("messages"), sharegpt = object.contains("conversations");
-  if (messages == sharegpt)
-    return messages ? "the record holds both \"messages\" and \"conversations\": give one"
-                    : "no \"messages\" (OpenAI style) or \"conversations\" (ShareGPT style) field";
-  const char* list = messages ? "messages" : "conversations";
+// The turns of the array `all` (named `list` in messages), OpenAI style (role, content) or
+// ShareGPT style (from, value), or why they are not a conversation: an optional system turn, then
+// user and assistant turns alternating from the user's.
+std::string turns_of(const json& all, const char* list, bool messages, std::vector<Turn>& turns) {
   const char* role_key = messages ? "role" : "from";
   const char* content_key = messages ? "content" : "value";
-  const json& all = object.at(list);
   if (!all.is_array()) return fmt::format("\"{}\" must be an array of turns, not {}", list, all.type_name());
-  bool assistant = false;
   for (size_t i = 0; i < all.size(); ++i) {
     const json& turn = all[i];
     const std::string which = fmt::format("{}[{}]", list, i);
@@ -88,18 +82,94 @@ std::string conversation_of(const json& object, std::vector<Turn>& turns) {
     // Empty as the chat templates see it: what Python's str.strip() (Jinja's trim) leaves.
     if (role != "system" && python_strip(content.get_ref<const std::string&>()).empty())
       return fmt::format("{}: the {} turn is empty (nothing but white space)", which, given);
-    assistant = assistant || role == "assistant";
     turns.push_back({role, content.get<std::string>()});
   }
-  if (!assistant) return "a conversation without an assistant turn: nothing to learn";
   return "";
 }
+
+// A conversation's turns, from "messages" (role, content) or "conversations" (from, value), or why
+// the record holds none (see read_conversations).
+std::string conversation_of(const json& object, std::vector<Turn>& turns) {
+  const bool messages = object.contains("messages"), sharegpt = object.contains("conversations");
+  if (messages == sharegpt)
+    return messages ? "the record holds both \"messages\" and \"conversations\": give one"
+                    : "no \"messages\" (OpenAI style) or \"conversations\" (ShareGPT style) field";
+  const char* list = messages ? "messages" : "conversations";
+  if (std::string error = turns_of(object.at(list), list, messages, turns); !error.empty()) return error;
+  if (std::none_of(turns.begin(), turns.end(), [](const Turn& t) { return t.role == "assistant"; }))
+    return "a conversation without an assistant turn: nothing to learn";
+  return "";
+}
+
+// An answer of a conversational pair: a string, or a list of one assistant message (TRL's form).
+std::string answer_of(const json& object, const char* key, std::string& answer) {
+  const json& v = object.at(key);
+  if (v.is_string()) {
+    answer = v.get<std::string>();
+  } else if (v.is_array()) {
+    std::vector<Turn> turns;
+    const std::string list = fmt::format("{}", key);
+    if (v.size() != 1 || !v[0].is_object())
+      return fmt::format("\"{}\" must be one assistant message ([{{\"role\": \"assistant\", \"content\": ...}}]) or "
+                         "a string, not a list of {}",
+                         key, v.size());
+    const json& m = v[0];
+    if (!m.contains("role") || m.at("role") != "assistant" || !m.contains("content") || !m.at("content").is_string())
+      return fmt::format("\"{}\" must be one message with role \"assistant\" and a string content", key);
+    answer = m.at("content").get<std::string>();
+  } else {
+    return fmt::format("\"{}\" must be a string or one assistant message, not {}", key, v.type_name());
+  }
+  if (python_strip(answer).empty()) return fmt::format("\"{}\" is empty (nothing but white space)", key);
+  return "";
+}
+
+// A preference pair: prompt, chosen and rejected as text (the fields, for the job's prompt), or as
+// a conversation: the prompt's turns (ending with the user's) and the two answers in `fields`;
+// without a prompt, chosen and rejected are whole conversations that differ in their last turn.
+std::string preference_of(const json& object, Record& r) {
+  for (const char* key : {"chosen", "rejected"})
+    if (!object.contains(key)) return fmt::format("no field \"{}\"", key);
+  if (!object.contains("prompt")) {
+    const json& chosen = object.at("chosen");
+    const json& rejected = object.at("rejected");
+    if (!chosen.is_array() || !rejected.is_array())
+      return "no field \"prompt\" (only conversations may leave it out: chosen and rejected then hold the whole "
+             "conversation each)";
+    std::vector<Turn> c, rj;
+    if (std::string e = turns_of(chosen, "chosen", true, c); !e.empty()) return e;
+    if (std::string e = turns_of(rejected, "rejected", true, rj); !e.empty()) return e;
+    if (c.empty() || rj.empty() || c.back().role != "assistant" || rj.back().role != "assistant")
+      return "chosen and rejected must each end with an assistant turn";
+    if (c.size() != rj.size() || !std::equal(c.begin(), c.end() - 1, rj.begin()))
+      return "chosen and rejected must be the same conversation but for their last assistant turn";
+    r.fields["chosen"] = c.back().content;
+    r.fields["rejected"] = rj.back().content;
+    c.pop_back();
+    r.turns = std::move(c);
+  } else if (object.at("prompt").is_array()) {
+    if (std::string e = turns_of(object.at("prompt"), "prompt", true, r.turns); !e.empty()) return e;
+    if (r.turns.empty() || r.turns.back().role != "user")
+      return "the prompt's conversation must end with a user turn, which the answers reply to";
+    for (const char* key : {"chosen", "rejected"})
+      if (std::string e = answer_of(object, key, r.fields[key]); !e.empty()) return e;
+  } else if (!object.at("prompt").is_string()) {
+    return fmt::format("\"prompt\" must be a string or a list of messages, not {}", object.at("prompt").type_name());
+  } else {
+    for (const char* key : {"chosen", "rejected"})
+      if (!object.at(key).is_string())
+        return fmt::format("\"prompt\" is text, so \"{}\" must be text too, not {}", key, object.at(key).type_name());
+  }
+  return "";
+}
+
+enum class Kind { kFields, kConversations, kPreferences };
 
 class Collector {
  public:
   Collector(const std::vector<std::string>& required, const std::vector<std::string>& may_be_empty, bool skip_bad,
-            bool conversations = false)
-      : required_(required), may_be_empty_(may_be_empty), skip_bad_(skip_bad), conversations_(conversations) {}
+            Kind kind = Kind::kFields)
+      : required_(required), may_be_empty_(may_be_empty), skip_bad_(skip_bad), kind_(kind) {}
 
   void bad(const std::string& where, const std::string& why) {
     const std::string message = fmt::format("{}: {}", where, why);
@@ -126,14 +196,30 @@ class Collector {
   void add_object(const json& object, const std::string& where) {
     if (!object.is_object()) return bad(where, fmt::format("a record must be a JSON object, not {}", object.type_name()));
     Record r{{}, where, {}};
-    if (conversations_) {
+    if (kind_ == Kind::kConversations) {
       const std::string error = conversation_of(object, r.turns);
       if (!error.empty()) return bad(where, error);
     }
+    if (kind_ == Kind::kPreferences) {
+      const std::string error = preference_of(object, r);
+      if (!error.empty()) return bad(where, error);
+    }
     for (const auto& [k, v] : object.items()) {
+      if (r.fields.count(k) != 0) continue;  // a conversational pair's answers, taken out above
       if (v.is_string()) r.fields[k] = v.get<std::string>();
       else if (v.is_number() || v.is_boolean()) r.fields[k] = v.dump();
       else if (v.is_null()) r.fields[k] = "";
+    }
+    if (kind_ == Kind::kPreferences) {
+      if (r.fields.at("chosen") == r.fields.at("rejected"))
+        return bad(where, "chosen and rejected are the same answer: nothing to prefer");
+      if (!r.turns.empty()) {  // its fields were checked above; the template does not apply
+        for (const auto& [k, v] : r.fields)
+          if (!is_valid_utf8(k) || !is_valid_utf8(v))
+            return bad(where, fmt::format("field {} is not UTF-8", common::json_quoted(k)));
+        out.records.push_back(std::move(r));
+        return;
+      }
     }
     add(std::move(r));
   }
@@ -144,7 +230,7 @@ class Collector {
   const std::vector<std::string>& required_;
   const std::vector<std::string>& may_be_empty_;
   bool skip_bad_;
-  bool conversations_;
+  Kind kind_;
 };
 
 // Byte ranges [start, end) of each top-level element of a JSON array (to name its line): from its
@@ -404,7 +490,13 @@ RecordFile read_conversations(const std::string& path, bool skip_bad) {
            "{}: chat data is JSON (an array of records) or JSON Lines, not CSV: a conversation is a list of turns",
            path);
   const std::vector<std::string> none;
-  Collector c(none, none, skip_bad, true);
+  Collector c(none, none, skip_bad, Kind::kConversations);
+  return read_all(path, c);
+}
+
+RecordFile read_preferences(const std::string& path, const std::vector<std::string>& required,
+                            const std::vector<std::string>& may_be_empty, bool skip_bad) {
+  Collector c(required, may_be_empty, skip_bad, Kind::kPreferences);
   return read_all(path, c);
 }
 

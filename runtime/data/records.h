@@ -48,6 +48,17 @@ RecordFile read_records(const std::string& path, const std::vector<std::string>&
 // string, and only the system's may be empty. Anything else is a bad record naming the turn.
 RecordFile read_conversations(const std::string& path, bool skip_bad);
 
+// Reads preference pairs (JSON, JSON Lines or CSV): each record's "chosen" and "rejected" answers to
+// its "prompt", as text (then `required` and `may_be_empty` apply, as for read_records: the job's
+// prompt fields), or, in JSON, as a conversation: "prompt" a list of messages ({"role", "content"},
+// an optional system turn, then user and assistant alternating, ending with the user's) and each
+// answer a string or a list of one assistant message, or no "prompt" and "chosen" and "rejected"
+// whole conversations that differ only in their last, assistant, turn. A conversational pair keeps
+// the prompt's turns in `turns` and its answers in fields["chosen"] and fields["rejected"]. Two
+// equal answers, an empty one, or a prompt of another form are bad records naming file:line.
+RecordFile read_preferences(const std::string& path, const std::vector<std::string>& required,
+                            const std::vector<std::string>& may_be_empty, bool skip_bad);
+
 // Pure: RFC 4180 CSV (quoted fields may hold commas, quotes as "", and newlines). Each row with
 // the 1-based line it starts on. Throws on an unterminated quote.
 std::vector<std::pair<int64_t, std::vector<std::string>>> parse_csv(const std::string& text, const std::string& name);

@@ -85,12 +85,20 @@ PromptFormat prompt_format(const job::DataSection& data) {
       f.prompt = [templ](const Record& r) { return fill_template(templ, r); };
       break;
     }
+    case job::DataFormat::kPreference:  // pairs of text: the answers are "chosen" and "rejected"
+      f.required = {"prompt", "chosen", "rejected"};
+      f.response_field = "chosen";
+      f.prompt = [](const Record& r) { return fill_template("{prompt}", r); };
+      break;
     case job::DataFormat::kSynthetic:
       common::raise(ErrorKind::kInternal, "the synthetic format has no records");
     case job::DataFormat::kChat:
       common::raise(ErrorKind::kInternal, "the chat format has no prompt: conversations are rendered (data/chat.h)");
   }
   if (!data.prompt_template.empty()) use_template(f, data.prompt_template);
+  if (data.format == job::DataFormat::kPreference &&
+      std::find(f.required.begin(), f.required.end(), "rejected") == f.required.end())
+    f.required.push_back("rejected");
   return f;
 }
 

@@ -78,6 +78,15 @@ at::Tensor FsdpLlama::forward_loss(const at::Tensor& input_ids, const at::Tensor
   return head_->run(h, [this, dropout, on_device](const at::Tensor& x) { return model_.head_loss(x, on_device, dropout); });
 }
 
+at::Tensor FsdpLlama::forward_token_losses(const at::Tensor& input_ids, const at::Tensor& position_ids,
+                                           const at::Tensor& labels, const model::DropoutSeed& dropout) {
+  const at::Tensor h = hidden(input_ids, position_ids, dropout);
+  const at::Tensor on_device = labels.to(context_.options.device, labels.scalar_type(), /*non_blocking=*/true);
+  return head_->run(h, [this, dropout, on_device](const at::Tensor& x) {
+    return model_.head_token_losses(x, on_device, dropout);
+  });
+}
+
 at::Tensor FsdpLlama::hidden(const at::Tensor& input_ids, const at::Tensor& position_ids,
                              const model::DropoutSeed& dropout) {
   for (FlatParam* f : flat_params()) f->reset_leaves();

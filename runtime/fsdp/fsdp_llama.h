@@ -37,6 +37,11 @@ class FsdpLlama {
   at::Tensor forward_loss(const at::Tensor& input_ids, const at::Tensor& position_ids, const at::Tensor& labels,
                           const model::DropoutSeed& dropout = {});
 
+  // Each token's loss (B, T) against labels (LlamaForCausalLM::head_token_losses), fp32 on the
+  // model's device: minus a row's sum is the log-probability of its labelled tokens.
+  at::Tensor forward_token_losses(const at::Tensor& input_ids, const at::Tensor& position_ids, const at::Tensor& labels,
+                                  const model::DropoutSeed& dropout = {});
+
   // false: gradients of the coming backward stay unsharded and local (an accumulation
   // micro-batch); the next backward with true reduces everything accumulated.
   void set_sync_grads(bool sync) { context_.sync_grads = sync; }

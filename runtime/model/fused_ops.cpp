@@ -100,6 +100,27 @@ struct LinearCrossEntropyFunction : public torch::autograd::Function<LinearCross
   }
 };
 
+// linear_token_losses: the rows' losses themselves. d(loss_n)/d(logits_n) is the kernel's row n,
+// so the gradient with respect to the logits is diag(g) · dlogits for incoming g (N): the backward
+// applies diag(g) to the hidden rows (dweight) or to the product's rows (dhidden).
+struct LinearTokenLossesFunction : public torch::autograd::Function<LinearTokenLossesFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
+                            const at::Tensor& labels) {
+    at::Tensor logits = at::mm(hidden, weight.t());
+    const at::Tensor rows = kernel_calls::cross_entropy_in_place(logits, labels, kIgnoreIndex);
+    ctx->save_for_backward({logits, hidden, weight});
+    return rows;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad) {
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor& dlogits = saved[0];
+    const at::Tensor g = grad[0].to(dlogits.scalar_type()).unsqueeze(1);  // (N, 1)
+    const at::Tensor dhidden = ctx->needs_input_grad(0) ? at::mm(dlogits, saved[2]) * g : at::Tensor();
+    const at::Tensor dweight = ctx->needs_input_grad(1) ? at::mm(dlogits.t(), saved[1] * g) : at::Tensor();
+    return {dhidden, dweight, at::Tensor()};
+  }
+};
+
 // transformers computes norms in fp32; fp64 (gradient checks) stays fp64.
 at::ScalarType at_least_fp32(at::ScalarType t) { return t == at::kDouble ? at::kDouble : at::kFloat; }
 
@@ -142,6 +163,19 @@ at::Tensor linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weig
       at::cat({labels.narrow(1, 1, t - 1), at::full({b, 1}, kIgnoreIndex, labels.options())}, 1).reshape({-1});
   return LinearCrossEntropyFunction::apply(hidden.contiguous().view({-1, hidden.size(-1)}), weight.contiguous(),
                                            shifted.to(at::kLong).contiguous());
+}
+
+at::Tensor linear_token_losses(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& labels) {
+  RECORD_USER_SCOPE("train.loss");
+  if (!(g_fusions.cross_entropy && kernels_take({hidden, weight}) && hidden.dim() == 3 && labels.dim() == 2 &&
+        labels.device() == hidden.device()))
+    return causal_lm_token_losses(at::linear(hidden, weight), labels);
+  const int64_t b = labels.size(0), t = labels.size(1);
+  const at::Tensor shifted =
+      at::cat({labels.narrow(1, 1, t - 1), at::full({b, 1}, kIgnoreIndex, labels.options())}, 1).reshape({-1});
+  return LinearTokenLossesFunction::apply(hidden.contiguous().view({-1, hidden.size(-1)}), weight.contiguous(),
+                                          shifted.to(at::kLong).contiguous())
+      .view({b, t});
 }
 
 }  // namespace shardtune::model

@@ -41,4 +41,11 @@ at::Tensor swiglu(const at::Tensor& g, const at::Tensor& u);
 // is two matrix products with that gradient.
 at::Tensor linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& labels);
 
+// The same tokens' losses one by one: (B, T) fp32 (fp64 for fp64 inputs), position t's the loss of
+// predicting label t + 1, 0 where that label is -100 and at the last position; the value of
+// causal_lm_token_losses(at::linear(hidden, weight), labels). Fused as linear_cross_entropy is: the
+// backward scales each row of the logits' gradient by its token's incoming gradient inside the two
+// matrix products (on the hidden rows and the output rows), never in a copy of the logits.
+at::Tensor linear_token_losses(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& labels);
+
 }  // namespace shardtune::model

@@ -103,7 +103,7 @@ at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
 }  // namespace
 
 at::Tensor LoraAdapter::add_to(const at::Tensor& y, const at::Tensor& x, const DropoutSeed& dropout_seed) const {
-  if (r == 0) return y;
+  if (r == 0 || AdaptersOff::active()) return y;
   const at::Tensor in =
       dropout_seed.enabled && dropout > 0 ? seeded_dropout(x, dropout, mix_seed(dropout_seed.seed, id)) : x;
   // PEFT's order: result + lora_B(lora_A(dropout(x))) * scaling.
@@ -205,8 +205,14 @@ at::Tensor LlamaForCausalLM::head(const at::Tensor& hidden, const DropoutSeed& d
 
 at::Tensor LlamaForCausalLM::head_loss(const at::Tensor& hidden, const at::Tensor& labels,
                                        const DropoutSeed& dropout) const {
-  if (head_lora_.r > 0) return causal_lm_loss(head(hidden, dropout), labels);
+  if (head_lora_.r > 0 && !AdaptersOff::active()) return causal_lm_loss(head(hidden, dropout), labels);
   return linear_cross_entropy(norm_.forward(hidden), lm_head_.defined() ? lm_head_ : embed_tokens_, labels);
+}
+
+at::Tensor LlamaForCausalLM::head_token_losses(const at::Tensor& hidden, const at::Tensor& labels,
+                                               const DropoutSeed& dropout) const {
+  if (head_lora_.r > 0 && !AdaptersOff::active()) return causal_lm_token_losses(head(hidden, dropout), labels);
+  return linear_token_losses(norm_.forward(hidden), lm_head_.defined() ? lm_head_ : embed_tokens_, labels);
 }
 
 RopeTables LlamaForCausalLM::rope(const at::Tensor& position_ids, at::ScalarType dtype) const {

@@ -110,6 +110,9 @@ class LlamaForCausalLM {
   // The final norm, the head and the loss against labels (B, T): causal_lm_loss of head()'s
   // logits, through linear_cross_entropy (fused where the kernels serve) unless the head has LoRA.
   at::Tensor head_loss(const at::Tensor& hidden, const at::Tensor& labels, const DropoutSeed& dropout = {}) const;
+  // Each token's loss against labels (B, T): causal_lm_token_losses of head()'s logits, through
+  // linear_token_losses unless the head has LoRA.
+  at::Tensor head_token_losses(const at::Tensor& hidden, const at::Tensor& labels, const DropoutSeed& dropout = {}) const;
   LoraAdapter& head_adapter() { return head_lora_; }
 
   // Positions and mask for a batch: position_ids (B, T) restart at 0 for each packed document;

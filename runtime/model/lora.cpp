@@ -80,6 +80,14 @@ void add_lora(LlamaForCausalLM& model, const LoraSpec& spec, uint64_t seed) {
     if (is_adapter_parameter(p.name)) init_parameter(p.name, *p.tensor, c.initializer_range, seed);
 }
 
+namespace {
+thread_local int g_adapters_off = 0;
+}  // namespace
+
+AdaptersOff::AdaptersOff() { ++g_adapters_off; }
+AdaptersOff::~AdaptersOff() { --g_adapters_off; }
+bool AdaptersOff::active() { return g_adapters_off > 0; }
+
 bool is_adapter_parameter(const std::string& name) {
   return name.find(".lora_A.") != std::string::npos || name.find(".lora_B.") != std::string::npos;
 }

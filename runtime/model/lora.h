@@ -35,6 +35,17 @@ std::vector<std::string> expand_lora_targets(const std::vector<std::string>& tar
 // depend on which rank makes them), each B zero.
 void add_lora(LlamaForCausalLM& model, const LoraSpec& spec, uint64_t seed);
 
+// While one lives, on its thread, every adapter adds nothing: the model computes its base alone
+// (DPO's reference of a LoRA job, as PEFT's disable_adapter()). Nests.
+class AdaptersOff {
+ public:
+  AdaptersOff();
+  ~AdaptersOff();
+  AdaptersOff(const AdaptersOff&) = delete;
+  AdaptersOff& operator=(const AdaptersOff&) = delete;
+  static bool active();
+};
+
 // Whether a parameter name is an adapter's (".lora_A." or ".lora_B.").
 bool is_adapter_parameter(const std::string& name);
 

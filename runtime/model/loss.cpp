@@ -3,6 +3,8 @@
 
 #include <ATen/ops/cross_entropy_loss.h>
 #include <ATen/core/Reduction.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/zeros.h>
 
 namespace shardtune::model {
 
@@ -25,6 +27,12 @@ at::Tensor causal_lm_loss(const at::Tensor& logits, const at::Tensor& labels) {
 
 at::Tensor causal_lm_loss_sum(const at::Tensor& logits, const at::Tensor& labels) {
   return shifted_cross_entropy(logits, labels, at::Reduction::Sum);
+}
+
+at::Tensor causal_lm_token_losses(const at::Tensor& logits, const at::Tensor& labels) {
+  const int64_t b = logits.size(0), t = logits.size(1);
+  const at::Tensor losses = shifted_cross_entropy(logits, labels, at::Reduction::None).view({b, t - 1});
+  return at::cat({losses, at::zeros({b, 1}, losses.options())}, 1);
 }
 
 }  // namespace shardtune::model

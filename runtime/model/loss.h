@@ -16,4 +16,9 @@ at::Tensor causal_lm_loss(const at::Tensor& logits, const at::Tensor& labels);
 // without a learned token).
 at::Tensor causal_lm_loss_sum(const at::Tensor& logits, const at::Tensor& labels);
 
+// Each token's loss (B, T): position t's the loss of predicting label t + 1, 0 where that label is
+// -100 and at the last position; fp32 (fp64 for fp64 logits). Minus a row's sum is the
+// log-probability of its labelled tokens.
+at::Tensor causal_lm_token_losses(const at::Tensor& logits, const at::Tensor& labels);
+
 }  // namespace shardtune::model

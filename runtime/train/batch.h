@@ -18,6 +18,10 @@ struct Batch {
   // rank still takes part in every collective of the step).
   double weight = 1.0;
   std::vector<int64_t> sample_ids;  // the dataset indices of its samples; empty for a placeholder
+  // Preference pairs: rows [0, pairs) hold the chosen answers' sequences and rows [pairs, 2 pairs)
+  // the rejected ones', in the same order; 0 for other batches.
+  int64_t pairs = 0;
+  at::Tensor reference_logps;  // (pairs, 2) fp64, chosen then rejected, when precomputed; else undefined
 };
 
 }  // namespace shardtune::train

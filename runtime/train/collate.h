@@ -16,7 +16,12 @@ namespace shardtune::train {
 
 // The samples as one micro-batch; shorter samples are padded at the end to the longest (pad id,
 // label -100): a causal model never lets real tokens see the padding after them.
+// Preference pairs (data::Sample::is_pair) become 2 x their count rows, every chosen sequence first
+// (Batch::pairs).
 Batch collate(const data::Dataset& data, const std::vector<int64_t>& indices);
+// The same for samples already read (`indices` name them in messages; may be empty).
+Batch collate_samples(const data::Dataset& data, const std::vector<data::Sample>& samples,
+                      const std::vector<int64_t>& indices);
 
 // This rank's micro-batches of step `span`, whose sample order is `permutation`. A micro-batch slot
 // without samples (a short step over many slots) holds the step's first sample with weight 0.

@@ -1,6 +1,7 @@
 // Validation over every row, at any world size.
 #include "runtime/train/evaluate.h"
 
+#include <ATen/TensorOperators.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/tensor.h>
 #include <ATen/ops/zeros.h>
@@ -27,12 +28,40 @@ std::vector<int64_t> eval_rows(int64_t rows, int64_t per_rank, int64_t batch, in
   return out;
 }
 
+namespace {
+
+// Pairs: the sum of their DPO losses, then the metric sums; every rank's summed.
+Evaluation evaluate_pairs(fsdp::FsdpLlama& model, const data::Dataset& data, int64_t per_rank, int64_t batches,
+                          dist::Communicator& world, const PreferenceObjective& objective) {
+  const int ranks = world.size(), rank = world.rank();
+  at::Tensor sums = at::zeros({2 + kDpoSums}, at::TensorOptions().dtype(at::kDouble).device(model.device()));
+  at::Tensor metric_sums = sums.narrow(0, 2, kDpoSums);
+  for (int64_t b = 0; b < batches; ++b) {
+    const std::vector<int64_t> mine = eval_rows(data.size(), per_rank, b, rank, ranks);
+    const Batch batch = collate(data, mine.empty() ? std::vector<int64_t>{b * per_rank * ranks} : mine);
+    const at::Tensor loss = dpo_batch_loss(model, batch, {}, objective, mine.empty() ? nullptr : &metric_sums);
+    if (mine.empty()) continue;  // a placeholder: its rank took part in the collectives, nothing more
+    sums.narrow(0, 0, 1) += loss.detach().to(at::kDouble) * static_cast<double>(batch.pairs);
+    const at::Tensor labels = batch.labels.narrow(1, 1, batch.labels.size(1) - 1);
+    sums.narrow(0, 1, 1) += labels.ne(model::kIgnoreIndex).sum().to(sums.device(), at::kDouble);
+  }
+  at::Tensor totals = sums.cpu();
+  world.all_reduce(totals, dist::ReduceOp::kSum);
+  const double* t = totals.data_ptr<double>();
+  const PreferenceMetrics m = preference_metrics(t + 2);
+  ST_CHECK(m.pairs > 0, common::ErrorKind::kInternal, "validation evaluated no pair");
+  return {t[0] / static_cast<double>(m.pairs), batches, m.pairs, static_cast<int64_t>(t[1]), m};
+}
+
+}  // namespace
+
 Evaluation evaluate(fsdp::FsdpLlama& model, const data::Dataset& data, int64_t per_rank, int64_t max_batches,
-                    dist::Communicator& world) {
+                    dist::Communicator& world, const PreferenceObjective* preference) {
   at::NoGradGuard no_grad;
   const int ranks = world.size(), rank = world.rank();
   int64_t batches = eval_batches(data.size(), per_rank, ranks);
   if (max_batches > 0) batches = std::min(batches, max_batches);
+  if (preference != nullptr) return evaluate_pairs(model, data, per_rank, batches, world, *preference);
   // On the device until the end: one host synchronisation per evaluation, not per batch.
   at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(model.device()));
   double tokens = 0, rows = 0;

@@ -6,11 +6,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "runtime/dist/communicator.h"
 #include "runtime/fsdp/fsdp_llama.h"
 #include "runtime/data/dataset.h"
+#include "runtime/train/dpo.h"
 
 namespace shardtune::train {
 
@@ -27,11 +29,15 @@ struct Evaluation {
   int64_t batches = 0;  // global batches evaluated
   int64_t rows = 0;     // rows evaluated, over every rank
   int64_t tokens = 0;   // learned tokens in them
+  // Preference pairs: `loss` is the mean DPO loss over the pairs (rows counts pairs, tokens the
+  // answers' tokens), and these its metrics.
+  std::optional<PreferenceMetrics> preference;
 };
 
 // Evaluates `data` (every row holds a learned token) in batches of `per_rank` rows per rank, at most
 // `max_batches` of them (0: all). Collective over `world`.
+// Preference pairs are evaluated on `preference`'s DPO loss.
 Evaluation evaluate(fsdp::FsdpLlama& model, const data::Dataset& data, int64_t per_rank, int64_t max_batches,
-                    dist::Communicator& world);
+                    dist::Communicator& world, const PreferenceObjective* preference = nullptr);
 
 }  // namespace shardtune::train

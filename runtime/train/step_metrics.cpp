@@ -48,7 +48,10 @@ std::string lower(std::string_view s) {
 std::string jsonl_line(const StepRecord& r) {
   Fields f;
   f.add("step", r.step).add("epoch", r.epoch).add("samples", fmt::format("[{}, {}]", r.sample_begin, r.sample_end));
-  f.real("loss", r.loss).real("lr", r.lr).optional("grad_norm", r.grad_norm).optional("loss_scale", r.loss_scale);
+  f.real("loss", r.loss);
+  if (r.preference)
+    for (const auto& [name, value] : r.preference->named()) f.real(name, value);
+  f.real("lr", r.lr).optional("grad_norm", r.grad_norm).optional("loss_scale", r.loss_scale);
   if (r.loss_scale) f.add("skipped", r.skipped ? "true" : "false");
   if (r.nonfinite) f.add("nonfinite", "true");
   if (r.nonfinite_skips > 0) f.add("nonfinite_skips", r.nonfinite_skips);
@@ -73,7 +76,12 @@ std::string jsonl_line(const StepRecord& r) {
 std::string jsonl_line(const EvalRecord& r) {
   Fields f;
   f.add("eval_epoch", r.epoch).add("after_step", r.after_step).real("val_loss", r.loss);
-  f.real("val_perplexity", std::exp(r.loss)).add("val_batches", r.batches).add("val_rows", r.rows);
+  if (r.preference) {  // a DPO loss has no perplexity
+    for (const auto& [name, value] : r.preference->named()) f.real("val_" + name, value);
+    f.add("val_batches", r.batches).add("val_pairs", r.rows);
+  } else {
+    f.real("val_perplexity", std::exp(r.loss)).add("val_batches", r.batches).add("val_rows", r.rows);
+  }
   f.add("val_tokens", r.tokens);
   return f.line();
 }

@@ -11,6 +11,8 @@
 #include <string_view>
 #include <vector>
 
+#include "runtime/train/preference_metrics.h"
+
 namespace shardtune::train {
 
 struct StepRecord {
@@ -36,6 +38,7 @@ struct StepRecord {
   int64_t peak_rss_bytes = 0;        // the largest peak resident memory of any rank during the step
   std::optional<int64_t> gpu_peak_allocated_bytes{};  // CUDA only: the largest of any rank's allocator peak
   std::optional<int64_t> gpu_peak_reserved_bytes{};
+  std::optional<PreferenceMetrics> preference{};  // DPO: rewards/chosen, ... over the global batch's pairs
 };
 
 struct EvalRecord {
@@ -45,6 +48,7 @@ struct EvalRecord {
   int64_t batches = 0;     // global batches (val_batch_size rows per rank)
   int64_t rows = 0;        // rows evaluated, over every rank
   int64_t tokens = 0;      // learned tokens in them
+  std::optional<PreferenceMetrics> preference{};  // DPO: loss is the pairs' mean DPO loss, rows counts pairs
 };
 
 // One line of metrics.jsonl (ending in '\n'). A loss that is not finite is written as null.

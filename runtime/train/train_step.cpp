@@ -79,8 +79,11 @@ StepResult train_step(fsdp::FsdpLlama& model, fsdp::Optimizer& optimizer, const 
   // micro-batch would make the host wait for each backward before queueing the next. The rank's
   // tokens and FLOPs ride in the same reduction, and so does the gradient norm (squared, from
   // world rank 0 alone), so that the step's one host wait also brings it.
-  at::Tensor totals = at::zeros({5}, at::TensorOptions().dtype(at::kDouble).device(model.device()));
+  // DPO's metric sums follow the five totals, in the same reduction.
+  const int64_t extra = options.preference != nullptr ? kDpoSums : 0;
+  at::Tensor totals = at::zeros({5 + extra}, at::TensorOptions().dtype(at::kDouble).device(model.device()));
   at::Tensor loss_sum = totals.narrow(0, 0, 1);
+  at::Tensor dpo_sums = extra > 0 ? totals.narrow(0, 5, extra) : at::Tensor();
   double tokens = 0, flops = 0;
   for (size_t i = 0; i < micro_batches.size(); ++i) {
     const Batch& b = micro_batches[i];
@@ -88,7 +91,13 @@ StepResult train_step(fsdp::FsdpLlama& model, fsdp::Optimizer& optimizer, const 
     const model::DropoutSeed dropout{options.dropout.enabled, model::mix_seed(options.dropout.seed, i)};
     // Averaging over micro-batches here and over ranks in the reduction gives the gradient of
     // the mean loss of the whole global batch. The loss has its own range in a trace ("train.loss").
-    at::Tensor loss = model.forward_loss(b.input_ids, b.position_ids, b.labels, dropout) / n;
+    at::Tensor loss;
+    if (b.pairs > 0) {
+      ST_CHECK(options.preference != nullptr, common::ErrorKind::kInternal, "preference pairs without an objective");
+      loss = dpo_batch_loss(model, b, dropout, *options.preference, b.weight == 0.0 ? nullptr : &dpo_sums) / n;
+    } else {
+      loss = model.forward_loss(b.input_ids, b.position_ids, b.labels, dropout) / n;
+    }
     if (b.weight != 1.0) loss = loss * b.weight;
     if (options.loss_scaler != nullptr) {
       (loss * options.loss_scaler->scale()).backward();
@@ -121,6 +130,7 @@ StepResult train_step(fsdp::FsdpLlama& model, fsdp::Optimizer& optimizer, const 
   result.loss = host[0].item<double>() / static_cast<double>(world.size());
   result.tokens = static_cast<int64_t>(host[1].item<double>());
   result.flops = host[2].item<double>();
+  if (extra > 0) result.preference = preference_metrics(host.data_ptr<double>() + 5);
   if (options.loss_scaler != nullptr && !options.loss_scaler->unscale_and_check(model.flat_params(), world)) {
     result.skipped = true;  // fp16 overflow: the scaler lowers its scale and the step is retried with the next batch
     result.nonfinite = !std::isfinite(result.loss);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "runtime/model/llama_config.h"
 #include "runtime/dist/process_groups.h"
 #include "runtime/train/batch.h"
+#include "runtime/train/dpo.h"
 
 namespace shardtune::train {
 
@@ -41,6 +43,8 @@ struct StepOptions {
   const dist::ProcessGroups* groups = nullptr;
   // A test's fault: mark this group failed once backward's collectives are done (fault_injection.h).
   std::string fail_group;
+  // [train] objective = "dpo": micro-batches of pairs train on DPO's loss; null: the next-token loss.
+  const PreferenceObjective* preference = nullptr;
 };
 
 struct StepResult {
@@ -50,6 +54,7 @@ struct StepResult {
   bool nonfinite = false;  // the loss or the gradient norm (when measured) was not finite
   int64_t tokens = 0;    // of the global batch (every rank's micro-batches), padding included
   double flops = 0;      // training FLOPs of the global batch; 0 without a model_config
+  std::optional<PreferenceMetrics> preference;  // DPO's rewards and log-probabilities over the global batch
 };
 
 // Registers every trainable shard with the optimizer (frozen ones get no state).

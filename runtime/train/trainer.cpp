@@ -250,6 +250,7 @@ void Trainer::start(Run& run) {
     run.summary.save_seconds += seconds_since(start);
   };
   run.step.model_config = &options_.model_config;
+  run.step.preference = options_.preference;
   run.step.groups = &groups_;
   run.profiler.emplace(ProfilerOptions{m.use_profiler, m.profiler_dir, m.profiler_wait_steps, m.profiler_warmup_steps,
                                        m.profiler_active_steps, m.flop_counter, m.flop_counter_start + 1,
@@ -356,7 +357,7 @@ bool Trainer::finish_step(Run& run, const StepSpan& span, Outcome& out) {
   out.device_peaks = agreed.device;
   record_step(run, span, out);
   run.window.add(out.seconds, out.tokens);
-  log_progress(run, span, out.result.loss);
+  log_progress(run, span, out.result);
   const int64_t every = options_.checkpoint_every_steps;
   const bool due = (every > 0 && run.steps_taken % every == 0) || last;
   // Only a whole epoch's validation is owed to a resume: the one at the end of a run that
@@ -439,6 +440,7 @@ void Trainer::record_step(Run& run, const StepSpan& span, const Outcome& out) {
   if (!run.metrics->enabled()) return;
   const StepResult& r = out.result;
   StepRecord record{run.steps_taken, span.epoch + 1, span.begin, span.end, r.loss, run.step.lr};
+  record.preference = r.preference;
   record.grad_norm = r.grad_norm;
   if (run.fp16()) {
     record.loss_scale = out.loss_scale;
@@ -462,12 +464,17 @@ void Trainer::record_step(Run& run, const StepSpan& span, const Outcome& out) {
   run.metrics->write(jsonl_line(record));
 }
 
-void Trainer::log_progress(Run& run, const StepSpan& span, double loss) {
+void Trainer::log_progress(Run& run, const StepSpan& span, const StepResult& result) {
   const int64_t left = run.schedule->steps_left(run.cursor);
   if (run.steps_taken % options_.metrics.log_every_steps != 0 && left > 0) return;
   const double per_step = run.window.seconds_per_step();
-  spdlog::info("step {}/{} | epoch {}/{} | loss {:.4f} | lr {:.3e} | {:.0f} tok/s | {:.3f} s/step | ETA {}",
-               run.steps_taken, run.steps_taken + left, span.epoch + 1, options_.train.num_epochs, loss, run.step.lr,
+  const std::string dpo = result.preference ? fmt::format(" | margin {:.4f} | accuracy {:.3f}",
+                                                          result.preference->rewards_margins,
+                                                          result.preference->rewards_accuracies)
+                                            : std::string();
+  spdlog::info("step {}/{} | epoch {}/{} | loss {:.4f}{} | lr {:.3e} | {:.0f} tok/s | {:.3f} s/step | ETA {}",
+               run.steps_taken, run.steps_taken + left, span.epoch + 1, options_.train.num_epochs, result.loss, dpo,
+               run.step.lr,
                run.window.tokens_per_second(run.ranks), per_step, duration_text(per_step * static_cast<double>(left)));
   run.window.reset();
 }
@@ -477,11 +484,20 @@ void Trainer::validate_epoch(Run& run, int64_t epoch) {
   Evaluation v;
   {
     RECORD_USER_SCOPE("validation");
-    v = evaluate(model_, *val_, options_.train.val_batch_size, options_.train.max_eval_step, *groups_.world);
+    v = evaluate(model_, *val_, options_.train.val_batch_size, options_.train.max_eval_step, *groups_.world,
+                 options_.preference);
   }
   run.summary.last_val_loss = v.loss;
-  run.metrics->write(jsonl_line(EvalRecord{epoch + 1, run.steps_taken, v.loss, v.batches, v.rows, v.tokens}));
+  run.metrics->write(
+      jsonl_line(EvalRecord{epoch + 1, run.steps_taken, v.loss, v.batches, v.rows, v.tokens, v.preference}));
   run.metrics->write_recipes();
+  if (v.preference) {
+    spdlog::info("epoch {} validation: DPO loss {:.4f}, reward margin {:.4f}, accuracy {:.3f} ({} batch(es) of {} "
+                 "pair(s) per rank: {} of {} pair(s))",
+                 epoch + 1, v.loss, v.preference->rewards_margins, v.preference->rewards_accuracies, v.batches,
+                 options_.train.val_batch_size, v.rows, val_->size());
+    return;
+  }
   spdlog::info("epoch {} validation: loss {:.4f}, perplexity {:.3f} ({} batch(es) of {} row(s) per rank{}: {} of {} "
                "row(s), {} learned token(s))",
                epoch + 1, v.loss, std::exp(v.loss), v.batches, options_.train.val_batch_size,

@@ -19,7 +19,9 @@
 #include "runtime/fsdp/fsdp_llama.h"
 #include "runtime/model/llama_config.h"
 #include "runtime/data/dataset.h"
+#include "runtime/train/dpo.h"
 #include "runtime/train/run_schedule.h"
+#include "runtime/train/train_step.h"
 
 namespace shardtune::train {
 
@@ -82,6 +84,8 @@ struct TrainerOptions {
   // Under Slurm, the seconds between its stop signal and the time limit ([slurm] signal_lead_s):
   // rank 0 warns once the steps and saves measured would not fit in it. 0: no check.
   double signal_lead_s = 0;
+  // [train] objective = "dpo": the loss of the pairs, and their reference; null for SFT. Outlives the trainer.
+  const PreferenceObjective* preference = nullptr;
 };
 
 class Trainer {
@@ -104,7 +108,7 @@ class Trainer {
   void check_signal_lead(Run& run);
   void settle_save(Run& run, const char* wait_for);
   void record_step(Run& run, const StepSpan& span, const Outcome& out);
-  void log_progress(Run& run, const StepSpan& span, double loss);
+  void log_progress(Run& run, const StepSpan& span, const StepResult& result);
   void validate_epoch(Run& run, int64_t epoch);
 
   const TrainerOptions options_;
