@@ -240,8 +240,27 @@ MemoryPlan plan_memory(const job::Job& job, const model::LlamaConfig& config) {
                   config.tie_word_embeddings && !lora ? " (the tied head's is the embedding's)" : ""),
       (head_trainable + block_trainable) * reduce + std::max(head_trainable, block_trainable) * compute);
 
-  // Activations of one micro-batch (B rows of T tokens; packing fills rows to context_length).
-  const double tokens = static_cast<double>(t.batch_size_training * t.context_length);
+  // DPO's reference = "model": a frozen copy of the starting weights, sharded as the policy is and
+  // held in the compute dtype (QLoRA's block projections in NF4). Its forward runs before the
+  // policy's and keeps nothing, so only its shards are there at the peak. The base with adapters
+  // off and precomputed log-probabilities add nothing there.
+  const bool dpo = t.objective == job::Objective::kDpo;
+  if (dpo && job::dpo_reference(job) == job::DpoReference::kModel) {
+    const bool offloaded = job.fsdp.cpu_offload && job.fsdp.offload_params && plan.cuda;
+    const double copy = qlora ? plain_base / shards * compute + nf4_bytes / shards : base / shards * compute;
+    if (offloaded) {
+      plan.offload_bytes += copy;
+    } else {
+      add("DPO reference",
+          fmt::format("a frozen copy of the starting weights, {}{}", over,
+                      qlora ? ": the blocks' projections in NF4, the rest in " + std::string(dtype_name(compute))
+                            : ", " + std::string(dtype_name(compute))),
+          copy);
+    }
+  }
+  // Activations of one micro-batch (B rows of T tokens; packing fills rows to context_length). DPO
+  // runs a pair's two answers as two rows: 2 B rows, each at most context_length.
+  const double tokens = static_cast<double>((dpo ? 2 : 1) * t.batch_size_training * t.context_length);
   const double context = static_cast<double>(t.context_length);
   plan.tokens_per_micro_batch = static_cast<int64_t>(tokens);
   // Per token, what a block keeps for backward: its input and normed inputs (norms in fp32), q,

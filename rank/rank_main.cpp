@@ -22,6 +22,7 @@
 #include "common/open_files.h"
 #include "common/log.h"
 #include "common/subprocess.h"
+#include "rank/dpo_setup.h"
 #include "rank/job_checkpoint.h"
 #include "rank/job_model.h"
 #include "rank/rank_start.h"
@@ -101,13 +102,14 @@ data::DataContext data_context(dist::Communicator& world) {
 
 // The loop's outcome as the process's exit code (common/exit_codes.h).
 int train(const job::Job& job, const slurm::SlurmEnv& env, const model::LlamaConfig& config,
-          dist::ProcessGroups& groups, fsdp::FsdpLlama& model, const data::JobData& data,
-          const train::CheckpointHooks& hooks, const train::PreferenceObjective* preference) {
+          dist::ProcessGroups& groups, fsdp::FsdpLlama& model, const data::Dataset& train_data,
+          const data::Dataset* val_data, const train::CheckpointHooks& hooks,
+          const train::PreferenceObjective* preference) {
   train::TrainerOptions options{job.train, job.metrics, job.job.output_dir, job.checkpoint.every_steps, config};
   options.preference = preference;
   // Under Slurm, its stop signal comes signal_lead_s ahead of the time limit.
   if (env.in_job) options.signal_lead_s = static_cast<double>(job.slurm.signal_lead_s);
-  train::Trainer trainer(std::move(options), groups, model, *data.train, data.val.get(), hooks);
+  train::Trainer trainer(std::move(options), groups, model, train_data, val_data, hooks);
   train::TrainSummary summary;
   try {
     summary = trainer.run();
@@ -184,9 +186,18 @@ int run_job(const job::Job& job, const dist::Topology& topo, const slurm::SlurmE
   const bool read_base = job.peft.adapters() || !checkpoint::will_resume(job.checkpoint, *start.groups.world, restarts);
   rank_program::ShardedModel model =
       rank_program::build_sharded_model(job, config, topo, start.groups, start.device, read_base);
+  // DPO: its reference (which checkpoints record: a resume against another is refused) and, when
+  // precomputed, the pairs with their reference log-probabilities.
+  data::DataIdentity identity = data.identity;
+  std::optional<rank_program::DpoSetup> dpo;
+  if (job.train.objective == job::Objective::kDpo) {
+    identity.decides["dpo reference"] = rank_program::dpo_reference_identity(job, model.weights_sha256);
+    // A full fine-tune that resumes does not read the base: its policy is no longer the reference.
+    dpo.emplace(rank_program::set_up_dpo(job, config, topo, start.groups, start.device, model, data, !read_base));
+  }
   train::CheckpointHooks hooks = rank_program::checkpoint_hooks(
       job, config_json, *model.sharded, start.groups, restarts,
-      rank_program::adapter_record(job, config_json, *start.groups.world, model.weights_sha256), data.identity);
+      rank_program::adapter_record(job, config_json, *start.groups.world, model.weights_sha256), identity);
   if (!read_base) {  // the checkpoint listed a moment ago must be there to resume
     hooks.resume = [resume = std::move(hooks.resume)](fsdp::Optimizer& optimizer) {
       std::optional<train::ResumePoint> at = resume(optimizer);
@@ -196,31 +207,10 @@ int run_job(const job::Job& job, const dist::Topology& topo, const slurm::SlurmE
       return at;
     };
   }
-  // DPO's reference: the policy without its adapters, or a frozen sharded copy of the starting weights.
-  std::optional<train::PreferenceObjective> preference;
-  rank_program::ShardedModel reference;
-  if (job.train.objective == job::Objective::kDpo) {
-    preference.emplace();
-    preference->dpo = train::dpo_options(job.dpo);
-    switch (job::dpo_reference(job)) {
-      case job::DpoReference::kBase:
-        preference->reference = train::reference_without_adapters(*model.sharded);
-        spdlog::info("DPO ({}, beta {}): the reference is the base model with the adapters switched off",
-                     job::enum_name(job.dpo.loss_type), job.dpo.beta);
-        break;
-      case job::DpoReference::kModel:
-        reference = rank_program::build_reference_model(job, config, topo, start.groups, start.device);
-        preference->reference = train::reference_model(*reference.sharded);
-        spdlog::info("DPO ({}, beta {}): the reference is a frozen sharded copy", job::enum_name(job.dpo.loss_type),
-                     job.dpo.beta);
-        break;
-      default:
-        common::raise(common::ErrorKind::kConfig,
-                      "[dpo] reference = \"precomputed\" is not available in this build: use \"base\" (LoRA) or "
-                      "\"model\"");
-    }
-  }
-  return train(job, env, config, start.groups, *model.sharded, data, hooks, preference ? &*preference : nullptr);
+  const data::Dataset& train_data = dpo && dpo->train ? *dpo->train : *data.train;
+  const data::Dataset* val_data = dpo && dpo->train ? dpo->val.get() : data.val.get();
+  return train(job, env, config, start.groups, *model.sharded, train_data, val_data, hooks,
+               dpo ? &dpo->objective : nullptr);
 }
 
 }  // namespace

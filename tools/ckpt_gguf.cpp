@@ -65,7 +65,12 @@ Source open_checkpoint(const std::string& dir) {
   const std::string model_tokenizer = job.model.path.empty() ? "" : job.model.path + "/tokenizer.json";
   s.tokenizer = !job.data.tokenizer.empty() ? job.data.tokenizer : model_tokenizer;
   s.name = job.job.name;
-  if (job.data.format == job::DataFormat::kChat) {
+  if (job.data.format == job::DataFormat::kPreference) {  // conversational pairs, or text ones with no template
+    try {
+      s.trained_chat = data::choose_chat_style(job.data.chat_format, s.tokenizer).style;
+    } catch (const common::Error&) {
+    }
+  } else if (job.data.format == job::DataFormat::kChat) {
     try {
       s.trained_chat = data::choose_chat_style(job.data.chat_format, s.tokenizer).style;
     } catch (const common::Error& e) {

@@ -127,7 +127,9 @@ GenerationModel from_checkpoint(const std::string& dir, const std::string& base_
   out.tokenizer = !job.data.tokenizer.empty() ? job.data.tokenizer
                   : model_dir.empty()         ? std::string()
                                               : existing(model_dir + "/tokenizer.json");
-  if (job.data.format == job::DataFormat::kChat) out.chat_format = std::string(job::enum_name(job.data.chat_format));
+  // Preference pairs may be conversations, rendered in the chat format the job names.
+  if (job.data.format == job::DataFormat::kChat || job.data.format == job::DataFormat::kPreference)
+    out.chat_format = std::string(job::enum_name(job.data.chat_format));
   out.description = what;
   for (const model::NamedParam& p : m.named_parameters()) *p.tensor = p.tensor->to(options);
   return out;

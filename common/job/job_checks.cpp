@@ -245,11 +245,13 @@ void check_dpo(const Job& job, Checker& c) {
             "reference = \"base\" is the model with its adapters switched off, and [peft] method is \"none\": "
             "a full fine-tune has no adapters. HINT: reference = \"model\" (a frozen copy of the starting "
             "weights) or \"precomputed\"");
-  if (!d.reference_model.empty() && reference != DpoReference::kModel)
+  if (!d.reference_model.empty() && reference != DpoReference::kModel &&
+      !(reference == DpoReference::kPrecomputed && !job.peft.adapters()))
     c.error({"dpo.reference_model", "dpo.reference"},
-            fmt::format("reference_model = \"{}\" is the folder of reference = \"model\", and reference is "
-                        "\"{}\": set reference = \"model\" or remove it",
-                        d.reference_model, enum_name(reference)));
+            fmt::format("reference_model = \"{}\" is the reference of a full fine-tune (reference = \"model\" or "
+                        "\"precomputed\"), and reference is \"{}\"{}: remove it",
+                        d.reference_model, enum_name(reference),
+                        job.peft.adapters() ? " with adapters, whose reference is their base" : ""));
 }
 
 void check_metrics(const Job& job, Checker& c) {

@@ -526,7 +526,8 @@ std::vector<SectionSpec> build_schema() {
             "keyed to the data and the reference weights; training then runs no reference at all. auto: base "
             "with adapters, model without.");
     s.field("reference_model", &DpoSection::reference_model,
-            "reference = \"model\": the Hugging Face folder of the reference; empty: [model] path, the weights "
+            "A full fine-tune's reference (reference = \"model\" or \"precomputed\"; with adapters, \"model\"): "
+            "the Hugging Face folder of the reference, of the policy's shape; empty: [model] path, the weights "
             "training starts from.")
         .require("one line without control characters", is_one_line);
   }

@@ -11,6 +11,9 @@
 #    logits (world size 1 reads any world size's checkpoint);
 #  - LoRA and QLoRA checkpoints with their base: the logits of merge-lora's merged folder within
 #    1e-4 of the largest (the adapters kept apart instead of merged in; QLoRA's base as NF4 values);
+#  - DPO from the chat demo (configs/tiny-dpo.toml, precomputed reference): on held-out pairs the
+#    reward margin grows from epoch to epoch and the accuracy ends above 0.9, and the model answers
+#    at least 90% of their prompts (a system prompt no training pair has) with the chosen answer;
 #  - sampling with a seed is reproducible, and another seed draws otherwise;
 #  - `shardtune generate` is shardtune-generate; bad input (no folder, no prompt, a base of
 #    another model or with other bytes, ids that are not numbers) is refused by name; a chat for a
@@ -68,6 +71,45 @@ c=$(json_of "$tmp/hf900" --tokenizer configs/data/tiny-chat-tokenizer/tokenizer.
   fail "the job folder, its sharded and full checkpoints and their HF export differ"
 grep -q "loaded checkpoint .*step-0000900 (step 900, saved by 2 rank(s))" "$tmp/gen.err" || fail "the source is not named"
 grep -q "loaded checkpoint .*full900 (step 900, saved by [0-9]* rank(s))" "$tmp/gen.err" || fail "the full checkpoint is not named"
+
+# --- DPO from the chat demo (configs/tiny-dpo.toml) -------------------------------------------------
+# On held-out pairs (a system prompt no training pair has), the reward margin grows from epoch to
+# epoch and its accuracy ends above 0.9; the model answers those prompts with the chosen answers.
+$py - "$tmp/heldout.jsonl" <<'PY'
+import json, sys
+seen = {}  # question -> its pairs' chosen answer and up to four of their rejected ones
+for line in open("configs/data/tiny-preference.jsonl"):
+    r = json.loads(line)
+    chosen, rejected = seen.setdefault(r["prompt"][-1]["content"], (r["chosen"], []))
+    if r["rejected"] not in rejected and len(rejected) < 4:
+        rejected.append(r["rejected"])
+with open(sys.argv[1], "w") as f:
+    for question, (chosen, rejected) in sorted(seen.items()):
+        for wrong in rejected:
+            f.write(json.dumps({"prompt": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": question}],
+                                "chosen": chosen, "rejected": wrong}) + "\n")
+PY
+"$st" run configs/tiny-dpo.toml -n 2 --set "job.output_dir=$tmp/dpo" --set "model.path=$tmp/hf900" \
+  --set "data.val_file=$tmp/heldout.jsonl" --set checkpoint.every_steps=0 >"$tmp/dpo.log" 2>&1 ||
+  fail "tiny-dpo failed: $(tail -3 "$tmp/dpo.log")"
+$py - "$gen" "$tmp/dpo" "$tmp/heldout.jsonl" <<'PY' || fail "DPO from the chat demo did not raise the held-out margin or answer as chosen"
+import json, subprocess, sys
+gen, run, heldout = sys.argv[1:]
+evals = [json.loads(l) for l in open(run + "/metrics.jsonl") if '"val_loss"' in l]
+margins = [e["val_rewards/margins"] for e in evals]
+print(f"held-out margins by epoch {margins}, accuracy {evals[-1]['val_rewards/accuracies']}")
+assert len(evals) == 2 and 0 < margins[0] < margins[1] and evals[-1]["val_rewards/accuracies"] > 0.9
+right = 0
+pairs = list({p["prompt"][1]["content"]: p for p in map(json.loads, open(heldout))}.values())  # a prompt once
+for p in pairs:
+    r = subprocess.run([gen, run, "--system", p["prompt"][0]["content"], "--chat", p["prompt"][1]["content"],
+                        "--max-new-tokens", "24", "--json"], capture_output=True, text=True)
+    text = json.loads(r.stdout)["text"] if r.returncode == 0 else r.stderr
+    right += text == p["chosen"]
+    print(f"{'ok ' if text == p['chosen'] else 'BAD'} {p['prompt'][1]['content']!r} -> {text!r}")
+print(f"{right} of {len(pairs)} held-out prompts answered with the chosen answer")
+assert right >= 0.9 * len(pairs)
+PY
 
 # --- LoRA and QLoRA: adapters on their base, against the merged model ------------------------------
 for method in lora qlora; do

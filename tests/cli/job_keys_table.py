@@ -55,6 +55,7 @@ BASE_FILE = os.path.join(TMP, "base.toml")
 open(BASE_FILE, "w").write(BASE)
 
 FOLDER = os.path.join(TMP, "model")  # a Hugging Face folder: config.json and weights
+FOLDER2 = os.path.join(TMP, "model2")  # another of the same shape, another seed: a DPO reference
 PEFT = os.path.join(TMP, "peft")  # a PEFT adapter folder, exported from the run "lora"
 CKDIR = os.path.join(TMP, "ckdir")
 PROFDIR = os.path.join(TMP, "prof")
@@ -70,6 +71,8 @@ def sh(args, **kw):
 def make_inputs():
     # Not the tiny preset, nor its initialisation: a job that ignored model.path or model.init would show.
     r = sh([os.path.join(BIN, "shardtune-make-model"), FOLDER, "--layers", "3", "--seed", "4242", "--dtype", "fp32"])
+    assert r.returncode == 0, r.stderr
+    r = sh([os.path.join(BIN, "shardtune-make-model"), FOLDER2, "--layers", "3", "--seed", "4343", "--dtype", "fp32"])
     assert r.returncode == 0, r.stderr
     records = json.load(open(os.path.join(SRC, ALPACA)))
     json.dump(records + [{"instruction": "no output", "input": ""}], open(ALPACA_BAD, "w"))
@@ -90,6 +93,9 @@ CHAT_DATA = sets(("data.format", "chat"), ("data.train_file", "configs/data/tiny
                  ("data.tokenizer", "configs/data/tiny-chat-tokenizer/tokenizer.json"), ("train.context_length", "256"))
 FROM_FOLDER = sets(("model.preset", "none"), ("model.path", FOLDER), ("model.init", "pretrained"))
 LORA = sets(("peft.method", "lora"), ("train.lr", "0.01"))
+DPO = sets(("train.objective", "dpo"), ("data.format", "preference"), ("data.train_file", "configs/data/tiny-preference.jsonl"),
+           ("data.tokenizer", "configs/data/tiny-chat-tokenizer/tokenizer.json"), ("train.batching_strategy", "padding"),
+           ("train.context_length", "64"))
 
 # name -> (overrides, accepted exit codes, output directory of another run to start in)
 RUNS = {
@@ -160,6 +166,14 @@ RUNS = {
     "lora_alpha": (LORA + sets(("peft.lora_alpha", "8")), (0,), None),
     "lora_dropout": (LORA + sets(("peft.lora_dropout", "0.5")), (0,), None),
     "from_peft": (LORA + sets(("peft.from_peft_checkpoint", PEFT)), (0,), None),
+    # DPO: LoRA against its base, and full fine-tuning against a frozen copy.
+    "dpo": (DPO + LORA, (0,), None),
+    "dpo_beta": (DPO + LORA + sets(("dpo.beta", "0.5")), (0,), None),
+    "dpo_ipo": (DPO + LORA + sets(("dpo.loss_type", "ipo")), (0,), None),
+    "dpo_smoothing": (DPO + LORA + sets(("dpo.label_smoothing", "0.3")), (0,), None),
+    "dpo_copy": (DPO + LORA + sets(("dpo.reference", "model")), (0,), None),
+    "dpo_full": (DPO + FROM_FOLDER, (0,), None),
+    "dpo_other": (DPO + FROM_FOLDER + sets(("dpo.reference_model", FOLDER2)), (0,), None),
 }
 
 ROWS = [
@@ -215,6 +229,12 @@ ROWS = [
     # Llama 3 has no system turn of its own where 3.1 (the tokenizer's template) writes one.
     ("data.chat_format", "llama3", "differs", ("chat_llama3", "chat", r"training data: \d+ examples, (\d+) tokens")),
     ("data.train_on", "all", "differs", ("chat_all", "chat", r"tokens \((\d+) learned")),
+    ("train.objective", "dpo", "metrics", ("dpo", "'rewards/margins' in steps[0] and 'rewards/accuracies' in steps[-1]")),
+    ("dpo.beta", "0.5", "differs", ("dpo_beta", "dpo")),
+    ("dpo.loss_type", "ipo", "differs", ("dpo_ipo", "dpo")),
+    ("dpo.label_smoothing", "0.3", "differs", ("dpo_smoothing", "dpo")),
+    ("dpo.reference", "model", "log", ("dpo_copy", r"DPO reference: a frozen copy of the tiny preset")),
+    ("dpo.reference_model", FOLDER2, "differs", ("dpo_other", "dpo_full")),
     ("train.batch_size_training", "2", "plan", []),
     ("train.val_batch_size", "3", "log", ("misc", r"batch\(es\) of 3 row\(s\) per rank")),
     ("train.context_length", "64", "plan", []),

@@ -223,6 +223,7 @@ for f in configs/*.toml; do
   case $(grep -m1 '^path = ' "$f") in
     *70B*) extra=(--model-config tests/fixtures/hf_configs/llama-3.1-70b.json) ;;
     *8B*) extra=(--model-config tests/fixtures/hf_configs/llama-3-8b.json) ;;
+    *tiny-chat/hf*) extra=(--model-config configs/data/tiny-llama/config.json) ;;  # made by configs/tiny-chat.toml
     *) extra=() ;;
   esac
   # At its node count, and at min_nodes, where a node loss may resume it.

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Writes the tiny DPO example's preference pairs (configs/data/tiny-preference.jsonl): the questions
-of the tiny chat example (make_tiny_chat.py), some after a system prompt, each with a chosen answer
-in one word ("Blue.") and a rejected one in the full sentence the tiny chat model learned ("The sky
-is blue."). DPO from the chat model's checkpoint teaches it to answer in one word. Conversational
-pairs as TRL takes them: the prompt a list of messages, the answers strings. Deterministic.
+of the tiny chat example (make_tiny_chat.py), some after a system prompt, each with its right answer
+chosen and the same sentence with another answer's last word rejected ("What color is the sky?":
+"The sky is blue." over "The sky is west."): the pairs differ where the answer is, not in words
+the right answers of other questions also hold.
+Conversational pairs as TRL takes them: the prompt a list of messages, the answers strings.
+Deterministic.
 usage: make_tiny_preference.py OUT_FILE [PAIRS]"""
 import json
 import random
@@ -11,7 +13,7 @@ import sys
 
 out = sys.argv[1]
 n_pairs = int(sys.argv[2]) if len(sys.argv) > 2 else 600
-facts = [  # (question, the chat example's sentence, one word)
+facts = [  # (question, the chat example's answer, one word)
     ("What color is the sky?", "The sky is blue.", "Blue."),
     ("What color is grass?", "Grass is green.", "Green."),
     ("How many legs does a cat have?", "A cat has four legs.", "Four."),
@@ -33,7 +35,12 @@ systems = ["You are a helpful assistant.", "Answer in one short sentence."]
 rng = random.Random(53)
 with open(out, "w", encoding="utf-8") as f:
     for _ in range(n_pairs):
-        question, sentence, word = rng.choice(facts)
+        i, j = rng.sample(range(len(facts)), 2)
+        right, other = facts[i][1], facts[j][1]
+        last, wrong = right.rstrip(".").split()[-1], other.rstrip(".").split()[-1]
+        if last == wrong:
+            continue
         prompt = [{"role": "system", "content": rng.choice(systems)}] if rng.random() < 0.4 else []
-        prompt.append({"role": "user", "content": question})
-        f.write(json.dumps({"prompt": prompt, "chosen": word, "rejected": sentence}) + "\n")
+        prompt.append({"role": "user", "content": facts[i][0]})
+        rejected = right[: right.rindex(last)] + wrong + "."
+        f.write(json.dumps({"prompt": prompt, "chosen": right, "rejected": rejected}) + "\n")

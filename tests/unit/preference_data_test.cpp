@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <set>
 #include <tuple>
@@ -19,6 +20,7 @@
 #include "runtime/data/preference_dataset.h"
 #include "runtime/data/preference_pairs.h"
 #include "runtime/data/records.h"
+#include "runtime/data/reference_logps_file.h"
 
 namespace shardtune::data {
 namespace {
@@ -160,6 +162,33 @@ TEST(PreferencePairs, OnlyTheLastAssistantTurnIsLearned) {
   std::vector<bool> learned;
   for (const ChatPiece& p : out) learned.push_back(p.learned);
   EXPECT_EQ(learned, (std::vector<bool>{false, false, false, false, true, true}));
+}
+
+TEST(ReferenceLogpsFile, ValuesComeBackExactlyAndAnyDamageOrOtherKeyIsRefusedNamingTheFile) {
+  const std::string dir = (temp_dir() / "logps").string();
+  const std::string key = "pairs 3 of tokens 0123; reference the base";
+  const std::string path = reference_logps_path(dir, "training", key);
+  EXPECT_NE(path, reference_logps_path(dir, "training", key + "!"));
+  EXPECT_FALSE(read_reference_logps(path, key, 3).has_value());
+  const std::vector<double> values = {-1.5, -2.25, -3.0e-7, -41.0, -0.1, -1e10};
+  write_reference_logps(path, key, values);
+  EXPECT_EQ(*read_reference_logps(path, key, 3), values);
+  EXPECT_NE(error_of([&] { read_reference_logps(path, key + " changed", 3); }).find(path + ": made for other pairs"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { read_reference_logps(path, key, 4); }).find(path + ": holds values: 6"), std::string::npos);
+  const std::string bytes = [&] {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }();
+  for (size_t at : {bytes.size() - 1, bytes.size() - 20, size_t{3}}) {
+    std::string damaged = bytes;
+    damaged[at] ^= 0x10;
+    std::ofstream(path, std::ios::binary) << damaged;
+    const std::string e = error_of([&] { read_reference_logps(path, key, 3); });
+    EXPECT_NE(e.find(path + ":"), std::string::npos) << "damage at byte " << at << ": " << e;
+  }
+  std::ofstream(path, std::ios::binary) << bytes.substr(0, bytes.size() - 8);
+  EXPECT_NE(error_of([&] { read_reference_logps(path, key, 3); }).find("cut short or damaged"), std::string::npos);
 }
 
 // A job's pairs through the tiny chat tokenizer (Llama 3.1's chat format from its template).
