@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -21,11 +22,12 @@ using common::ErrorKind;
 constexpr double kGiB = 1.0 / (1 << 30);
 
 // One run's records as gnuplot data files: train.tsv (step, loss, lr, tokens/s, peak RSS GiB,
-// GPU peak reserved GiB, GPU peak allocated GiB; "?" where missing) and eval.tsv (step, loss).
+// GPU peak reserved GiB, GPU peak allocated GiB, DPO's reward margin and accuracy; "?" where
+// missing) and eval.tsv (step, loss, DPO's reward margin and accuracy).
 struct RunData {
   std::string label;
   std::string train, eval;
-  bool has_eval = false, has_gpu = false;
+  bool has_eval = false, has_gpu = false, has_dpo = false;
 };
 
 std::string cell(const nlohmann::json& r, const char* key, double scale = 1.0) {
@@ -65,12 +67,15 @@ RunData read_run(const std::string& run, const fs::path& data_dir, size_t index)
     if (r.contains("step")) {
       ++steps;
       data.has_gpu = data.has_gpu || r.contains("gpu_peak_reserved_bytes");
-      train << fmt::format("{}\t{}\t{}\t{}\t{}\t{}\t{}\n", cell(r, "step"), cell(r, "loss"), cell(r, "lr"),
+      data.has_dpo = data.has_dpo || r.contains("rewards/margins");
+      train << fmt::format("{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\n", cell(r, "step"), cell(r, "loss"), cell(r, "lr"),
                            cell(r, "tokens_per_second"), cell(r, "peak_rss_bytes", kGiB),
-                           cell(r, "gpu_peak_reserved_bytes", kGiB), cell(r, "gpu_peak_allocated_bytes", kGiB));
+                           cell(r, "gpu_peak_reserved_bytes", kGiB), cell(r, "gpu_peak_allocated_bytes", kGiB),
+                           cell(r, "rewards/margins"), cell(r, "rewards/accuracies"));
     } else if (r.contains("val_loss")) {
       data.has_eval = true;
-      eval << fmt::format("{}\t{}\n", cell(r, "after_step"), cell(r, "val_loss"));
+      eval << fmt::format("{}\t{}\t{}\t{}\n", cell(r, "after_step"), cell(r, "val_loss"),
+                          cell(r, "val_rewards/margins"), cell(r, "val_rewards/accuracies"));
     }
   }
   ST_CHECK(steps > 0, ErrorKind::kUsage, "{}: no training records yet, nothing to plot", path);
@@ -116,6 +121,11 @@ std::string plot_command(const std::vector<RunData>& runs, const std::string& wh
       if (r.has_eval) series(r.eval, 2, "linespoints lw 2 dt 2 pt 7 ps 1.2", "validation");
     } else if (which == "lr") {
       series(r.train, 3, "lines lw 1.5", "learning rate");
+    } else if (which == "margins" || which == "accuracies") {
+      if (!r.has_dpo) continue;
+      const int column = which == "margins" ? 8 : 9;
+      series(r.train, column, "lines lw 1.5", "train");
+      if (r.has_eval) series(r.eval, column - 5, "linespoints lw 2 dt 2 pt 7 ps 1.2", "validation");
     } else if (which == "throughput") {
       series(r.train, 4, "lines lw 1.5", "tokens/s");
     } else {
@@ -150,12 +160,18 @@ std::vector<std::string> plot_runs(const PlotOptions& options) {
   fs::create_directories(out_dir, ec);
   ST_CHECK(!ec, ErrorKind::kIo, "cannot create {}: {}", out_dir, ec.message());
 
-  const std::vector<std::pair<std::string, Chart>> charts = {
+  std::vector<std::pair<std::string, Chart>> charts = {
       {"loss", {"loss.png", "Loss", "loss"}},
       {"lr", {"lr.png", "Learning rate", "learning rate"}},
       {"throughput", {"throughput.png", "Throughput", "tokens/s (all ranks)"}},
       {"memory", {"memory.png", "Peak memory per step", "GiB"}},
   };
+  // DPO runs: the reward margin and the share of pairs whose chosen reward is the higher (TRL's
+  // rewards/margins and rewards/accuracies).
+  if (std::any_of(runs.begin(), runs.end(), [](const RunData& r) { return r.has_dpo; })) {
+    charts.push_back({"margins", {"margins.png", "DPO reward margin (chosen - rejected)", "rewards/margins"}});
+    charts.push_back({"accuracies", {"accuracies.png", "DPO reward accuracy", "rewards/accuracies"}});
+  }
   std::string script = fmt::format(
       "set terminal pngcairo size {},{} noenhanced font ',11'\n"
       "set datafile separator '\\t'\nset datafile missing '?'\n"
@@ -169,8 +185,11 @@ std::vector<std::string> plot_runs(const PlotOptions& options) {
     script += fmt::format("set output {}\nset title {}\nset ylabel {}\n", quoted(fs::absolute(png).string()),
                           quoted(chart.title), quoted(chart.ylabel));
     if (which == "lr") script += "set format y '%.1e'\n";
+    if (which == "margins") script += "set yrange [*:*]\n";  // a margin may be below 0
+    if (which == "accuracies") script += "set yrange [0:1]\n";
     script += plot_command(runs, which);
     if (which == "lr") script += "set format y '% h'\n";
+    if (which == "margins" || which == "accuracies") script += "set yrange [0:*]\n";
     written.push_back(png);
   }
   script += "unset output\n";

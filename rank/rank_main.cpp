@@ -22,7 +22,6 @@
 #include "common/open_files.h"
 #include "common/log.h"
 #include "common/subprocess.h"
-#include "rank/dpo_setup.h"
 #include "rank/job_checkpoint.h"
 #include "rank/job_model.h"
 #include "rank/rank_start.h"
@@ -35,7 +34,8 @@
 #include "runtime/dist/topology.h"
 #include "runtime/train/host_allocator.h"
 #include "runtime/train/stop_request.h"
-#include "runtime/train/dpo.h"
+#include "runtime/train/dpo_objective.h"
+#include "runtime/train/reference_logps.h"
 #include "runtime/train/trainer.h"
 #include "common/job/schema.h"
 #include "slurm/sbatch_script.h"
@@ -189,11 +189,17 @@ int run_job(const job::Job& job, const dist::Topology& topo, const slurm::SlurmE
   // DPO: its reference (which checkpoints record: a resume against another is refused) and, when
   // precomputed, the pairs with their reference log-probabilities.
   data::DataIdentity identity = data.identity;
-  std::optional<rank_program::DpoSetup> dpo;
+  std::optional<train::DpoObjective> dpo;
   if (job.train.objective == job::Objective::kDpo) {
-    identity.decides["dpo reference"] = rank_program::dpo_reference_identity(job, model.weights_sha256);
+    identity.decides["dpo reference"] = train::dpo_reference_identity(job, model.weights_sha256);
+    const auto frozen_copy = [&] {
+      auto copy = std::make_shared<rank_program::ShardedModel>(
+          rank_program::build_reference_model(job, config, topo, start.groups, start.device));
+      return train::FrozenModel{copy, copy->sharded.get()};
+    };
     // A full fine-tune that resumes does not read the base: its policy is no longer the reference.
-    dpo.emplace(rank_program::set_up_dpo(job, config, topo, start.groups, start.device, model, data, !read_base));
+    dpo.emplace(train::dpo_objective(job, *model.sharded, model.weights_sha256, *data.train, data.val.get(),
+                                     !read_base, frozen_copy, *start.groups.world));
   }
   train::CheckpointHooks hooks = rank_program::checkpoint_hooks(
       job, config_json, *model.sharded, start.groups, restarts,

@@ -65,20 +65,24 @@ void log_model(const job::Job& job, const ShardedModel& m, const std::set<std::s
 
 }  // namespace
 
-ShardedModel build_sharded_model(const job::Job& job, const model::LlamaConfig& config, const dist::Topology& topo,
-                                 dist::ProcessGroups& groups, const at::Device& device, bool read_base) {
+namespace {
+
+// The job's model sharded, or (`frozen_copy`) DPO's reference: no adapters, every parameter frozen in
+// the compute dtype, no identity digested.
+ShardedModel build(const job::Job& job, const model::LlamaConfig& config, const dist::Topology& topo,
+                   dist::ProcessGroups& groups, const at::Device& device, bool read_base, bool frozen_copy) {
   const bool lora = job.peft.adapters();
   // Not reading the base: built without weights as a streamed model is, then left unloaded.
   const bool stream = streams_weights(job, config) || !read_base;
   // The base's identity: each rank that reads weights hashes what it reads (world rank 0 alone,
   // when every rank builds the whole model), and world rank 0 merges the digests.
-  const bool identify = lora && job.model.init == job::ModelInit::kPretrained && !job.model.path.empty();
+  const bool identify = !frozen_copy && lora && job.model.init == job::ModelInit::kPretrained && !job.model.path.empty();
   std::optional<checkpoint::WeightsDigest> digest;
   if (identify && !stream && topo.rank == 0) digest.emplace(checkpoint::HfFolder::open(job.model.path));
   ShardedModel m;
   m.model = stream ? std::make_unique<model::LlamaForCausalLM>(config, at::TensorOptions().device(at::kMeta))
                    : build_model(job, config, digest ? &*digest : nullptr);
-  add_job_adapters(job, *m.model);
+  if (!frozen_copy) add_job_adapters(job, *m.model);
   const fsdp::SourceFactory source = [&]() -> std::unique_ptr<fsdp::TensorSource> {
     std::unique_ptr<fsdp::TensorSource> s = checkpoint::HfFolderSourceFactory{job.model.path}();
     if (!identify) return s;
@@ -86,10 +90,15 @@ ShardedModel build_sharded_model(const job::Job& job, const model::LlamaConfig& 
     return checkpoint::digesting_source(std::move(s), *digest);
   };
   fsdp::FsdpOptions options = fsdp::fsdp_options(job.fsdp, job.train, topo.world_size, topo.local_size, device, lora);
+  if (frozen_copy) options.precision.frozen = options.precision.compute;  // a forward casts it so anyway
   if (job.peft.method == job::PeftMethod::kQlora)
     options.nf4_base = quant::Nf4Format{job.peft.nf4_block_size, job.peft.nf4_double_quant};
   if (stream && read_base) fsdp::validate_source(*m.model, source, *groups.world, options.nf4_base);
-  const std::set<std::string> frozen = frozen_parameters(job, *m.model);
+  std::set<std::string> frozen;
+  if (frozen_copy)
+    for (const model::NamedParam& p : m.model->named_parameters()) frozen.insert(p.name);
+  else
+    frozen = frozen_parameters(job, *m.model);
   m.sharded = std::make_unique<fsdp::FsdpLlama>(*m.model, groups, options, frozen);
   double seconds = 0;
   if (!read_base) {
@@ -116,53 +125,36 @@ ShardedModel build_sharded_model(const job::Job& job, const model::LlamaConfig& 
                                              100.0 * digest->seconds() / seconds)
                                : "");
   }
-  log_model(job, m, frozen, options);
+  if (!frozen_copy) {
+    log_model(job, m, frozen, options);
+  } else {
+    spdlog::info("DPO reference: a frozen copy of {}, {} bytes of shards per rank in {}{}",
+                 job.model.path.empty() ? fmt::format("the {} preset's initial weights", job::enum_name(job.model.preset))
+                                        : job.model.path,
+                 m.sharded->persistent_bytes(), c10::toString(options.precision.frozen),
+                 options.nf4_base ? " (block projections in NF4)" : "");
+  }
   return m;
+}
+
+}  // namespace
+
+ShardedModel build_sharded_model(const job::Job& job, const model::LlamaConfig& config, const dist::Topology& topo,
+                                 dist::ProcessGroups& groups, const at::Device& device, bool read_base) {
+  return build(job, config, topo, groups, device, read_base, false);
 }
 
 ShardedModel build_reference_model(const job::Job& job, const model::LlamaConfig& config, const dist::Topology& topo,
                                    dist::ProcessGroups& groups, const at::Device& device) {
   job::Job ref = job;
   if (!job.dpo.reference_model.empty()) {
-    ref.model.path = job.dpo.reference_model;
-    ref.model.preset = job::ModelPreset::kNone;
-    ref.model.init = job::ModelInit::kPretrained;
-    const model::LlamaConfig theirs = model::LlamaConfig::from_file(ref.model.path + "/config.json");
-    const auto shape = [](const model::LlamaConfig& c) {
-      return std::vector<int64_t>{c.vocab_size,       c.hidden_size,         c.intermediate_size,
-                                  c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads,
-                                  c.head_dim,         c.tie_word_embeddings ? 1 : 0};
-    };
-    ST_CHECK(shape(theirs) == shape(config), common::ErrorKind::kConfig,
-             "[dpo] reference_model = \"{}\" is not of the policy's shape (vocabulary, hidden size, intermediate "
-             "size, blocks, heads, key/value heads, head size, tied head: {} there, {} here)",
-             ref.model.path, fmt::join(shape(theirs), ", "), fmt::join(shape(config), ", "));
+    ref.model = {job.dpo.reference_model, job::ModelPreset::kNone, job::ModelInit::kPretrained};
+    const std::string differs =
+        model::LlamaConfig::from_file(ref.model.path + "/config.json").shape_difference(config);
+    ST_CHECK(differs.empty(), common::ErrorKind::kConfig,
+             "[dpo] reference_model = \"{}\" is not of the policy's shape: {}", ref.model.path, differs);
   }
-  const bool stream = streams_weights(ref, config);
-  ShardedModel m;
-  m.model = stream ? std::make_unique<model::LlamaForCausalLM>(config, at::TensorOptions().device(at::kMeta))
-                   : build_model(ref, config);
-  fsdp::FsdpOptions options =
-      fsdp::fsdp_options(job.fsdp, job.train, topo.world_size, topo.local_size, device, job.peft.adapters());
-  options.precision.frozen = options.precision.compute;  // a forward casts it so anyway
-  if (job.peft.method == job::PeftMethod::kQlora)
-    options.nf4_base = quant::Nf4Format{job.peft.nf4_block_size, job.peft.nf4_double_quant};
-  const fsdp::SourceFactory source = checkpoint::HfFolderSourceFactory{ref.model.path};
-  if (stream) fsdp::validate_source(*m.model, source, *groups.world, options.nf4_base);
-  std::set<std::string> frozen;
-  for (const model::NamedParam& p : m.model->named_parameters()) frozen.insert(p.name);
-  m.sharded = std::make_unique<fsdp::FsdpLlama>(*m.model, groups, options, frozen);
-  if (stream) {
-    fsdp::LoadOptions load_options;
-    load_options.reader_per_node = job.fsdp.load_readers == job::LoadReaders::kNode;
-    fsdp::load_shards(*m.sharded, source, load_options);
-  }
-  spdlog::info("DPO reference: a frozen copy of {}, {} bytes of shards per rank in {}{}",
-               ref.model.path.empty() ? fmt::format("the {} preset's initial weights", job::enum_name(ref.model.preset))
-                                      : ref.model.path,
-               m.sharded->persistent_bytes(), c10::toString(options.precision.frozen),
-               options.nf4_base ? " (block projections in NF4)" : "");
-  return m;
+  return build(ref, config, topo, groups, device, true, true);
 }
 
 }  // namespace shardtune::rank_program

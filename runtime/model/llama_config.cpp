@@ -248,4 +248,24 @@ bool is_ignored_checkpoint_tensor(std::string_view name) {
          (name.size() == kSuffix.size() || name[name.size() - kSuffix.size() - 1] == '.');
 }
 
+std::string LlamaConfig::shape_difference(const LlamaConfig& other) const {
+  const std::pair<const char*, std::pair<int64_t, int64_t>> items[] = {
+      {"vocab_size", {vocab_size, other.vocab_size}},
+      {"hidden_size", {hidden_size, other.hidden_size}},
+      {"intermediate_size", {intermediate_size, other.intermediate_size}},
+      {"num_hidden_layers", {num_hidden_layers, other.num_hidden_layers}},
+      {"num_attention_heads", {num_attention_heads, other.num_attention_heads}},
+      {"num_key_value_heads", {num_key_value_heads, other.num_key_value_heads}},
+      {"head_dim", {head_dim, other.head_dim}},
+      {"tie_word_embeddings", {tie_word_embeddings ? 1 : 0, other.tie_word_embeddings ? 1 : 0}},
+      {"attention_bias", {attention_bias ? 1 : 0, other.attention_bias ? 1 : 0}},
+      {"mlp_bias", {mlp_bias ? 1 : 0, other.mlp_bias ? 1 : 0}},
+  };
+  std::string out;
+  for (const auto& [name, values] : items)
+    if (values.first != values.second)
+      out += fmt::format("{}{} {} there, {} here", out.empty() ? "" : "; ", name, values.first, values.second);
+  return out;
+}
+
 }  // namespace shardtune::model

@@ -47,6 +47,11 @@ struct LlamaConfig {
   // The 2-block debug model of the "tiny" preset (GQA, llama3 RoPE, untied head).
   static LlamaConfig tiny();
 
+  // What makes `other` a model of another shape (vocabulary, hidden and intermediate sizes, blocks,
+  // heads, key/value heads, head size, a tied head), in words naming each and both values; "" when
+  // their parameters have the same names and shapes.
+  std::string shape_difference(const LlamaConfig& other) const;
+
   // Parameters of the model, counted from the shapes.
   int64_t num_parameters() const;
 };

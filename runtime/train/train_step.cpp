@@ -69,6 +69,15 @@ void refuse_update_after_failure(const StepOptions& options, std::string failed,
                             failing, failed.empty() ? "" : "; here: ", failed));
 }
 
+// A micro-batch's mean loss: the next-token loss, or for pairs DPO's (its metric sums added to
+// `dpo_sums` unless the micro-batch is a placeholder).
+at::Tensor micro_batch_loss(fsdp::FsdpLlama& model, const Batch& b, const model::DropoutSeed& dropout,
+                            const StepOptions& options, at::Tensor& dpo_sums) {
+  if (b.pairs == 0) return model.forward_loss(b.input_ids, b.position_ids, b.labels, dropout);
+  ST_CHECK(options.preference != nullptr, common::ErrorKind::kInternal, "preference pairs without an objective");
+  return dpo_batch_loss(model, b, dropout, *options.preference, b.weight == 0.0 ? nullptr : &dpo_sums);
+}
+
 }  // namespace
 
 StepResult train_step(fsdp::FsdpLlama& model, fsdp::Optimizer& optimizer, const std::vector<Batch>& micro_batches,
@@ -91,13 +100,7 @@ StepResult train_step(fsdp::FsdpLlama& model, fsdp::Optimizer& optimizer, const 
     const model::DropoutSeed dropout{options.dropout.enabled, model::mix_seed(options.dropout.seed, i)};
     // Averaging over micro-batches here and over ranks in the reduction gives the gradient of
     // the mean loss of the whole global batch. The loss has its own range in a trace ("train.loss").
-    at::Tensor loss;
-    if (b.pairs > 0) {
-      ST_CHECK(options.preference != nullptr, common::ErrorKind::kInternal, "preference pairs without an objective");
-      loss = dpo_batch_loss(model, b, dropout, *options.preference, b.weight == 0.0 ? nullptr : &dpo_sums) / n;
-    } else {
-      loss = model.forward_loss(b.input_ids, b.position_ids, b.labels, dropout) / n;
-    }
+    at::Tensor loss = micro_batch_loss(model, b, dropout, options, dpo_sums) / n;
     if (b.weight != 1.0) loss = loss * b.weight;
     if (options.loss_scaler != nullptr) {
       (loss * options.loss_scaler->scale()).backward();

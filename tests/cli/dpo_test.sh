@@ -4,8 +4,10 @@
 # sentences):
 #  - LoRA against its base with its adapters off: the reward margin of the last ten of 60 steps is
 #    above that of the first ten, and validation's accuracy on the held-out pairs ends above 0.9;
-#    every step and validation record carries TRL's names (rewards/chosen, ..., logps/rejected);
-#  - full fine-tuning against a frozen sharded copy of the starting weights trains the same way;
+#    every step and validation record carries TRL's names (rewards/chosen, ..., logps/rejected),
+#    and `shardtune plot` draws the margins and the accuracies;
+#  - full fine-tuning against a frozen sharded copy of the starting weights trains the same way, and
+#    QLoRA in bf16 with activation checkpointing and gradient accumulation trains;
 #  - reference = "precomputed": computed once, stored, the same losses as the base with adapters off
 #    (within 1e-5), read again by a resume at another world size, refused when damaged; a resume
 #    against another reference than its checkpoint's is refused, naming both;
@@ -101,11 +103,32 @@ grep -q "the reference is the base model with the adapters switched off" "$tmp/l
   fail "the LoRA run does not say its reference"
 check_run lora || fail "LoRA DPO did not learn the preferences"
 
+# `shardtune plot` draws the margins and the accuracies beside the usual charts.
+"$st" plot "$tmp/lora" --width 640 --height 400 >"$tmp/plot.out" 2>&1 || fail "plot failed: $(cat "$tmp/plot.out")"
+for chart in loss margins accuracies; do
+  grep -qx "$tmp/lora/plots/$chart.png" "$tmp/plot.out" || fail "plot did not name $chart.png"
+  $py tests/cli/png_check.py "$tmp/lora/plots/$chart.png" 640 400 9400d3 || fail "$chart.png is not the chart it should be"
+done
+
 "$st" run "$tmp/job.toml" --set "job.output_dir=$tmp/full" --set peft.method=none --set train.lr=0.002 \
   >"$tmp/full.log" 2>&1 || fail "the full DPO run failed: $(tail -5 "$tmp/full.log")"
 grep -q "DPO reference: a frozen copy of the tiny preset" "$tmp/full/logs/rank-00000.log" ||
   fail "the full fine-tune does not log its frozen reference"
 check_run full || fail "full-fine-tuning DPO did not learn the preferences"
+
+# QLoRA in bf16 mixed precision, with activation checkpointing and two micro-batches a step: its
+# reference is its NF4 base with the adapters off; the steps train (finite losses, a growing margin).
+"$st" run "$tmp/job.toml" --set "job.output_dir=$tmp/qlora" --set peft.method=qlora --set train.mixed_precision=true \
+  --set fsdp.activation_checkpointing=true --set train.gradient_accumulation_steps=2 --set train.max_train_step=30 \
+  --set train.run_validation=false >"$tmp/qlora.log" 2>&1 || fail "the QLoRA DPO run failed: $(tail -5 "$tmp/qlora.log")"
+$py - "$tmp/qlora/metrics.jsonl" <<'PY' || fail "QLoRA DPO in bf16 did not train"
+import json, math, sys
+steps = [json.loads(l) for l in open(sys.argv[1]) if '"step"' in l]
+first = sum(r["rewards/margins"] for r in steps[:5]) / 5
+last = sum(r["rewards/margins"] for r in steps[-5:]) / 5
+print(f"QLoRA, bf16: margin {first:.4f} -> {last:.4f} over {len(steps)} steps")
+assert len(steps) == 30 and all(math.isfinite(r["loss"]) for r in steps) and last > first
+PY
 
 # Precomputed: computed once and stored; the same losses as the reference run beside them; a
 # resume at another world size reads them; a damaged file is refused naming it.

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Exactly once, whatever happens between starts: a property test through `shardtune run`.
 
-For packing and for padding, an uninterrupted run gives the reference. Then random sequences of
+For packing, for padding and for DPO's preference pairs (a pair one sample; the reference's
+log-probabilities precomputed by the first start and read by the others, at any world size), an
+uninterrupted run gives the reference. Then random sequences of
 starts, each at a random world size (1 to 4 ranks) and each ended by a stop signal after a random
 step (SIGUSR1 to a random rank, as Slurm sends ahead of a time limit), by a non-finite loss on a
 random rank at a random step (the run stops with exit 3, every save due before that step
@@ -63,6 +65,14 @@ os.makedirs(work)
 records = json.load(open(os.path.join(src, "configs/data/tiny-alpaca.json")))
 json.dump(records[:RECORDS], open(os.path.join(work, "train.json"), "w"))
 json.dump(records[RECORDS:RECORDS + 8], open(os.path.join(work, "val.json"), "w"))
+pairs = open(os.path.join(src, "configs/data/tiny-preference.jsonl")).readlines()
+open(os.path.join(work, "pairs.jsonl"), "w").writelines(pairs[:RECORDS])
+open(os.path.join(work, "pairs-val.jsonl"), "w").writelines(pairs[RECORDS:RECORDS + 8])
+# DPO on the pairs: full fine-tuning against its starting weights, precomputed.
+PREFERENCE = ["train.objective=dpo", "data.format=preference", f"data.train_file={work}/pairs.jsonl",
+              f"data.val_file={work}/pairs-val.jsonl",
+              f"data.tokenizer={os.path.join(src, 'configs/data/tiny-chat-tokenizer/tokenizer.json')}",
+              "dpo.reference=precomputed"]
 tokenizer = os.path.join(src, "configs/data/tiny-tokenizer/tokenizer.json")
 with open(os.path.join(work, "job.toml"), "w") as f:
     f.write(f"""[job]
@@ -102,9 +112,10 @@ sample_ids = true
 
 
 def start(out, ranks, mode, env=None, signal_after=None, sets=()):
+    batching = "padding" if mode == "preference" else mode
     cmd = [st, "run", os.path.join(work, "job.toml"), "-n", str(ranks), "--set", f"job.output_dir={out}",
-           "--set", f"train.batching_strategy={mode}", "--set", f"checkpoint.async={str(mode == 'padding').lower()}"]
-    for s in sets:
+           "--set", f"train.batching_strategy={batching}", "--set", f"checkpoint.async={str(mode != 'packing').lower()}"]
+    for s in (PREFERENCE if mode == "preference" else []) + list(sets):
         cmd += ["--set", s]
     with open(os.path.join(out + ".log"), "a") as log:
         log.write(f"\n$ {' '.join(cmd)}  ({env or ''})\n")
@@ -199,7 +210,7 @@ def check(name, out, reference, rows, first_batch):
 def sequences(mode):
     rng = random.Random(f"20261125-{mode}")  # a seed per mode: the same sequences whichever thread runs first
     phases = []  # the kill phases not yet used in this round
-    offset = 0 if mode == "packing" else 3
+    offset = {"packing": 0, "padding": 3, "preference": 1}[mode]
     ref_out = os.path.join(work, f"{mode}-reference")
     if start(ref_out, 3, mode) != 0:
         fail(f"{mode}: the uninterrupted run failed (see {ref_out}.log)")
@@ -311,8 +322,8 @@ def sequences(mode):
 
 
 # The modes share nothing but the data files (each mode caches its own tokens): one thread each.
-with concurrent.futures.ThreadPoolExecutor(2) as pool:
-    for future in [pool.submit(sequences, mode) for mode in ("packing", "padding")]:
+with concurrent.futures.ThreadPoolExecutor(3) as pool:
+    for future in [pool.submit(sequences, mode) for mode in ("packing", "padding", "preference")]:
         future.result()
 # Every run crashes a save at each of its phases.
 if per_mode >= 4 and killed_at != set(PHASES):

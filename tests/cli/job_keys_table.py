@@ -55,7 +55,8 @@ BASE_FILE = os.path.join(TMP, "base.toml")
 open(BASE_FILE, "w").write(BASE)
 
 FOLDER = os.path.join(TMP, "model")  # a Hugging Face folder: config.json and weights
-FOLDER2 = os.path.join(TMP, "model2")  # another of the same shape, another seed: a DPO reference
+# Two folders of one shape, a vocabulary the chat tokenizer fits, two seeds: a DPO policy and its reference.
+DPO_FOLDER, DPO_FOLDER2 = os.path.join(TMP, "dpo-model"), os.path.join(TMP, "dpo-model2")
 PEFT = os.path.join(TMP, "peft")  # a PEFT adapter folder, exported from the run "lora"
 CKDIR = os.path.join(TMP, "ckdir")
 PROFDIR = os.path.join(TMP, "prof")
@@ -72,8 +73,9 @@ def make_inputs():
     # Not the tiny preset, nor its initialisation: a job that ignored model.path or model.init would show.
     r = sh([os.path.join(BIN, "shardtune-make-model"), FOLDER, "--layers", "3", "--seed", "4242", "--dtype", "fp32"])
     assert r.returncode == 0, r.stderr
-    r = sh([os.path.join(BIN, "shardtune-make-model"), FOLDER2, "--layers", "3", "--seed", "4343", "--dtype", "fp32"])
-    assert r.returncode == 0, r.stderr
+    for folder, seed in ((DPO_FOLDER, "5"), (DPO_FOLDER2, "6")):
+        r = sh([os.path.join(BIN, "shardtune-make-model"), folder, "--vocab", "600", "--seed", seed, "--dtype", "fp32"])
+        assert r.returncode == 0, r.stderr
     records = json.load(open(os.path.join(SRC, ALPACA)))
     json.dump(records + [{"instruction": "no output", "input": ""}], open(ALPACA_BAD, "w"))
     json.dump(records[:24], open(SMALL, "w"))
@@ -172,8 +174,9 @@ RUNS = {
     "dpo_ipo": (DPO + LORA + sets(("dpo.loss_type", "ipo")), (0,), None),
     "dpo_smoothing": (DPO + LORA + sets(("dpo.label_smoothing", "0.3")), (0,), None),
     "dpo_copy": (DPO + LORA + sets(("dpo.reference", "model")), (0,), None),
-    "dpo_full": (DPO + FROM_FOLDER, (0,), None),
-    "dpo_other": (DPO + FROM_FOLDER + sets(("dpo.reference_model", FOLDER2)), (0,), None),
+    "dpo_full": (DPO + sets(("model.preset", "none"), ("model.path", DPO_FOLDER), ("model.init", "pretrained")), (0,), None),
+    "dpo_other": (DPO + sets(("model.preset", "none"), ("model.path", DPO_FOLDER), ("model.init", "pretrained"),
+                             ("dpo.reference_model", DPO_FOLDER2)), (0,), None),
 }
 
 ROWS = [
@@ -234,7 +237,7 @@ ROWS = [
     ("dpo.loss_type", "ipo", "differs", ("dpo_ipo", "dpo")),
     ("dpo.label_smoothing", "0.3", "differs", ("dpo_smoothing", "dpo")),
     ("dpo.reference", "model", "log", ("dpo_copy", r"DPO reference: a frozen copy of the tiny preset")),
-    ("dpo.reference_model", FOLDER2, "differs", ("dpo_other", "dpo_full")),
+    ("dpo.reference_model", DPO_FOLDER2, "differs", ("dpo_other", "dpo_full")),
     ("train.batch_size_training", "2", "plan", []),
     ("train.val_batch_size", "3", "log", ("misc", r"batch\(es\) of 3 row\(s\) per rank")),
     ("train.context_length", "64", "plan", []),

@@ -21,6 +21,7 @@ for chart in loss lr throughput memory; do
   grep -qx "$tmp/real/plots/$chart.png" "$tmp/out" || fail "plot did not name $chart.png"
   check "$tmp/real/plots/$chart.png" 640 400 9400d3
 done
+[[ -e "$tmp/real/plots/margins.png" ]] && fail "an SFT run got DPO's margins chart"
 
 # A second run, made up, with a name no shell or gnuplot string should trip on.
 odd="$tmp/it's \"odd\" \$x"
