@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
 # What DPO costs against SFT on the same pairs, per reference mode, on the CPU: bench/plan.sh's
 # 0.1B Llama (hidden 1024, 4 blocks), fp32, FULL_SHARD over 2 ranks, activation checkpointing,
-# micro-batches of 2 pairs whose every sequence is context_length (256) tokens long (long text
-# pairs, truncated by the pair rule). SFT trains the chosen sequences alone (2 rows a micro-batch),
+# micro-batches of 2 pairs whose every sequence is context_length (128) tokens long (long text
+# pairs, cut to it by the pair rule). SFT trains the chosen sequences alone (2 rows a micro-batch,
+# the same prompts and answers cut to the same length by SFT's rule, the answer's end),
 # DPO both answers (4 rows) and, by mode, a reference pass: the base with its adapters off (LoRA),
 # a frozen sharded copy (reference = "model"), or none (precomputed, computed before the first
 # step and not timed). Prints per configuration the median step time and the largest peak RSS of
 # any rank (steps 2 on) over SFT's of the same model (LoRA or full), and the planner's prediction
-# over the measured peak; exits 1 when a prediction is off by more than 15%.
+# over the measured peak; exits 1 when a run fails or a prediction is off by more than 15%.
 # usage: bench/dpo.sh [BUILD_DIR] [WORK_DIR] [STEPS]
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${1:-$root/build}
 work=${2:-/var/tmp/shardtune-dpo-bench}
-steps=${3:-6}
+steps=${3:-3}
 st=$build/bin/shardtune
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
@@ -27,7 +28,7 @@ words = "sky grass cat bird sun rain ice water dog honey cold down east west sev
 text = lambda n: " ".join(rng.choice(words) for _ in range(n))
 with open(sys.argv[1] + "/pairs.jsonl", "w") as pairs, open(sys.argv[1] + "/chosen.jsonl", "w") as chosen:
     for _ in range(200):
-        p, c, r = text(400), text(300), text(300)
+        p, c, r = text(50), text(200), text(200)
         pairs.write(json.dumps({"prompt": p, "chosen": c, "rejected": r}) + "\n")
         chosen.write(json.dumps({"prompt": p, "response": c}) + "\n")
 PY
@@ -43,7 +44,7 @@ path = "$work/mid"
 tokenizer = "$root/configs/data/tiny-chat-tokenizer/tokenizer.json"
 [train]
 batching_strategy = "padding"
-context_length = 256
+context_length = 128
 batch_size_training = 2
 num_epochs = 1
 max_train_step = $steps
@@ -86,7 +87,7 @@ for c in "${configs[@]}"; do
   predicted=$("$st" plan "$work/job.toml" "${args[@]}" --set slurm.ntasks_per_node=2 --json 2>/dev/null |
     python3 -c 'import json,sys; print(json.load(sys.stdin)["total_bytes"])')
   "$st" run "$work/job.toml" -n 2 --set "job.output_dir=$out" "${args[@]}" >"$work/run.log" 2>&1 ||
-    { echo "| $name | run failed: $(tail -1 "$work/run.log") | | |"; bad=1; continue; }
+    { echo "| $name | run failed: $(grep -m1 critical "$work/run.log" | cut -c1-200) | | |"; exit 1; }
   read -r s m < <(python3 - "$out/metrics.jsonl" <<'PY'
 import json, statistics, sys
 steps = [json.loads(l) for l in open(sys.argv[1]) if '"step":' in l][1:]

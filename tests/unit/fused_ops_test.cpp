@@ -151,6 +151,40 @@ TEST_F(Fused, LinearCrossEntropyFollowsTheFloat64LossOfTheLogits) {
   }
 }
 
+// DPO's per-token losses, fused, against causal_lm_token_losses of the float64 logits, under a
+// random incoming gradient per token (what a DPO loss sends back through each row's sum); an
+// ignored label and the last position give 0.
+TEST_F(Fused, LinearTokenLossesFollowTheFloat64TokenLossesOfTheLogits) {
+  for (const bool frozen_weight : {false, true}) {
+    const int64_t b = 4, t = 6, hidden = 16, vocab = 203;
+    const at::Tensor h = at::randn({b, t, hidden}, at::kDouble), w = at::randn({vocab, hidden}, at::kDouble) * 0.3;
+    at::Tensor labels = at::randint(vocab, {b, t}, at::kLong);
+    labels.select(1, 3).fill_(kIgnoreIndex);
+    const at::Tensor h32 = h.to(at::kFloat).requires_grad_(true), h64 = h.clone().requires_grad_(true);
+    const at::Tensor w32 = w.to(at::kFloat).requires_grad_(!frozen_weight), w64 = w.clone().requires_grad_(true);
+    const at::Tensor losses = linear_token_losses(h32, w32, labels);
+    // The (B, T) view of the function's rows.
+    ASSERT_TRUE(losses.grad_fn() && !losses.grad_fn()->next_edges().empty());
+    const std::string fn = losses.grad_fn()->next_edges()[0].function->name();
+    ASSERT_NE(fn.find("LinearTokenLossesFunction"), std::string::npos) << fn;
+    at::Tensor exact;
+    with_aten([&] { exact = linear_token_losses(h64, w64, labels); });
+    ASSERT_EQ(losses.sizes(), exact.sizes());
+    EXPECT_LE(max_diff(losses, exact), 1e-5 * max_abs(exact));
+    EXPECT_EQ(max_abs(losses.select(1, 2)), 0.0) << "label 3 is ignored: position 2 predicts it";
+    EXPECT_EQ(max_abs(losses.select(1, t - 1)), 0.0) << "the last position predicts nothing";
+    const at::Tensor g = at::randn({b, t}, at::kDouble);
+    losses.backward(g.to(at::kFloat));
+    exact.backward(g);
+    EXPECT_LE(max_diff(h32.grad(), h64.grad()), 1e-5 * max_abs(h64.grad()));
+    if (frozen_weight) {
+      EXPECT_FALSE(w32.grad().defined());
+    } else {
+      EXPECT_LE(max_diff(w32.grad(), w64.grad()), 1e-5 * max_abs(w64.grad()));
+    }
+  }
+}
+
 // Labels with none that count give NaN, as the mean cross-entropy does.
 TEST_F(Fused, LinearCrossEntropyWithoutLabelledTokensIsNaN) {
   const at::Tensor h = at::randn({1, 3, 4}), w = at::randn({5, 4});
