@@ -147,45 +147,37 @@ std::vector<Example> tokenize(const std::vector<Record>& records, const ExampleM
                                                     static_cast<int64_t>(records.size()), common::ProgressUnit::kCount,
                                                     "examples"));
   std::vector<Example> examples;
-  if (maker.pairs) {  // two examples a pair, chosen first
-    examples.reserve(2 * records.size());
-    std::vector<std::string> cut;
-    for (const Record& r : records) {
+  examples.reserve((maker.pairs ? 2 : 1) * records.size());
+  std::vector<std::string> cut;  // pairs truncation cut; examples it left without a learned token
+  for (const Record& r : records) {
+    if (maker.pairs) {  // two examples a pair, chosen first
       bool was_cut = false;
       auto [chosen, rejected] = maker.make_pair(tokenizer, r, options, was_cut);
       examples.push_back(std::move(chosen));
       examples.push_back(std::move(rejected));
       if (was_cut) cut.push_back(r.where);
-      progress.add(1);
+    } else {
+      examples.push_back(maker.make(tokenizer, r, options));
+      const std::vector<int32_t>& labels = examples.back().labels;
+      if (std::all_of(labels.begin() + std::min<size_t>(1, labels.size()), labels.end(),
+                      [](int32_t l) { return l == kIgnoreLabel; }))
+        cut.push_back(r.where);
     }
-    progress.finish("tokenized the " + what + " data");
-    if (!cut.empty())
-      findings.warn(fmt::format(
-          "{} of {} {} pairs are longer than context_length = {}: their prompts lost their first tokens (down to half "
-          "the context at most) and then their answers their last ones: {}{}",
-          cut.size(), records.size(), what, options.max_tokens,
-          fmt::join(cut.begin(), cut.begin() + static_cast<std::ptrdiff_t>(std::min<size_t>(cut.size(), 10)), ", "),
-          cut.size() > 10 ? fmt::format(" and {} more", cut.size() - 10) : ""));
-    return examples;
-  }
-  examples.reserve(records.size());
-  std::vector<std::string> cut;  // examples truncation left without a learned token
-  for (const Record& r : records) {
-    examples.push_back(maker.make(tokenizer, r, options));
-    const std::vector<int32_t>& labels = examples.back().labels;
-    if (std::all_of(labels.begin() + std::min<size_t>(1, labels.size()), labels.end(),
-                    [](int32_t l) { return l == kIgnoreLabel; }))
-      cut.push_back(r.where);
     progress.add(1);
   }
   progress.finish("tokenized the " + what + " data");
-  if (!cut.empty())
-    findings.warn(fmt::format(
-        "{} of {} {} examples keep no learned token once cut to context_length = {} (their prompts fill it): they are "
-        "left out: {}{}",
-        cut.size(), records.size(), what, options.max_tokens,
-        fmt::join(cut.begin(), cut.begin() + static_cast<std::ptrdiff_t>(std::min<size_t>(cut.size(), 10)), ", "),
-        cut.size() > 10 ? fmt::format(" and {} more", cut.size() - 10) : ""));
+  if (!cut.empty()) {
+    const std::string places = fmt::format(
+        "{}{}", fmt::join(cut.begin(), cut.begin() + static_cast<std::ptrdiff_t>(std::min<size_t>(cut.size(), 10)), ", "),
+        cut.size() > 10 ? fmt::format(" and {} more", cut.size() - 10) : "");
+    findings.warn(maker.pairs ? fmt::format("{} of {} {} pairs are longer than context_length = {}: their prompts lost "
+                                            "their first tokens (down to half the context at most) and then their "
+                                            "answers their last ones: {}",
+                                            cut.size(), records.size(), what, options.max_tokens, places)
+                              : fmt::format("{} of {} {} examples keep no learned token once cut to context_length = {} "
+                                            "(their prompts fill it): they are left out: {}",
+                                            cut.size(), records.size(), what, options.max_tokens, places));
+  }
   return examples;
 }
 

@@ -121,6 +121,15 @@ struct LinearTokenLossesFunction : public torch::autograd::Function<LinearTokenL
   }
 };
 
+// Each position's label, flattened: position t's is token t + 1; the last position has none.
+at::Tensor shifted_labels(const at::Tensor& labels) {
+  const int64_t b = labels.size(0), t = labels.size(1);
+  return at::cat({labels.narrow(1, 1, t - 1), at::full({b, 1}, kIgnoreIndex, labels.options())}, 1)
+      .reshape({-1})
+      .to(at::kLong)
+      .contiguous();
+}
+
 // transformers computes norms in fp32; fp64 (gradient checks) stays fp64.
 at::ScalarType at_least_fp32(at::ScalarType t) { return t == at::kDouble ? at::kDouble : at::kFloat; }
 
@@ -157,12 +166,8 @@ at::Tensor linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weig
   if (!(g_fusions.cross_entropy && kernels_take({hidden, weight}) && hidden.dim() == 3 && labels.dim() == 2 &&
         labels.device() == hidden.device()))
     return causal_lm_loss(at::linear(hidden, weight), labels);
-  const int64_t b = labels.size(0), t = labels.size(1);
-  // Position t's label is token t + 1; the last position has none.
-  const at::Tensor shifted =
-      at::cat({labels.narrow(1, 1, t - 1), at::full({b, 1}, kIgnoreIndex, labels.options())}, 1).reshape({-1});
   return LinearCrossEntropyFunction::apply(hidden.contiguous().view({-1, hidden.size(-1)}), weight.contiguous(),
-                                           shifted.to(at::kLong).contiguous());
+                                           shifted_labels(labels));
 }
 
 at::Tensor linear_token_losses(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& labels) {
@@ -170,12 +175,9 @@ at::Tensor linear_token_losses(const at::Tensor& hidden, const at::Tensor& weigh
   if (!(g_fusions.cross_entropy && kernels_take({hidden, weight}) && hidden.dim() == 3 && labels.dim() == 2 &&
         labels.device() == hidden.device()))
     return causal_lm_token_losses(at::linear(hidden, weight), labels);
-  const int64_t b = labels.size(0), t = labels.size(1);
-  const at::Tensor shifted =
-      at::cat({labels.narrow(1, 1, t - 1), at::full({b, 1}, kIgnoreIndex, labels.options())}, 1).reshape({-1});
   return LinearTokenLossesFunction::apply(hidden.contiguous().view({-1, hidden.size(-1)}), weight.contiguous(),
-                                          shifted.to(at::kLong).contiguous())
-      .view({b, t});
+                                          shifted_labels(labels))
+      .view(labels.sizes());
 }
 
 }  // namespace shardtune::model
