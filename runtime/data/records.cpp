@@ -180,6 +180,9 @@ class Collector {
   }
 
   void add(Record r) {
+    if (kind_ == Kind::kPreferences && r.fields.count("chosen") != 0 && r.fields.count("rejected") != 0 &&
+        r.fields.at("chosen") == r.fields.at("rejected"))
+      return bad(r.where, "chosen and rejected are the same answer: nothing to prefer");
     for (const std::string& f : required_) {
       const auto it = r.fields.find(f);
       if (it == r.fields.end()) return bad(r.where, fmt::format("no field \"{}\"", f));
@@ -211,9 +214,9 @@ class Collector {
       else if (v.is_null()) r.fields[k] = "";
     }
     if (kind_ == Kind::kPreferences) {
-      if (r.fields.at("chosen") == r.fields.at("rejected"))
-        return bad(where, "chosen and rejected are the same answer: nothing to prefer");
       if (!r.turns.empty()) {  // its fields were checked above; the template does not apply
+        if (r.fields.at("chosen") == r.fields.at("rejected"))
+          return bad(where, "chosen and rejected are the same answer: nothing to prefer");
         for (const auto& [k, v] : r.fields)
           if (!is_valid_utf8(k) || !is_valid_utf8(v))
             return bad(where, fmt::format("field {} is not UTF-8", common::json_quoted(k)));

@@ -100,6 +100,11 @@ TEST(PreferenceRecords, EveryBadPairIsNamedByLineAndWhatIsWrong) {
   const RecordFile f = read_preferences(path, kText, {}, true);
   EXPECT_EQ(f.records.size(), 1u);
   EXPECT_EQ(f.skipped, static_cast<int64_t>(bad.size()));
+  // Text pairs may also be CSV rows, held to the same rules.
+  const std::string csv = write("pairs.csv", "prompt,chosen,rejected\nSky?,Blue.,Green.\nGrass?,Green.,Green.\n");
+  const std::string e = error_of([&] { read_preferences(csv, kText, {}, false); });
+  EXPECT_NE(e.find(csv + ":3: chosen and rejected are the same answer"), std::string::npos) << e;
+  EXPECT_EQ(read_preferences(csv, kText, {}, true).records.size(), 1u);
 }
 
 // An example of `prompt` tokens (the first BOS = 1 when `bos`) and `answer` learned tokens.
