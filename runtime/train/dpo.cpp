@@ -10,6 +10,8 @@
 #include <ATen/ops/stack.h>
 #include <ATen/record_function.h>
 
+#include <optional>
+
 #include "common/error.h"
 #include "runtime/model/loss.h"
 #include "runtime/model/lora.h"
@@ -35,31 +37,34 @@ DpoTerms dpo_terms(const at::Tensor& chosen, const at::Tensor& rejected, const a
   return {losses, ((chosen - rc) * o.beta).detach(), ((rejected - rr) * o.beta).detach()};
 }
 
-at::Tensor answer_logps(const at::Tensor& token_losses, const at::Tensor& labels, bool average) {
-  const at::Tensor sums = -token_losses.to(at::kDouble).sum(1);
-  if (!average) return sums;
-  const int64_t t = labels.size(1);
-  const at::Tensor counts =
-      labels.narrow(1, 1, t - 1).ne(model::kIgnoreIndex).sum(1).to(token_losses.device(), at::kDouble);
-  return sums / counts;
+namespace {
+
+// Each row's labelled tokens (its answer's length), fp64 on `device`.
+at::Tensor answer_lengths(const at::Tensor& labels, const at::Device& device) {
+  return labels.narrow(1, 1, labels.size(1) - 1).ne(model::kIgnoreIndex).sum(1).to(device, at::kDouble);
 }
 
-ReferenceLogps reference_without_adapters(fsdp::FsdpLlama& model) {
-  return [&model](const Batch& b) {
+// A reference's pass through `model`, without gradient; with `adapters_off`, its base alone.
+ReferenceLogps reference_pass(fsdp::FsdpLlama& model, bool adapters_off) {
+  return [&model, adapters_off](const Batch& b) {
     RECORD_USER_SCOPE("dpo.reference");
     at::NoGradGuard no_grad;
-    model::AdaptersOff off;
+    std::optional<model::AdaptersOff> off;
+    if (adapters_off) off.emplace();
     return answer_logps(model.forward_token_losses(b.input_ids, b.position_ids, b.labels), b.labels, false);
   };
 }
 
-ReferenceLogps reference_model(fsdp::FsdpLlama& frozen) {
-  return [&frozen](const Batch& b) {
-    RECORD_USER_SCOPE("dpo.reference");
-    at::NoGradGuard no_grad;
-    return answer_logps(frozen.forward_token_losses(b.input_ids, b.position_ids, b.labels), b.labels, false);
-  };
+}  // namespace
+
+at::Tensor answer_logps(const at::Tensor& token_losses, const at::Tensor& labels, bool average) {
+  const at::Tensor sums = -token_losses.to(at::kDouble).sum(1);
+  return average ? sums / answer_lengths(labels, token_losses.device()) : sums;
 }
+
+ReferenceLogps reference_without_adapters(fsdp::FsdpLlama& model) { return reference_pass(model, true); }
+
+ReferenceLogps reference_model(fsdp::FsdpLlama& frozen) { return reference_pass(frozen, false); }
 
 PreferenceMetrics preference_metrics(const double* s) {
   PreferenceMetrics m;
@@ -91,10 +96,7 @@ at::Tensor dpo_batch_loss(fsdp::FsdpLlama& model, const Batch& b, const model::D
     ref = at::cat({b.reference_logps.select(1, 0), b.reference_logps.select(1, 1)}).to(device);
   }
   const bool average = objective.dpo.averages();
-  if (average) {
-    const int64_t t = b.labels.size(1);
-    ref = ref / b.labels.narrow(1, 1, t - 1).ne(model::kIgnoreIndex).sum(1).to(device, at::kDouble);
-  }
+  if (average) ref = ref / answer_lengths(b.labels, device);
   const at::Tensor policy =
       answer_logps(model.forward_token_losses(b.input_ids, b.position_ids, b.labels, dropout), b.labels, average);
   const DpoTerms terms =
