@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "common/error.h"
 #include "common/shell_words.h"
@@ -24,15 +25,47 @@ constexpr double kGiB = 1.0 / (1 << 30);
 // One run's records as gnuplot data files: train.tsv (step, loss, lr, tokens/s, peak RSS GiB,
 // GPU peak reserved GiB, GPU peak allocated GiB, DPO's reward margin and accuracy; "?" where
 // missing) and eval.tsv (step, loss, DPO's reward margin and accuracy).
+std::string cell(const nlohmann::json& r, const char* key, double scale = 1.0) {
+  const auto it = r.find(key);
+  return it != r.end() && it->is_number() ? fmt::format("{}", scale * it->get<double>()) : "?";
+}
+
+// Runs of several data sources also get sources.tsv (step, then each source's samples trained so
+// far) and, when sources are validated apart, eval-sources.tsv (step, then each one's loss).
 struct RunData {
   std::string label;
   std::string train, eval;
   bool has_eval = false, has_gpu = false, has_dpo = false;
+  std::string sources_file, val_sources_file;
+  std::vector<std::string> sources, val_sources;  // names, in column order
 };
 
-std::string cell(const nlohmann::json& r, const char* key, double scale = 1.0) {
-  const auto it = r.find(key);
-  return it != r.end() && it->is_number() ? fmt::format("{}", scale * it->get<double>()) : "?";
+// The per-source data files of a run: each source's cumulative samples per step, and each
+// source's validation loss per evaluation. Names in order of first appearance.
+void write_source_files(const std::vector<nlohmann::json>& records, RunData& data) {
+  std::map<std::string, int64_t> total;
+  std::ofstream counts(data.sources_file), losses(data.val_sources_file);
+  for (const nlohmann::json& r : records) {
+    const bool step = r.contains("step");
+    const auto it = r.find(step ? "sources" : "val_sources");
+    if (it == r.end() || !it->is_object()) continue;
+    std::vector<std::string>& names = step ? data.sources : data.val_sources;
+    for (const auto& [name, value] : it->items())
+      if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+    for (std::string& name : names)  // the key in the file; a title shows it without control characters
+      for (char& c : name)
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+    std::string row = cell(r, step ? "step" : "after_step");
+    for (const std::string& name : names) {
+      if (step) {
+        total[name] += it->contains(name) && (*it)[name].is_number_integer() ? (*it)[name].get<int64_t>() : 0;
+        row += fmt::format("\t{}", total[name]);
+      } else {
+        row += "\t" + (it->contains(name) ? cell((*it)[name], "val_loss") : std::string("?"));
+      }
+    }
+    (step ? counts : losses) << row << "\n";
+  }
 }
 
 // A gnuplot single-quoted string: a quote inside is doubled.
@@ -58,12 +91,16 @@ RunData read_run(const std::string& run, const fs::path& data_dir, size_t index)
   // with '<' as a command.
   RunData data{label_of(run), fs::absolute(data_dir / fmt::format("train{}.tsv", index)).string(),
                fs::absolute(data_dir / fmt::format("eval{}.tsv", index)).string()};
+  data.sources_file = fs::absolute(data_dir / fmt::format("sources{}.tsv", index)).string();
+  data.val_sources_file = fs::absolute(data_dir / fmt::format("eval-sources{}.tsv", index)).string();
   std::ofstream train(data.train), eval(data.eval);
   int64_t steps = 0;
   std::string line;
+  std::vector<nlohmann::json> records;
   while (std::getline(in, line)) {
-    const nlohmann::json r = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    nlohmann::json r = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (!r.is_object()) continue;  // a line cut short by a kill
+    records.push_back(r);
     if (r.contains("step")) {
       ++steps;
       data.has_gpu = data.has_gpu || r.contains("gpu_peak_reserved_bytes");
@@ -79,6 +116,7 @@ RunData read_run(const std::string& run, const fs::path& data_dir, size_t index)
     }
   }
   ST_CHECK(steps > 0, ErrorKind::kUsage, "{}: no training records yet, nothing to plot", path);
+  write_source_files(records, data);
   ST_CHECK(train.good() && eval.good(), ErrorKind::kIo, "cannot write plot data under {}", data_dir.string());
   return data;
 }
@@ -119,6 +157,13 @@ std::string plot_command(const std::vector<RunData>& runs, const std::string& wh
     if (which == "loss") {
       series(r.train, 2, "lines lw 1.5", "train");
       if (r.has_eval) series(r.eval, 2, "linespoints lw 2 dt 2 pt 7 ps 1.2", "validation");
+      for (size_t k = 0; k < r.val_sources.size(); ++k)
+        parts.push_back(fmt::format("{} using 1:{} with linespoints lw 1 dt 3 pt {} {} title {}", quoted(r.val_sources_file),
+                                    k + 2, k + 4, colour, quoted(name + "validation " + r.val_sources[k])));
+    } else if (which == "sources") {
+      for (size_t k = 0; k < r.sources.size(); ++k)
+        parts.push_back(fmt::format("{} using 1:{} with lines lw 1.5 dt {} {} title {}", quoted(r.sources_file), k + 2,
+                                    k + 1, colour, quoted(name + r.sources[k])));
     } else if (which == "lr") {
       series(r.train, 3, "lines lw 1.5", "learning rate");
     } else if (which == "margins" || which == "accuracies") {
@@ -172,6 +217,9 @@ std::vector<std::string> plot_runs(const PlotOptions& options) {
     charts.push_back({"margins", {"margins.png", "DPO reward margin (chosen - rejected)", "rewards/margins"}});
     charts.push_back({"accuracies", {"accuracies.png", "DPO reward accuracy", "rewards/accuracies"}});
   }
+  // Several data sources: the samples of each trained so far.
+  if (std::any_of(runs.begin(), runs.end(), [](const RunData& r) { return !r.sources.empty(); }))
+    charts.push_back({"sources", {"sources.png", "Samples trained per data source", "samples"}});
   std::string script = fmt::format(
       "set terminal pngcairo size {},{} noenhanced font ',11'\n"
       "set datafile separator '\\t'\nset datafile missing '?'\n"

@@ -2,11 +2,15 @@
 #include "launcher/status.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <vector>
 
 #include "common/error.h"
 #include "checkpoint/commit.h"
@@ -59,6 +63,43 @@ std::pair<std::string, std::string> last_metrics(const std::string& output_dir) 
       out.second = fmt::format("after step {}: loss {}, perplexity {}", field(r, "after_step"),
                                field(r, "val_loss", "{:.4f}"), field(r, "val_perplexity", "{:.3f}"));
     }
+  }
+  return out;
+}
+
+// With several data sources: the samples of each trained over the run (every training record's
+// counts) and each one's newest validation loss; empty otherwise.
+std::string source_lines(const std::string& output_dir) {
+  std::ifstream in(output_dir + "/metrics.jsonl");
+  std::vector<std::pair<std::string, int64_t>> trained;
+  std::map<std::string, std::string> validated;
+  int64_t total = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.find("\"sources\"") == std::string::npos) continue;  // cheap: most records have none
+    const nlohmann::json r = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!r.is_object()) continue;
+    if (auto it = r.find("sources"); it != r.end() && it->is_object()) {
+      for (const auto& [name, count] : it->items()) {
+        if (!count.is_number_integer()) continue;
+        auto at = std::find_if(trained.begin(), trained.end(), [&](const auto& t) { return t.first == name; });
+        if (at == trained.end()) at = trained.insert(trained.end(), {name, 0});
+        at->second += count.get<int64_t>();
+        total += count.get<int64_t>();
+      }
+    }
+    if (auto it = r.find("val_sources"); it != r.end() && it->is_object())
+      for (const auto& [name, figures] : it->items())
+        validated[name] = fmt::format("{} loss {}", name, field(figures, "val_loss", "{:.4f}"));
+  }
+  if (trained.empty()) return "";
+  std::vector<std::string> parts;
+  for (const auto& [name, count] : trained)
+    parts.push_back(fmt::format("{} {} ({:.1f}%)", name, count, 100.0 * static_cast<double>(count) / static_cast<double>(total)));
+  std::string out = fmt::format("samples trained: {}\n", fmt::join(parts, ", "));
+  if (!validated.empty()) {
+    std::vector<std::string> v;
+    for (const auto& [name, text] : validated) v.push_back(text);
+    out += fmt::format("validation by source: {}\n", fmt::join(v, ", "));
   }
   return out;
 }
@@ -136,6 +177,7 @@ std::string status_report(const std::string& target, int log_lines) {
   const auto [step, validation] = last_metrics(output_dir);
   report += fmt::format("last step:       {}\n", step);
   report += fmt::format("last validation: {}\n", validation);
+  report += source_lines(output_dir);
   report += fmt::format("last checkpoint: {}\n", last_checkpoint(checkpoint_dir));
   const std::string log = output_dir + "/logs/rank-00000.log";
   const std::deque<std::string> lines = tail(log, static_cast<size_t>(log_lines));

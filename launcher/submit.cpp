@@ -42,6 +42,8 @@ job::Job with_absolute_paths(job::Job job, const std::string& cwd) {
   for (std::string* path : {&job.job.output_dir, &job.checkpoint.dir, &job.model.path, &job.peft.from_peft_checkpoint,
                             &job.data.train_file, &job.data.val_file, &job.data.tokenizer, &job.metrics.profiler_dir})
     *path = absolute(*path, cwd);
+  for (job::DataSource& source : job.data_sources)
+    for (std::string* path : {&source.data.train_file, &source.data.val_file}) *path = absolute(*path, cwd);
   if (job.checkpoint.resume != "auto" && job.checkpoint.resume != "none")
     job.checkpoint.resume = absolute(job.checkpoint.resume, cwd);
   return job;

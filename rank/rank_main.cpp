@@ -104,9 +104,11 @@ data::DataContext data_context(dist::Communicator& world) {
 int train(const job::Job& job, const slurm::SlurmEnv& env, const model::LlamaConfig& config,
           dist::ProcessGroups& groups, fsdp::FsdpLlama& model, const data::Dataset& train_data,
           const data::Dataset* val_data, const train::CheckpointHooks& hooks,
-          const train::PreferenceObjective* preference) {
+          const train::PreferenceObjective* preference, const data::JobData& data) {
   train::TrainerOptions options{job.train, job.metrics, job.job.output_dir, job.checkpoint.every_steps, config};
   options.preference = preference;
+  options.mixture = data.mixture;
+  options.val_sources = data.val_sources;
   // Under Slurm, its stop signal comes signal_lead_s ahead of the time limit.
   if (env.in_job) options.signal_lead_s = static_cast<double>(job.slurm.signal_lead_s);
   train::Trainer trainer(std::move(options), groups, model, train_data, val_data, hooks);
@@ -216,7 +218,7 @@ int run_job(const job::Job& job, const dist::Topology& topo, const slurm::SlurmE
   const data::Dataset& train_data = dpo && dpo->train ? *dpo->train : *data.train;
   const data::Dataset* val_data = dpo && dpo->train ? dpo->val.get() : data.val.get();
   return train(job, env, config, start.groups, *model.sharded, train_data, val_data, hooks,
-               dpo ? &dpo->objective : nullptr);
+               dpo ? &dpo->objective : nullptr, data);
 }
 
 }  // namespace

@@ -17,6 +17,7 @@ packages=(
   python3-h5py                              # reads checkpoints back in tests
   python3-torch                             # a plain-PyTorch Llama the model tests cross-check against
   python3-jinja2                            # renders chat templates as transformers does, for the chat tests
+  protobuf-compiler python3-protobuf        # decodes TensorBoard event files in tests, from Event/Summary's .proto
   libtomlplusplus-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libcli11-dev libgtest-dev libdeflate-dev
   zlib1g-dev                                # crc32_combine (full checkpoints); reference CRC-32 in tests
   libssl-dev                                # SHA-256 (OpenSSL's libcrypto) of base-model identities

@@ -103,6 +103,17 @@ struct DataSection {
   LongExamples long_examples = LongExamples::kSplit;
   ChatFormat chat_format = ChatFormat::kAuto;
   TrainOn train_on = TrainOn::kAssistant;
+  // Several sources ([[data.sources]]): samples of the mixture per epoch; 0: the epoch ends where
+  // the first source would start over (runtime/data/mixture.h).
+  int64_t samples_per_epoch = 0;
+};
+
+// One [[data.sources]] entry: its own file, format, prompt and split (the keys it does not set
+// are [data]'s), mixed with the others by weight.
+struct DataSource {
+  std::string name;  // default: the training file's name without its extension
+  double weight = 1.0;
+  DataSection data;
 };
 
 struct TrainSection {
@@ -195,6 +206,7 @@ struct MetricsSection {
   bool flop_counter = false;
   int64_t flop_counter_start = 3;
   bool sample_ids = false;
+  bool tensorboard = false;
 };
 
 struct Job {
@@ -209,7 +221,12 @@ struct Job {
   FsdpSection fsdp;
   CheckpointSection checkpoint;
   MetricsSection metrics;
+  std::vector<DataSource> data_sources;  // [[data.sources]]; empty: [data] alone is the one source
 };
+
+// The job's data sources: its [[data.sources]], or [data] itself as one source of weight 1 (with
+// an empty name).
+std::vector<DataSource> data_sources(const Job& job);
 
 // The reference a DPO job uses: reference = "auto" is the base without its adapters for LoRA and
 // QLoRA, a frozen sharded copy of the starting weights for a full fine-tune.

@@ -138,6 +138,8 @@ void check_no_effect(const Job& job, Checker& c) {
   resolve_defaults(defaults);
   for (const NoEffectRule& rule : no_effect_rules()) {
     if (!c.is_set(rule.key.c_str())) continue;
+    // With several sources, [data]'s per-file keys are their defaults: checked on each (data_sources.h).
+    if (!job.data_sources.empty() && rule.key.rfind("data.", 0) == 0) continue;
     const size_t dot = rule.key.find('.');
     const FieldSpec* field = find_field(rule.key.substr(0, dot), rule.key.substr(dot + 1));
     if (field->literal(job) == field->literal(defaults)) continue;
@@ -261,6 +263,9 @@ void check_metrics(const Job& job, Checker& c) {
   if (job.metrics.sample_ids && !job.metrics.jsonl)
     c.error({"metrics.sample_ids", "metrics.jsonl"},
             "sample_ids = true is recorded in metrics.jsonl, which jsonl = false turns off: set jsonl = true");
+  if (job.metrics.tensorboard && !job.metrics.jsonl)
+    c.error({"metrics.tensorboard", "metrics.jsonl"},
+            "tensorboard = true writes the records of metrics.jsonl, which jsonl = false turns off: set jsonl = true");
   const MetricsSection& m = job.metrics;
   // Counting FLOPs takes the profiler for its step; it cannot also be tracing then.
   const int64_t first = m.profiler_wait_steps + 1, last = m.profiler_wait_steps + m.profiler_warmup_steps + m.profiler_active_steps;
@@ -295,7 +300,7 @@ void check_data_files(const Job& job, Checker& c) {
 void check_data(const Job& job, Checker& c) {
   check_data_files(job, c);
   if (job.data.format == DataFormat::kSynthetic) return;
-  if (job.data.train_file.empty()) {
+  if (job.data.train_file.empty() && job.data_sources.empty()) {
     c.error({"data.train_file", "data.format"},
             fmt::format("format \"{}\" needs train_file", enum_name(job.data.format)));
   }
@@ -305,7 +310,7 @@ void check_data(const Job& job, Checker& c) {
                         "tokenizer (a tokenizer.json or tokenizer.model)",
                         enum_name(job.data.format), enum_name(job.model.preset)));
   }
-  if (!job.data.prompt_template.empty()) {
+  if (!job.data.prompt_template.empty() && job.data_sources.empty()) {
     const common::ParsedTemplate parsed = common::parse_prompt_template(job.data.prompt_template);
     if (!parsed.error.empty()) c.error({"data.prompt_template"}, parsed.error);
   }

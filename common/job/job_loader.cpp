@@ -8,24 +8,13 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/job/data_sources.h"
 #include "common/job/job_checks.h"
 #include "common/job/schema.h"
+#include "common/job/toml_position.h"
 
 namespace shardtune::job {
 namespace {
-
-constexpr std::string_view kOverridePrefix = "--set ";
-
-SourcePos position_of(const toml::source_region& region, const std::string& fallback_file) {
-  SourcePos pos;
-  pos.file = region.path ? *region.path : fallback_file;
-  // Positions inside a one-line `--set` snippet mean nothing to the user: the argument says it all.
-  if (pos.file.rfind(kOverridePrefix, 0) != 0) {
-    pos.line = static_cast<int>(region.begin.line);
-    pos.column = static_cast<int>(region.begin.column);
-  }
-  return pos;
-}
 
 std::vector<std::string> section_names() {
   std::vector<std::string> names;
@@ -123,6 +112,7 @@ void read_sections(const toml::table& root, const std::string& file, LoadedJob& 
     }
     for (auto&& [key_node, value] : *table) {
       const std::string key(key_node.str());
+      if (section == "data" && key == "sources") continue;  // read once [data] is (read_data_sources)
       const FieldSpec* field = find_field(section, key);
       if (field == nullptr) {
         out.diagnostics.error(position_of(key_node.source(), file), section + "." + key,
@@ -159,6 +149,9 @@ LoadedJob parse_job(std::string_view text, const std::string& file, const std::v
   }
   for (const std::string& o : overrides) apply_override(root, o, out.diagnostics);
   read_sections(root, file, out);
+  if (const toml::table* data = root["data"].as_table())
+    if (const toml::node* sources = data->get("sources"))
+      read_data_sources(*sources, file, out.job, out.sources, out.diagnostics);
   resolve_defaults(out.job);
   for (const SectionSpec& section : job_schema()) {
     for (const FieldSpec& field : section.fields) {
@@ -171,6 +164,7 @@ LoadedJob parse_job(std::string_view text, const std::string& file, const std::v
     }
   }
   check_job(out.job, out.sources, file, out.diagnostics);
+  check_data_sources(out.job, out.sources, file, out.diagnostics);
   out.diagnostics.sort_by_position();
   return out;
 }

@@ -396,6 +396,11 @@ std::vector<SectionSpec> build_schema() {
     s.field("train_on", &DataSection::train_on,
             "Which tokens of a conversation carry the loss: assistant (the assistant's turns, each with the token "
             "that ends it) or all.");
+    s.field("samples_per_epoch", &DataSection::samples_per_epoch,
+            "Samples of an epoch, drawn from the sources by weight (each source in its own seeded order, starting "
+            "over once all its samples are used). 0: the epoch ends where a source would start over (one source: "
+            "all its samples; docs/data-mixing.md).")
+        .in_range(0, int64_t{1} << 40);
   }
   {
     SectionBuilder<TrainSection> s(schema, "train", "The training run (llama-recipes' names and defaults).",
@@ -646,6 +651,10 @@ std::vector<SectionSpec> build_schema() {
             "Record in each step's metrics.jsonl record the dataset index of every sample each rank trained "
             "(sample_ids, one list per rank), to check that a run trains every sample exactly once. Large: "
             "for debugging and tests. Needs jsonl = true.");
+    s.field("tensorboard", &MetricsSection::tensorboard,
+            "Also write TensorBoard event files under <output_dir>/tensorboard/ (rank 0): every per-step and "
+            "validation figure of metrics.jsonl as a scalar, tagged train/..., perf/... and val/...; a resumed "
+            "run adds a file (docs/metrics.md).");
   }
   return schema;
 }
@@ -735,6 +744,11 @@ std::optional<std::string> foreign_key_hint(std::string_view section, std::strin
   for (const Foreign& f : kForeign)
     if (f.section == section && f.key == key) return std::string(f.hint);
   return std::nullopt;
+}
+
+std::vector<DataSource> data_sources(const Job& job) {
+  if (!job.data_sources.empty()) return job.data_sources;
+  return {DataSource{"", 1.0, job.data}};
 }
 
 DpoReference dpo_reference(const Job& job) {

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "common/job/data_sources.h"
 #include "common/job/no_effect.h"
 #include "common/job/schema.h"
 
@@ -13,6 +14,7 @@ std::string to_toml(const Job& job) {
   for (const SectionSpec& section : job_schema()) {
     out += fmt::format("{}[{}]\n", out.empty() ? "" : "\n", section.name);
     for (const FieldSpec& field : section.fields) out += fmt::format("{} = {}\n", field.key, field.literal(job));
+    if (section.name == "data") out += data_sources_toml(job);
   }
   return out;
 }
@@ -40,6 +42,7 @@ std::string schema_markdown() {
       }
       out += fmt::format("| `{}` | {} | `{}` | {} | {} |\n", field.key, field.type_name, def, allowed, field.doc);
     }
+    if (section.name == "data") out += data_sources_markdown();
   }
   out +=
       "\n## Cross-field rules\n\n"

@@ -7,11 +7,14 @@
 
 #include <filesystem>
 
+#include <fmt/ranges.h>
+
 #include "common/error.h"
 #include "common/job/schema.h"
 #include "common/subprocess.h"
 #include "runtime/data/job_tokens.h"
 #include "runtime/data/learned_only.h"
+#include "runtime/data/mixed_dataset.h"
 #include "runtime/data/packed_dataset.h"
 #include "runtime/data/packed_rows.h"
 #include "runtime/data/padded_dataset.h"
@@ -82,17 +85,46 @@ void check_validation(const job::Job& job, const TokenFiles& tokens, const Datas
            source, job.train.context_length);
 }
 
-// At least one global batch, or the run could take no step.
-void check_global_batch(const job::Job& job, const Dataset& train, int world_size) {
+// At least one global batch per epoch, or the run could take no step.
+void check_global_batch(const job::Job& job, const JobData& data, int world_size) {
   const job::TrainSection& t = job.train;
   const int64_t global_batch = t.global_batch(world_size);
-  ST_CHECK(train.size() >= global_batch, ErrorKind::kConfig,
-           "{} gives {} training samples ({}), fewer than one global batch of {} ({} per rank x {} ranks x {} "
-           "accumulation). HINT: more data, or a smaller batch_size_training or context_length",
-           job.data.train_file, train.size(),
+  const int64_t epoch = data.mixture.epoch_samples();
+  const std::string from = job.data_sources.empty() ? job.data.train_file : "the mixture of [[data.sources]]";
+  ST_CHECK(epoch >= global_batch, ErrorKind::kConfig,
+           "{} gives {} training samples per epoch ({}), fewer than one global batch of {} ({} per rank x {} ranks x "
+           "{} accumulation). HINT: more data, or a smaller batch_size_training or context_length{}",
+           from.empty() ? std::string("the synthetic data") : from, epoch,
            t.batching_strategy == job::BatchingStrategy::kPadding ? "one per example"
                                                                   : fmt::format("rows of {} tokens", t.context_length),
-           global_batch, t.batch_size_training, world_size, t.gradient_accumulation_steps);
+           global_batch, t.batch_size_training, world_size, t.gradient_accumulation_steps,
+           job.data.samples_per_epoch > 0 ? ", or a larger [data] samples_per_epoch" : "");
+}
+
+// What the epoch takes of each source: recorded (a resume over another mix is refused) and logged.
+void add_epoch_items(const job::Job& job, JobData& data) {
+  if (job.data.samples_per_epoch > 0)
+    data.identity.decides["data.samples_per_epoch"] = std::to_string(job.data.samples_per_epoch);
+  const Mixture& m = data.mixture;
+  if (m.sources().size() < 2 && job.data.samples_per_epoch == 0) return;
+  std::vector<std::string> parts;
+  for (size_t s = 0; s < m.sources().size(); ++s) {
+    const MixtureSource& src = m.sources()[s];
+    parts.push_back(fmt::format("{} {} of its {} ({:.3g} of a pass, share {:.3f} for weight {:.3f})",
+                                src.name.empty() ? "the data" : fmt::format("\"{}\"", src.name), m.per_epoch()[s],
+                                src.size, static_cast<double>(m.per_epoch()[s]) / static_cast<double>(src.size),
+                                static_cast<double>(m.per_epoch()[s]) / static_cast<double>(m.epoch_samples()),
+                                src.weight / [&] {
+                                  double total = 0;
+                                  for (const MixtureSource& x : m.sources()) total += x.weight;
+                                  return total;
+                                }()));
+    if (m.per_epoch()[s] == 0)
+      spdlog::warn("source \"{}\" takes no sample in an epoch of {}: its weight is too small for the epoch. HINT: "
+                   "raise its weight or [data] samples_per_epoch",
+                   src.name, m.epoch_samples());
+  }
+  spdlog::info("mixture: an epoch takes {} samples: {}", m.epoch_samples(), fmt::join(parts, "; "));
 }
 
 JobData synthetic_data(const job::Job& job, const ModelTokens& model) {
@@ -106,6 +138,69 @@ JobData synthetic_data(const job::Job& job, const ModelTokens& model) {
   out.identity.decides["training tokens"] = "synthetic";
   out.identity.decides["training samples"] = std::to_string(out.train->size());
   add_order_items(job, out.identity);
+  return out;
+}
+
+// One source's data, as a job of that source alone trains it. `name`: the source's, for the log.
+JobData load_source(const job::Job& job, const std::string& name, const ModelTokens& model, const Tokenizer& tokenizer,
+                    const std::string& tok_path, const DataContext& context) {
+  const ExampleOptions options = example_options(job, tokenizer, model);
+  const JobTokens recipe(job, tokenizer, tok_path, options);
+  const std::string what = name.empty() ? "training" : fmt::format("source \"{}\": training", name);
+  const std::string val_what = name.empty() ? "validation" : fmt::format("source \"{}\": validation", name);
+  if (context.rank == 0 && !recipe.chat_description().empty())
+    spdlog::info("{}chat data: rendered as {}", name.empty() ? "" : fmt::format("source \"{}\": ", name),
+                 recipe.chat_description());
+  const TokenFiles tokens = recipe.open_or_make(model.vocab_size, context);
+
+  JobData out;
+  out.train = batched(tokens.train, job, options, what.c_str(), tokens.cached);
+  ST_CHECK(out.train->size() > 0, ErrorKind::kConfig,
+           "no training example of {} keeps a learned token: cut to [train] context_length = {} tokens, every "
+           "response is lost behind its prompt. HINT: raise [train] context_length, or use batching_strategy = "
+           "\"packing\" with [data] long_examples = \"split\"",
+           job.data.train_file, job.train.context_length);
+  out.identity.decides["training tokens"] =
+      fmt::format("{} examples, {} tokens, checksum {:016x}", tokens.train->num_examples(), tokens.train->num_tokens(),
+                  tokens.train->checksum());
+  out.identity.decides["training samples"] = std::to_string(out.train->size());
+  out.identity.made_from = key_items(recipe.training_key());
+  if (tokens.val != nullptr && tokens.val->num_examples() > 0)
+    out.val = batched(tokens.val, job, options, val_what.c_str(), tokens.cached);
+  check_validation(job, tokens, out.val.get());
+  return out;
+}
+
+// Every source loaded as a job of its own, joined in the order of the job file; the identity names
+// each source's tokens and weight.
+JobData mix_sources(const job::Job& job, const ModelTokens& model, const Tokenizer& tokenizer,
+                    const std::string& tok_path, const DataContext& context) {
+  std::vector<std::unique_ptr<Dataset>> train_parts, val_parts;
+  std::vector<MixtureSource> sources;
+  JobData out;
+  int64_t val_offset = 0;
+  for (const job::DataSource& source : job.data_sources) {
+    job::Job alone = job;
+    alone.data = source.data;
+    alone.data_sources.clear();
+    JobData part = load_source(alone, source.name, model, tokenizer, tok_path, context);
+    const int64_t offset = sources.empty() ? 0 : sources.back().offset + sources.back().size;
+    sources.push_back({source.name, source.weight, offset, part.train->size()});
+    for (const auto& [key, value] : part.identity.decides)
+      out.identity.decides[fmt::format("source {}: {}", source.name, key)] = value;
+    out.identity.decides[fmt::format("source {}: weight", source.name)] = fmt::format("{}", source.weight);
+    for (const auto& [key, value] : part.identity.made_from)
+      out.identity.made_from[fmt::format("source {}: {}", source.name, key)] = value;
+    train_parts.push_back(std::move(part.train));
+    if (part.val != nullptr) {
+      out.val_sources.push_back({source.name, source.weight, val_offset, part.val->size()});
+      val_offset += part.val->size();
+      val_parts.push_back(std::move(part.val));
+    }
+  }
+  out.train = std::make_unique<ConcatDataset>(std::move(train_parts));
+  if (!val_parts.empty()) out.val = std::make_unique<ConcatDataset>(std::move(val_parts));
+  out.mixture = Mixture(std::move(sources), job.data.samples_per_epoch);
   return out;
 }
 
@@ -141,7 +236,9 @@ JobData load_job_data(const job::Job& job, const ModelTokens& model, const std::
                       const DataContext& context) {
   if (job.data.format == job::DataFormat::kSynthetic) {
     JobData out = synthetic_data(job, model);
-    check_global_batch(job, *out.train, context.world_size);
+    out.mixture = Mixture::single(out.train->size(), job.data.samples_per_epoch);
+    add_epoch_items(job, out);
+    check_global_batch(job, out, context.world_size);
     return out;
   }
   ST_CHECK(!tok_path.empty(), ErrorKind::kConfig, "[data] format \"{}\" needs a tokenizer: set [data] tokenizer",
@@ -150,29 +247,18 @@ JobData load_job_data(const job::Job& job, const ModelTokens& model, const std::
   ST_CHECK(tokenizer.vocab_size() <= model.vocab_size, ErrorKind::kConfig,
            "{} has {} tokens but the model's vocabulary has {}: a tokenizer of another model?", tok_path,
            tokenizer.vocab_size(), model.vocab_size);
-  const ExampleOptions options = example_options(job, tokenizer, model);
-  const JobTokens recipe(job, tokenizer, tok_path, options);
-  if (context.rank == 0 && !recipe.chat_description().empty())
-    spdlog::info("chat data: rendered as {}", recipe.chat_description());
-  const TokenFiles tokens = recipe.open_or_make(model.vocab_size, context);
-
-  JobData out;
-  out.train = batched(tokens.train, job, options, "training", tokens.cached);
-  ST_CHECK(out.train->size() > 0, ErrorKind::kConfig,
-           "no training example of {} keeps a learned token: cut to [train] context_length = {} tokens, every "
-           "response is lost behind its prompt. HINT: raise [train] context_length, or use batching_strategy = "
-           "\"packing\" with [data] long_examples = \"split\"",
-           job.data.train_file, job.train.context_length);
-  out.identity.decides["training tokens"] =
-      fmt::format("{} examples, {} tokens, checksum {:016x}", tokens.train->num_examples(), tokens.train->num_tokens(),
-                  tokens.train->checksum());
-  out.identity.decides["training samples"] = std::to_string(out.train->size());
+  if (job.data_sources.empty()) {
+    JobData out = load_source(job, "", model, tokenizer, tok_path, context);
+    add_order_items(job, out.identity);
+    out.mixture = Mixture::single(out.train->size(), job.data.samples_per_epoch);
+    add_epoch_items(job, out);
+    check_global_batch(job, out, context.world_size);
+    return out;
+  }
+  JobData out = mix_sources(job, model, tokenizer, tok_path, context);
   add_order_items(job, out.identity);
-  out.identity.made_from = key_items(recipe.training_key());
-  if (tokens.val != nullptr && tokens.val->num_examples() > 0)
-    out.val = batched(tokens.val, job, options, "validation", tokens.cached);
-  check_validation(job, tokens, out.val.get());
-  check_global_batch(job, *out.train, context.world_size);
+  add_epoch_items(job, out);
+  check_global_batch(job, out, context.world_size);
   return out;
 }
 

@@ -13,6 +13,7 @@
 #include "common/job/job.h"
 #include "runtime/data/data_identity.h"
 #include "runtime/data/dataset.h"
+#include "runtime/data/mixture.h"
 
 namespace shardtune::data {
 
@@ -53,6 +54,10 @@ struct JobData {
   // Which samples the job trains and in what order, recorded in its checkpoints: a resume over
   // other data is refused (checkpoint/data_identity.h).
   DataIdentity identity;
+  // How an epoch draws on the training sources (one source: the dataset alone), and where each
+  // source's validation part lies in `val` (empty with one source).
+  Mixture mixture;
+  std::vector<MixtureSource> val_sources;
 };
 
 // Every rank builds the same datasets. The tokenized examples are cached in a token file next to

@@ -2,25 +2,22 @@
 #include "runtime/train/data_order.h"
 
 #include <algorithm>
-#include <numeric>
-#include <random>
 
 #include "common/error.h"
 
 namespace shardtune::train {
 
 DataOrder::DataOrder(int64_t dataset_size, uint64_t seed, std::vector<int64_t> lengths)
-    : dataset_size_(dataset_size), seed_(seed), lengths_(std::move(lengths)) {
-  ST_CHECK(lengths_.empty() || static_cast<int64_t>(lengths_.size()) == dataset_size, common::ErrorKind::kInternal,
-           "{} lengths for {} samples", lengths_.size(), dataset_size);
+    : DataOrder(data::Mixture::single(dataset_size), seed, std::move(lengths)) {}
+
+DataOrder::DataOrder(data::Mixture mixture, uint64_t seed, std::vector<int64_t> lengths)
+    : mixture_(std::move(mixture)), seed_(seed), lengths_(std::move(lengths)) {
+  ST_CHECK(lengths_.empty() || static_cast<int64_t>(lengths_.size()) == mixture_.dataset_size(),
+           common::ErrorKind::kInternal, "{} lengths for {} samples", lengths_.size(), mixture_.dataset_size());
 }
 
 std::vector<int64_t> DataOrder::permutation(int64_t epoch) const {
-  std::vector<int64_t> p(static_cast<size_t>(dataset_size_));
-  std::iota(p.begin(), p.end(), 0);
-  // Fisher-Yates with a 64-bit Mersenne Twister: its output sequence is fixed by the standard.
-  std::mt19937_64 rng(seed_ * 1000003ull + static_cast<uint64_t>(epoch));
-  for (size_t i = p.size() - 1; i > 0; --i) std::swap(p[i], p[rng() % (i + 1)]);
+  std::vector<int64_t> p = mixture_.order(epoch, seed_);
   if (!lengths_.empty()) {
     for (size_t w = 0; w < p.size(); w += kLengthWindow) {
       const auto end = p.begin() + static_cast<std::ptrdiff_t>(std::min(p.size(), w + kLengthWindow));
@@ -37,8 +34,8 @@ std::vector<int64_t> DataOrder::samples(const std::vector<int64_t>& permutation,
   const int64_t slots = static_cast<int64_t>(accumulation) * ranks;
   const int64_t slot = static_cast<int64_t>(micro) * ranks + rank;
   const int64_t begin = first + slot * count / slots, end = first + (slot + 1) * count / slots;
-  ST_CHECK(first >= 0 && first + count <= dataset_size_ && slot < slots, common::ErrorKind::kInternal,
-           "samples {}..{} are outside the epoch of {}", first, first + count, dataset_size_);
+  ST_CHECK(first >= 0 && first + count <= epoch_size() && slot < slots, common::ErrorKind::kInternal,
+           "samples {}..{} are outside the epoch of {}", first, first + count, epoch_size());
   return std::vector<int64_t>(permutation.begin() + begin, permutation.begin() + end);
 }
 

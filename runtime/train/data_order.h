@@ -1,4 +1,5 @@
-// Which samples each rank trains on: a seeded permutation of the dataset per epoch, cut into
+// Which samples each rank trains on: a seeded order of the dataset per epoch (its permutation, or
+// the interleave of a mixture's sources: runtime/data/mixture.h), cut into
 // steps by the run's schedule (run_schedule.h); each step's samples are split as evenly as they go
 // over its micro-batches and ranks. The order depends only on the seed (and the samples' lengths),
 // never on the global batch or on how a step is split among ranks.
@@ -6,6 +7,8 @@
 
 #include <cstdint>
 #include <vector>
+
+#include "runtime/data/mixture.h"
 
 namespace shardtune::train {
 
@@ -16,9 +19,12 @@ class DataOrder {
   // samples of similar length (little padding). The window does not depend on the batch size, so
   // the order is the same at every world size.
   DataOrder(int64_t dataset_size, uint64_t seed, std::vector<int64_t> lengths = {});
+  // Epochs of `mixture.epoch_samples()` samples drawn from its sources (`lengths`: one per sample
+  // of the mixed dataset).
+  DataOrder(data::Mixture mixture, uint64_t seed, std::vector<int64_t> lengths = {});
   static constexpr int64_t kLengthWindow = 1024;
 
-  // The permutation of epoch `epoch`.
+  // The order of epoch `epoch`: epoch_size() dataset indices.
   std::vector<int64_t> permutation(int64_t epoch) const;
   // Sample indices of micro-batch `micro` (of `accumulation`) for `rank` of `ranks` data-parallel
   // ranks, of the step that trains positions [first, first + count) of the epoch's permutation.
@@ -27,10 +33,11 @@ class DataOrder {
   // slot its floor or ceiling share, and none to some slots when count < slots.
   std::vector<int64_t> samples(const std::vector<int64_t>& permutation, int64_t first, int64_t count, int micro,
                                int accumulation, int rank, int ranks) const;
-  int64_t dataset_size() const { return dataset_size_; }
+  int64_t epoch_size() const { return mixture_.epoch_samples(); }
+  const data::Mixture& mixture() const { return mixture_; }
 
  private:
-  int64_t dataset_size_;
+  data::Mixture mixture_;
   uint64_t seed_;
   std::vector<int64_t> lengths_;
 };

@@ -82,4 +82,39 @@ Evaluation evaluate(fsdp::FsdpLlama& model, const data::Dataset& data, int64_t p
   return {t[0] / t[1], batches, static_cast<int64_t>(t[2]), static_cast<int64_t>(t[1])};
 }
 
+Evaluation combine(const std::vector<Evaluation>& parts) {
+  Evaluation out;
+  double weighted = 0;
+  for (const Evaluation& e : parts) {
+    out.batches += e.batches;
+    out.rows += e.rows;
+    out.tokens += e.tokens;
+  }
+  const bool pairs = !parts.empty() && parts.front().preference.has_value();
+  if (pairs) out.preference = PreferenceMetrics{};
+  for (const Evaluation& e : parts) {
+    const double weight = pairs ? static_cast<double>(e.rows) : static_cast<double>(e.tokens);
+    weighted += weight;
+    out.loss += e.loss * weight;
+    if (!pairs) continue;
+    PreferenceMetrics& m = *out.preference;
+    const PreferenceMetrics& p = *e.preference;
+    m.rewards_chosen += p.rewards_chosen * weight;
+    m.rewards_rejected += p.rewards_rejected * weight;
+    m.rewards_accuracies += p.rewards_accuracies * weight;
+    m.rewards_margins += p.rewards_margins * weight;
+    m.logps_chosen += p.logps_chosen * weight;
+    m.logps_rejected += p.logps_rejected * weight;
+    m.pairs += p.pairs;
+  }
+  if (weighted <= 0) return out;
+  out.loss /= weighted;
+  if (pairs)
+    for (double* v : {&out.preference->rewards_chosen, &out.preference->rewards_rejected,
+                      &out.preference->rewards_accuracies, &out.preference->rewards_margins,
+                      &out.preference->logps_chosen, &out.preference->logps_rejected})
+      *v /= weighted;
+  return out;
+}
+
 }  // namespace shardtune::train

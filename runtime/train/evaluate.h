@@ -34,6 +34,10 @@ struct Evaluation {
   std::optional<PreferenceMetrics> preference;
 };
 
+// The evaluation of several sets together from each one's: sums of rows, tokens and batches, the
+// loss over all their learned tokens (their pairs, for DPO, as are the preference metrics).
+Evaluation combine(const std::vector<Evaluation>& parts);
+
 // Evaluates `data` (every row holds a learned token) in batches of `per_rank` rows per rank, at most
 // `max_batches` of them (0: all). Collective over `world`.
 // Preference pairs are evaluated on `preference`'s DPO loss.

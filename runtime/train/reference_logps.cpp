@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "common/job/schema.h"
+#include "runtime/data/mixed_dataset.h"
 #include "runtime/data/preference_dataset.h"
 #include "runtime/data/reference_logps_file.h"
 #include "runtime/data/token_cache.h"
@@ -87,15 +88,24 @@ std::string dpo_reference_identity(const job::Job& job, const std::string& base_
   return fmt::format("{}{}{}, computed in {}", base ? "the base of " : "", weights, nf4, c10::toString(compute));
 }
 
+// The tokens of the pairs, as their checksum: one file's, or those of a mixture's sources joined.
+std::string pairs_tokens(const data::Dataset& pairs, const std::string& name) {
+  if (const auto* file = dynamic_cast<const data::PreferenceDataset*>(&pairs))
+    return fmt::format("{:016x}", file->tokens().checksum());
+  const auto* mixed = dynamic_cast<const data::ConcatDataset*>(&pairs);
+  ST_CHECK(mixed != nullptr, common::ErrorKind::kInternal, "DPO's {} data are not preference pairs", name);
+  std::string out;
+  for (size_t k = 0; k < mixed->parts(); ++k) out += (k ? "+" : "") + pairs_tokens(mixed->part(k), name);
+  return out;
+}
+
 std::unique_ptr<data::Dataset> with_precomputed_reference(const data::Dataset& pairs, const std::string& name,
                                                           const std::string& dir, const std::string& identity,
                                                           const std::function<const ReferenceLogps&()>& compute,
                                                           int64_t per_rank, dist::Communicator& world,
                                                           const std::string& what) {
-  const auto* file = dynamic_cast<const data::PreferenceDataset*>(&pairs);
-  ST_CHECK(file != nullptr, common::ErrorKind::kInternal, "DPO's {} data are not preference pairs", name);
   const std::string key =
-      fmt::format("pairs {} of tokens {:016x}; reference {}", pairs.size(), file->tokens().checksum(), identity);
+      fmt::format("pairs {} of tokens {}; reference {}", pairs.size(), pairs_tokens(pairs, name), identity);
   const std::string path = data::reference_logps_path(dir, name, key);
   // Every rank reads it (a shared file system), so all agree on whether to compute.
   std::optional<std::vector<double>> logps = data::read_reference_logps(path, key, pairs.size());

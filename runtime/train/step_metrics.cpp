@@ -61,6 +61,11 @@ std::string jsonl_line(const StepRecord& r) {
     for (const std::vector<int64_t>& ids : r.sample_ids) ranks.push_back(fmt::format("[{}]", fmt::join(ids, ", ")));
     f.add("sample_ids", fmt::format("[{}]", fmt::join(ranks, ", ")));
   }
+  if (!r.sources.empty()) {
+    std::vector<std::string> counts;
+    for (const auto& [name, count] : r.sources) counts.push_back(fmt::format("\"{}\": {}", name, count));
+    f.add("sources", fmt::format("{{{}}}", fmt::join(counts, ", ")));
+  }
   // Everything from here on differs between two identical runs.
   f.add("step_seconds", fmt::format("{:.6f}", r.step_seconds));
   f.add("compute_seconds", fmt::format("{:.6f}", std::max(0.0, r.step_seconds - r.comm_wait_seconds - r.data_wait_seconds)));
@@ -83,6 +88,19 @@ std::string jsonl_line(const EvalRecord& r) {
     f.real("val_perplexity", std::exp(r.loss)).add("val_batches", r.batches).add("val_rows", r.rows);
   }
   f.add("val_tokens", r.tokens);
+  if (!r.sources.empty()) {
+    std::vector<std::string> parts;
+    for (const EvalRecord::Source& s : r.sources) {
+      Fields part;
+      part.real("val_loss", s.loss);
+      if (!r.preference) part.real("val_perplexity", std::exp(s.loss));
+      part.add(r.preference ? "val_pairs" : "val_rows", s.rows).add("val_tokens", s.tokens);
+      std::string text = part.line();
+      text.pop_back();  // the line's '\n'
+      parts.push_back(fmt::format("\"{}\": {}", s.name, text));
+    }
+    f.add("val_sources", fmt::format("{{{}}}", fmt::join(parts, ", ")));
+  }
   return f.line();
 }
 

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "runtime/train/preference_metrics.h"
@@ -39,6 +40,8 @@ struct StepRecord {
   std::optional<int64_t> gpu_peak_allocated_bytes{};  // CUDA only: the largest of any rank's allocator peak
   std::optional<int64_t> gpu_peak_reserved_bytes{};
   std::optional<PreferenceMetrics> preference{};  // DPO: rewards/chosen, ... over the global batch's pairs
+  // Several data sources: the samples of each in the step, by name (written before step_seconds).
+  std::vector<std::pair<std::string, int64_t>> sources{};
 };
 
 struct EvalRecord {
@@ -49,6 +52,14 @@ struct EvalRecord {
   int64_t rows = 0;        // rows evaluated, over every rank
   int64_t tokens = 0;      // learned tokens in them
   std::optional<PreferenceMetrics> preference{};  // DPO: loss is the pairs' mean DPO loss, rows counts pairs
+  // Several data sources with validation parts: each part's own evaluation (its rows, tokens and
+  // loss), by name; the record's own figures are over all of them.
+  struct Source {
+    std::string name;
+    double loss = 0;
+    int64_t rows = 0, tokens = 0;
+  };
+  std::vector<Source> sources{};
 };
 
 // One line of metrics.jsonl (ending in '\n'). A loss that is not finite is written as null.

@@ -25,7 +25,9 @@
 #include "runtime/train/data_order.h"
 #include "runtime/train/evaluate.h"
 #include "runtime/train/host_allocator.h"
+#include "runtime/data/mixed_dataset.h"
 #include "runtime/train/metrics_log.h"
+#include "runtime/train/tensorboard_log.h"
 #include "runtime/train/nonfinite_guard.h"
 #include "runtime/train/prefetch.h"
 #include "runtime/train/profiler.h"
@@ -134,6 +136,15 @@ std::unique_ptr<fsdp::Optimizer> make_optimizer(const job::TrainSection& t, dist
                                                          /*blockwise_8bit=*/t.optimizer == job::Optimizer::kAdamW8bit});
 }
 
+// The samples of each source in the step's span; empty with one source.
+std::vector<int64_t> source_counts(const data::Mixture& mixture, const std::vector<int64_t>& order,
+                                   const StepSpan& span) {
+  if (mixture.sources().size() < 2) return {};
+  std::vector<int64_t> counts(mixture.sources().size(), 0);
+  for (int64_t p = span.begin; p < span.end; ++p) ++counts[static_cast<size_t>(mixture.source_of(order[static_cast<size_t>(p)]))];
+  return counts;
+}
+
 }  // namespace
 
 struct Trainer::Run {
@@ -142,7 +153,8 @@ struct Trainer::Run {
         rank(groups.world->rank()),
         accumulation(static_cast<int>(o.train.gradient_accumulation_steps)),
         global_batch(o.train.global_batch(ranks)),
-        order(train.size(), static_cast<uint64_t>(o.train.seed), train.lengths()),
+        order(o.mixture.empty() ? data::Mixture::single(train.size()) : o.mixture, static_cast<uint64_t>(o.train.seed),
+              train.lengths()),
         optimizer(make_optimizer(o.train, *groups.shard)),
         step{o.train.lr, o.train.gradient_clipping, o.train.gradient_clipping_threshold, true},
         guard(o.train.on_nonfinite, o.train.max_nonfinite_skips) {}
@@ -158,6 +170,11 @@ struct Trainer::Run {
   Cursor cursor;
   int64_t steps_taken = 0;  // by the whole job, counting earlier runs
   std::optional<MetricsLog> metrics;
+  std::optional<TensorboardLog> tensorboard;
+  void write_record(const std::string& line) {
+    metrics->write(line);
+    tensorboard->write(line);
+  }
   std::optional<StepProfiler> profiler;
   std::optional<double> peak;  // FLOP/s per rank, for MFU
   NonFiniteGuard guard;
@@ -181,6 +198,7 @@ struct Trainer::Outcome {
   int64_t tokens = 0;  // this rank's, padding included
   std::optional<double> counted_flops;
   std::vector<int64_t> sample_ids;  // this rank's
+  std::vector<int64_t> source_samples;  // several sources: the step's samples of each
   int64_t peak_rss = 0;                // the largest of any rank's, during the step
   dist::DeviceMemoryStats device_peaks;  // likewise
 };
@@ -227,20 +245,22 @@ void Trainer::start(Run& run) {
   run.validates = t.run_validation && val_ != nullptr;
   if (hooks_.resume)
     if (std::optional<ResumePoint> r = hooks_.resume(*run.optimizer)) run.from = *r;
-  run.schedule.emplace(t, train_.size(), run.global_batch, run.from.reference_batch);
+  run.schedule.emplace(t, run.order.epoch_size(), run.global_batch, run.from.reference_batch);
   run.cursor = run.schedule->normalized(run.from.cursor);
   run.steps_taken = run.from.step;
   run.from.validation_pending = run.from.validation_pending && run.validates;
   if (run.fp16() && run.from.loss_scale > 0) run.scaler.set_scale(run.from.loss_scale);
   if (run.from.step > 0)
     spdlog::info("resuming at step {} (epoch {}, at sample {} of its {} in the global order)", run.from.step,
-                 run.cursor.epoch + 1, run.cursor.sample, train_.size());
+                 run.cursor.epoch + 1, run.cursor.sample, run.order.epoch_size());
   spdlog::info("training: {} step(s) left of {} sample(s) x {} epoch(s), global batch {} = {} per rank x {} ranks x {} "
                "accumulation",
-               run.schedule->steps_left(run.cursor), train_.size(), t.num_epochs, run.global_batch,
+               run.schedule->steps_left(run.cursor), run.order.epoch_size(), t.num_epochs, run.global_batch,
                t.batch_size_training, run.ranks, run.accumulation);
   run.metrics.emplace(run.rank == 0 && m.jsonl, m.save_metrics, options_.output_dir, run.from.step,
                       run.from.validation_pending);
+  run.tensorboard.emplace(run.rank == 0 && m.jsonl && m.tensorboard, options_.output_dir + "/tensorboard",
+                          run.from.step, options_.output_dir + "/metrics.jsonl");
   run.peak = m.jsonl ? peak_flops(m, model_.device()) : std::nullopt;
   run.step.measure_grad_norm = true;  // the non-finite guard reads it
   run.step.before_update = [&run] {
@@ -298,6 +318,7 @@ Trainer::Outcome Trainer::take_step(Run& run, const StepSpan& span, const std::v
     upcoming.push_back(next.begin);
   }
   Outcome out;
+  out.source_samples = source_counts(run.order.mixture(), permutation, span);
   out.loss_scale = run.fp16() ? run.scaler.scale() : 0.0;
   const double comm_before = model_.comm_stats().seconds;
   const auto start = Clock::now();
@@ -437,7 +458,7 @@ void Trainer::record_step(Run& run, const StepSpan& span, const Outcome& out) {
   const job::MetricsSection& m = options_.metrics;
   std::vector<std::vector<int64_t>> ids;
   if (m.jsonl && m.sample_ids) ids = gather_ids(*groups_.world, out.sample_ids);
-  if (!run.metrics->enabled()) return;
+  if (!run.metrics->enabled() && !run.tensorboard->enabled()) return;
   const StepResult& r = out.result;
   StepRecord record{run.steps_taken, span.epoch + 1, span.begin, span.end, r.loss, run.step.lr};
   record.preference = r.preference;
@@ -451,6 +472,8 @@ void Trainer::record_step(Run& run, const StepSpan& span, const Outcome& out) {
   record.tokens = r.tokens;
   record.flops = r.flops;
   record.sample_ids = std::move(ids);
+  for (size_t i = 0; i < out.source_samples.size(); ++i)
+    record.sources.emplace_back(run.order.mixture().sources()[i].name, out.source_samples[i]);
   record.counted_flops = out.counted_flops;
   record.step_seconds = out.seconds;
   record.comm_wait_seconds = out.comm_wait;
@@ -461,7 +484,7 @@ void Trainer::record_step(Run& run, const StepSpan& span, const Outcome& out) {
     record.gpu_peak_allocated_bytes = out.device_peaks.peak_allocated;
     record.gpu_peak_reserved_bytes = out.device_peaks.peak_reserved;
   }
-  run.metrics->write(jsonl_line(record));
+  run.write_record(jsonl_line(record));
 }
 
 void Trainer::log_progress(Run& run, const StepSpan& span, const StepResult& result) {
@@ -482,14 +505,29 @@ void Trainer::log_progress(Run& run, const StepSpan& span, const StepResult& res
 void Trainer::validate_epoch(Run& run, int64_t epoch) {
   if (!run.validates) return;
   Evaluation v;
+  std::vector<EvalRecord::Source> parts;
   {
     RECORD_USER_SCOPE("validation");
-    v = evaluate(model_, *val_, options_.train.val_batch_size, options_.train.max_eval_step, *groups_.world,
-                 options_.preference);
+    const job::TrainSection& t = options_.train;
+    if (options_.val_sources.size() < 2) {
+      v = evaluate(model_, *val_, t.val_batch_size, t.max_eval_step, *groups_.world, options_.preference);
+    } else {
+      // Each source's part on its own; the whole as their sum (a mean over all their tokens, or
+      // over all their pairs for DPO).
+      std::vector<Evaluation> each;
+      for (const data::MixtureSource& s : options_.val_sources) {
+        const data::DatasetSlice part(*val_, s.offset, s.size);
+        each.push_back(evaluate(model_, part, t.val_batch_size, t.max_eval_step, *groups_.world, options_.preference));
+        parts.push_back({s.name, each.back().loss, each.back().rows, each.back().tokens});
+        spdlog::info("epoch {} validation of source \"{}\": loss {:.4f} ({} row(s), {} learned token(s))", epoch + 1,
+                     s.name, each.back().loss, each.back().rows, each.back().tokens);
+      }
+      v = combine(each);
+    }
   }
   run.summary.last_val_loss = v.loss;
-  run.metrics->write(
-      jsonl_line(EvalRecord{epoch + 1, run.steps_taken, v.loss, v.batches, v.rows, v.tokens, v.preference}));
+  run.write_record(
+      jsonl_line(EvalRecord{epoch + 1, run.steps_taken, v.loss, v.batches, v.rows, v.tokens, v.preference, parts}));
   run.metrics->write_recipes();
   if (v.preference) {
     spdlog::info("epoch {} validation: DPO loss {:.4f}, reward margin {:.4f}, accuracy {:.3f} ({} batch(es) of {} "

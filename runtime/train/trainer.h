@@ -19,6 +19,7 @@
 #include "runtime/fsdp/fsdp_llama.h"
 #include "runtime/model/llama_config.h"
 #include "runtime/data/dataset.h"
+#include "runtime/data/mixture.h"
 #include "runtime/train/dpo.h"
 #include "runtime/train/run_schedule.h"
 #include "runtime/train/train_step.h"
@@ -86,6 +87,11 @@ struct TrainerOptions {
   double signal_lead_s = 0;
   // [train] objective = "dpo": the loss of the pairs, and their reference; null for SFT. Outlives the trainer.
   const PreferenceObjective* preference = nullptr;
+  // How an epoch draws on the training data's sources (empty: the dataset alone, each epoch a
+  // permutation of it), and where each source's validation part lies in the validation set (two
+  // or more: each is evaluated on its own too).
+  data::Mixture mixture;
+  std::vector<data::MixtureSource> val_sources;
 };
 
 class Trainer {

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Exactly once, whatever happens between starts: a property test through `shardtune run`.
 
-For packing, for padding and for DPO's preference pairs (a pair one sample; the reference's
-log-probabilities precomputed by the first start and read by the others, at any world size), an
-uninterrupted run gives the reference. Then random sequences of
+For packing, for padding, for DPO's preference pairs (a pair one sample; the reference's
+log-probabilities precomputed by the first start and read by the others, at any world size) and for
+a mixture of three alpaca sources by weight ([[data.sources]], two with a validation file of their
+own; an epoch ends where the first source would start over, so the others run through their samples
+across epochs), an uninterrupted run gives the reference. Then random sequences of
 starts, each at a random world size (1 to 4 ranks) and each ended by a stop signal after a random
 step (SIGUSR1 to a random rank, as Slurm sends ahead of a time limit), by a non-finite loss on a
 random rank at a random step (the run stops with exit 3, every save due before that step
@@ -25,7 +27,11 @@ save in flight; packing's saves block. Every job must end with:
   - the last step's learning rate equal to the cosine schedule's formula at that step's first
     sample (positions over the whole run, warmup counted in the first start's global batch);
   - the newest checkpoint at the last step, its cursor at the end of the data;
-  - one validation per epoch.
+  - one validation per epoch;
+  - for the mixture, each source's samples trained exactly once per pass over it: a source an
+    epoch takes k of, over the run's T = k x epochs, trains each of its samples T // size or
+    T // size + 1 times, the latter exactly T % size of them; each epoch takes of each source its
+    weight's share within 2 samples; the steps' per-source counts add up to the sample ids'.
 
 usage: exactly_once_test.py SHARDTUNE SOURCE_DIR WORK_DIR [SEQUENCES_PER_MODE]
 """
@@ -68,6 +74,12 @@ json.dump(records[RECORDS:RECORDS + 8], open(os.path.join(work, "val.json"), "w"
 pairs = open(os.path.join(src, "configs/data/tiny-preference.jsonl")).readlines()
 open(os.path.join(work, "pairs.jsonl"), "w").writelines(pairs[:RECORDS])
 open(os.path.join(work, "pairs-val.jsonl"), "w").writelines(pairs[RECORDS:RECORDS + 8])
+# The mixture: the same 37 records as three sources of 20, 12 and 5, weighted 3, 1 and 1.
+MIX = [("large", 3.0, records[:20]), ("medium", 1.0, records[20:32]), ("small", 1.0, records[32:RECORDS])]
+for name, _, part in MIX:
+    json.dump(part, open(os.path.join(work, f"{name}.json"), "w"))
+json.dump(records[RECORDS:RECORDS + 4], open(os.path.join(work, "val-large.json"), "w"))
+json.dump(records[RECORDS + 4:RECORDS + 8], open(os.path.join(work, "val-medium.json"), "w"))
 # DPO on the pairs: full fine-tuning against its starting weights, precomputed.
 PREFERENCE = ["train.objective=dpo", "data.format=preference", f"data.train_file={work}/pairs.jsonl",
               f"data.val_file={work}/pairs-val.jsonl",
@@ -110,10 +122,22 @@ log_every_steps = 1000
 sample_ids = true
 """)
 
+job_text = open(os.path.join(work, "job.toml")).read()
+sources = "".join(f"""[[data.sources]]
+name = "{name}"
+weight = {weight}
+train_file = "{work}/{name}.json"
+{f'val_file = "{work}/val-{name}.json"' if name != "small" else "val_fraction = 0.0"}
+""" for name, weight, _ in MIX)
+with open(os.path.join(work, "job-mixture.toml"), "w") as f:
+    f.write(job_text.replace(f'train_file = "{work}/train.json"\nval_file = "{work}/val.json"\n', "")
+            .replace("[train]\n", sources + "[train]\n"))
+
 
 def start(out, ranks, mode, env=None, signal_after=None, sets=()):
-    batching = "padding" if mode == "preference" else mode
-    cmd = [st, "run", os.path.join(work, "job.toml"), "-n", str(ranks), "--set", f"job.output_dir={out}",
+    batching = {"preference": "padding", "mixture": "padding"}.get(mode, mode)
+    job = os.path.join(work, "job-mixture.toml" if mode == "mixture" else "job.toml")
+    cmd = [st, "run", job, "-n", str(ranks), "--set", f"job.output_dir={out}",
            "--set", f"train.batching_strategy={batching}", "--set", f"checkpoint.async={str(mode != 'packing').lower()}"]
     for s in (PREFERENCE if mode == "preference" else []) + list(sets):
         cmd += ["--set", s]
@@ -205,20 +229,59 @@ def check(name, out, reference, rows, first_batch):
     if manifest["step"] != last["step"] or (manifest["epoch"], manifest["sample_in_epoch"]) != (EPOCHS, 0):
         fail(f"{name}: the newest checkpoint is step {manifest['step']} at epoch {manifest['epoch']} sample "
              f"{manifest['sample_in_epoch']}; the last step is {last['step']}")
+    if name.startswith("mixture"):
+        check_mixture(name, out, got, steps)
+
+
+def mixture_plan(out):
+    """[(name, weight, per epoch, size, offset)] from the log's line on what an epoch takes."""
+    log = open(os.path.join(out, "logs", "rank-00000.log")).read()
+    line = re.search(r"mixture: an epoch takes (\d+) samples: (.*)", log)
+    plan, offset = [], 0
+    for name, per, size in re.findall(r'"(\w+)" (\d+) of its (\d+)', line.group(2)):
+        weight = next(w for n, w, _ in MIX if n == name)
+        plan.append((name, weight, int(per), int(size), offset))
+        offset += int(size)
+    assert sum(p[2] for p in plan) == int(line.group(1)), line.group(0)
+    return plan
+
+
+def check_mixture(name, out, got, steps):
+    plan = mixture_plan(out)
+    epoch = sum(p[2] for p in plan)
+    total_weight = sum(p[1] for p in plan)
+    counted = collections.Counter()
+    for r in steps:
+        counted.update(r["sources"])
+    for source, weight, per, size, offset in plan:
+        if abs(per - weight / total_weight * epoch) >= 2:
+            fail(f"{name}: an epoch takes {per} of {source}, its weight's share is {weight / total_weight * epoch:.2f}")
+        times = collections.Counter()
+        for (_, i), n in got.items():
+            if offset <= i < offset + size:
+                times[i] += n
+        trained = sum(times.values())
+        k, r = divmod(trained, size)
+        if trained != per * EPOCHS or counted[source] != trained:
+            fail(f"{name}: {source} trained {trained} samples, the steps count {counted[source]}, "
+                 f"{per} x {EPOCHS} epochs expected")
+        over = [i for i in range(offset, offset + size) if times[i] not in (k, k + 1)]
+        if over or sum(1 for i in range(offset, offset + size) if times[i] == k + 1) != r:
+            fail(f"{name}: {source}'s samples are not trained once per pass: {dict(times)}")
 
 
 def sequences(mode):
     rng = random.Random(f"20261125-{mode}")  # a seed per mode: the same sequences whichever thread runs first
     phases = []  # the kill phases not yet used in this round
-    offset = {"packing": 0, "padding": 3, "preference": 1}[mode]
+    offset = {"packing": 0, "padding": 3, "preference": 1, "mixture": 2}[mode]
     ref_out = os.path.join(work, f"{mode}-reference")
     if start(ref_out, 3, mode) != 0:
         fail(f"{mode}: the uninterrupted run failed (see {ref_out}.log)")
         return
     reference = trained(ref_out)
-    rows = len({i for _, i in reference})
+    rows = sum(n for (e, _), n in reference.items() if e == 1)  # samples per epoch
     say(f"{mode}: {rows} samples per epoch, {len(steps_of(ref_out))} records in the uninterrupted run")
-    for n in range(per_mode):
+    for n in range(min(per_mode, 2) if mode == "mixture" else per_mode):
         out = os.path.join(work, f"{mode}-{n}")
         ranks = rng.randint(1, 4)
         first_batch = None  # the global batch of the start that committed the job's first checkpoint
@@ -322,8 +385,8 @@ def sequences(mode):
 
 
 # The modes share nothing but the data files (each mode caches its own tokens): one thread each.
-with concurrent.futures.ThreadPoolExecutor(3) as pool:
-    for future in [pool.submit(sequences, mode) for mode in ("packing", "padding", "preference")]:
+with concurrent.futures.ThreadPoolExecutor(4) as pool:
+    for future in [pool.submit(sequences, mode) for mode in ("packing", "padding", "preference", "mixture")]:
         future.result()
 # Every run crashes a save at each of its phases.
 if per_mode >= 4 and killed_at != set(PHASES):

@@ -128,7 +128,8 @@ RUNS = {
                   ("checkpoint.every_steps", "1"), ("checkpoint.keep_last", "1"), ("checkpoint.async", "true"),
                   ("metrics.log_every_steps", "1"),
                   ("metrics.peak_tflops", "100"), ("metrics.save_metrics", "true"), ("metrics.flop_counter", "true"),
-                  ("metrics.flop_counter_start", "1")), (0,), None),
+                  ("metrics.flop_counter_start", "1"), ("metrics.tensorboard", "true")), (0,), None),
+    "epoch_samples": (sets(("data.samples_per_epoch", "20")), (0,), None),
     "precision": (sets(("train.pure_bf16", "true"), ("train.freeze_layers", "true"), ("train.num_freeze_layers", "2"),
                        ("train.max_train_step", "2"), ("train.lr_scheduler", "cosine")), (0,), None),
     "nonfinite": (sets(("train.lr", "1e30"), ("train.on_nonfinite", "skip_step")), (0, 3), None),
@@ -303,6 +304,8 @@ ROWS = [
     ("metrics.flop_counter", "true", "log", ("misc", r"flop counter: step")),
     ("metrics.flop_counter_start", "1", "log", ("misc", r"flop counter: step 2 ")),
     ("metrics.sample_ids", "true", "metrics", ("base", "'sample_ids' in steps[0]")),
+    ("metrics.tensorboard", "true", "files", ("misc", "tensorboard")),
+    ("data.samples_per_epoch", "20", "log", ("epoch_samples", r"mixture: an epoch takes 20 samples")),
 ]
 
 

@@ -14,8 +14,12 @@
 #    multiplied) agrees with the 6·N + 12·L·d·T estimate within 2%;
 #  - the profiler's Chrome trace of each rank holds steps 6 and 7 only (4 waited, 1 warm-up
 #    discarded), with LibTorch's operators and every named range, the checkpoint save included;
-#  - save_metrics without jsonl, a flop counter step inside the profiled steps, and llama-recipes'
-#    [train] save_metrics are refused.
+#  - TensorBoard's event files (tensorboard_check.py: decoded from TensorFlow's .proto by protoc's
+#    Python, CRCs checked) hold every scalar of metrics.jsonl, step for step, after the first run
+#    and after the resume, whose second file supersedes steps 6..12 of the first; an event folder
+#    that cannot be made is a warning and the run trains to its end;
+#  - save_metrics without jsonl, a flop counter step inside the profiled steps, tensorboard without
+#    jsonl and llama-recipes' [train] save_metrics are refused.
 # usage: metrics_test.sh SHARDTUNE SOURCE_DIR
 set -u
 st=$1 src=$2
@@ -64,6 +68,7 @@ use_profiler = true
 profiler_wait_steps = 4
 profiler_warmup_steps = 1
 profiler_active_steps = 2
+tensorboard = true
 TOML
 
 run() {  # run NAME RANKS [--set ...]
@@ -167,6 +172,21 @@ strip() { sed 's/, "step_seconds".*//' "$1"; }
 grep -q "resuming at step 6" "$tmp/again/logs/rank-00000.log" || fail "the run did not resume at step 6"
 [ "$(strip "$tmp/again/metrics.jsonl")" = "$(strip "$tmp/two/metrics.jsonl")" ] ||
   fail "after resuming at step 6, metrics.jsonl is not the uninterrupted run's: $(diff <(strip "$tmp/two/metrics.jsonl") <(strip "$tmp/again/metrics.jsonl") | head -5)"
+
+$py tests/cli/tensorboard_check.py "$tmp/two" 1 || fail "the first run's TensorBoard files are not its metrics.jsonl"
+$py tests/cli/tensorboard_check.py "$tmp/again" 2 || fail "after the resume, TensorBoard's files are not metrics.jsonl"
+
+# A folder that cannot be made (a file is in the way): a warning, and training goes on to its end.
+mkdir -p "$tmp/blocked" && touch "$tmp/blocked/tensorboard"
+run blocked 1 --set train.max_train_step=2 --set metrics.use_profiler=false --set metrics.flop_counter=false
+grep -q "cannot write the TensorBoard events" "$tmp/blocked/logs/rank-00000.log" ||
+  fail "an unwritable TensorBoard folder gave no warning"
+[ "$(grep -c '"step":' "$tmp/blocked/metrics.jsonl")" -eq 2 ] || fail "an unwritable TensorBoard folder stopped training"
+
+"$st" validate "$tmp/job.toml" --set metrics.jsonl=false --set metrics.save_metrics=false >"$tmp/tbjsonl.log" 2>&1 &&
+  fail "tensorboard without jsonl was accepted"
+grep -q "tensorboard = true writes the records of metrics.jsonl" "$tmp/tbjsonl.log" ||
+  fail "tensorboard without jsonl: $(cat "$tmp/tbjsonl.log")"
 
 "$st" run "$tmp/job.toml" -n 2 --set "job.output_dir=$tmp/nojsonl" --set metrics.jsonl=false >"$tmp/nojsonl.log" 2>&1 &&
   fail "save_metrics without jsonl was accepted"
