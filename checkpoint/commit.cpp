@@ -191,15 +191,7 @@ PendingCheckpoint::Committed PendingCheckpoint::commit(const Manifest& manifest,
   committed_ = true;
   common::fsync_path(root_, true);
   common::kill_point("renamed", manifest.step);
-  // `latest` moves atomically: a new link under a name of its own, renamed over the old one.
-  try {
-    const std::string link_tmp = fmt::format("{}/{}latest-{}", root_, kTmpPrefix, common::unique_suffix());
-    fs::create_directory_symlink(step_dir_name(step_), link_tmp);
-    fs::rename(link_tmp, root_ + "/latest");
-    common::fsync_path(root_, true);
-  } catch (const std::exception& e) {
-    out.warnings.push_back(fmt::format("could not point {}/latest at {}: {}", root_, step_dir_name(step_), e.what()));
-  }
+  if (std::optional<std::string> problem = point_latest_at(root_, step_dir_name(step_))) out.warnings.push_back(*problem);
   common::kill_point("latest-updated", manifest.step);
   for (std::string& later : set_aside_later_steps(root_, step_, out.warnings)) out.set_aside.push_back(std::move(later));
   if (keep_last > 0) {
@@ -272,6 +264,19 @@ std::vector<std::string> uncommitted_step_dirs(const std::string& root) {
   }
   std::sort(out.begin(), out.end());
   return out;
+}
+
+std::optional<std::string> point_latest_at(const std::string& root, const std::string& name) {
+  // `latest` moves atomically: a new link under a name of its own, renamed over the old one.
+  try {
+    const std::string link_tmp = fmt::format("{}/{}latest-{}", root, kTmpPrefix, common::unique_suffix());
+    fs::create_directory_symlink(name, link_tmp);
+    fs::rename(link_tmp, root + "/latest");
+    common::fsync_path(root, true);
+  } catch (const std::exception& e) {
+    return fmt::format("could not point {}/latest at {}: {}", root, name, e.what());
+  }
+  return std::nullopt;
 }
 
 std::optional<std::string> find_latest_checkpoint(const std::string& root) {

@@ -78,6 +78,9 @@ class PendingDirectory {
 std::vector<std::string> prune_checkpoints(const std::string& root, int64_t keep_last, const std::string& keep,
                                            int64_t older_than_ns);
 
+// Points `root`/latest at the step folder `name` (atomically); the problem, if it could not.
+std::optional<std::string> point_latest_at(const std::string& root, const std::string& name);
+
 // The most recently committed checkpoint under `root` whose manifest is sound (others are
 // skipped with a warning), or nullopt.
 std::optional<std::string> find_latest_checkpoint(const std::string& root);

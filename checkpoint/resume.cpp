@@ -171,6 +171,20 @@ TrainingState load(const std::string& dir, const ResumeRequest& request, fsdp::F
   return state;
 }
 
+// A start resumes its own directory's newest loadable checkpoint; `latest` names it too, also when
+// a crash came between a save's rename and its link (the checkpoint was committed, the link not
+// moved) or a damaged newer one was set aside.
+void repoint_latest(const std::string& root, const std::string& resumed) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path dir(resumed);
+  if (!fs::equivalent(dir.parent_path(), root, ec) || fs::equivalent(fs::path(root) / "latest", dir, ec)) return;
+  if (std::optional<std::string> problem = point_latest_at(root, dir.filename().string()))
+    spdlog::warn("{}", *problem);
+  else
+    spdlog::info("{}/latest now names {}, the checkpoint resumed", root, dir.filename().string());
+}
+
 }  // namespace
 
 std::optional<TrainingState> resume(const ResumeRequest& request, fsdp::FsdpLlama& model, fsdp::Optimizer& optimizer,
@@ -192,7 +206,10 @@ std::optional<TrainingState> resume(const ResumeRequest& request, fsdp::FsdpLlam
   for (const std::string& dir : candidates) {
     try {
       TrainingState state = load(dir, request, model, optimizer, world);
-      if (world.rank() == 0) set_aside(skipped);
+      if (world.rank() == 0) {
+        set_aside(skipped);
+        if (fall_back) repoint_latest(c.dir, dir);  // the newest that loads, not one the job names
+      }
       return state;
     } catch (const common::Error& e) {
       if (!fall_back || !is_damage(e)) throw;

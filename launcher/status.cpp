@@ -75,7 +75,7 @@ std::string source_lines(const std::string& output_dir) {
   std::map<std::string, std::string> validated;
   int64_t total = 0;
   for (std::string line; std::getline(in, line);) {
-    if (line.find("\"sources\"") == std::string::npos) continue;  // cheap: most records have none
+    if (line.find("sources\"") == std::string::npos) continue;  // cheap: most records have none
     const nlohmann::json r = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (!r.is_object()) continue;
     if (auto it = r.find("sources"); it != r.end() && it->is_object()) {

@@ -15,6 +15,7 @@
 #include "common/error.h"
 #include "common/fault_injection.h"
 #include "common/process_memory.h"
+#include "runtime/data/mixed_dataset.h"
 #include "runtime/dist/device.h"
 #include "runtime/dist/text_collectives.h"
 #include "runtime/fsdp/adafactor.h"
@@ -25,14 +26,13 @@
 #include "runtime/train/data_order.h"
 #include "runtime/train/evaluate.h"
 #include "runtime/train/host_allocator.h"
-#include "runtime/data/mixed_dataset.h"
 #include "runtime/train/metrics_log.h"
-#include "runtime/train/tensorboard_log.h"
 #include "runtime/train/nonfinite_guard.h"
 #include "runtime/train/prefetch.h"
 #include "runtime/train/profiler.h"
 #include "runtime/train/step_metrics.h"
 #include "runtime/train/stop_request.h"
+#include "runtime/train/tensorboard_log.h"
 #include "runtime/train/throughput_window.h"
 #include "runtime/train/train_step.h"
 
@@ -383,7 +383,7 @@ bool Trainer::finish_step(Run& run, const StepSpan& span, Outcome& out) {
   const bool due = (every > 0 && run.steps_taken % every == 0) || last;
   // Only a whole epoch's validation is owed to a resume: the one at the end of a run that
   // max_train_step cut mid-epoch validates what it trained so far, and the epoch goes on after it.
-  const bool pending = run.validates && span.end == train_.size();
+  const bool pending = run.validates && span.end == run.order.epoch_size();
   // A save in the background commits at the first boundary where every rank has written it; the
   // next save, a stop and the end wait for it. At most one is in flight.
   if (run.in_flight)

@@ -500,7 +500,7 @@ grep -q "resuming at step 20" "$part/logs/rank-00000.log" || fail "did not resum
 
 # SIGKILL at every phase of a save written in the background (of step 15, every 5 steps; step 10 is
 # committed): the job dies, and a new job resumes from a checkpoint that verifies, the new one only
-# if it was committed. The files are written on the save's own thread, while step 16 trains; the
+# if it was committed (and `latest` names it). The files are written on the save's own thread, while step 16 trains; the
 # commit comes at a later step boundary. (exactly_once kills the saves that block, at every phase.)
 # Each job begins at the copied step 10 (2 ranks), so the killed start resumes too: the new job's
 # own output says where it resumed, not the rank log both write.
@@ -516,6 +516,9 @@ kill_case() {  # kill_case PHASE:RANK
     *) want=10 ;;
   esac
   grep -q "resuming at step $want" "$log" || fail "$phase: did not resume at step $want"
+  # Killed between the rename and the link: the start that resumes the new checkpoint moves `latest` to it.
+  [ "$phase" != renamed ] || grep -q "latest now names step-0000015, the checkpoint resumed" "$out/logs/rank-00000.log" ||
+    fail "renamed: the resumed start did not point latest at step 15"
   "$ckpt" verify "$out/checkpoints/step-00000$want" >/dev/null || fail "$phase: the resumed checkpoint does not verify"
   [ -z "$(ls -A "$out/checkpoints" | grep '^\.tmp')" ] || [ "$want" = 10 ] || fail "$phase: a temporary directory was left"
 }

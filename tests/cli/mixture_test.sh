@@ -133,8 +133,8 @@ c = collections.Counter()
 for l in open(sys.argv[1]):
     r = json.loads(l)
     c.update(r.get('sources', {}))
-print(f\"chat {c['chat']} \")" "$tmp/mixed/metrics.jsonl")
-grep -q "samples trained: $want" "$tmp/status" || fail "status does not count the sources ($want): $(cat "$tmp/status")"
+print(f\"chat {c['chat']} (\")" "$tmp/mixed/metrics.jsonl")
+grep "^samples trained: " "$tmp/status" | grep -qF "$want" || fail "status does not count the sources ($want): $(cat "$tmp/status")"
 grep -q "validation by source: .*chat loss" "$tmp/status" || fail "status shows no validation by source"
 
 # DPO on two sources of pairs, the reference precomputed once and read back.
@@ -187,7 +187,7 @@ PY
 refused() {  # refused WHAT FILE-NAMED SOURCE-TOML
   { head_toml bad; printf '[data]\ntokenizer = "configs/data/tiny-chat-tokenizer/tokenizer.json"\n'
     printf '[[data.sources]]\nname = "chat"\nformat = "chat"\ntrain_file = "configs/data/tiny-chat.jsonl"\n'
-    printf '%s' "$3"; tail_toml; } >"$tmp/bad.toml"
+    printf '%s\n' "$3"; tail_toml; } >"$tmp/bad.toml"
   rm -rf "$tmp/bad"
   if "$st" run "$tmp/bad.toml" -n 1 >"$tmp/bad.log" 2>&1; then
     fail "$1 was accepted"
