@@ -186,11 +186,13 @@ JobData mix_sources(const job::Job& job, const ModelTokens& model, const Tokeniz
     JobData part = load_source(alone, source.name, model, tokenizer, tok_path, context);
     const int64_t offset = sources.empty() ? 0 : sources.back().offset + sources.back().size;
     sources.push_back({source.name, source.weight, offset, part.train->size()});
-    for (const auto& [key, value] : part.identity.decides)
-      out.identity.decides[fmt::format("source {}: {}", source.name, key)] = value;
-    out.identity.decides[fmt::format("source {}: weight", source.name)] = fmt::format("{}", source.weight);
-    for (const auto& [key, value] : part.identity.made_from)
-      out.identity.made_from[fmt::format("source {}: {}", source.name, key)] = value;
+    // One source trains as [data] alone does (its weight changes nothing): the same identity, so
+    // that either spelling resumes the other's checkpoints.
+    const bool alone_in_mix = job.data_sources.size() == 1;
+    const std::string prefix = alone_in_mix ? "" : fmt::format("source {}: ", source.name);
+    for (const auto& [key, value] : part.identity.decides) out.identity.decides[prefix + key] = value;
+    if (!alone_in_mix) out.identity.decides[prefix + "weight"] = fmt::format("{}", source.weight);
+    for (const auto& [key, value] : part.identity.made_from) out.identity.made_from[prefix + key] = value;
     train_parts.push_back(std::move(part.train));
     if (part.val != nullptr) {
       out.val_sources.push_back({source.name, source.weight, val_offset, part.val->size()});

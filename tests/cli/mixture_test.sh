@@ -2,7 +2,7 @@
 # Several data sources ([[data.sources]]) through `shardtune run`, checked against what each
 # source holds and against a run without sources:
 #  - one source of weight 1 is the job without sources: metrics.jsonl the same, record for record
-#    (losses bitwise, timings aside);
+#    (losses bitwise, timings aside), and it resumes that job's checkpoint;
 #  - conversations (chat, weight 3) mixed with alpaca records (weight 1), 2 ranks, 2 epochs: the log
 #    says what an epoch takes of each; each epoch takes each source's weight's share within 2
 #    samples, the sample ids trained map to the sources in those numbers, and the steps' per-source
@@ -71,6 +71,12 @@ done
 strip() { sed 's/, "step_seconds".*//' "$1"; }
 [ "$(strip "$tmp/plain/metrics.jsonl")" = "$(strip "$tmp/single/metrics.jsonl")" ] && [ -s "$tmp/plain/metrics.jsonl" ] ||
   fail "one source of weight 1 trains otherwise than [data] alone: $(diff <(strip "$tmp/plain/metrics.jsonl") <(strip "$tmp/single/metrics.jsonl") | head -4)"
+
+# Either spelling resumes the other's checkpoint: one source's identity is [data]'s.
+"$st" run "$tmp/single.toml" -n 1 --set train.max_train_step=10 --set "job.output_dir=$tmp/crossed" \
+  --set "checkpoint.resume=$tmp/plain/checkpoints/latest" >"$tmp/crossed.log" 2>&1 ||
+  fail "one source did not resume the checkpoint of [data] alone: $(tail -3 "$tmp/crossed.log")"
+grep -q "resuming at step 8" "$tmp/crossed/logs/rank-00000.log" || fail "one source did not resume at step 8"
 
 # Conversations and alpaca records, 3 to 1.
 { head_toml mixed; printf '[data]\ntokenizer = "configs/data/tiny-chat-tokenizer/tokenizer.json"\nval_fraction = 0.1\n'
