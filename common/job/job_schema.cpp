@@ -399,8 +399,8 @@ std::vector<SectionSpec> build_schema() {
     s.field("samples_per_epoch", &DataSection::samples_per_epoch,
             "Samples of an epoch, drawn from the sources by weight (each source in its own seeded order, starting "
             "over once all its samples are used). 0: the epoch ends where a source would start over (one source: "
-            "all its samples; docs/data-mixing.md).")
-        .in_range(0, int64_t{1} << 40);
+            "all its samples; docs/data-mixing.md). Each rank holds an epoch's order in memory (10 bytes a sample).")
+        .in_range(0, 100000000);
   }
   {
     SectionBuilder<TrainSection> s(schema, "train", "The training run (llama-recipes' names and defaults).",
