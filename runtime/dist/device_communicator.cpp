@@ -4,6 +4,16 @@
 #include "common/error.h"
 
 namespace shardtune::dist {
+namespace {
+
+// A group of one rank: every collective is its own input, so none goes to a backend (no NCCL
+// launch, no MPI call). What is left is a copy where the output is not the input's own storage,
+// on the caller's stream on a GPU, so the result is ordered as a collective's would be.
+void copy_unless_same(const at::Tensor& input, at::Tensor& output) {
+  if (input.data_ptr() != output.data_ptr()) output.copy_(input.reshape(output.sizes()));
+}
+
+}  // namespace
 
 DeviceCommunicator::DeviceCommunicator(std::unique_ptr<MpiCommunicator> host, std::unique_ptr<Communicator> device_backend)
     : host_(std::move(host)), device_(std::move(device_backend)) {}
@@ -25,21 +35,38 @@ Communicator& DeviceCommunicator::for_tensor(const at::Tensor& t, std::string_vi
 }
 
 WorkHandle DeviceCommunicator::start_all_gather(const at::Tensor& input, at::Tensor& output) {
-  return for_tensor(input, "all_gather").start_all_gather(input, output);
+  Communicator& backend = for_tensor(input, "all_gather");
+  if (size() > 1) return backend.start_all_gather(input, output);
+  check_all_gather_sizes(*this, input, output);
+  copy_unless_same(input, output);
+  return std::make_unique<DoneWork>();
 }
 
 WorkHandle DeviceCommunicator::start_reduce_scatter(const at::Tensor& input, at::Tensor& output, ReduceOp op) {
-  return for_tensor(input, "reduce_scatter").start_reduce_scatter(input, output, op);
+  Communicator& backend = for_tensor(input, "reduce_scatter");
+  if (size() > 1) return backend.start_reduce_scatter(input, output, op);
+  check_reduce_scatter_sizes(*this, input, output);
+  copy_unless_same(input, output);  // the sum, mean, maximum or minimum of one
+  return std::make_unique<DoneWork>();
 }
 
 WorkHandle DeviceCommunicator::start_all_reduce(at::Tensor& tensor, ReduceOp op) {
-  return for_tensor(tensor, "all_reduce").start_all_reduce(tensor, op);
+  Communicator& backend = for_tensor(tensor, "all_reduce");
+  if (size() > 1) return backend.start_all_reduce(tensor, op);
+  return std::make_unique<DoneWork>();
 }
 
-void DeviceCommunicator::broadcast(at::Tensor& tensor, int root) { for_tensor(tensor, "broadcast").broadcast(tensor, root); }
+void DeviceCommunicator::broadcast(at::Tensor& tensor, int root) {
+  Communicator& backend = for_tensor(tensor, "broadcast");
+  if (size() > 1) return backend.broadcast(tensor, root);
+  check_root(*this, root, "broadcast");
+}
 
 void DeviceCommunicator::gather(const at::Tensor& input, at::Tensor& output, int root) {
-  for_tensor(input, "gather").gather(input, output, root);
+  Communicator& backend = for_tensor(input, "gather");
+  if (size() > 1) return backend.gather(input, output, root);
+  check_gather_sizes(*this, input, output, root);
+  copy_unless_same(input, output);
 }
 
 }  // namespace shardtune::dist

@@ -27,6 +27,8 @@ class MpiCommunicator final : public Communicator {
   const std::string& name() const override { return name_; }
   MPI_Comm comm() const { return comm_; }
   double timeout_s() const { return watchdog_->timeout_s(); }
+  // Collectives started on this communicator so far.
+  uint64_t collectives_started() const { return seq_; }
 
   WorkHandle start_all_gather(const at::Tensor& input, at::Tensor& output) override;
   WorkHandle start_reduce_scatter(const at::Tensor& input, at::Tensor& output, ReduceOp op) override;

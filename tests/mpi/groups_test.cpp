@@ -5,10 +5,55 @@
 #include <ATen/ops/empty.h>
 #include <gtest/gtest.h>
 
+#include <ATen/ops/arange.h>
+#include <ATen/ops/zeros.h>
+
+#include "common/error.h"
+#include "runtime/dist/device_communicator.h"
 #include "runtime/dist/process_groups.h"
 
 namespace shardtune::dist {
 namespace {
+
+// A group of one rank (a NO_SHARD job's shard groups, a one-rank job's every group): each
+// collective's result is its input, and none reaches the backend.
+TEST(ProcessGroups, AGroupOfOneRankCallsNoBackend) {
+  ProcessGroups groups = make_mpi_groups(MPI_COMM_WORLD, 1, 60.0);
+  auto& one = dynamic_cast<DeviceCommunicator&>(*groups.shard);
+  ASSERT_EQ(one.size(), 1);
+  const uint64_t before = one.host().collectives_started();
+  const at::Tensor in = at::arange(6, at::kFloat);
+  at::Tensor out = at::zeros({6}, at::kFloat);
+  one.all_gather(in, out);
+  EXPECT_TRUE(out.equal(in));
+  one.all_gather(out, out);  // in place: the input is the output's own slot
+  EXPECT_TRUE(out.equal(in));
+  at::Tensor reduced = at::zeros({6}, at::kFloat);
+  one.reduce_scatter(in, reduced, ReduceOp::kAvg);
+  EXPECT_TRUE(reduced.equal(in));
+  at::Tensor summed = in.clone();
+  one.all_reduce(summed, ReduceOp::kSum);
+  EXPECT_TRUE(summed.equal(in));
+  one.broadcast(summed, 0);
+  at::Tensor gathered = at::zeros({6}, at::kFloat);
+  one.gather(in, gathered, 0);
+  EXPECT_TRUE(gathered.equal(in));
+  EXPECT_EQ(one.host().collectives_started(), before);
+  // The checks a backend makes still hold.
+  EXPECT_THROW(one.broadcast(summed, 1), common::Error);
+  at::Tensor wrong = at::zeros({5}, at::kFloat);
+  EXPECT_THROW(one.all_gather(in, wrong), common::Error);
+  EXPECT_THROW(one.reduce_scatter(in, wrong, ReduceOp::kSum), common::Error);
+  // A group of two or more still goes to its backend.
+  if (groups.world->size() > 1) {
+    auto& world = dynamic_cast<DeviceCommunicator&>(*groups.world);
+    const uint64_t world_before = world.host().collectives_started();
+    at::Tensor t = in.clone();
+    world.all_reduce(t, ReduceOp::kSum);
+    EXPECT_TRUE(t.equal(in.mul(world.size())));
+    EXPECT_GT(world.host().collectives_started(), world_before);
+  }
+}
 
 double grad_value(int rank, int64_t i) { return static_cast<double>((rank * 7 + i * 3) % 11) - 5.0; }
 
