@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <set>
@@ -13,7 +14,6 @@
 #include "common/job/schema.h"
 #include "common/job/toml_position.h"
 #include "common/prompt_template.h"
-#include "common/shell_words.h"
 
 namespace shardtune::job {
 namespace {
@@ -28,8 +28,14 @@ Job as_job(const Job& job, const DataSection& data) {
   return out;
 }
 
+// Names go into metrics.jsonl keys, TensorBoard tags and chart titles as they are.
+bool name_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.'; }
+
+// The training file's name without its extension, other characters as '_'.
 std::string default_name(const std::string& train_file) {
   std::string stem = std::filesystem::path(train_file).stem().string();
+  for (char& c : stem)
+    if (!name_char(c)) c = '_';
   return stem.empty() ? "source" : stem;
 }
 
@@ -44,8 +50,8 @@ void read_entry(const toml::table& entry, size_t index, const std::string& file,
     const std::string dotted = key_of(index, key);
     if (key == "name") {
       auto name = value.value_exact<std::string>();
-      if (!name || name->empty() || !common::is_one_line(*name) || name->find_first_of("/\\ ") != std::string::npos)
-        diags.error(pos, dotted, "expected a non-empty name without spaces, slashes or control characters");
+      if (!name || name->empty() || !std::all_of(name->begin(), name->end(), name_char))
+        diags.error(pos, dotted, "expected a non-empty name of letters, digits, '_', '-' and '.'");
       else
         source.name = *name, named = true;
     } else if (key == "weight") {
@@ -196,8 +202,8 @@ std::string data_sources_markdown() {
       "Several data files mixed by weight, one table each (docs/data-mixing.md). Instead of [data] train_file and "
       "val_file.\n\n"
       "| key | type | default | meaning |\n|---|---|---|---|\n"
-      "| `name` | string | the training file's name without its extension | How logs, metrics and charts name the "
-      "source; unique. |\n"
+      "| `name` | string | the training file's name without its extension (other characters as `_`) | How logs, "
+      "metrics and charts name the source: letters, digits, `_`, `-` and `.`; unique. |\n"
       "| `weight` | float | `1.0` | The source's share of the samples is its weight over the sum of the weights; > 0. |\n"
       "\nA source may also set these [data] keys, which default to [data]'s: {}. A key that the source's format does "
       "not read is refused.\n",

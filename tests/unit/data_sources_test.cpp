@@ -64,6 +64,13 @@ val_fraction = 0.0
   }
 }
 
+TEST(DataSources, AFileNameBecomesANameOfSafeCharacters) {
+  const LoadedJob loaded =
+      parse_job(std::string(kJob) + "\n[[data.sources]]\ntrain_file = \"/d/my set \\\"v2\\\".json\"\n", "job.toml", {});
+  ASSERT_FALSE(loaded.diagnostics.has_errors()) << loaded.diagnostics.to_string();
+  EXPECT_EQ(data_sources(loaded.job)[0].name, "my_set__v2_");
+}
+
 TEST(DataSources, WithoutEntriesDataIsTheOneSource) {
   const LoadedJob loaded = parse_job(std::string(kJob) + "train_file = \"a.json\"\n", "job.toml", {});
   ASSERT_FALSE(loaded.diagnostics.has_errors()) << loaded.diagnostics.to_string();
@@ -83,6 +90,8 @@ TEST(DataSources, BadEntriesAreRefusedBySourceAndKey) {
   EXPECT_NE(errors(one + "tokenizer = \"t.json\"\n").find("[data] tokenizer is the job's"), std::string::npos);
   EXPECT_NE(errors(one + "samples_per_epoch = 5\n").find("[data] samples_per_epoch is the job's"), std::string::npos);
   EXPECT_NE(errors(one + one).find("two sources are named \"a\""), std::string::npos);
+  EXPECT_NE(errors(one + "name = \"a\\\"b\"\n").find("expected a non-empty name of letters"), std::string::npos);
+  EXPECT_NE(errors(one + "name = \"\"\n").find("data.sources[1].name"), std::string::npos);
   EXPECT_NE(errors("\n[[data.sources]]\nname = \"x\"\n").find("source \"x\": format \"alpaca\" needs train_file"),
             std::string::npos);
   EXPECT_NE(errors(one + "format = \"synthetic\"\n").find("synthetic data reads no file"), std::string::npos);
