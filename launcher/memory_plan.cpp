@@ -8,6 +8,7 @@
 
 #include "common/lora_targets.h"
 #include "runtime/data/job_data.h"
+#include "runtime/model/loss_chunk.h"
 #include "runtime/model/job_model_config.h"
 #include "runtime/quant/nf4.h"
 #include "runtime/quant/state_8bit.h"
@@ -234,11 +235,18 @@ MemoryPlan plan_memory(const job::Job& job, const model::LlamaConfig& config) {
   }
   // Unsharded gradients of the units whose reduction is in flight (the head's and the last
   // block's at the start of backward), in the reduce dtype, and the compute-dtype gradients
-  // autograd hands over for one unit.
-  add("gradient buffers",
-      fmt::format("two units' unsharded gradients in flight, {}{}", dtype_name(reduce),
-                  config.tie_word_embeddings && !lora ? " (the tied head's is the embedding's)" : ""),
-      (head_trainable + block_trainable) * reduce + std::max(head_trainable, block_trainable) * compute);
+  // autograd hands over for one unit. A rank alone reduces nothing: its gradients go straight into
+  // their shards (FlatParam::accumulate_grad), unless offloaded or reduced in another dtype.
+  const bool alone = plan.world == 1 && !job.fsdp.cpu_offload && reduce == master;
+  if (alone) {
+    add("gradient buffers", fmt::format("one unit's gradients as autograd hands them over, {}", dtype_name(compute)),
+        std::max(head_trainable, block_trainable) * compute);
+  } else {
+    add("gradient buffers",
+        fmt::format("two units' unsharded gradients in flight, {}{}", dtype_name(reduce),
+                    config.tie_word_embeddings && !lora ? " (the tied head's is the embedding's)" : ""),
+        (head_trainable + block_trainable) * reduce + std::max(head_trainable, block_trainable) * compute);
+  }
 
   // DPO's reference = "model": a frozen copy of the starting weights, sharded as the policy is and
   // held in the compute dtype (QLoRA's block projections in NF4). Its forward runs before the
@@ -279,12 +287,22 @@ MemoryPlan plan_memory(const job::Job& job, const model::LlamaConfig& config) {
     add("activations", fmt::format("every block's saved tensors ({})", per_block), tokens * s.layers * block_per_token);
   }
   // On a GPU the head's loss is fused (runtime/model/fused_ops.h: linear_cross_entropy) unless the
-  // head has LoRA: the logits in the compute dtype, their gradient written over them. Otherwise
-  // the logits, their fp32 log-softmax for the loss, and its gradient.
-  if (plan.cuda && s.adapters_head == 0) {
+  // head has LoRA: a chunk of rows' logits at a time in the compute dtype, their gradient written
+  // over them, and the gradients it yields kept for the backward: the hidden rows', and a trainable
+  // head's weight's. DPO with a trainable head keeps every row's logits' gradient instead (its
+  // weight's gradient needs each row's incoming gradient). Otherwise the logits, their fp32
+  // log-softmax for the loss, and its gradient.
+  const bool head_weight_trainable = !lora;
+  if (plan.cuda && s.adapters_head == 0 && dpo && head_weight_trainable) {
     add("logits and loss", fmt::format("{:.0f} x {:.0f} vocabulary: logits, their gradient written over them (fused)",
                                        tokens, s.v),
         tokens * s.v * compute);
+  } else if (plan.cuda && s.adapters_head == 0) {
+    const double chunk = std::clamp(std::floor(static_cast<double>(model::kLossChunkLogits) / s.v), 1.0, tokens);
+    add("logits and loss",
+        fmt::format("{:.0f} of {:.0f} rows x {:.0f} vocabulary at a time (fused), the hidden rows' gradient{}", chunk,
+                    tokens, s.v, head_weight_trainable ? " and the head weight's" : ""),
+        (chunk * s.v + tokens * s.d + (head_weight_trainable ? s.v * s.d : 0)) * compute);
   } else {
     add("logits and loss", fmt::format("{:.0f} x {:.0f} vocabulary: logits, fp32 log-softmax and its gradient", tokens, s.v),
         tokens * s.v * (compute + 4 + 4 + (compute == 2 ? 4 : 0)));

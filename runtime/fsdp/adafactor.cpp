@@ -229,10 +229,12 @@ void Adafactor::apply(Flat& f, size_t i, double step_lr, const at::Tensor& host_
   }
 }
 
-void Adafactor::step(double lr, const PieceObserver& updated) {
+void Adafactor::step(double lr, const PieceObserver& updated, double grad_scale) {
   at::NoGradGuard no_grad;
   ++step_;
   if (flats_.empty()) return;
+  if (grad_scale != 1.0)  // the statistics are sums over gradients: scaled first, as clipping would
+    for (Flat& f : flats_) f.grad.mul_(grad_scale);
   const at::TensorOptions fp32 = flats_.front().param.options().dtype(at::kFloat);
   at::Tensor sums = at::zeros({sums_numel_}, fp32);
   for (const Flat& f : flats_) accumulate(f, sums);

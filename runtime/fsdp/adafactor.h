@@ -66,7 +66,7 @@ class Adafactor final : public Optimizer {
 
   // Collective over the group. `lr` is the step size unless relative_step. `updated` is told of
   // each parameter once it is wholly updated.
-  void step(double lr, const PieceObserver& updated = nullptr) override;
+  void step(double lr, const PieceObserver& updated = nullptr, double grad_scale = 1.0) override;
   // With relative_step, the next step's relative step size (before scale_parameter's factor).
   double step_size(double lr) const override;
 

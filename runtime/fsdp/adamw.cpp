@@ -5,6 +5,7 @@
 #include <ATen/TensorOperators.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/all.h>
+#include <ATen/ops/full.h>
 #include <ATen/ops/isfinite.h>
 #include <ATen/ops/zeros.h>
 
@@ -173,11 +174,15 @@ bool AdamW::fused(size_t i) const {
                                 : path(i) != Path::kOps;
 }
 
-void AdamW::step(double lr, const PieceObserver& updated) {
+void AdamW::step(double lr, const PieceObserver& updated, double grad_scale) {
   at::NoGradGuard no_grad;
   ++step_;
   std::vector<size_t> on_device;
   for (size_t i = 0; i < params_.size(); ++i) {
+    // The fused passes take the scale in their own multiply; the others scale the gradient first,
+    // as a separate clipping pass would.
+    const bool fused_scale = !config_.blockwise_8bit && path(i) != Path::kOps;
+    if (grad_scale != 1.0 && !fused_scale) grads_[i].mul_(grad_scale);
     if (config_.blockwise_8bit) {
       ++steps_[i];
       step_8bit(i, lr);
@@ -188,13 +193,15 @@ void AdamW::step(double lr, const PieceObserver& updated) {
     const double bias_correction1 = 1 - std::pow(config_.beta1, step);
     const double bias_correction2_sqrt = std::sqrt(1 - std::pow(config_.beta2, step));
     switch (path(i)) {
-      case Path::kHostFused: step_host_fused(i, lr, bias_correction1, bias_correction2_sqrt, updated); break;
+      case Path::kHostFused:
+        step_host_fused(i, lr, bias_correction1, bias_correction2_sqrt, grad_scale, updated);
+        break;
       case Path::kDeviceFused: on_device.push_back(i); break;
       case Path::kOps: step_ops(i, lr, bias_correction1, bias_correction2_sqrt, updated); break;
     }
   }
   if (on_device.empty()) return;
-  step_device_fused(on_device, lr);
+  step_device_fused(on_device, lr, grad_scale);
   if (updated)
     for (size_t i : on_device)
       for (int64_t start = 0; start < params_[i].numel(); start += kObservedPieceElements)
@@ -290,7 +297,7 @@ void AdamW::step_ops(size_t i, double lr, double bias_correction1, double bias_c
 }
 
 void AdamW::step_host_fused(size_t i, double lr, double bias_correction1, double bias_correction2_sqrt,
-                            const PieceObserver& updated) {
+                            double grad_scale, const PieceObserver& updated) {
   const AdamWScalars s{static_cast<float>(1 - lr * config_.weight_decay),
                        static_cast<float>(config_.beta1),
                        static_cast<float>(1 - config_.beta1),
@@ -298,7 +305,8 @@ void AdamW::step_host_fused(size_t i, double lr, double bias_correction1, double
                        static_cast<float>(1 - config_.beta2),
                        static_cast<float>(bias_correction2_sqrt),
                        static_cast<float>(config_.eps),
-                       static_cast<float>(-lr / bias_correction1)};
+                       static_cast<float>(-lr / bias_correction1),
+                       static_cast<float>(grad_scale)};
   float* p = params_[i].data_ptr<float>();
   float* m = exp_avg_[i].data_ptr<float>();
   float* v = exp_avg_sq_[i].data_ptr<float>();
@@ -324,19 +332,32 @@ void AdamW::step_host_fused(size_t i, double lr, double bias_correction1, double
   }
 }
 
-void AdamW::step_device_fused(const std::vector<size_t>& params, double lr) {
+void AdamW::step_device_fused(const std::vector<size_t>& params, double lr, double grad_scale) {
 #if ST_DEVICE_FUSED_ADAMW
   // One call per device. The kernel reads each parameter's step (its own count: a parameter that
   // started training later counts from then) from a float32 scalar on the device, as
-  // torch.optim.AdamW(fused=True) keeps state["step"]: here the elements of one tensor, copied
-  // from the host once a step.
+  // torch.optim.AdamW(fused=True) keeps state["step"]: here the elements of one tensor, kept on
+  // the device and advanced there. The host copies the counts up (and waits for the device) only
+  // where they are not the last step's plus one: at the first step, or once a resume or a reset
+  // has set them.
   std::map<int, std::vector<size_t>> by_device;
   for (size_t i : params) by_device[params_[i].device().index()].push_back(i);
   for (const auto& [index, members] : by_device) {
-    std::vector<float> counts;
-    for (size_t i : members) counts.push_back(static_cast<float>(steps_[i]));
-    const at::Tensor steps = at::tensor(counts, at::TensorOptions().dtype(at::kFloat))
-                                 .to(params_[members.front()].device(), /*non_blocking=*/false, /*copy=*/true);
+    std::vector<int64_t> counts;
+    for (size_t i : members) counts.push_back(steps_[i]);
+    DeviceSteps& kept = device_steps_[index];
+    bool next = kept.values.defined() && kept.members == members;
+    for (size_t k = 0; next && k < members.size(); ++k) next = counts[k] == kept.counts[k] + 1;
+    if (next) {
+      kept.values.add_(1);
+    } else {
+      const std::vector<float> values(counts.begin(), counts.end());
+      kept.values = at::tensor(values, at::TensorOptions().dtype(at::kFloat))
+                        .to(params_[members.front()].device(), /*non_blocking=*/false, /*copy=*/true);
+    }
+    kept.members = members;
+    kept.counts = counts;
+    const at::Tensor& steps = kept.values;
     std::vector<at::Tensor> p, g, m, v, step;
     for (size_t k = 0; k < members.size(); ++k) {
       const size_t i = members[k];
@@ -346,8 +367,13 @@ void AdamW::step_device_fused(const std::vector<size_t>& params, double lr) {
       v.push_back(exp_avg_sq_[i]);
       step.push_back(steps.select(0, static_cast<int64_t>(k)));
     }
+    // The kernel divides each gradient by its grad_scale (a loss scale, for torch.amp): clipping's
+    // coefficient is its reciprocal. A scale of 1 passes none.
+    std::optional<at::Tensor> divisor;
+    if (grad_scale != 1.0)
+      divisor = at::full({}, 1.0 / grad_scale, steps.options());
     at::_fused_adamw_(p, g, m, v, {}, step, lr, config_.beta1, config_.beta2, config_.weight_decay, config_.eps,
-                      /*amsgrad=*/false, /*maximize=*/false);
+                      /*amsgrad=*/false, /*maximize=*/false, divisor);
     // The shards' version counters are what says a gathered copy is stale (runtime/fsdp/
     // flat_param.cpp); on an H200 (PyTorch 2.11, 2026-11-28) a bf16 copy kept gathered across
     // steps (NO_SHARD) never saw this call's updates. Moved here, as the host pass does.
@@ -357,6 +383,7 @@ void AdamW::step_device_fused(const std::vector<size_t>& params, double lr) {
 #else
   (void)params;
   (void)lr;
+  (void)grad_scale;
   ST_CHECK(false, common::ErrorKind::kInternal, "AdamW: no fused kernel for the device in this build");
 #endif
 }

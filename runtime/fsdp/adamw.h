@@ -10,6 +10,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -46,7 +47,7 @@ class AdamW final : public Optimizer {
   // codes and fp32 scales). `pieces` (8-bit only; empty: one piece, the whole parameter).
   void add(at::Tensor param, at::Tensor grad, std::vector<StatePiece> pieces = {});
 
-  void step(double lr, const PieceObserver& updated = nullptr) override;
+  void step(double lr, const PieceObserver& updated = nullptr, double grad_scale = 1.0) override;
 
   // An operation at a time, contiguous tensors are updated in pieces of this many elements (64 MiB
   // of fp32), bounding the temporaries; the fused host pass needs none. With an observer, both
@@ -90,8 +91,8 @@ class AdamW final : public Optimizer {
   Path path(size_t i) const;
   void step_ops(size_t i, double lr, double bias_correction1, double bias_correction2_sqrt, const PieceObserver& updated);
   void step_host_fused(size_t i, double lr, double bias_correction1, double bias_correction2_sqrt,
-                       const PieceObserver& updated);
-  void step_device_fused(const std::vector<size_t>& params, double lr);
+                       double grad_scale, const PieceObserver& updated);
+  void step_device_fused(const std::vector<size_t>& params, double lr, double grad_scale);
   void step_8bit(size_t i, double lr);
 
   AdamWConfig config_;
@@ -101,6 +102,14 @@ class AdamW final : public Optimizer {
   std::vector<at::Tensor> codes1_, codes2_, absmax1_, absmax2_;
   std::vector<std::vector<at::Tensor>> piece_m_, piece_v_;  // fp32 moments of pieces not quantized
   std::vector<at::Tensor> maps_;  // signed, unsigned; on the first parameter's device
+  // The device-fused parameters' step counts on each device (float32, as the kernel reads them),
+  // kept there between steps: `counts` are the values they hold, of the parameters `members`.
+  struct DeviceSteps {
+    std::vector<size_t> members;
+    std::vector<int64_t> counts;
+    at::Tensor values;
+  };
+  std::map<int, DeviceSteps> device_steps_;
 };
 
 }  // namespace shardtune::fsdp

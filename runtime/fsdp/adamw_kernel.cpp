@@ -13,7 +13,7 @@ void update(float* __restrict p, const G* __restrict g, float* __restrict m, flo
             const AdamWScalars& s) {
   const AdamWScalars c = s;  // by value: the loop then keeps them in registers
   for (int64_t i = 0; i < n; ++i) {
-    const float gi = widen(g[i]);
+    const float gi = widen(g[i]) * c.grad_scale;
     const float mi = m[i] * c.beta1 + gi * c.one_minus_beta1;
     const float vi = v[i] * c.beta2 + c.one_minus_beta2 * gi * gi;
     const float denom = std::sqrt(vi) / c.bias_correction2_sqrt + c.eps;

@@ -18,9 +18,11 @@ struct AdamWScalars {
   float bias_correction2_sqrt;  // sqrt(1 - beta2^step)
   float eps;
   float neg_step_size;          // -lr / (1 - beta1^step)
+  float grad_scale = 1.0f;      // each gradient is taken times this (clipping); 1 changes nothing
 };
 
-// Elements [0, n):  p ← p·decay;  m ← m·β1 + (1−β1)·g;  v ← v·β2 + (1−β2)·g·g;
+// Elements [0, n), g = grad·grad_scale (rounded to fp32, as a clipping multiply would round it):
+//                   p ← p·decay;  m ← m·β1 + (1−β1)·g;  v ← v·β2 + (1−β2)·g·g;
 //                   p ← p + (−step_size)·(m / (√v / √bc2 + eps)),
 // the operations of torch.optim.AdamW's single-tensor path, each rounded to fp32. LibTorch's own
 // kernels may round differently (a fused multiply-add, a reciprocal), so the two agree to a few

@@ -272,16 +272,24 @@ const FlatLayout& FlatParam::block_layout(int64_t block) const {
   return *block_layout_;
 }
 
-void FlatParam::accumulate_grad(size_t param, const at::Tensor& grad) {
+void FlatParam::accumulate_grad(size_t param, const at::Tensor& grad, bool unreduced) {
   at::NoGradGuard no_grad;
   ST_CHECK(trainable_, common::ErrorKind::kInternal, "gradient for a frozen parameter");
+  const ParamSpan& p = layout_.params().at(param);
+  if (!unreduced && !offloaded_ && layout_.shard_count() == 1 && options_.precision.reduce == shard_.scalar_type() &&
+      !full_grad_.defined()) {
+    // The add the reduction's end would make, without the buffer. A parameter given two gradients
+    // in one pass (a tied embedding) takes them one at a time: the same terms, summed in another
+    // order where the shard already holds earlier micro-batches' gradients.
+    grad_shard().narrow(0, p.offset, p.numel).add_(grad.reshape({-1}));
+    return;
+  }
   if (!full_grad_.defined()) {
     // Not zero-filled: a parameter's first gradient is copied in, later ones added, and what no
     // gradient reached is zeroed when the reduction starts (zero_unwritten_grad).
     full_grad_ = at::empty({layout_.padded_numel()}, shard_.options().dtype(options_.precision.reduce));
     grad_written_.assign(layout_.params().size(), false);
   }
-  const ParamSpan& p = layout_.params().at(param);
   at::Tensor target = full_grad_.narrow(0, p.offset, p.numel);
   if (grad_written_.at(param)) {
     target.add_(grad.reshape({-1}));

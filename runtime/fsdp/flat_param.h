@@ -82,8 +82,13 @@ class FlatParam {
   const std::vector<at::Tensor>& leaves();
   void reset_leaves();
 
-  // Adds a parameter's gradient (compute dtype) into the unsharded gradient buffer.
-  void accumulate_grad(size_t param, const at::Tensor& grad);
+  // Adds a parameter's gradient (compute dtype) into the unsharded gradient buffer. `unreduced`
+  // false says the gradient needs no reduction (a shard group of one rank without replicas): it is
+  // then added straight into grad_shard(), which is the whole buffer, where the reduction would
+  // only move it there. No unsharded buffer is made, nor a pass to add it in. This holds where the
+  // gradient shard is on the device and of the reduce dtype (where offloaded, or reduced in
+  // another dtype, the gradient still goes through the buffer, as the reduction would round it).
+  void accumulate_grad(size_t param, const at::Tensor& grad, bool unreduced = true);
   bool has_unreduced_grad() const { return full_grad_.defined(); }
 
   // The gradient reduction, in stages: reduce-scatter of the unsharded gradient in the shard

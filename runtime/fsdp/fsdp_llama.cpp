@@ -125,10 +125,8 @@ std::vector<FlatParam*> FsdpLlama::flat_params() {
   return out;
 }
 
-double FsdpLlama::clip_grad_norm(double max_norm) {
-  const double norm = std::sqrt(grad_norm_squared().item<double>());  // the host's one wait here
-  clip_grads(norm, max_norm);
-  return norm;
+double FsdpLlama::grad_norm() {
+  return std::sqrt(grad_norm_squared().item<double>());  // the host's one wait here
 }
 
 at::Tensor FsdpLlama::grad_norm_squared() {
@@ -150,12 +148,9 @@ at::Tensor FsdpLlama::grad_norm_squared() {
   return sum_sq;
 }
 
-void FsdpLlama::clip_grads(double norm, double max_norm) {
-  // torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when that is below 1.
+double FsdpLlama::clip_coefficient(double norm, double max_norm) {
   const double coef = max_norm / (norm + 1e-6);
-  if (coef < 1.0)
-    for (FlatParam* f : flat_params())
-      if (f->trainable()) f->grad_shard().mul_(coef);
+  return coef < 1.0 ? coef : 1.0;
 }
 
 void FsdpLlama::zero_grad() {

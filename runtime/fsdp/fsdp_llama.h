@@ -57,13 +57,14 @@ class FsdpLlama {
   // Every flat parameter (trainable and frozen), for the optimizer and for checkpoints.
   std::vector<FlatParam*> flat_params();
 
-  // Clips the gradient shards so that the global norm over all ranks is at most max_norm;
-  // returns the norm before clipping (collective over the shard group).
-  double clip_grad_norm(double max_norm);
-  // The pieces of clip_grad_norm: the squared global norm of the gradients, fp64 (1,) on the
-  // device, not read (collective over the shard group); and the clipping itself, given the norm.
+  // The global norm of the gradients over all ranks (collective over the shard group; the host
+  // waits for it). grad_norm_squared: its square, fp64 (1,) on the device, not read.
+  double grad_norm();
   at::Tensor grad_norm_squared();
-  void clip_grads(double norm, double max_norm);
+  // torch.nn.utils.clip_grad_norm_'s factor for gradients of global norm `norm`: max_norm /
+  // (norm + 1e-6) where that is below 1, else 1. The optimizer applies it (Optimizer::step's
+  // grad_scale) in its own pass over the gradients.
+  static double clip_coefficient(double norm, double max_norm);
   void zero_grad();
 
   // Full parameters by Hugging Face name, on the host (collective; for tests and inspection).

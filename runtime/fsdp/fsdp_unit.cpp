@@ -183,8 +183,10 @@ at::Tensor FsdpUnit::backward_impl(const at::Tensor& grad_output) {
   if (!inputs.empty()) {
     const variable_list grads = torch::autograd::grad({inner_output_}, inputs, {grad_output}, /*retain_graph=*/false,
                                                       /*create_graph=*/false, /*allow_unused=*/true);
+    // One rank alone, without replicas: no reduction, each gradient goes straight into its shard.
+    const bool unreduced = context_->shard_group->size() > 1 || context_->replicate_group->size() > 1;
     for (size_t i = 0; i < targets.size(); ++i)
-      if (grads[i].defined()) targets[i].first->accumulate_grad(targets[i].second, grads[i]);
+      if (grads[i].defined()) targets[i].first->accumulate_grad(targets[i].second, grads[i], unreduced);
     if (want_input_grad) grad_input = grads.back();
   }
   inner_output_ = at::Tensor();

@@ -18,9 +18,11 @@ class Optimizer {
   // [start, start + count) in flat order, where the parameter and its state now hold the step's
   // values (likely still in cache). The pieces of a parameter come in order and cover it once.
   using PieceObserver = std::function<void(size_t param, int64_t start, int64_t count)>;
-  // One update of every parameter from its gradient; collective over the optimizer's group where it
-  // has one (Adafactor's sums of a tensor's statistics over its shards).
-  virtual void step(double lr, const PieceObserver& updated = nullptr) = 0;
+  // One update of every parameter from its gradient times `grad_scale` (the clipping coefficient,
+  // applied in the update's own pass where the update is fused, so that clipping costs no pass of
+  // its own); collective over the optimizer's group where it has one (Adafactor's sums of a
+  // tensor's statistics over its shards). The gradients' values afterwards are unspecified.
+  virtual void step(double lr, const PieceObserver& updated = nullptr, double grad_scale = 1.0) = 0;
   // The learning rate the next step takes where the schedule gives `lr` (for the metrics): `lr`,
   // unless the optimizer sets its own (Adafactor's relative step).
   virtual double step_size(double lr) const { return lr; }

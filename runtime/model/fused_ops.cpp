@@ -2,14 +2,19 @@
 #include "runtime/model/fused_ops.h"
 
 #include <ATen/TensorOperators.h>
+#include <ATen/core/grad_mode.h>
 #include <ATen/ops/cat.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/linear.h>
+#include <ATen/ops/addmm.h>
 #include <ATen/ops/mm.h>
 #include <ATen/record_function.h>
 #include <ATen/ops/rsqrt.h>
 #include <ATen/ops/silu.h>
 #include <torch/csrc/autograd/custom_function.h>
+
+#include <algorithm>
 
 #include "runtime/model/kernel_calls.h"
 #include "runtime/model/loss.h"
@@ -78,25 +83,75 @@ struct SwigluFunction : public torch::autograd::Function<SwigluFunction> {
   }
 };
 
-// hidden (N, H) · weight (V, H)ᵀ against labels (N): the forward computes the gradient of the
-// summed loss with respect to the logits in their place; the backward scales it by the incoming
-// gradient over the count of labelled tokens, inside two matrix products' outputs.
+// The head's rows in chunks: hidden (N, H) · weight (V, H)ᵀ against labels (N), each row's loss
+// (fp32), and where asked the gradients of the summed loss: with respect to the hidden rows (N, H)
+// and to the weight (V, H), in the compute dtype, the weight's added up over the chunks.
+struct ChunkedHead {
+  at::Tensor rows, dhidden, dweight;
+};
+ChunkedHead chunked_head(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& labels,
+                         bool want_dhidden, bool want_dweight) {
+  const int64_t n = hidden.size(0), vocab = weight.size(0);
+  const int64_t chunk = std::max<int64_t>(1, std::min(n, g_fusions.loss_chunk_logits / std::max<int64_t>(vocab, 1)));
+  ChunkedHead out;
+  out.rows = at::empty({n}, hidden.options().dtype(at::kFloat));
+  if (want_dhidden) out.dhidden = at::empty({n, hidden.size(1)}, hidden.options());
+  for (int64_t start = 0; start < n; start += chunk) {
+    const int64_t len = std::min(chunk, n - start);
+    const at::Tensor h = hidden.narrow(0, start, len);
+    at::Tensor logits = at::mm(h, weight.t());
+    out.rows.narrow(0, start, len).copy_(kernel_calls::cross_entropy_in_place(logits, labels.narrow(0, start, len),
+                                                                              kIgnoreIndex));
+    if (want_dhidden) {
+      at::Tensor rows_out = out.dhidden.narrow(0, start, len);
+      at::mm_out(rows_out, logits, weight);
+    }
+    if (want_dweight) {  // the sum over chunks in the product's own accumulation
+      if (start == 0) {
+        out.dweight = at::mm(logits.t(), h);
+      } else {
+        out.dweight.addmm_(logits.t(), h);
+      }
+    }
+  }
+  return out;
+}
+
+// hidden (N, H) · weight (V, H)ᵀ against labels (N): the forward computes, chunk by chunk, the
+// gradients of the summed loss; the backward scales them by the incoming gradient over the count
+// of labelled tokens.
 struct LinearCrossEntropyFunction : public torch::autograd::Function<LinearCrossEntropyFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
-                            const at::Tensor& labels) {
-    at::Tensor logits = at::mm(hidden, weight.t());
-    const at::Tensor rows = kernel_calls::cross_entropy_in_place(logits, labels, kIgnoreIndex);
+                            const at::Tensor& labels, bool want_dhidden, bool want_dweight) {
+    ChunkedHead head = chunked_head(hidden, weight, labels, want_dhidden, want_dweight);
     const at::Tensor count = labels.ne(kIgnoreIndex).sum().to(at::kFloat);
-    ctx->save_for_backward({logits, hidden, weight, count});
-    return rows.sum() / count;  // NaN with no labelled token, as the mean cross-entropy
+    ctx->save_for_backward({head.dhidden, head.dweight, count});
+    return head.rows.sum() / count;  // NaN with no labelled token, as the mean cross-entropy
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad) {
     const variable_list saved = ctx->get_saved_variables();
-    const at::Tensor& dlogits = saved[0];
-    const at::Tensor scale = grad[0] / saved[3];  // a 0-dim tensor: the products keep their dtype
-    const at::Tensor dhidden = ctx->needs_input_grad(0) ? at::mm(dlogits, saved[2]) * scale : at::Tensor();
-    const at::Tensor dweight = ctx->needs_input_grad(1) ? at::mm(dlogits.t(), saved[1]) * scale : at::Tensor();
-    return {dhidden, dweight, at::Tensor()};
+    const at::Tensor scale = grad[0] / saved[2];  // a 0-dim tensor: the products keep their dtype
+    at::Tensor dhidden = saved[0].defined() && ctx->needs_input_grad(0) ? saved[0] * scale : at::Tensor();
+    // In place: the weight's gradient is as large as the weight, and the graph is not kept for a
+    // second backward (FSDP's units and the training step free it).
+    at::Tensor dweight = saved[1].defined() && ctx->needs_input_grad(1) ? saved[1].mul_(scale) : at::Tensor();
+    return {dhidden, dweight, at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+// linear_token_losses with a frozen weight, or no gradient at all: the chunks' gradient with
+// respect to the hidden rows, kept unscaled; the backward scales each row by its incoming gradient.
+struct ChunkedTokenLossesFunction : public torch::autograd::Function<ChunkedTokenLossesFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
+                            const at::Tensor& labels, bool want_dhidden) {
+    ChunkedHead head = chunked_head(hidden, weight, labels, want_dhidden, false);
+    ctx->save_for_backward({head.dhidden});
+    return head.rows;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad) {
+    const at::Tensor dhidden = ctx->get_saved_variables()[0];
+    const at::Tensor g = grad[0].to(dhidden.scalar_type()).unsqueeze(1);  // (N, 1)
+    return {ctx->needs_input_grad(0) ? dhidden * g : at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -166,8 +221,10 @@ at::Tensor linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weig
   if (!(g_fusions.cross_entropy && kernels_take({hidden, weight}) && hidden.dim() == 3 && labels.dim() == 2 &&
         labels.device() == hidden.device()))
     return causal_lm_loss(at::linear(hidden, weight), labels);
+  const bool grads = at::GradMode::is_enabled();
   return LinearCrossEntropyFunction::apply(hidden.contiguous().view({-1, hidden.size(-1)}), weight.contiguous(),
-                                           shifted_labels(labels));
+                                           shifted_labels(labels), grads && hidden.requires_grad(),
+                                           grads && weight.requires_grad());
 }
 
 at::Tensor linear_token_losses(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& labels) {
@@ -175,8 +232,11 @@ at::Tensor linear_token_losses(const at::Tensor& hidden, const at::Tensor& weigh
   if (!(g_fusions.cross_entropy && kernels_take({hidden, weight}) && hidden.dim() == 3 && labels.dim() == 2 &&
         labels.device() == hidden.device()))
     return causal_lm_token_losses(at::linear(hidden, weight), labels);
-  return LinearTokenLossesFunction::apply(hidden.contiguous().view({-1, hidden.size(-1)}), weight.contiguous(),
-                                          shifted_labels(labels))
+  const at::Tensor rows = hidden.contiguous().view({-1, hidden.size(-1)});
+  const bool grads = at::GradMode::is_enabled();
+  if (grads && weight.requires_grad())
+    return LinearTokenLossesFunction::apply(rows, weight.contiguous(), shifted_labels(labels)).view(labels.sizes());
+  return ChunkedTokenLossesFunction::apply(rows, weight.contiguous(), shifted_labels(labels), grads && hidden.requires_grad())
       .view(labels.sizes());
 }
 

@@ -7,6 +7,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "runtime/model/loss_chunk.h"
 #include "runtime/model/rope.h"
 
 namespace shardtune::model {
@@ -19,6 +20,9 @@ struct Fusions {
   bool cross_entropy = true;  // the head's logits, loss and their gradient in place (linear_cross_entropy)
   bool gqa_attention = true;  // key/value heads shared inside the attention call (LibTorch 2.5 on), not repeated
   bool host_reference = false;  // fp32 CPU tensors through the kernels' host references (tests)
+  // The fused head takes its rows in chunks of at most this many logits, so that the logits of a
+  // whole micro-batch never exist at once (at least one row a chunk).
+  int64_t loss_chunk_logits = kLossChunkLogits;
 };
 void set_fusions(const Fusions& fusions);  // process-wide; set before the first forward
 const Fusions& fusions();
@@ -36,16 +40,22 @@ at::Tensor swiglu(const at::Tensor& g, const at::Tensor& u);
 // The causal language-model loss of logits hidden · weightᵀ against labels (B, T): token t predicts
 // token t + 1, labels of -100 count for nothing, the mean over the tokens that count; the value
 // of causal_lm_loss(at::linear(hidden, weight), labels). Fused, the labels are shifted instead of
-// the logits narrowed, each row's loss and the gradient of its logits come from one kernel that
-// writes the gradient over the logits (in the compute dtype, never an fp32 copy), and the backward
-// is two matrix products with that gradient.
+// the logits narrowed, and the rows go in chunks (Fusions::loss_chunk_logits): a chunk's logits,
+// then one kernel that gives each row's loss and writes the gradient of its logits over them (in
+// the compute dtype, never an fp32 copy), then, where gradients are wanted, that gradient's
+// products with the weight and the hidden rows, added up over the chunks. The chunk's logits are
+// then dropped: the forward keeps the two gradients, of the summed loss, and the backward only
+// scales them. Without gradients (evaluation, a frozen weight) the products not wanted are skipped.
 at::Tensor linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& labels);
 
 // The same tokens' losses one by one: (B, T) fp32 (fp64 for fp64 inputs), position t's the loss of
 // predicting label t + 1, 0 where that label is -100 and at the last position; the value of
 // causal_lm_token_losses(at::linear(hidden, weight), labels). Fused as linear_cross_entropy is: the
 // backward scales each row of the logits' gradient by its token's incoming gradient inside the two
-// matrix products (on the hidden rows and the output rows), never in a copy of the logits.
+// matrix products (on the hidden rows and the output rows), never in a copy of the logits. The
+// weight's gradient needs the incoming gradient inside its sum over rows, so a trainable weight
+// keeps all the logits' gradient until the backward; a frozen one (a LoRA run) or no gradient at
+// all (a reference pass) takes the rows in chunks as linear_cross_entropy does.
 at::Tensor linear_token_losses(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& labels);
 
 }  // namespace shardtune::model

@@ -2,12 +2,12 @@
 #include "runtime/train/train_step.h"
 
 #include <ATen/TensorOperators.h>
-#include <ATen/ops/tensor.h>
 #include <ATen/ops/zeros.h>
 #include <ATen/record_function.h>
 #include <fmt/format.h>
 
 #include <cmath>
+#include <initializer_list>
 #include <limits>
 #include <utility>
 
@@ -78,6 +78,13 @@ at::Tensor micro_batch_loss(fsdp::FsdpLlama& model, const Batch& b, const model:
   return dpo_batch_loss(model, b, dropout, *options.preference, b.weight == 0.0 ? nullptr : &dpo_sums);
 }
 
+// Device elements set from host values, each filled by the device: a copy from pageable host memory
+// would make the host wait here for all the work queued before it (the whole backward).
+void fill_from_host(at::Tensor out, std::initializer_list<double> values) {
+  int64_t k = 0;
+  for (double v : values) out.narrow(0, k++, 1).fill_(v);
+}
+
 }  // namespace
 
 StepResult train_step(fsdp::FsdpLlama& model, fsdp::Optimizer& optimizer, const std::vector<Batch>& micro_batches,
@@ -119,7 +126,7 @@ StepResult train_step(fsdp::FsdpLlama& model, fsdp::Optimizer& optimizer, const 
   if (options.poison_loss) loss_sum.fill_(std::numeric_limits<double>::quiet_NaN());
   // Each rank's failed groups ride in the step's one reduction: every rank learns of any.
   const std::string failed = groups_failure_before_update(options);
-  totals.narrow(0, 1, 3).copy_(at::tensor({tokens, flops, failed.empty() ? 0.0 : 1.0}, at::kDouble));
+  fill_from_host(totals.narrow(0, 1, 3), {tokens, flops, failed.empty() ? 0.0 : 1.0});
   // Without a loss scaler the gradients are final here (with one, they are unscaled first, below).
   const bool norm_now = options.loss_scaler == nullptr && (options.gradient_clipping || options.measure_grad_norm);
   if (norm_now) {
@@ -141,18 +148,18 @@ StepResult train_step(fsdp::FsdpLlama& model, fsdp::Optimizer& optimizer, const 
     RECORD_USER_SCOPE("optimizer.step");
     if (norm_now) {
       result.grad_norm = std::sqrt(host[4].item<double>());
-      if (options.gradient_clipping) model.clip_grads(result.grad_norm, options.clipping_threshold);
-    } else if (options.gradient_clipping) {
-      result.grad_norm = model.clip_grad_norm(options.clipping_threshold);
-    } else if (options.measure_grad_norm) {
-      result.grad_norm = model.clip_grad_norm(std::numeric_limits<double>::infinity());
+    } else if (options.gradient_clipping || options.measure_grad_norm) {
+      result.grad_norm = model.grad_norm();  // unscaled by the loss scaler first
     }
     result.nonfinite = !std::isfinite(result.loss) || !std::isfinite(result.grad_norm);
     if (result.nonfinite) {
       result.skipped = true;
     } else {
       if (options.before_update) options.before_update();
-      optimizer.step(options.lr, options.updated_piece);
+      // Clipping is the optimizer's gradient scale: no pass over the gradients of its own.
+      const double clip =
+          options.gradient_clipping ? fsdp::FsdpLlama::clip_coefficient(result.grad_norm, options.clipping_threshold) : 1.0;
+      optimizer.step(options.lr, options.updated_piece, clip);
     }
   }
   model.zero_grad();

@@ -76,6 +76,47 @@ void check_gradient_path(int shard_size) {
   }
 }
 
+// A rank alone (no shard group, no replicas to reduce with): its gradients go straight into the
+// gradient shard, with no unsharded buffer, and equal the exact sum of its own gradients. Where
+// the reduce dtype differs from the shard's (its rounding is part of the result), the gradient
+// still goes through the buffer.
+TEST(FlatParamGradients, ARankAloneAddsStraightIntoItsShard) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  for (const at::ScalarType reduce : {at::kFloat, at::kBFloat16}) {
+    fsdp::FsdpOptions options;
+    options.device = testing_support::test_device();
+    options.precision.reduce = reduce;
+    const fsdp::FlatLayout layout({{"a", {5}}, {"b", {2, 3}}, {"c", {3}}, {"d", {4}}}, 1);
+    std::vector<at::Tensor> values;
+    std::vector<at::Tensor*> slots;
+    for (const fsdp::ParamSpan& p : layout.params()) values.push_back(at::zeros(p.shape));
+    for (at::Tensor& v : values) slots.push_back(&v);
+    fsdp::FlatParam flat(layout, slots, /*trainable=*/true, options, 0);
+    flat.grad_shard().fill_(0.5);
+    const std::vector<std::pair<int, int>> reached = {{0, 0}, {0, 2}, {1, 0}, {1, 3}};
+    at::Tensor expected = at::full({layout.shard_numel()}, 0.5, at::TensorOptions().dtype(at::kDouble));
+    for (int round = 0; round < 3; ++round) {
+      for (const auto& [micro, param] : reached) {
+        const fsdp::ParamSpan& p = layout.params()[static_cast<size_t>(param)];
+        const at::Tensor g = grad_of(p.numel, rank, round, micro, param).to(at::kFloat);
+        flat.accumulate_grad(static_cast<size_t>(param), g.view(p.shape).to(options.device), /*unreduced=*/false);
+        expected.narrow(0, p.offset, p.numel) += g.to(at::kDouble);
+      }
+      EXPECT_EQ(flat.has_unreduced_grad(), reduce != at::kFloat) << "reduce dtype " << reduce;
+      dist::ProcessGroups alone = testing_support::make_test_groups(1);
+      if (flat.has_unreduced_grad()) flat.reduce_grad(*alone.shard, *alone.shard);
+      const at::Tensor got = flat.grad_shard().to(at::kCPU).to(at::kDouble);
+      // Each element takes at most 2·round + 3 rounded adds (bf16: as many roundings to 8 bits),
+      // every partial sum below 2·round + 2.5 in magnitude.
+      const double u = reduce == at::kFloat ? std::ldexp(1.0, -24) : std::ldexp(1.0, -8);
+      const double bound = (2.0 * round + 3) * u * (2.0 * round + 2.5);
+      const at::Tensor error = (got - expected).abs();
+      EXPECT_LE(error.max().item<double>(), bound) << "round " << round << ", reduce dtype " << reduce;
+    }
+  }
+}
+
 TEST(FlatParamGradients, OneShardGroupOfTheWholeWorld) {
   int world = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &world);

@@ -389,6 +389,35 @@ TEST(FsdpUnits, TheEmbeddingIsGatheredForItsForwardOnly) {
     }
 }
 
+// Gradients wait unreduced in a flat buffer of each unit between micro-batches that do not
+// synchronise, but a rank alone (no shard group, no replicas) has nothing to reduce: its
+// gradients go straight into the gradient shards, and no unit holds such a buffer.
+TEST(FsdpUnits, ARankAloneKeepsNoUnreducedGradients) {
+  for (const bool tied : {false, true}) {
+    Case c{"direct"};
+    c.tied = tied;
+    job::Job job;
+    job.slurm.nodes = 1;
+    job.slurm.ntasks_per_node = world_size();
+    const fsdp::FsdpOptions options = fsdp::fsdp_options(job.fsdp, job.train, world_size(), world_size(),
+                                                         testing_support::test_device());
+    dist::ProcessGroups groups = testing_support::make_test_groups(options.shard_size);
+    model::LlamaForCausalLM m(config_for(c), at::TensorOptions().dtype(at::kFloat));
+    model::init_weights(m, 5);
+    fsdp::FsdpLlama sharded(m, groups, options);
+    sharded.set_sync_grads(false);
+    const at::Tensor ids = sample_tokens(0, 2);
+    sharded.forward_loss(ids, at::Tensor(), ids).backward();
+    for (fsdp::FlatParam* f : sharded.flat_params()) {
+      if (f->trainable()) {
+        EXPECT_EQ(f->has_unreduced_grad(), world_size() > 1) << "tied " << tied;
+      }
+    }
+    sharded.set_sync_grads(true);
+    sharded.finish_grad_sync();
+  }
+}
+
 // RMSNorm, RoPE, SwiGLU and the head's loss through the fused operations' autograd functions,
 // recomputed under activation checkpointing, the head's weight the tied embedding's.
 TEST(FsdpEquivalence, FusedOperationsWithCheckpointingAndATiedHead) {

@@ -166,6 +166,39 @@ TEST(AdamW, FusedBf16GradientsEqualTheirFp32Values) {
   EXPECT_TRUE(at::equal(x.exp_avg_sq(0), y.exp_avg_sq(0)));
 }
 
+// A step's grad_scale (clipping's coefficient) is the step from the gradients multiplied by it in
+// fp32 first, as a separate clipping pass makes them: bitwise, on every path with fp32 gradients
+// (the fused pass takes it in its own multiply; the others scale the gradient), and on the fused
+// pass with bf16 gradients, which it widens before the multiply (a separate pass would round the
+// product to bf16).
+TEST(AdamW, GradScaleEqualsGradientsScaledFirst) {
+  const AdamWConfig eight_bit{0.9, 0.95, 1e-8, 0.1, /*fused=*/true, /*blockwise_8bit=*/true};
+  for (const AdamWConfig& config : {kFused, kOps, eight_bit})
+    for (const at::ScalarType grad_dtype : {at::kFloat, at::kBFloat16}) {
+      if (grad_dtype == at::kBFloat16 && (!config.fused || config.blockwise_8bit)) continue;
+      torch::manual_seed(9);
+      const int64_t n = 5000;  // more than one 8-bit block, with a partial last one
+      at::Tensor a = torch::randn({n}), b = a.clone();
+      at::Tensor g = torch::zeros({n}, grad_dtype), scaled = torch::zeros({n});
+      AdamW x(config), y(config);
+      x.add(a, g);
+      y.add(b, scaled);
+      for (int step = 0; step < 4; ++step) {
+        const double coef = step == 2 ? 1.0 : 0.3 / (step + 1);  // 1: no clipping this step
+        g.copy_(torch::randn({n}) * 3);
+        scaled.copy_(g.to(at::kFloat)).mul_(coef);
+        x.step(1e-2, nullptr, coef);
+        y.step(1e-2);
+      }
+      const std::string which = std::string(config.blockwise_8bit ? "8-bit" : config.fused ? "fused" : "ops") +
+                                (grad_dtype == at::kFloat ? ", fp32 gradients" : ", bf16 gradients");
+      EXPECT_TRUE(at::equal(a, b)) << which << ": " << (a - b).abs().max().item<double>();
+      if (!config.blockwise_8bit) {
+        EXPECT_TRUE(at::equal(x.exp_avg_sq(0), y.exp_avg_sq(0))) << which;
+      }
+    }
+}
+
 // With an observer the fused path updates a piece at a time: the same values, and each parameter's
 // pieces reported in order, covering it once, each already holding its final value when reported.
 TEST(AdamW, FusedObservedPiecesCoverEachParameterOnce) {

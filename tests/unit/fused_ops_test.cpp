@@ -3,7 +3,9 @@
 // result, value and gradient, is held to ATen's spelling of the operation in float64, and a whole
 // model trained through them to the float64 model.
 #include <ATen/TensorOperators.h>
+#include <ATen/core/grad_mode.h>
 #include <ATen/ops/cat.h>
+#include <ATen/ops/equal.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/randn.h>
 #include <ATen/ops/randint.h>
@@ -125,64 +127,97 @@ TEST_F(Fused, OtherDtypesFallBackToAten) {
   EXPECT_FALSE(kernel_calls::supported(at::randn({2}, at::kBFloat16)));  // bf16 only on a GPU
 }
 
+// The fused head's chunks of `rows` rows (0: the default budget, one chunk here).
+void set_chunk_rows(int64_t rows, int64_t vocab) {
+  Fusions f = fusions();
+  f.loss_chunk_logits = rows == 0 ? Fusions{}.loss_chunk_logits : rows * vocab;
+  set_fusions(f);
+}
+
 // The head's loss and its gradients, fused (labels shifted, the gradient written over the logits),
-// against causal_lm_loss of the float64 logits; some labels ignored, the head frozen or not.
+// against causal_lm_loss of the float64 logits; some labels ignored, the head frozen or not; the
+// 21 rows in one chunk, in chunks of 1, and of 4 (the last of 1).
 TEST_F(Fused, LinearCrossEntropyFollowsTheFloat64LossOfTheLogits) {
-  for (const bool frozen_weight : {false, true}) {
-    const int64_t b = 3, t = 7, hidden = 24, vocab = 301;
-    const at::Tensor h = at::randn({b, t, hidden}, at::kDouble), w = at::randn({vocab, hidden}, at::kDouble) * 0.3;
-    at::Tensor labels = at::randint(vocab, {b, t}, at::kLong);
-    labels.select(1, 2).fill_(kIgnoreIndex);
-    const at::Tensor h32 = h.to(at::kFloat).requires_grad_(true), h64 = h.clone().requires_grad_(true);
-    const at::Tensor w32 = w.to(at::kFloat).requires_grad_(!frozen_weight), w64 = w.clone().requires_grad_(true);
-    const at::Tensor loss = linear_cross_entropy(h32, w32, labels);
-    ASSERT_NE(grad_fn_name(loss).find("LinearCrossEntropyFunction"), std::string::npos) << grad_fn_name(loss);
-    at::Tensor exact;
-    with_aten([&] { exact = linear_cross_entropy(h64, w64, labels); });
-    EXPECT_NEAR(loss.item<double>(), exact.item<double>(), 1e-5 * std::abs(exact.item<double>()));
-    (loss * 0.5).backward();  // an incoming gradient other than 1
-    (exact * 0.5).backward();
-    EXPECT_LE(max_diff(h32.grad(), h64.grad()), 1e-5 * max_abs(h64.grad()));
-    if (frozen_weight) {
-      EXPECT_FALSE(w32.grad().defined());
-    } else {
-      EXPECT_LE(max_diff(w32.grad(), w64.grad()), 1e-5 * max_abs(w64.grad()));
+  for (const int64_t chunk_rows : {0, 1, 4}) {
+    for (const bool frozen_weight : {false, true}) {
+      SCOPED_TRACE(testing::Message() << "chunks of " << chunk_rows << " rows, frozen weight " << frozen_weight);
+      const int64_t b = 3, t = 7, hidden = 24, vocab = 301;
+      set_chunk_rows(chunk_rows, vocab);
+      const at::Tensor h = at::randn({b, t, hidden}, at::kDouble), w = at::randn({vocab, hidden}, at::kDouble) * 0.3;
+      at::Tensor labels = at::randint(vocab, {b, t}, at::kLong);
+      labels.select(1, 2).fill_(kIgnoreIndex);
+      const at::Tensor h32 = h.to(at::kFloat).requires_grad_(true), h64 = h.clone().requires_grad_(true);
+      const at::Tensor w32 = w.to(at::kFloat).requires_grad_(!frozen_weight), w64 = w.clone().requires_grad_(true);
+      const at::Tensor loss = linear_cross_entropy(h32, w32, labels);
+      ASSERT_NE(grad_fn_name(loss).find("LinearCrossEntropyFunction"), std::string::npos) << grad_fn_name(loss);
+      at::Tensor exact;
+      with_aten([&] { exact = linear_cross_entropy(h64, w64, labels); });
+      EXPECT_NEAR(loss.item<double>(), exact.item<double>(), 1e-5 * std::abs(exact.item<double>()));
+      (loss * 0.5).backward();  // an incoming gradient other than 1
+      (exact * 0.5).backward();
+      EXPECT_LE(max_diff(h32.grad(), h64.grad()), 1e-5 * max_abs(h64.grad()));
+      if (frozen_weight) {
+        EXPECT_FALSE(w32.grad().defined());
+      } else {
+        EXPECT_LE(max_diff(w32.grad(), w64.grad()), 1e-5 * max_abs(w64.grad()));
+      }
     }
   }
 }
 
 // DPO's per-token losses, fused, against causal_lm_token_losses of the float64 logits, under a
 // random incoming gradient per token (what a DPO loss sends back through each row's sum); an
-// ignored label and the last position give 0.
+// ignored label and the last position give 0. A frozen weight takes the rows in chunks.
 TEST_F(Fused, LinearTokenLossesFollowTheFloat64TokenLossesOfTheLogits) {
-  for (const bool frozen_weight : {false, true}) {
-    const int64_t b = 4, t = 6, hidden = 16, vocab = 203;
-    const at::Tensor h = at::randn({b, t, hidden}, at::kDouble), w = at::randn({vocab, hidden}, at::kDouble) * 0.3;
-    at::Tensor labels = at::randint(vocab, {b, t}, at::kLong);
-    labels.select(1, 3).fill_(kIgnoreIndex);
-    const at::Tensor h32 = h.to(at::kFloat).requires_grad_(true), h64 = h.clone().requires_grad_(true);
-    const at::Tensor w32 = w.to(at::kFloat).requires_grad_(!frozen_weight), w64 = w.clone().requires_grad_(true);
-    const at::Tensor losses = linear_token_losses(h32, w32, labels);
-    // The (B, T) view of the function's rows.
-    ASSERT_TRUE(losses.grad_fn() && !losses.grad_fn()->next_edges().empty());
-    const std::string fn = losses.grad_fn()->next_edges()[0].function->name();
-    ASSERT_NE(fn.find("LinearTokenLossesFunction"), std::string::npos) << fn;
-    at::Tensor exact;
-    with_aten([&] { exact = linear_token_losses(h64, w64, labels); });
-    ASSERT_EQ(losses.sizes(), exact.sizes());
-    EXPECT_LE(max_diff(losses, exact), 1e-5 * max_abs(exact));
-    EXPECT_EQ(max_abs(losses.select(1, 2)), 0.0) << "label 3 is ignored: position 2 predicts it";
-    EXPECT_EQ(max_abs(losses.select(1, t - 1)), 0.0) << "the last position predicts nothing";
-    const at::Tensor g = at::randn({b, t}, at::kDouble);
-    losses.backward(g.to(at::kFloat));
-    exact.backward(g);
-    EXPECT_LE(max_diff(h32.grad(), h64.grad()), 1e-5 * max_abs(h64.grad()));
-    if (frozen_weight) {
-      EXPECT_FALSE(w32.grad().defined());
-    } else {
-      EXPECT_LE(max_diff(w32.grad(), w64.grad()), 1e-5 * max_abs(w64.grad()));
+  for (const int64_t chunk_rows : {0, 1, 5}) {
+    for (const bool frozen_weight : {false, true}) {
+      SCOPED_TRACE(testing::Message() << "chunks of " << chunk_rows << " rows, frozen weight " << frozen_weight);
+      const int64_t b = 4, t = 6, hidden = 16, vocab = 203;
+      set_chunk_rows(chunk_rows, vocab);
+      const at::Tensor h = at::randn({b, t, hidden}, at::kDouble), w = at::randn({vocab, hidden}, at::kDouble) * 0.3;
+      at::Tensor labels = at::randint(vocab, {b, t}, at::kLong);
+      labels.select(1, 3).fill_(kIgnoreIndex);
+      const at::Tensor h32 = h.to(at::kFloat).requires_grad_(true), h64 = h.clone().requires_grad_(true);
+      const at::Tensor w32 = w.to(at::kFloat).requires_grad_(!frozen_weight), w64 = w.clone().requires_grad_(true);
+      const at::Tensor losses = linear_token_losses(h32, w32, labels);
+      // The (B, T) view of the function's rows.
+      ASSERT_TRUE(losses.grad_fn() && !losses.grad_fn()->next_edges().empty());
+      const std::string fn = losses.grad_fn()->next_edges()[0].function->name();
+      ASSERT_NE(fn.find(frozen_weight ? "ChunkedTokenLossesFunction" : "LinearTokenLossesFunction"), std::string::npos)
+          << fn;
+      at::Tensor exact;
+      with_aten([&] { exact = linear_token_losses(h64, w64, labels); });
+      ASSERT_EQ(losses.sizes(), exact.sizes());
+      EXPECT_LE(max_diff(losses, exact), 1e-5 * max_abs(exact));
+      EXPECT_EQ(max_abs(losses.select(1, 2)), 0.0) << "label 3 is ignored: position 2 predicts it";
+      EXPECT_EQ(max_abs(losses.select(1, t - 1)), 0.0) << "the last position predicts nothing";
+      const at::Tensor g = at::randn({b, t}, at::kDouble);
+      losses.backward(g.to(at::kFloat));
+      exact.backward(g);
+      EXPECT_LE(max_diff(h32.grad(), h64.grad()), 1e-5 * max_abs(h64.grad()));
+      if (frozen_weight) {
+        EXPECT_FALSE(w32.grad().defined());
+      } else {
+        EXPECT_LE(max_diff(w32.grad(), w64.grad()), 1e-5 * max_abs(w64.grad()));
+      }
     }
   }
+}
+
+// Without gradients (evaluation, DPO's reference pass) the fused head computes the losses alone,
+// chunk by chunk: the same values as with gradients, bit for bit, and nothing to differentiate.
+TEST_F(Fused, WithoutGradientsTheHeadGivesTheSameLosses) {
+  const int64_t b = 2, t = 9, hidden = 8, vocab = 97;
+  const at::Tensor h = at::randn({b, t, hidden}).requires_grad_(true), w = at::randn({vocab, hidden}).requires_grad_(true);
+  const at::Tensor labels = at::randint(vocab, {b, t}, at::kLong);
+  set_chunk_rows(4, vocab);
+  const at::Tensor loss = linear_cross_entropy(h, w, labels), losses = linear_token_losses(h, w, labels);
+  at::NoGradGuard no_grad;
+  const at::Tensor eval_loss = linear_cross_entropy(h, w, labels), eval_losses = linear_token_losses(h, w, labels);
+  EXPECT_FALSE(eval_loss.requires_grad());
+  EXPECT_FALSE(eval_losses.requires_grad());
+  EXPECT_TRUE(at::equal(eval_loss, loss.detach()));
+  EXPECT_TRUE(at::equal(eval_losses, losses.detach()));
 }
 
 // Labels with none that count give NaN, as the mean cross-entropy does.
