@@ -78,7 +78,7 @@ struct Args {
   std::string trace_dir;
   bool adamw_ops = false;
   bool cpu_offload = false;
-  std::vector<std::string> unfused;  // fusions turned off (the ablation): rmsnorm, rope, swiglu, cross_entropy, gqa
+  std::vector<std::string> unfused;  // fusions turned off (the ablation): rmsnorm, rope, swiglu, cross_entropy, gqa, gate_up
 };
 
 // The fusions a run keeps: all but those named ("all": none).
@@ -91,6 +91,7 @@ model::Fusions fusions_of(const std::vector<std::string>& unfused) {
     if (all || name == "swiglu") f.swiglu = false;
     if (all || name == "cross_entropy") f.cross_entropy = false;
     if (all || name == "gqa") f.gqa_attention = false;
+    if (all || name == "gate_up") f.joined_gate_up = false;
   }
   return f;
 }

@@ -6,10 +6,28 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 
 #include "runtime/kernels/hd.h"
 
 namespace shardtune::kernels {
+
+// Where the elements lie: (rows, cols) of h and dh, contiguous; row r of g and u (and of dg and
+// du) starts r * in_stride (out_stride) elements after the array's start. Separate contiguous
+// arrays are one row of all the elements; Llama's gate and up side by side in one (rows, 2 cols)
+// product are g = gu, u = gu + cols with strides of 2 cols, and so are their gradients.
+struct SwigluLayout {
+  int64_t rows = 0, cols = 0;
+  int64_t in_stride = 0, out_stride = 0;
+  static SwigluLayout contiguous(int64_t count) { return {1, count, count, count}; }
+  static SwigluLayout joined(int64_t rows, int64_t cols) { return {rows, cols, 2 * cols, 2 * cols}; }
+};
+
+// Element i of h (row i / cols) in an array of rows `stride` apart.
+ST_HD inline int64_t swiglu_offset(int64_t i, int64_t cols, int64_t stride) {
+  const int64_t r = i / cols;
+  return r * stride + (i - r * cols);
+}
 
 ST_HD inline float swiglu_sigmoid(float g) {
 #ifdef __CUDA_ARCH__

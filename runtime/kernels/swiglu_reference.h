@@ -4,9 +4,12 @@
 
 #include <cstdint>
 
+#include "runtime/kernels/swiglu_math.h"
+
 namespace shardtune::kernels {
 
-void swiglu_forward_reference(const float* g, const float* u, float* h, int64_t count);
-void swiglu_backward_reference(const float* g, const float* u, const float* dh, float* dg, float* du, int64_t count);
+void swiglu_forward_reference(const SwigluLayout& layout, const float* g, const float* u, float* h);
+void swiglu_backward_reference(const SwigluLayout& layout, const float* g, const float* u, const float* dh, float* dg,
+                               float* du);
 
 }  // namespace shardtune::kernels

@@ -15,6 +15,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "runtime/model/kernel_calls.h"
 #include "runtime/model/loss.h"
@@ -80,6 +81,39 @@ struct SwigluFunction : public torch::autograd::Function<SwigluFunction> {
     const variable_list saved = ctx->get_saved_variables();
     kernel_calls::SwigluBackward out = kernel_calls::swiglu_backward(saved[0], saved[1], grad[0].contiguous());
     return {out.dg, out.du};
+  }
+};
+
+// gu (rows, 2 cols): the kernel reads gate and up where the product put them, and its backward
+// writes their gradients side by side, the gradient of the product itself.
+struct SwigluJoinedFunction : public torch::autograd::Function<SwigluJoinedFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gu) {
+    const at::Tensor rows = gu.contiguous().view({-1, gu.size(-1)});
+    ctx->save_for_backward({rows});
+    std::vector<int64_t> shape = gu.sizes().vec();
+    shape.back() /= 2;
+    return kernel_calls::swiglu_joined_forward(rows).view(shape);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad) {
+    const at::Tensor rows = ctx->get_saved_variables()[0];
+    const at::Tensor dh = grad[0].contiguous().view({rows.size(0), rows.size(1) / 2});
+    std::vector<int64_t> shape = grad[0].sizes().vec();
+    shape.back() *= 2;
+    return {kernel_calls::swiglu_joined_backward(rows, dh).view(shape)};
+  }
+};
+
+// Two adjacent weights as one, sharing their storage; the gradient split back into row views.
+struct JoinedRowsFunction : public torch::autograd::Function<JoinedRowsFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b) {
+    ctx->saved_data["rows"] = a.size(0);
+    at::Tensor joined = at::empty({0}, a.options());
+    joined.set_(a.storage(), a.storage_offset(), {a.size(0) + b.size(0), a.size(1)}, {a.size(1), 1});
+    return joined;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad) {
+    const int64_t rows = ctx->saved_data["rows"].toInt();
+    return {grad[0].narrow(0, 0, rows), grad[0].narrow(0, rows, grad[0].size(0) - rows)};
   }
 };
 
@@ -214,6 +248,23 @@ at::Tensor rotary(const at::Tensor& x, const RopeTables& rope) {
 at::Tensor swiglu(const at::Tensor& g, const at::Tensor& u) {
   if (g_fusions.swiglu && kernels_take({g, u}) && g.sizes() == u.sizes()) return SwigluFunction::apply(g, u);
   return at::silu(g) * u;
+}
+
+at::Tensor swiglu_joined(const at::Tensor& gu) {
+  const int64_t cols = gu.size(-1) / 2;
+  if (g_fusions.swiglu && kernels_take({gu}) && gu.size(-1) % 2 == 0) return SwigluJoinedFunction::apply(gu);
+  return at::silu(gu.narrow(-1, 0, cols)) * gu.narrow(-1, cols, cols);
+}
+
+at::Tensor joined_rows(const at::Tensor& a, const at::Tensor& b) {
+  const bool adjacent = g_fusions.joined_gate_up && g_fusions.swiglu && kernels_take({a, b}) && a.dim() == 2 &&
+                        b.dim() == 2 && a.size(1) == b.size(1) &&
+                        a.is_contiguous() && b.is_contiguous() && a.scalar_type() == b.scalar_type() &&
+                        a.device() == b.device() && a.has_storage() && b.has_storage() &&
+                        a.storage().is_alias_of(b.storage()) &&
+                        b.storage_offset() == a.storage_offset() + a.numel();
+  if (!adjacent) return at::Tensor();
+  return JoinedRowsFunction::apply(a, b);
 }
 
 at::Tensor linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& labels) {

@@ -19,6 +19,7 @@ struct Fusions {
   bool swiglu = true;
   bool cross_entropy = true;  // the head's logits, loss and their gradient in place (linear_cross_entropy)
   bool gqa_attention = true;  // key/value heads shared inside the attention call (LibTorch 2.5 on), not repeated
+  bool joined_gate_up = true;  // gate and up as one matrix product where their weights lie side by side
   bool host_reference = false;  // fp32 CPU tensors through the kernels' host references (tests)
   // The fused head takes its rows in chunks of at most this many logits, so that the logits of a
   // whole micro-batch never exist at once (at least one row a chunk).
@@ -36,6 +37,20 @@ at::Tensor rotary(const at::Tensor& x, const RopeTables& rope);
 
 // silu(g) * u; the backward recomputes silu from g.
 at::Tensor swiglu(const at::Tensor& g, const at::Tensor& u);
+
+// The same of gate and up side by side in one product gu (..., 2 cols): silu(gate) * up, (..., cols).
+// Fused, one kernel reads both halves in place, and the backward writes both halves' gradient into
+// one tensor shaped like gu, which is the gradient of the one product; no half is ever copied out.
+at::Tensor swiglu_joined(const at::Tensor& gu);
+
+// Gate's and up's weights (a_rows, in) and (b_rows, in) that lie one after the other in one
+// storage (FSDP's leaves of a flat parameter, in the model's order) seen as one (a_rows + b_rows,
+// in) weight, without a copy: differentiable, the gradient handed back to each as a view of its
+// rows. An undefined tensor where they do not lie so (other dtypes, devices or widths, a gap, not
+// contiguous), where Fusions::joined_gate_up is off, or where the fused SwiGLU would not take the
+// product (ATen's would copy both halves' gradients out at full width: the CPU path keeps two
+// products).
+at::Tensor joined_rows(const at::Tensor& a, const at::Tensor& b);
 
 // The causal language-model loss of logits hidden · weightᵀ against labels (B, T): token t predicts
 // token t + 1, labels of -100 count for nothing, the mean over the tokens that count; the value

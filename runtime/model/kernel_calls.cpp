@@ -65,7 +65,7 @@ at::Tensor swiglu_forward(const at::Tensor& g, const at::Tensor& u) {
   check_same(g, u, "swiglu");
   if (g.is_cuda()) return cuda::swiglu_forward(g, u);
   at::Tensor h = at::empty_like(g);
-  kernels::swiglu_forward_reference(f32(g), f32(u), f32_out(h), g.numel());
+  kernels::swiglu_forward_reference(kernels::SwigluLayout::contiguous(g.numel()), f32(g), f32(u), f32_out(h));
   return h;
 }
 
@@ -74,8 +74,41 @@ SwigluBackward swiglu_backward(const at::Tensor& g, const at::Tensor& u, const a
   check_same(g, dh, "swiglu backward");
   if (g.is_cuda()) return cuda::swiglu_backward(g, u, dh);
   SwigluBackward out{at::empty_like(g), at::empty_like(u)};
-  kernels::swiglu_backward_reference(f32(g), f32(u), f32(dh), f32_out(out.dg), f32_out(out.du), g.numel());
+  kernels::swiglu_backward_reference(kernels::SwigluLayout::contiguous(g.numel()), f32(g), f32(u), f32(dh),
+                                     f32_out(out.dg), f32_out(out.du));
   return out;
+}
+
+namespace {
+
+void check_joined(const at::Tensor& gu, const at::Tensor& dh) {
+  ST_CHECK(gu.is_contiguous() && gu.dim() == 2 && gu.size(1) % 2 == 0, common::ErrorKind::kInternal,
+           "swiglu (joined): a contiguous (rows, 2 cols) product of gate and up");
+  if (dh.defined())
+    ST_CHECK(dh.is_contiguous() && dh.dim() == 2 && dh.size(0) == gu.size(0) && dh.size(1) * 2 == gu.size(1) &&
+                 dh.scalar_type() == gu.scalar_type() && dh.device() == gu.device(),
+             common::ErrorKind::kInternal, "swiglu backward (joined): a contiguous (rows, cols) gradient like gu's");
+}
+
+}  // namespace
+
+at::Tensor swiglu_joined_forward(const at::Tensor& gu) {
+  check_joined(gu, at::Tensor());
+  if (gu.is_cuda()) return cuda::swiglu_joined_forward(gu);
+  const int64_t rows = gu.size(0), cols = gu.size(1) / 2;
+  at::Tensor h = at::empty({rows, cols}, gu.options());
+  kernels::swiglu_forward_reference(kernels::SwigluLayout::joined(rows, cols), f32(gu), f32(gu) + cols, f32_out(h));
+  return h;
+}
+
+at::Tensor swiglu_joined_backward(const at::Tensor& gu, const at::Tensor& dh) {
+  check_joined(gu, dh);
+  if (gu.is_cuda()) return cuda::swiglu_joined_backward(gu, dh);
+  const int64_t rows = gu.size(0), cols = gu.size(1) / 2;
+  at::Tensor dgu = at::empty_like(gu);
+  kernels::swiglu_backward_reference(kernels::SwigluLayout::joined(rows, cols), f32(gu), f32(gu) + cols, f32(dh),
+                                     f32_out(dgu), f32_out(dgu) + cols);
+  return dgu;
 }
 
 at::Tensor cross_entropy_in_place(at::Tensor& logits, const at::Tensor& labels, int64_t ignore_index) {

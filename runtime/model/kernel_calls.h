@@ -37,6 +37,10 @@ struct SwigluBackward {
   at::Tensor dg, du;
 };
 SwigluBackward swiglu_backward(const at::Tensor& g, const at::Tensor& u, const at::Tensor& dh);
+// Gate and up side by side in one product gu (rows, 2 cols): silu(gu[:, :cols]) * gu[:, cols:],
+// (rows, cols); the backward gives the gradient of gu, both halves in one (rows, 2 cols) tensor.
+at::Tensor swiglu_joined_forward(const at::Tensor& gu);
+at::Tensor swiglu_joined_backward(const at::Tensor& gu, const at::Tensor& dh);
 
 // Each row of `logits` (rows, vocab) against its label (rows, int64): the rows' losses (fp32) out,
 // and softmax - onehot written over the logits (0 on rows labelled `ignore_index`).

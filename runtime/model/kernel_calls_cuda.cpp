@@ -58,16 +58,39 @@ at::Tensor rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& si
 at::Tensor swiglu_forward(const at::Tensor& g, const at::Tensor& u) {
   const c10::cuda::CUDAGuard guard(g.device());
   at::Tensor h = at::empty_like(g);
-  kernels::swiglu_forward_cuda(dtype_of(g), g.data_ptr(), u.data_ptr(), h.data_ptr(), g.numel(), stream_of(g));
+  kernels::swiglu_forward_cuda(dtype_of(g), kernels::SwigluLayout::contiguous(g.numel()), g.data_ptr(), u.data_ptr(),
+                               h.data_ptr(), stream_of(g));
   return h;
 }
 
 SwigluBackward swiglu_backward(const at::Tensor& g, const at::Tensor& u, const at::Tensor& dh) {
   const c10::cuda::CUDAGuard guard(g.device());
   SwigluBackward out{at::empty_like(g), at::empty_like(u)};
-  kernels::swiglu_backward_cuda(dtype_of(g), g.data_ptr(), u.data_ptr(), dh.data_ptr(), out.dg.data_ptr(),
-                                out.du.data_ptr(), g.numel(), stream_of(g));
+  kernels::swiglu_backward_cuda(dtype_of(g), kernels::SwigluLayout::contiguous(g.numel()), g.data_ptr(), u.data_ptr(),
+                                dh.data_ptr(), out.dg.data_ptr(), out.du.data_ptr(), stream_of(g));
   return out;
+}
+
+at::Tensor swiglu_joined_forward(const at::Tensor& gu) {
+  const c10::cuda::CUDAGuard guard(gu.device());
+  const int64_t rows = gu.size(0), cols = gu.size(1) / 2;
+  at::Tensor h = at::empty({rows, cols}, gu.options());
+  const auto* base = static_cast<const char*>(gu.data_ptr());
+  kernels::swiglu_forward_cuda(dtype_of(gu), kernels::SwigluLayout::joined(rows, cols), base,
+                               base + cols * gu.element_size(), h.data_ptr(), stream_of(gu));
+  return h;
+}
+
+at::Tensor swiglu_joined_backward(const at::Tensor& gu, const at::Tensor& dh) {
+  const c10::cuda::CUDAGuard guard(gu.device());
+  const int64_t rows = gu.size(0), cols = gu.size(1) / 2;
+  at::Tensor dgu = at::empty_like(gu);
+  const auto* base = static_cast<const char*>(gu.data_ptr());
+  auto* out = static_cast<char*>(dgu.data_ptr());
+  const int64_t half = cols * gu.element_size();
+  kernels::swiglu_backward_cuda(dtype_of(gu), kernels::SwigluLayout::joined(rows, cols), base, base + half,
+                                dh.data_ptr(), out, out + half, stream_of(gu));
+  return dgu;
 }
 
 at::Tensor cross_entropy_in_place(at::Tensor& logits, const at::Tensor& labels, int64_t ignore_index) {

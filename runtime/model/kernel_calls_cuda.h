@@ -13,6 +13,8 @@ RmsNormBackward rmsnorm_backward(const at::Tensor& x, const at::Tensor& w, const
 at::Tensor rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool backward);
 at::Tensor swiglu_forward(const at::Tensor& g, const at::Tensor& u);
 SwigluBackward swiglu_backward(const at::Tensor& g, const at::Tensor& u, const at::Tensor& dh);
+at::Tensor swiglu_joined_forward(const at::Tensor& gu);
+at::Tensor swiglu_joined_backward(const at::Tensor& gu, const at::Tensor& dh);
 at::Tensor cross_entropy_in_place(at::Tensor& logits, const at::Tensor& labels, int64_t ignore_index);
 
 }  // namespace shardtune::model::kernel_calls::cuda

@@ -18,6 +18,8 @@ RmsNormBackward rmsnorm_backward(const at::Tensor&, const at::Tensor&, const at:
 at::Tensor rope(const at::Tensor&, const at::Tensor&, const at::Tensor&, bool) { none(); }
 at::Tensor swiglu_forward(const at::Tensor&, const at::Tensor&) { none(); }
 SwigluBackward swiglu_backward(const at::Tensor&, const at::Tensor&, const at::Tensor&) { none(); }
+at::Tensor swiglu_joined_forward(const at::Tensor&) { none(); }
+at::Tensor swiglu_joined_backward(const at::Tensor&, const at::Tensor&) { none(); }
 at::Tensor cross_entropy_in_place(at::Tensor&, const at::Tensor&, int64_t) { none(); }
 
 }  // namespace shardtune::model::kernel_calls::cuda

@@ -129,6 +129,15 @@ at::Tensor Attention::forward(const at::Tensor& x, const RopeTables& rope, const
 }
 
 at::Tensor Mlp::forward(const at::Tensor& x, const DropoutSeed& dropout) const {
+  // Gate and up as one product where their weights lie side by side (FSDP's flat parameter keeps
+  // them so) and neither has a bias or an active adapter: one matrix product each way, and the
+  // fused SwiGLU reads and writes the joined halves in place.
+  const bool plain = !gate_proj.bias.defined() && !up_proj.bias.defined() &&
+                     ((gate_proj.lora.r == 0 && up_proj.lora.r == 0) || AdaptersOff::active());
+  if (plain) {
+    const at::Tensor joined = joined_rows(gate_proj.weight, up_proj.weight);
+    if (joined.defined()) return down_proj.forward(swiglu_joined(at::linear(x, joined)), dropout);
+  }
   return down_proj.forward(swiglu(gate_proj.forward(x, dropout), up_proj.forward(x, dropout)), dropout);
 }
 

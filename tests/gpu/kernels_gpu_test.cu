@@ -129,8 +129,8 @@ void test_swiglu(int64_t count, float scale, bool bf16, std::mt19937& rng) {
   void* dg_out = upload(zeros, bf16);
   void* du_out = upload(zeros, bf16);
   const Dtype dtype = bf16 ? Dtype::kBFloat16 : Dtype::kFloat;
-  swiglu_forward_cuda(dtype, dg_in, du_in, dh_out, count, nullptr);
-  swiglu_backward_cuda(dtype, dg_in, du_in, ddh, dg_out, du_out, count, nullptr);
+  swiglu_forward_cuda(dtype, SwigluLayout::contiguous(count), dg_in, du_in, dh_out, nullptr);
+  swiglu_backward_cuda(dtype, SwigluLayout::contiguous(count), dg_in, du_in, ddh, dg_out, du_out, nullptr);
   check(cudaDeviceSynchronize(), "the kernels");
   const std::vector<float> h = download(dh_out, count, bf16), gg = download(dg_out, count, bf16),
                            gu = download(du_out, count, bf16);
@@ -145,6 +145,50 @@ void test_swiglu(int64_t count, float scale, bool bf16, std::mt19937& rng) {
            e.du[i]);
   }
   for (void* p : {dg_in, du_in, ddh, dh_out, dg_out, du_out}) cudaFree(p);
+}
+
+// Gate and up side by side in one (rows, 2 cols) array, their gradients written side by side into
+// one: each element within the same bounds of float64 as the separate arrays', and every element of
+// the joined gradient written.
+void test_swiglu_joined(int64_t rows, int64_t cols, bool bf16, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  const int64_t count = rows * cols;
+  std::vector<float> gu(2 * count), dh(count);
+  for (float& v : gu) v = normal(rng);
+  for (float& v : dh) v = normal(rng);
+  void* dgu_in = upload(gu, bf16);
+  void* ddh = upload(dh, bf16);
+  std::vector<float> g(count), u(count), zeros(count), nans(2 * count, NAN);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      g[r * cols + c] = gu[r * 2 * cols + c];
+      u[r * cols + c] = gu[r * 2 * cols + cols + c];
+    }
+  void* dh_out = upload(zeros, bf16);
+  void* dgu_out = upload(nans, bf16);
+  const Dtype dtype = bf16 ? Dtype::kBFloat16 : Dtype::kFloat;
+  const SwigluLayout layout = SwigluLayout::joined(rows, cols);
+  const size_t half = static_cast<size_t>(cols) * (bf16 ? 2 : 4);
+  swiglu_forward_cuda(dtype, layout, dgu_in, static_cast<char*>(dgu_in) + half, dh_out, nullptr);
+  swiglu_backward_cuda(dtype, layout, dgu_in, static_cast<char*>(dgu_in) + half, ddh, dgu_out,
+                       static_cast<char*>(dgu_out) + half, nullptr);
+  check(cudaDeviceSynchronize(), "the joined kernels");
+  const std::vector<float> h = download(dh_out, count, bf16), dgu = download(dgu_out, 2 * count, bf16);
+  const SwigluExact e = swiglu_exact(g, u, dh);
+  const double b16 = bf16 ? 1.0 / 256 : 0.0;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const int64_t i = r * cols + c;
+      const double dg = dgu[r * 2 * cols + c], du = dgu[r * 2 * cols + cols + c];
+      const double tiny = swiglu_underflow(g[i], u[i], dh[i]);
+      expect(std::abs(h[i] - e.h[i]) <= (8 * kU + b16) * e.h_scale[i] + tiny, "swiglu joined h", rows, cols, bf16, i,
+             h[i], e.h[i]);
+      expect(std::abs(dg - e.dg[i]) <= (16 * kU + b16) * e.dg_scale[i] + tiny, "swiglu joined dg", rows, cols, bf16, i,
+             dg, e.dg[i]);
+      expect(std::abs(du - e.du[i]) <= (8 * kU + b16) * e.du_scale[i] + tiny, "swiglu joined du", rows, cols, bf16, i,
+             du, e.du[i]);
+    }
+  for (void* p : {dgu_in, ddh, dh_out, dgu_out}) cudaFree(p);
 }
 
 // Out of place and in place, forward and backward.
@@ -234,6 +278,10 @@ int main() {
     for (float scale : {1.0f, 60.0f})
       for (bool bf16 : {false, true}) test_swiglu(count, scale, bf16, rng);
   test_swiglu(65535 * 256 + 333, 1.0f, false, rng);  // more elements than one grid's threads
+  // The last: more elements than one grid's threads.
+  const int64_t joined_shapes[][2] = {{1, 1}, {3, 7}, {33, 65}, {2, 16384}, {2100, 8192}};
+  for (const auto& s : joined_shapes)
+    for (bool bf16 : {false, true}) test_swiglu_joined(s[0], s[1], bf16, rng);
   const int64_t rope_shapes[][3] = {{1, 1, 2}, {7, 5, 64}, {2048, 8, 64}, {8192, 33, 128}};  // the last: more pairs than one grid's threads
   for (const auto& s : rope_shapes)
     for (bool bf16 : {false, true}) test_rope(s[0], s[1], s[2], bf16, rng);

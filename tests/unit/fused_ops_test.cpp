@@ -43,7 +43,7 @@ class Fused : public ::testing::Test {
 void with_aten(const std::function<void()>& fn) {
   const Fusions saved = fusions();
   Fusions off;
-  off.rmsnorm = off.rope = off.swiglu = off.cross_entropy = off.gqa_attention = false;
+  off.rmsnorm = off.rope = off.swiglu = off.cross_entropy = off.gqa_attention = off.joined_gate_up = false;
   set_fusions(off);
   fn();
   set_fusions(saved);
@@ -108,6 +108,71 @@ TEST_F(Fused, RotaryValuesAndGradientsWithinBoundsOfFloat64) {
 TEST_F(Fused, SwigluValuesAndGradientsWithinBoundsOfFloat64) {
   const at::Tensor g = at::randn({4, 3, 257}, at::kDouble) * 4, u = at::randn({4, 3, 257}, at::kDouble);
   check("SwigluFunction", {g, u}, [](const std::vector<at::Tensor>& t) { return swiglu(t[0], t[1]); }, 16 * kU);
+}
+
+// Gate and up in one product: the kernel reads both halves in place and writes both gradients
+// into one tensor, within the separate SwiGLU's bounds (the same arithmetic an element).
+TEST_F(Fused, SwigluJoinedValuesAndGradientsWithinBoundsOfFloat64) {
+  for (const int64_t cols : {1, 7, 257}) {
+    const at::Tensor gu = at::randn({4, 3, 2 * cols}, at::kDouble) * 3;
+    check("SwigluJoinedFunction", {gu}, [](const std::vector<at::Tensor>& t) { return swiglu_joined(t[0]); }, 16 * kU);
+  }
+}
+
+// Whether autograd's graph under `t` has a node of this name.
+bool graph_has(const at::Tensor& t, const std::string& name) {
+  std::vector<torch::autograd::Node*> stack{t.grad_fn().get()};
+  while (!stack.empty()) {
+    torch::autograd::Node* node = stack.back();
+    stack.pop_back();
+    if (node == nullptr) continue;
+    if (node->name().find(name) != std::string::npos) return true;
+    for (const torch::autograd::Edge& e : node->next_edges()) stack.push_back(e.function.get());
+  }
+  return false;
+}
+
+// Gate's and up's weights as FSDP leaves them, views of one buffer one after the other, each its
+// own leaf: seen as one weight without a copy, the MLP makes one product of them and its gradient
+// reaches each leaf as its rows. Against the MLP of separate float64 weights.
+TEST_F(Fused, AdjacentGateAndUpAreOneProduct) {
+  const int64_t hidden = 12, inter = 20;
+  const at::Tensor base = at::randn({3 * inter * hidden}) * 0.3;  // gate, up, down
+  Mlp fused;
+  fused.gate_proj.weight = base.narrow(0, 0, inter * hidden).view({inter, hidden}).requires_grad_(true);
+  fused.up_proj.weight = base.narrow(0, inter * hidden, inter * hidden).view({inter, hidden}).requires_grad_(true);
+  fused.down_proj.weight = base.narrow(0, 2 * inter * hidden, inter * hidden).view({hidden, inter}).requires_grad_(true);
+  Mlp exact;
+  for (auto [from, to] : {std::pair{&fused.gate_proj, &exact.gate_proj}, std::pair{&fused.up_proj, &exact.up_proj},
+                          std::pair{&fused.down_proj, &exact.down_proj}})
+    to->weight = from->weight.detach().to(at::kDouble).requires_grad_(true);
+  const at::Tensor joined = joined_rows(fused.gate_proj.weight, fused.up_proj.weight);
+  ASSERT_TRUE(joined.defined());
+  EXPECT_EQ(joined.data_ptr(), fused.gate_proj.weight.data_ptr()) << "a view, not a copy";
+  EXPECT_TRUE(at::equal(joined, at::cat({fused.gate_proj.weight, fused.up_proj.weight})));
+  EXPECT_FALSE(joined_rows(fused.up_proj.weight, fused.gate_proj.weight).defined()) << "up lies after gate";
+  EXPECT_FALSE(joined_rows(fused.gate_proj.weight, fused.down_proj.weight).defined()) << "not adjacent, nor as wide";
+
+  const at::Tensor x = at::randn({2, 5, hidden}, at::kDouble);
+  const at::Tensor y = fused.forward(x.to(at::kFloat));
+  EXPECT_TRUE(graph_has(y, "JoinedRowsFunction"));
+  EXPECT_TRUE(graph_has(y, "SwigluJoinedFunction"));
+  at::Tensor y64;
+  with_aten([&] { y64 = exact.forward(x); });
+  EXPECT_LE(max_diff(y, y64), 1e-5 * max_abs(y64));
+  const at::Tensor dy = at::randn(y.sizes(), at::kDouble);
+  (y * dy.to(at::kFloat)).sum().backward();
+  (y64 * dy).sum().backward();
+  for (auto [mine, want] : {std::pair{&fused.gate_proj, &exact.gate_proj}, std::pair{&fused.up_proj, &exact.up_proj},
+                            std::pair{&fused.down_proj, &exact.down_proj}}) {
+    ASSERT_TRUE(mine->weight.grad().defined());
+    EXPECT_LE(max_diff(mine->weight.grad(), want->weight.grad()), 1e-5 * max_abs(want->weight.grad()));
+  }
+  // Turned off: two products.
+  Fusions off = fusions();
+  off.joined_gate_up = false;
+  set_fusions(off);
+  EXPECT_FALSE(graph_has(fused.forward(x.to(at::kFloat)), "JoinedRowsFunction"));
 }
 
 // Non-contiguous inputs (a transposed view) are made contiguous, not misread.

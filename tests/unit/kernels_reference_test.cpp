@@ -115,8 +115,8 @@ TEST(KernelReference, SwigluIsWithinFp32RoundingOfFloat64) {
     g[0] = -120.0f;  // exp overflows: the sigmoid is 0
     g[1] = 120.0f;   // the sigmoid is 1
     std::vector<float> h(count), dg(count), du(count);
-    swiglu_forward_reference(g.data(), u.data(), h.data(), count);
-    swiglu_backward_reference(g.data(), u.data(), dh.data(), dg.data(), du.data(), count);
+    swiglu_forward_reference(SwigluLayout::contiguous(count), g.data(), u.data(), h.data());
+    swiglu_backward_reference(SwigluLayout::contiguous(count), g.data(), u.data(), dh.data(), dg.data(), du.data());
     const SwigluExact e = swiglu_exact(g, u, dh);
     for (int64_t i = 0; i < count; ++i) {
       const double tiny = swiglu_underflow(g[i], u[i], dh[i]);
@@ -124,6 +124,38 @@ TEST(KernelReference, SwigluIsWithinFp32RoundingOfFloat64) {
       ASSERT_LE(std::abs(dg[i] - e.dg[i]), 16 * kU * e.dg_scale[i] + tiny) << "dg " << i << " g " << g[i];
       ASSERT_LE(std::abs(du[i] - e.du[i]), 8 * kU * e.du_scale[i] + tiny) << "du " << i << " g " << g[i];
     }
+  }
+}
+
+// Gate and up side by side in one (rows, 2 cols) product, their gradients written side by side:
+// each element the same arithmetic as in separate arrays, bit for bit, at every shape (one row,
+// one column, odd widths, a long row), and nothing outside the elements written.
+TEST(KernelReference, SwigluJoinedLayoutIsTheSeparateArithmetic) {
+  std::mt19937 rng(10);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(testing::Message() << s.rows << " x " << s.n);
+    const int64_t count = s.rows * s.n;
+    std::vector<float> g(count), u(count), dh(count), gu(2 * count);
+    for (int64_t r = 0; r < s.rows; ++r)
+      for (int64_t c = 0; c < s.n; ++c) {
+        g[r * s.n + c] = gu[r * 2 * s.n + c] = normal(rng);
+        u[r * s.n + c] = gu[r * 2 * s.n + s.n + c] = normal(rng);
+      }
+    for (float& v : dh) v = normal(rng);
+    std::vector<float> h(count), dg(count), du(count), hj(count), dgu(2 * count, NAN);
+    swiglu_forward_reference(SwigluLayout::contiguous(count), g.data(), u.data(), h.data());
+    swiglu_backward_reference(SwigluLayout::contiguous(count), g.data(), u.data(), dh.data(), dg.data(), du.data());
+    const SwigluLayout joined = SwigluLayout::joined(s.rows, s.n);
+    swiglu_forward_reference(joined, gu.data(), gu.data() + s.n, hj.data());
+    swiglu_backward_reference(joined, gu.data(), gu.data() + s.n, dh.data(), dgu.data(), dgu.data() + s.n);
+    for (int64_t r = 0; r < s.rows; ++r)
+      for (int64_t c = 0; c < s.n; ++c) {
+        const int64_t i = r * s.n + c;
+        ASSERT_EQ(hj[i], h[i]) << "h " << r << ", " << c;
+        ASSERT_EQ(dgu[r * 2 * s.n + c], dg[i]) << "dg " << r << ", " << c;
+        ASSERT_EQ(dgu[r * 2 * s.n + s.n + c], du[i]) << "du " << r << ", " << c;
+      }
   }
 }
 
