@@ -348,6 +348,31 @@ TEST(FsdpOverlap, OverlappedCollectivesGiveBitwiseTheSameTraining) {
   }
 }
 
+// A model of case `c` under FSDP on one node of every rank, with the job's defaults (activation
+// checkpointing as asked).
+fsdp::FsdpOptions one_node_options(bool checkpointing) {
+  job::Job job;
+  job.slurm.nodes = 1;
+  job.slurm.ntasks_per_node = world_size();
+  job.fsdp.activation_checkpointing = checkpointing;
+  return fsdp::fsdp_options(job.fsdp, job.train, world_size(), world_size(), testing_support::test_device());
+}
+struct OneNode {
+  explicit OneNode(const Case& c, bool checkpointing = false)
+      : options(one_node_options(checkpointing)),
+        groups(testing_support::make_test_groups(options.shard_size)),
+        model(config_for(c), at::TensorOptions().dtype(at::kFloat)),
+        sharded(initialised(model), groups, options) {}
+  static model::LlamaForCausalLM& initialised(model::LlamaForCausalLM& m) {
+    model::init_weights(m, 5);
+    return m;
+  }
+  fsdp::FsdpOptions options;
+  dist::ProcessGroups groups;
+  model::LlamaForCausalLM model;
+  fsdp::FsdpLlama sharded;
+};
+
 // The all-gathers of a FULL_SHARD step of two micro-batches, counted by the bytes each flat
 // parameter handed to them: every block is gathered for its forward and again for its backward;
 // the embedding only for its forward (its backward reads the token ids, not the weight), also
@@ -360,16 +385,11 @@ TEST(FsdpUnits, TheEmbeddingIsGatheredForItsForwardOnly) {
       SCOPED_TRACE(testing::Message() << "checkpointing " << checkpointing << ", tied " << tied);
       Case c{"gathers"};
       c.tied = tied;
-      job::Job job;
-      job.slurm.nodes = 1;
-      job.slurm.ntasks_per_node = world_size();
-      job.fsdp.activation_checkpointing = checkpointing;
-      const fsdp::FsdpOptions options = fsdp::fsdp_options(job.fsdp, job.train, world_size(), world_size(),
-                                                           testing_support::test_device());
-      dist::ProcessGroups groups = testing_support::make_test_groups(options.shard_size);
-      model::LlamaForCausalLM m(config_for(c), at::TensorOptions().dtype(at::kFloat));
-      model::init_weights(m, 5);
-      fsdp::FsdpLlama sharded(m, groups, options);
+      OneNode run(c, checkpointing);
+      const fsdp::FsdpOptions& options = run.options;
+      const model::LlamaForCausalLM& m = run.model;
+      fsdp::FsdpLlama& sharded = run.sharded;
+      dist::ProcessGroups& groups = run.groups;
       fsdp::AdamW opt(kAdamW);
       train::add_trainable_shards(sharded, opt);
       const std::vector<fsdp::FlatParam*> flats = sharded.flat_params();  // embed, blocks, head
@@ -396,15 +416,8 @@ TEST(FsdpUnits, ARankAloneKeepsNoUnreducedGradients) {
   for (const bool tied : {false, true}) {
     Case c{"direct"};
     c.tied = tied;
-    job::Job job;
-    job.slurm.nodes = 1;
-    job.slurm.ntasks_per_node = world_size();
-    const fsdp::FsdpOptions options = fsdp::fsdp_options(job.fsdp, job.train, world_size(), world_size(),
-                                                         testing_support::test_device());
-    dist::ProcessGroups groups = testing_support::make_test_groups(options.shard_size);
-    model::LlamaForCausalLM m(config_for(c), at::TensorOptions().dtype(at::kFloat));
-    model::init_weights(m, 5);
-    fsdp::FsdpLlama sharded(m, groups, options);
+    OneNode run(c);
+    fsdp::FsdpLlama& sharded = run.sharded;
     sharded.set_sync_grads(false);
     const at::Tensor ids = sample_tokens(0, 2);
     sharded.forward_loss(ids, at::Tensor(), ids).backward();
