@@ -10,7 +10,8 @@
 # clocks read around the whole step with the device idle. Also shardtune with cuDNN's attention,
 # which training leaves out; packed rows (per-document attention) against one document per row at
 # equal tokens; shardtune with AdamW an operation at a time (what its fused AdamW is worth) and
-# with each fused kernel turned off in turn (what each is worth); a two-step kernel trace. Writes bench.json and bench.md into OUT_DIR.
+# with each fused kernel turned off in turn (what each is worth); a two-step kernel trace; what is
+# live at each engine's memory peak (bench/memory_peak.py). Writes bench.json and bench.md into OUT_DIR.
 # ST_BENCH_QUICK=1: without activation checkpointing only (micro-batch 8 down).
 # Run by scripts/gpu-check.sh, after
 # scripts/gpu-env.sh (Open MPI and the libraries from the prefix).
@@ -86,6 +87,20 @@ for ckpt in "${modes[@]}"; do
     mkdir -p "$out/trace"
     train_bench "$best" --steps 1 --warmup 1 --trace "$out/trace" >/dev/null 2>"$out/trace.err" &&
       gzip -c "$out/trace/rank-00000.trace.json" >"$out/trace.json.gz" || echo "bench: the trace failed"
+    # What is live at each engine's peak: two more steps with the caching allocator's history, its
+    # blocks grouped by where they were allocated (C++ frames named through the dynamic symbol
+    # table: train_bench exports its symbols). The summaries stay; the pickles are large.
+    TORCH_SYMBOLIZE_MODE=dladdr train_bench "$best" --steps 1 --warmup 1 --memory-snapshot "$out/memory-shardtune.pickle" \
+      >/dev/null 2>"$out/snapshot.err" || echo "bench: shardtune's allocator snapshot failed"
+    python3 "$root/bench/torch_baseline.py" train "$model" --seq $seq --micro-batch "$best" --sdpa flash --steps 1 \
+      --warmup 1 --memory-snapshot "$out/memory-pytorch.pickle" >/dev/null 2>>"$out/snapshot.err" ||
+      echo "bench: PyTorch's allocator snapshot failed"
+    for engine in shardtune pytorch; do
+      [ -f "$out/memory-$engine.pickle" ] || continue
+      python3 "$root/bench/memory_peak.py" "$out/memory-$engine.pickle" --top 25 --json >"$out/memory-$engine.json" ||
+        rm -f "$out/memory-$engine.json"
+      rm -f "$out/memory-$engine.pickle"
+    done
   fi
   # shardtune with cuDNN's attention allowed, which training leaves out.
   shardtune "$best" $ckpt --cudnn-attention || true

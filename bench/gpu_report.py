@@ -95,5 +95,17 @@ for r in rows:
     if r.get("attention_kernels"):
         lines.append(f"- {r['engine']} ({r['attention']}, micro-batch {r['micro_batch']}): "
                      + ", ".join(f"`{k}` {v}" for k, v in r["attention_kernels"].items()))
+# What is live at each engine's peak (bench/memory_peak.py over --memory-snapshot's history).
+snapshots = [(e, f"{out}/memory-{e}.json") for e in ("shardtune", "pytorch")]
+if any(os.path.exists(p) for _, p in snapshots):
+    lines += ["", "Live at the peak, by where it was allocated (two more steps with the allocator's history, "
+              "the largest micro-batch without activation checkpointing):", ""]
+    for e, p in snapshots:
+        if not os.path.exists(p):
+            lines.append(f"- {e}: no snapshot")
+            continue
+        s = json.load(open(p))
+        lines.append(f"- {e}: {s['peak_bytes'] / 2**30:.2f} GiB at the peak, {s['live_blocks']} blocks")
+        lines += [f"  - {g['bytes'] / 2**30:.3f} GiB, {g['blocks']} blocks: `{g['origin']}`" for g in s["groups"]]
 open(f"{out}/bench.md", "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))

@@ -48,6 +48,8 @@ def matmul(args):
 
 
 # shardtune's AdamW (runtime/fsdp/adamw.h's defaults, bench/train_bench.cpp's learning rate).
+# Allocator events a --memory-snapshot keeps (train_bench keeps as many).
+SNAPSHOT_EVENTS = 200000
 ADAMW = {"lr": 1e-5, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.0, "fused": True}
 TIMING = "device synchronised before and after each step, AdamW included"  # train_bench's words
 ATTENTION = re.compile(r"flash|fmha|attention|sdpa|cudnn", re.I)  # as bench/trace_summary.py
@@ -136,6 +138,15 @@ def train(args):
                 if i >= args.warmup:
                     times.append(time.perf_counter() - t0)
             peak_allocated, peak_reserved = torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()
+            if args.memory_snapshot:
+                # Two more steps with the allocator's history recorded (it slows them: not timed),
+                # as train_bench --memory-snapshot records its own.
+                torch.cuda.memory._record_memory_history(max_entries=SNAPSHOT_EVENTS)
+                for _ in range(2):
+                    step()
+                torch.cuda.synchronize()
+                torch.cuda.memory._dump_snapshot(args.memory_snapshot)
+                torch.cuda.memory._record_memory_history(enabled=None)
             attention = attention_kernels(step)
     except torch.OutOfMemoryError as e:
         print(f"micro-batch {args.micro_batch} does not fit: {e}", file=sys.stderr)
@@ -169,6 +180,8 @@ def main():
     t.add_argument("--sdpa", choices=["default", "flash", "efficient", "cudnn"], default="default")
     t.add_argument("--steps", type=int, default=10)
     t.add_argument("--warmup", type=int, default=3)
+    t.add_argument("--memory-snapshot", help="after the timed steps, two more with the caching allocator's history "
+                   "recorded, its snapshot written to this file (bench/memory_peak.py reads it)")
     args = parser.parse_args()
     matmul(args) if args.what == "matmul" else train(args)
 

@@ -31,6 +31,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -61,6 +62,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr int kOutOfMemory = 3;
 constexpr double kLr = 1e-5;  // bench/torch_baseline.py uses the same AdamW: this, and AdamWConfig's defaults
+// Allocator events a --memory-snapshot keeps (bench/torch_baseline.py keeps as many): the latest,
+// where the timed steps make more.
+constexpr size_t kSnapshotEvents = 200000;
 
 struct Args {
   std::string model_dir;
@@ -79,6 +83,7 @@ struct Args {
   bool adamw_ops = false;
   bool cpu_offload = false;
   std::vector<std::string> unfused;  // fusions turned off (the ablation): rmsnorm, rope, swiglu, cross_entropy, gqa, gate_up
+  std::string memory_snapshot;       // rank 0's allocator history over two more steps, to this file
 };
 
 // The fusions a run keeps: all but those named ("all": none).
@@ -119,6 +124,13 @@ train::Batch make_batch(const Args& a, int64_t vocab, int step, int rank) {
   return {ids, ids, a.packed ? positions : at::Tensor(), 1.0, {}};
 }
 
+void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  out.close();
+  ST_CHECK(out.good(), common::ErrorKind::kIo, "could not write {}", path);
+}
+
 bool is_out_of_memory(const std::exception& e) {
   const std::string what = e.what();
   return what.find("out of memory") != std::string::npos || what.find("CUDA_ERROR_OUT_OF_MEMORY") != std::string::npos;
@@ -136,6 +148,8 @@ int run(const Args& a) {
   const at::Device device =
       choice.device >= 0 ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(choice.device)) : at::Device(at::kCPU);
   if (choice.device >= 0) dist::bind_device(choice.device);
+  ST_CHECK(a.memory_snapshot.empty() || device.is_cuda(), common::ErrorKind::kConfig,
+           "--memory-snapshot records the CUDA caching allocator's history: it needs a GPU");
   if (device.is_cpu()) train::use_large_block_cache();  // as shardtune-rank
   if (a.cudnn_attention) dist::allow_cudnn_attention(true);
   model::set_fusions(fusions_of(a.unfused));
@@ -183,6 +197,16 @@ int run(const Args& a) {
       train::train_step(model, optimizer, {batch}, {kLr}, *groups.world);
       dist::synchronize(device);
       if (s >= a.warmup) step_seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+    }
+    if (!a.memory_snapshot.empty()) {
+      // Two more steps with the allocator's history recorded (it slows them: not timed), as
+      // bench/torch_baseline.py --memory-snapshot records its own.
+      if (rank == 0) dist::record_memory_history(kSnapshotEvents);
+      for (int n = 1; n <= 2; ++n)
+        train::train_step(model, optimizer, {make_batch(a, config.vocab_size, a.warmup + a.steps + n, rank)}, {kLr},
+                          *groups.world);
+      dist::synchronize(device);
+      if (rank == 0) write_file(a.memory_snapshot, dist::memory_snapshot_pickled());
     }
     if (!a.trace_dir.empty()) {
       train::ProfilerOptions trace;
@@ -283,7 +307,10 @@ int main(int argc, char** argv) {
   app.add_flag("--cpu-offload", a.cpu_offload, "Shards, gradients and AdamW's state in host memory ([fsdp] cpu_offload)");
   app.add_option("--unfused", a.unfused, "Fusions to turn off (the ablation), comma-separated")
       ->delimiter(',')
-      ->check(CLI::IsMember({"rmsnorm", "rope", "swiglu", "cross_entropy", "gqa", "all"}));
+      ->check(CLI::IsMember({"rmsnorm", "rope", "swiglu", "cross_entropy", "gqa", "gate_up", "all"}));
+  app.add_option("--memory-snapshot", a.memory_snapshot,
+                 "After the timed steps, two more with the caching allocator's history recorded (a GPU only), rank "
+                 "0's snapshot written to this file (PyTorch's pickle; bench/memory_peak.py reads it)");
   app.add_option("--trace", a.trace_dir, "Trace two more steps with the step profiler into this folder");
   app.add_option("--threads", a.threads, "CPU threads per rank (0: the rank's share; -1: the libraries' defaults)")
       ->check(CLI::Range(-1, 4096));

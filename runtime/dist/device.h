@@ -6,6 +6,7 @@
 
 #include <c10/core/Device.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -45,5 +46,13 @@ std::string device_name(const c10::Device& device);
 
 // Returns the caching allocator's unused blocks to the device (after an out-of-memory error).
 void empty_cache(const c10::Device& device);
+
+// The CUDA caching allocator's history (benchmarks): from record_memory_history on, every
+// allocation and free on every device, with the C++ stack that made it, the latest `max_entries`
+// events kept; memory_snapshot_pickled() then gives the allocator's state and that history in
+// PyTorch's snapshot format, the pickle torch.cuda.memory._dump_snapshot writes (bench/
+// memory_peak.py reads it). A build without CUDA has no such allocator: both throw.
+void record_memory_history(size_t max_entries);
+std::string memory_snapshot_pickled();
 
 }  // namespace shardtune::dist

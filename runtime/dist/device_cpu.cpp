@@ -23,4 +23,12 @@ std::string device_name(const c10::Device&) { return "cpu"; }
 
 void empty_cache(const c10::Device&) {}
 
+void record_memory_history(size_t) {
+  common::raise(common::ErrorKind::kConfig, "no CUDA caching allocator to record: this shardtune has a CPU-only LibTorch");
+}
+
+std::string memory_snapshot_pickled() {
+  common::raise(common::ErrorKind::kConfig, "no CUDA caching allocator to snapshot: this shardtune has a CPU-only LibTorch");
+}
+
 }  // namespace shardtune::dist

@@ -2,6 +2,10 @@
 #include <ATen/Context.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <torch/csrc/cuda/memory_snapshot.h>
+
+#include <optional>
+#include <string>
 
 #include "runtime/dist/cuda_check.h"
 #include "runtime/dist/device.h"
@@ -53,5 +57,14 @@ std::string device_name(const c10::Device& device) {
 void empty_cache(const c10::Device& device) {
   if (device.is_cuda()) c10::cuda::CUDACachingAllocator::emptyCache();
 }
+
+void record_memory_history(size_t max_entries) {
+  // Every event ("all"), with its stack where it was allocated and freed ("all"), C++ frames
+  // included ("all": no Python here).
+  const std::optional<std::string> all = std::string("all");
+  torch::cuda::_record_memory_history(all, all, std::string("all"), max_entries);
+}
+
+std::string memory_snapshot_pickled() { return torch::cuda::_memory_snapshot_pickled(); }
 
 }  // namespace shardtune::dist

@@ -11,7 +11,7 @@ trap 'rm -rf "$tmp"' EXIT
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 "$make_model" "$tmp/model" --layers 2 --dtype bf16 >/dev/null || { echo "FAIL: shardtune-make-model"; exit 1; }
-for extra in "" --packed "--unfused rmsnorm,cross_entropy"; do
+for extra in "" --packed "--unfused rmsnorm,cross_entropy,gate_up"; do
   if "$mpirun" -np 2 --oversubscribe --bind-to none --mca btl self,vader,tcp --mca btl_tcp_if_include lo \
        --mca oob_tcp_if_include lo "$bench" "$tmp/model" --device cpu --seq 48 --micro-batch 2 --steps 3 --warmup 1 \
        $extra >"$tmp/out" 2>"$tmp/err"; then
@@ -20,7 +20,7 @@ import json, sys
 r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
 assert r["engine"] == "shardtune" and r["device"] == "cpu" and r["world_size"] == 2, r
 assert r["packed"] == (sys.argv[2] == "--packed"), r
-assert r["unfused"] == (["rmsnorm", "cross_entropy"] if "unfused" in sys.argv[2] else []), r
+assert r["unfused"] == (["rmsnorm", "cross_entropy", "gate_up"] if "unfused" in sys.argv[2] else []), r
 assert r["fused_kernels"] is False, r  # a CPU run
 assert r["step_seconds_min"] <= r["step_seconds_median"] <= r["step_seconds_max"], r
 tokens = 2 * 48 * 2  # micro-batch x seq x ranks
@@ -32,6 +32,14 @@ PY
     fail "train_bench $extra failed: $(tail -5 "$tmp/err")"
   fi
 done
+# The allocator's history is the CUDA caching allocator's: asked for on the CPU, refused by name.
+if "$mpirun" -np 1 --oversubscribe --bind-to none --mca btl self,vader,tcp --mca btl_tcp_if_include lo \
+     --mca oob_tcp_if_include lo "$bench" "$tmp/model" --device cpu --seq 48 --micro-batch 2 --steps 1 --warmup 0 \
+     --memory-snapshot "$tmp/snapshot.pickle" >"$tmp/out" 2>"$tmp/err"; then
+  fail "train_bench --memory-snapshot ran on the CPU"
+elif ! grep -q -- "--memory-snapshot .*needs a GPU" "$tmp/err" || [ -e "$tmp/snapshot.pickle" ]; then
+  fail "train_bench --memory-snapshot on the CPU: $(tail -3 "$tmp/err")"
+fi
 # Like for like: the PyTorch baseline's AdamW and timing window are train_bench's, and the report
 # prints them; a baseline row with another weight decay is marked as not like for like.
 if [ -f "$tmp/plain.json" ]; then
@@ -59,6 +67,14 @@ assert "| 2.00 (not like for like: adamw_hyper differ) |" in text, text
 # An ablation row: named by what it leaves unfused, priced against the fully fused row.
 text = report(dict(ours, unfused=["rmsnorm"], tokens_per_s=ours["tokens_per_s"] / 1.25))
 assert "| shardtune, unfused: rmsnorm |" in text and "| 1.25 |" in text, text
+# Each engine's allocator peak, as bench/memory_peak.py summarises it, and a missing one said so.
+peak = {"peak_bytes": 3 * 2**30, "peak_event": 7, "live_blocks": 2,
+        "groups": [{"origin": "shardtune::fsdp::FlatParam::accumulate_grad", "blocks": 2, "bytes": 3 * 2**30}]}
+open(f"{sys.argv[3]}/memory-shardtune.json", "w").write(json.dumps(peak))
+text = report(row)
+assert "- shardtune: 3.00 GiB at the peak, 2 blocks" in text, text
+assert "  - 3.000 GiB, 2 blocks: `shardtune::fsdp::FlatParam::accumulate_grad`" in text, text
+assert "- pytorch: no snapshot" in text, text
 PY
 fi
 [ "$failures" -eq 0 ] && echo "train_bench_smoke: all checks passed"
