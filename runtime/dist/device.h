@@ -4,6 +4,7 @@
 // (device_cpu.cpp), which is what CI compiles and runs.
 #pragma once
 
+#include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
 #include <cstddef>
@@ -46,6 +47,12 @@ std::string device_name(const c10::Device& device);
 
 // Returns the caching allocator's unused blocks to the device (after an out-of-memory error).
 void empty_cache(const c10::Device& device);
+
+// A CUDA tensor's copy in pinned host memory, queued on a copy stream of the device's own after
+// what the current stream has queued so far: neither the host nor the current stream waits for it
+// (the copy engine runs it beside the compute that follows), and the source's memory is not reused
+// before it is done. synchronize(device) waits for it. A CPU tensor is returned as it is.
+at::Tensor copy_to_host_async(const at::Tensor& t);
 
 // The CUDA caching allocator's history (benchmarks): from record_memory_history on, every
 // allocation and free on every device, with the C++ stack that made it, the latest `max_entries`

@@ -23,6 +23,11 @@ std::string device_name(const c10::Device&) { return "cpu"; }
 
 void empty_cache(const c10::Device&) {}
 
+at::Tensor copy_to_host_async(const at::Tensor& t) {
+  ST_CHECK(t.is_cpu(), common::ErrorKind::kInternal, "a {} tensor in a build without CUDA", t.device().str());
+  return t;
+}
+
 void record_memory_history(size_t) {
   common::raise(common::ErrorKind::kConfig, "no CUDA caching allocator to record: this shardtune has a CPU-only LibTorch");
 }

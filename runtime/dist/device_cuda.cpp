@@ -1,9 +1,19 @@
 // The device layer of a CUDA build, through LibTorch's CUDA API.
 #include <ATen/Context.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#if __has_include(<c10/cuda/CUDAEvent.h>)
+#include <c10/cuda/CUDAEvent.h>
+#else
+#include <ATen/cuda/CUDAEvent.h>
+#endif
 #include <torch/csrc/cuda/memory_snapshot.h>
 
+#include <map>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -12,6 +22,12 @@
 
 namespace shardtune::dist {
 namespace {
+
+#if __has_include(<c10/cuda/CUDAEvent.h>)
+using CudaEvent = c10::cuda::CUDAEvent;  // LibTorch 2.9 on: without ATen's CUDA context header
+#else
+using CudaEvent = at::cuda::CUDAEvent;
+#endif
 
 // Index 0 of the allocator's per-pool statistics is the aggregate over all pools (StatType::AGGREGATE).
 constexpr size_t kAggregate = 0;
@@ -56,6 +72,29 @@ std::string device_name(const c10::Device& device) {
 
 void empty_cache(const c10::Device& device) {
   if (device.is_cuda()) c10::cuda::CUDACachingAllocator::emptyCache();
+}
+
+at::Tensor copy_to_host_async(const at::Tensor& t) {
+  if (!t.is_cuda()) return t;
+  const c10::DeviceIndex index = t.device().index();
+  const c10::cuda::CUDAGuard device_guard(index);
+  // One copy stream per device, from LibTorch's pool, kept for the process.
+  static std::mutex mutex;
+  static std::map<c10::DeviceIndex, c10::cuda::CUDAStream> copy_streams;
+  c10::cuda::CUDAStream copy = [&] {
+    const std::lock_guard<std::mutex> lock(mutex);
+    return copy_streams.try_emplace(index, c10::cuda::getStreamFromPool(false, index)).first->second;
+  }();
+  CudaEvent queued;
+  queued.record(c10::cuda::getCurrentCUDAStream(index));
+  queued.block(copy);
+  at::Tensor host = at::empty(t.sizes(), t.options().device(at::kCPU).pinned_memory(true));
+  {
+    const c10::cuda::CUDAStreamGuard on_copy(copy);
+    host.copy_(t, /*non_blocking=*/true);
+  }
+  c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), copy);
+  return host;
 }
 
 void record_memory_history(size_t max_entries) {

@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "runtime/dist/agree.h"
+#include "runtime/dist/device.h"
 #include "runtime/fsdp/nf4_storage.h"
 
 namespace shardtune::fsdp {
@@ -99,6 +100,7 @@ at::Tensor FlatParam::to_home(const at::Tensor& t) const {
 at::Tensor& FlatParam::grad_shard() {
   ST_CHECK(!reduced_.defined(), common::ErrorKind::kInternal,
            "the gradient shard was read while its reduction was in flight (FsdpLlama::finish_grad_sync was not called)");
+  land_grad();
   if (trainable_ && !grad_shard_.defined())
     grad_shard_ = zeros_on_huge_pages(layout_.shard_numel(), shard_.options());
   return grad_shard_;
@@ -344,9 +346,25 @@ bool FlatParam::advance_reduce(dist::Communicator& replicate_group) {
   }
   const at::Tensor reduced = std::move(reduced_);
   reduced_ = at::Tensor();
-  // Offloaded, the gradient comes down to the host (this waits for its reduction).
-  grad_shard().add_(offloaded_ ? reduced.to(at::kCPU) : reduced);
+  if (!offloaded_) {
+    grad_shard().add_(reduced);
+    return true;
+  }
+  // Offloaded, the gradient comes down to the host: from a GPU into pinned memory on a copy stream,
+  // after its reduction, neither the host nor backward's compute waiting (land_grad does, once
+  // backward is queued).
+  land_grad();  // an earlier one first (none within one backward)
+  landing_ = dist::copy_to_host_async(reduced);
   return true;
+}
+
+void FlatParam::land_grad() {
+  if (!landing_.defined()) return;
+  const at::Tensor landed = std::move(landing_);
+  landing_ = at::Tensor();
+  dist::synchronize(options_.device);  // the copy down (no-op on the CPU)
+  at::NoGradGuard no_grad;
+  grad_shard().add_(landed);
 }
 
 int64_t FlatParam::persistent_bytes() const {

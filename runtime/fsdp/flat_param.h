@@ -95,10 +95,16 @@ class FlatParam {
   // group, then all-reduce across replicas (HSDP), both averaging; the result is added into
   // grad_shard(). start_reduce frees the unsharded gradient once the reduce-scatter is done with
   // it. advance_reduce waits for the stage in flight and starts the next; it returns true once
-  // the gradient is in grad_shard().
+  // the gradient is in grad_shard() or, offloaded, on its way down to the host: land_grad adds it
+  // there.
   void start_reduce(dist::Communicator& shard_group);
   bool advance_reduce(dist::Communicator& replicate_group);
   bool reducing() const { return reduced_.defined(); }
+  // Offloaded: the reduced gradient's copy down to host memory (pinned, from a GPU) is queued
+  // without the host waiting, so that backward goes on meanwhile; land_grad waits for the device
+  // and adds it into grad_shard(). FSDP lands every flat once its reductions are finished; reading
+  // grad_shard() lands it too. No-op when nothing is on its way.
+  void land_grad();
   void reduce_grad(dist::Communicator& shard_group, dist::Communicator& replicate_group) {
     start_reduce(shard_group);
     while (!advance_reduce(replicate_group)) {
@@ -144,6 +150,7 @@ class FlatParam {
   at::Tensor reduced_;    // (shard_numel,) reduce dtype, this rank's part from the reduction's start to its end
   dist::WorkHandle reduce_work_;
   bool all_reducing_ = false;  // reduce_work_ is the all-reduce across replicas
+  at::Tensor landing_;         // offloaded: the reduced gradient in host memory, not yet in grad_shard_
   WireBytes wire_;
   // NF4 storage.
   std::optional<quant::Nf4Format> nf4_;

@@ -56,6 +56,10 @@ void FsdpContext::finish_reductions() {
       }
   });
   reducing.clear();
+  // Offloaded gradients on their way down are added into their shards, for the optimizer.
+  if (options.cpu_offload)
+    for (FsdpUnit* unit : order)
+      for (auto& f : unit->flats()) f->land_grad();
 }
 
 std::vector<FlatParam*> FsdpUnit::used_flats() {
