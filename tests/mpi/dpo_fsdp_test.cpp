@@ -159,9 +159,10 @@ void check_against_reference(const fs::path& dir, const Setup& s) {
     EXPECT_NEAR(got.rewards_margins, (chosen - rejected).mean().item<double>(), 2e-5 * scale);
     EXPECT_DOUBLE_EQ(got.rewards_accuracies, chosen.gt(rejected).to(at::kDouble).mean().item<double>());
     const at::Tensor logps = checkpoint::read_tensor(ref, "policy_logps").to(at::kDouble);
-    if (!dpo_case(c).averages())
+    if (!dpo_case(c).averages()) {
       EXPECT_NEAR(got.logps_chosen, logps.narrow(0, 0, total).mean().item<double>(),
                   1e-5 * logps.abs().max().item<double>());
+    }
     int compared = 0;
     for (fsdp::FlatParam* f : m.sharded->flat_params()) {
       if (!f->trainable()) continue;

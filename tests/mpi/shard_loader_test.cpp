@@ -276,7 +276,9 @@ TEST(ShardLoader, SimulatedNodesReadEachByteOnceAndDigestWhatTheyRead) {
           }
           const std::string hex = checkpoint::merged_digest(mine ? &*mine : nullptr, world_rank() == 0 ? &files : nullptr,
                                                             *groups.world, kChunk);
-          if (world_rank() == 0) EXPECT_EQ(hex, alone_hex);
+          if (world_rank() == 0) {
+            EXPECT_EQ(hex, alone_hex);
+          }
         }
       }
     }
