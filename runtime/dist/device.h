@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace shardtune::dist {
@@ -47,6 +48,28 @@ std::string device_name(const c10::Device& device);
 
 // Returns the caching allocator's unused blocks to the device (after an out-of-memory error).
 void empty_cache(const c10::Device& device);
+
+// While one lives, work queued on `device` goes to the device's copy stream (one of its own, the
+// one copy_to_host_async uses), ordered after what the caller's stream had queued when it began:
+// memory that stream just freed may be written. done() marks what was queued on it so far; a
+// later wait_for_copies(mark) makes the current stream wait for that, and no more. A no-op on
+// the CPU (one stream: program order).
+class CopyStreamScope {
+ public:
+  explicit CopyStreamScope(const c10::Device& device);
+  ~CopyStreamScope();
+  CopyStreamScope(const CopyStreamScope&) = delete;
+  CopyStreamScope& operator=(const CopyStreamScope&) = delete;
+  struct Mark {
+    std::shared_ptr<void> event;  // empty on the CPU
+  };
+  Mark done() const;
+
+ private:
+  std::shared_ptr<void> guard_;  // the stream guard, on a GPU
+  c10::Device device_;
+};
+void wait_for_copies(const CopyStreamScope::Mark& mark);
 
 // A CUDA tensor's copy in pinned host memory, queued on a copy stream of the device's own after
 // what the current stream has queued so far: neither the host nor the current stream waits for it

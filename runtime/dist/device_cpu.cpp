@@ -23,6 +23,13 @@ std::string device_name(const c10::Device&) { return "cpu"; }
 
 void empty_cache(const c10::Device&) {}
 
+CopyStreamScope::CopyStreamScope(const c10::Device& device) : device_(device) {
+  ST_CHECK(device.is_cpu(), common::ErrorKind::kInternal, "a {} copy stream in a build without CUDA", device.str());
+}
+CopyStreamScope::~CopyStreamScope() = default;
+CopyStreamScope::Mark CopyStreamScope::done() const { return {}; }
+void wait_for_copies(const CopyStreamScope::Mark&) {}
+
 at::Tensor copy_to_host_async(const at::Tensor& t) {
   ST_CHECK(t.is_cpu(), common::ErrorKind::kInternal, "a {} tensor in a build without CUDA", t.device().str());
   return t;

@@ -37,6 +37,21 @@ c10::DeviceIndex index_of(const c10::Device& device) {
   return device.has_index() ? device.index() : c10::cuda::current_device();
 }
 
+// The device's copy stream: one from LibTorch's pool, kept for the process.
+c10::cuda::CUDAStream copy_stream(c10::DeviceIndex index) {
+  static std::mutex mutex;
+  static std::map<c10::DeviceIndex, c10::cuda::CUDAStream> streams;
+  const std::lock_guard<std::mutex> lock(mutex);
+  return streams.try_emplace(index, c10::cuda::getStreamFromPool(false, index)).first->second;
+}
+
+// `copy` waits for what the current stream of its device has queued so far.
+void order_after_current(const c10::cuda::CUDAStream& copy) {
+  CudaEvent queued;
+  queued.record(c10::cuda::getCurrentCUDAStream(copy.device_index()));
+  queued.block(copy);
+}
+
 }  // namespace
 
 bool cuda_build() { return true; }
@@ -74,20 +89,34 @@ void empty_cache(const c10::Device& device) {
   if (device.is_cuda()) c10::cuda::CUDACachingAllocator::emptyCache();
 }
 
+CopyStreamScope::CopyStreamScope(const c10::Device& device) : device_(device) {
+  if (!device.is_cuda()) return;
+  const c10::cuda::CUDAStream copy = copy_stream(index_of(device));
+  order_after_current(copy);
+  guard_ = std::make_shared<c10::cuda::CUDAStreamGuard>(copy);
+}
+
+CopyStreamScope::~CopyStreamScope() = default;
+
+CopyStreamScope::Mark CopyStreamScope::done() const {
+  if (!device_.is_cuda()) return {};
+  auto event = std::make_shared<CudaEvent>();
+  event->record(copy_stream(index_of(device_)));
+  return {event};
+}
+
+void wait_for_copies(const CopyStreamScope::Mark& mark) {
+  if (!mark.event) return;
+  auto* event = static_cast<CudaEvent*>(mark.event.get());
+  event->block(c10::cuda::getCurrentCUDAStream(event->device_index()));
+}
+
 at::Tensor copy_to_host_async(const at::Tensor& t) {
   if (!t.is_cuda()) return t;
   const c10::DeviceIndex index = t.device().index();
   const c10::cuda::CUDAGuard device_guard(index);
-  // One copy stream per device, from LibTorch's pool, kept for the process.
-  static std::mutex mutex;
-  static std::map<c10::DeviceIndex, c10::cuda::CUDAStream> copy_streams;
-  c10::cuda::CUDAStream copy = [&] {
-    const std::lock_guard<std::mutex> lock(mutex);
-    return copy_streams.try_emplace(index, c10::cuda::getStreamFromPool(false, index)).first->second;
-  }();
-  CudaEvent queued;
-  queued.record(c10::cuda::getCurrentCUDAStream(index));
-  queued.block(copy);
+  const c10::cuda::CUDAStream copy = copy_stream(index);
+  order_after_current(copy);
   at::Tensor host = at::empty(t.sizes(), t.options().device(at::kCPU).pinned_memory(true));
   {
     const c10::cuda::CUDAStreamGuard on_copy(copy);

@@ -134,14 +134,25 @@ void FlatParam::start_gather(dist::Communicator& shard_group) {
   at::NoGradGuard no_grad;
   at::Tensor full = full_.variable_data();
   at::Tensor mine = full.narrow(0, layout_.shard_begin(shard_rank_), layout_.shard_numel());
-  // To the compute dtype (offloaded: up from pinned memory, without the host waiting).
-  mine.copy_(shard_, /*non_blocking=*/offloaded_ && options_.device.is_cuda());
   gathered_version_ = shard_._version();
   if (shard_group.size() > 1) wire_.gathered += static_cast<int64_t>(full.nbytes());
+  if (!offloaded_) {
+    mine.copy_(shard_);  // to the compute dtype
+    gather_work_ = shard_group.start_all_gather(mine, full);
+    return;
+  }
+  // Offloaded: up from pinned memory (without the host waiting) and to the compute dtype on the
+  // device's copy stream, so that on a GPU the copy runs beside the compute queued until
+  // finish_gather; the all-gather is ordered after it, and finish_gather the compute after both.
+  const dist::CopyStreamScope on_copy(options_.device);
+  mine.copy_(shard_, /*non_blocking=*/options_.device.is_cuda());
   gather_work_ = shard_group.start_all_gather(mine, full);
+  copied_ = on_copy.done();
 }
 
 void FlatParam::finish_gather() {
+  dist::wait_for_copies(copied_);
+  copied_ = {};
   if (gather_work_) {
     gather_work_->wait();
     gather_work_.reset();

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "runtime/dist/communicator.h"
+#include "runtime/dist/device.h"
 #include "runtime/fsdp/fsdp_options.h"
 #include "runtime/fsdp/shard_layout.h"
 #include "runtime/quant/nf4.h"
@@ -144,6 +145,7 @@ class FlatParam {
   bool gathered_ = false;
   int64_t gathered_version_ = 0;  // the shard's version (in-place updates) when last gathered
   dist::WorkHandle gather_work_;  // the all-gather into full_, while in flight
+  dist::CopyStreamScope::Mark copied_;  // offloaded on a GPU: the copy up, which finish_gather waits for
   std::vector<at::Tensor> leaves_;
   at::Tensor full_grad_;  // (padded_numel,) reduce dtype, while gradients are unreduced
   std::vector<bool> grad_written_;  // per parameter: full_grad_ holds a gradient of it
