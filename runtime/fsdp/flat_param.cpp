@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "common/error.h"
 #include "runtime/dist/agree.h"
@@ -119,13 +120,24 @@ void FlatParam::start_gather(dist::Communicator& shard_group) {
              "an NF4 flat parameter gathered before its quantisation finished");
     gathered_version_ = shard_._version();
     dequantize_pending_ = true;
-    // Offloaded records come up to the device first (kept until gathered: the collective reads them).
-    if (offloaded_) device_records_ = shard_.to(options_.device, /*non_blocking=*/true);
-    const at::Tensor& records = offloaded_ ? device_records_ : shard_;
-    if (shard_group.size() == 1) return;
-    packed_full_ = at::empty({shard_.numel() * shard_group.size()}, records.options());
-    wire_.gathered += static_cast<int64_t>(packed_full_.nbytes());
-    gather_work_ = shard_group.start_all_gather(records, packed_full_);
+    const at::TensorOptions on_device = at::TensorOptions().dtype(shard_.dtype()).device(options_.device);
+    // Offloaded records come up to a GPU first, into a buffer of the current stream's kept until
+    // gathered (the collective and the dequantisation read it), copied on the copy stream as the
+    // other offloaded shards are: the collective follows the copy, finish_gather waits for both.
+    const bool upload = offloaded_ && !options_.device.is_cpu();
+    if (upload) device_records_ = at::empty({shard_.numel()}, on_device);
+    const at::Tensor& records = upload ? device_records_ : shard_;
+    if (shard_group.size() > 1) packed_full_ = at::empty({shard_.numel() * shard_group.size()}, on_device);
+    std::optional<dist::CopyStreamScope> on_copy;
+    if (upload) {
+      on_copy.emplace(options_.device);
+      device_records_.copy_(shard_, /*non_blocking=*/true);
+    }
+    if (shard_group.size() > 1) {
+      wire_.gathered += static_cast<int64_t>(packed_full_.nbytes());
+      gather_work_ = shard_group.start_all_gather(records, packed_full_);
+    }
+    if (on_copy) copied_ = on_copy->done();
     return;
   }
   restore_storage(full_);
@@ -162,7 +174,8 @@ void FlatParam::finish_gather() {
   restore_storage(full_);
   at::NoGradGuard no_grad;
   at::Tensor full = full_.variable_data();
-  dequantize_into(packed_full_.defined() ? packed_full_ : offloaded_ ? device_records_ : shard_, *nf4_, full);
+  dequantize_into(packed_full_.defined() ? packed_full_ : device_records_.defined() ? device_records_ : shard_, *nf4_,
+                  full);
   packed_full_ = at::Tensor();
   device_records_ = at::Tensor();
   dequantize_pending_ = false;
