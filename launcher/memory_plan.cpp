@@ -288,16 +288,11 @@ MemoryPlan plan_memory(const job::Job& job, const model::LlamaConfig& config) {
   }
   // On a GPU the head's loss is fused (runtime/model/fused_ops.h: linear_cross_entropy) unless the
   // head has LoRA: a chunk of rows' logits at a time in the compute dtype, their gradient written
-  // over them, and the gradients it yields kept for the backward: the hidden rows', and a trainable
-  // head's weight's. DPO with a trainable head keeps every row's logits' gradient instead (its
-  // weight's gradient needs each row's incoming gradient). Otherwise the logits, their fp32
-  // log-softmax for the loss, and its gradient.
+  // over them, and the gradients it yields: the hidden rows', and a trainable head's weight's (DPO's
+  // per-token losses with a trainable head make them in the backward, from the chunks' logits
+  // computed again). Otherwise the logits, their fp32 log-softmax for the loss, and its gradient.
   const bool head_weight_trainable = !lora;
-  if (plan.cuda && s.adapters_head == 0 && dpo && head_weight_trainable) {
-    add("logits and loss", fmt::format("{:.0f} x {:.0f} vocabulary: logits, their gradient written over them (fused)",
-                                       tokens, s.v),
-        tokens * s.v * compute);
-  } else if (plan.cuda && s.adapters_head == 0) {
+  if (plan.cuda && s.adapters_head == 0) {
     const double chunk = std::clamp(std::floor(static_cast<double>(model::kLossChunkLogits) / s.v), 1.0, tokens);
     add("logits and loss",
         fmt::format("{:.0f} of {:.0f} rows x {:.0f} vocabulary at a time (fused), the hidden rows' gradient{}", chunk,

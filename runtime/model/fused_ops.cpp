@@ -117,16 +117,22 @@ struct JoinedRowsFunction : public torch::autograd::Function<JoinedRowsFunction>
   }
 };
 
+// Rows of the head per chunk: as many as loss_chunk_logits allows, at least one.
+int64_t chunk_rows(int64_t n, int64_t vocab) {
+  return std::max<int64_t>(1, std::min(n, g_fusions.loss_chunk_logits / std::max<int64_t>(vocab, 1)));
+}
+
 // The head's rows in chunks: hidden (N, H) · weight (V, H)ᵀ against labels (N), each row's loss
 // (fp32), and where asked the gradients of the summed loss: with respect to the hidden rows (N, H)
-// and to the weight (V, H), in the compute dtype, the weight's added up over the chunks.
+// and to the weight (V, H), in the compute dtype, the weight's added up over the chunks. With
+// `row_scale` (N), the gradients of the rows' losses weighted by it instead.
 struct ChunkedHead {
   at::Tensor rows, dhidden, dweight;
 };
 ChunkedHead chunked_head(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& labels,
-                         bool want_dhidden, bool want_dweight) {
-  const int64_t n = hidden.size(0), vocab = weight.size(0);
-  const int64_t chunk = std::max<int64_t>(1, std::min(n, g_fusions.loss_chunk_logits / std::max<int64_t>(vocab, 1)));
+                         bool want_dhidden, bool want_dweight, const at::Tensor& row_scale = {}) {
+  const int64_t n = hidden.size(0);
+  const int64_t chunk = chunk_rows(n, weight.size(0));
   ChunkedHead out;
   out.rows = at::empty({n}, hidden.options().dtype(at::kFloat));
   if (want_dhidden) out.dhidden = at::empty({n, hidden.size(1)}, hidden.options());
@@ -136,6 +142,7 @@ ChunkedHead chunked_head(const at::Tensor& hidden, const at::Tensor& weight, con
     at::Tensor logits = at::mm(h, weight.t());
     out.rows.narrow(0, start, len).copy_(kernel_calls::cross_entropy_in_place(logits, labels.narrow(0, start, len),
                                                                               kIgnoreIndex));
+    if (row_scale.defined()) logits.mul_(row_scale.narrow(0, start, len).unsqueeze(1));
     if (want_dhidden) {
       at::Tensor rows_out = out.dhidden.narrow(0, start, len);
       at::mm_out(rows_out, logits, weight);
@@ -190,11 +197,20 @@ struct ChunkedTokenLossesFunction : public torch::autograd::Function<ChunkedToke
 };
 
 // linear_token_losses: the rows' losses themselves. d(loss_n)/d(logits_n) is the kernel's row n,
-// so the gradient with respect to the logits is diag(g) · dlogits for incoming g (N): the backward
-// applies diag(g) to the hidden rows (dweight) or to the product's rows (dhidden).
+// so the gradient with respect to the logits is diag(g) · dlogits for incoming g (N). Rows that fit
+// one chunk keep that gradient for the backward, which applies diag(g) to the hidden rows (dweight)
+// or to the product's rows (dhidden). More rows keep no logits: the backward computes them again
+// chunk by chunk, scales each chunk's gradient by its rows' g and takes both products from it
+// (one more product of the head, for a chunk's logits rather than all of them).
 struct LinearTokenLossesFunction : public torch::autograd::Function<LinearTokenLossesFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
                             const at::Tensor& labels) {
+    const bool one_chunk = chunk_rows(hidden.size(0), weight.size(0)) == hidden.size(0);
+    ctx->saved_data["one_chunk"] = one_chunk;
+    if (!one_chunk) {
+      ctx->save_for_backward({hidden, weight, labels});
+      return chunked_head(hidden, weight, labels, false, false).rows;
+    }
     at::Tensor logits = at::mm(hidden, weight.t());
     const at::Tensor rows = kernel_calls::cross_entropy_in_place(logits, labels, kIgnoreIndex);
     ctx->save_for_backward({logits, hidden, weight});
@@ -202,6 +218,12 @@ struct LinearTokenLossesFunction : public torch::autograd::Function<LinearTokenL
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad) {
     const variable_list saved = ctx->get_saved_variables();
+    if (!ctx->saved_data["one_chunk"].toBool()) {
+      const at::Tensor g = grad[0].to(saved[0].scalar_type());
+      ChunkedHead head = chunked_head(saved[0], saved[1], saved[2], ctx->needs_input_grad(0),
+                                      ctx->needs_input_grad(1), g);
+      return {head.dhidden, head.dweight, at::Tensor()};
+    }
     const at::Tensor& dlogits = saved[0];
     const at::Tensor g = grad[0].to(dlogits.scalar_type()).unsqueeze(1);  // (N, 1)
     const at::Tensor dhidden = ctx->needs_input_grad(0) ? at::mm(dlogits, saved[2]) * g : at::Tensor();

@@ -68,8 +68,10 @@ at::Tensor linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weig
 // causal_lm_token_losses(at::linear(hidden, weight), labels). Fused as linear_cross_entropy is: the
 // backward scales each row of the logits' gradient by its token's incoming gradient inside the two
 // matrix products (on the hidden rows and the output rows), never in a copy of the logits. The
-// weight's gradient needs the incoming gradient inside its sum over rows, so a trainable weight
-// keeps all the logits' gradient until the backward; a frozen one (a LoRA run) or no gradient at
+// weight's gradient needs the incoming gradient inside its sum over rows: a trainable weight whose
+// rows fit one chunk keeps that chunk's logits' gradient until the backward; with more rows the
+// forward keeps no logits and the backward computes each chunk's again (one more product of the
+// head), scaled by its rows' incoming gradients. A frozen weight (a LoRA run) or no gradient at
 // all (a reference pass) takes the rows in chunks as linear_cross_entropy does.
 at::Tensor linear_token_losses(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& labels);
 

@@ -232,7 +232,8 @@ TEST_F(Fused, LinearCrossEntropyFollowsTheFloat64LossOfTheLogits) {
 
 // DPO's per-token losses, fused, against causal_lm_token_losses of the float64 logits, under a
 // random incoming gradient per token (what a DPO loss sends back through each row's sum); an
-// ignored label and the last position give 0. A frozen weight takes the rows in chunks.
+// ignored label and the last position give 0. The 24 rows in one chunk, in chunks of 1, and of 5
+// (the last of 4): a trainable weight's backward then computes each chunk's logits again.
 TEST_F(Fused, LinearTokenLossesFollowTheFloat64TokenLossesOfTheLogits) {
   for (const int64_t chunk_rows : {0, 1, 5}) {
     for (const bool frozen_weight : {false, true}) {
@@ -271,8 +272,7 @@ TEST_F(Fused, LinearTokenLossesFollowTheFloat64TokenLossesOfTheLogits) {
 
 // Without gradients (evaluation, DPO's reference pass) the fused head computes the losses alone,
 // chunk by chunk: within the float64 loss's bounds, nothing to differentiate, and bit for bit what
-// the same chunks give with gradients (the per-token losses with a frozen weight: a trainable one
-// takes all rows in one product, whose rows a BLAS may round otherwise than a chunk's).
+// the same chunks give with gradients, the per-token losses' with a frozen and a trainable weight.
 TEST_F(Fused, WithoutGradientsTheHeadGivesTheSameLosses) {
   const int64_t b = 2, t = 9, hidden = 8, vocab = 97;
   const at::Tensor h = at::randn({b, t, hidden}, at::kDouble), w = at::randn({vocab, hidden}, at::kDouble) * 0.3;
@@ -281,6 +281,7 @@ TEST_F(Fused, WithoutGradientsTheHeadGivesTheSameLosses) {
   set_chunk_rows(4, vocab);
   const at::Tensor loss = linear_cross_entropy(h32, w32.clone().requires_grad_(true), labels);
   const at::Tensor losses = linear_token_losses(h32, w32, labels);
+  const at::Tensor trained_losses = linear_token_losses(h32, w32.clone().requires_grad_(true), labels);
   at::Tensor exact_loss, exact_losses;
   with_aten([&] {
     exact_loss = linear_cross_entropy(h, w, labels);
@@ -294,6 +295,7 @@ TEST_F(Fused, WithoutGradientsTheHeadGivesTheSameLosses) {
   EXPECT_LE(max_diff(eval_losses, exact_losses), 1e-5 * max_abs(exact_losses));
   EXPECT_TRUE(at::equal(eval_loss, loss.detach()));
   EXPECT_TRUE(at::equal(eval_losses, losses.detach()));
+  EXPECT_TRUE(at::equal(eval_losses, trained_losses.detach()));
 }
 
 // Labels with none that count give NaN, as the mean cross-entropy does.
