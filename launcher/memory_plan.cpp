@@ -226,6 +226,16 @@ MemoryPlan plan_memory(const job::Job& job, const model::LlamaConfig& config) {
     }
     add("gathered parameters", detail, gathered);
   }
+  // cpu_offload on a GPU, the master dtype wider than the compute dtype: a trainable shard's copy up
+  // converts on the device, from a copy of the shard in the master dtype that ATen stages there
+  // (FlatParam::start_gather), kept by the copy stream's pool for the next; the largest unit's.
+  if (job.fsdp.cpu_offload && plan.cuda && master != compute) {
+    const double largest = std::max({lora ? 0.0 : s.embed, block_trainable, head_trainable});
+    add("offload staging",
+        fmt::format("the largest unit's trainable shard in {}, staged on the device to convert it to {} (cpu_offload)",
+                    dtype_name(master), dtype_name(compute)),
+        largest / shards * master);
+  }
   if (qlora) {
     // A unit's records, gathered packed, live until they are dequantised, 4 Mi weights at a time
     // through a kept workspace (each code byte as an int64 index, each weight's fp32 value).

@@ -105,7 +105,8 @@ else
   # CI compiles the test programs among these against LibTorch 2.x headers too (CMakeLists.txt).
   targets=(shardtune shardtune-rank shardtune-make-model shardtune-ckpt shardtune-tokenize nccl_comm_test mpi_collectives_test
            fsdp_equivalence_test fsdp_training_test shard_loader_test device_checkpoint_test hf_model_test train_bench
-           lora_fsdp_test lora_bench kernels_gpu_test adam8bit_test adafactor_test adafactor_fsdp_test dpo_fsdp_test)
+           lora_fsdp_test lora_bench kernels_gpu_test adam8bit_test adafactor_test adafactor_fsdp_test dpo_fsdp_test
+           offload_test)
   build_cmd=(cmake --build "$build" -j"$jobs" --target)
   keep_going=()
   [ ${#generator[@]} -gt 0 ] && keep_going=(-- -k 0)  # every target that can be built, and every error
@@ -180,12 +181,13 @@ stage_tests() {
     check adafactor_reference_make python3 "$root/tests/reference/adafactor_reference.py" "$report/adafactor_reference"
   check adafactor st_with_libs env ST_TEST_DEVICE=cuda "SHARDTUNE_ADAFACTOR_REFERENCE=$report/adafactor_reference" \
     "$bin/adafactor_test" --gtest_filter='AdafactorReference.*'
-  # DPO (the fused per-token losses on the GPU) against the float64 reference, at every world size.
+  # DPO (the fused per-token losses on the GPU) against the float64 reference, at every world size;
+  # CPU offload (copies up and down on the copy streams, QLoRA's records included) against no offload.
   [ -f "$report/dpo_reference/dpo-full/cases.json" ] ||
     check dpo_reference_make python3 "$root/tests/reference/dpo_reference.py" "$report/dpo_reference"
   for np in $nps; do
     for t in mpi_collectives_test fsdp_equivalence_test fsdp_training_test shard_loader_test device_checkpoint_test \
-             adafactor_fsdp_test dpo_fsdp_test; do
+             adafactor_fsdp_test dpo_fsdp_test offload_test; do
       mpirun_np $np
       check "${t%_test}_np$np" st_with_libs env ST_TEST_DEVICE=cuda \
         "SHARDTUNE_ADAFACTOR_REFERENCE=$report/adafactor_reference" "SHARDTUNE_DPO_REFERENCE=$report/dpo_reference" \

@@ -49,9 +49,11 @@ std::string device_name(const c10::Device& device);
 // Returns the caching allocator's unused blocks to the device (after an out-of-memory error).
 void empty_cache(const c10::Device& device);
 
-// While one lives, work queued on `device` goes to the device's copy stream (one of its own, the
-// one copy_to_host_async uses), ordered after what the caller's stream had queued when it began:
-// memory that stream just freed may be written. done() marks what was queued on it so far; a
+// While one lives, work queued on `device` goes to the device's stream for copies up (one of its
+// own; copy_to_host_async's copies down have another, so neither queues behind the other), ordered
+// after what the caller's stream had queued when it began: memory that stream just freed may be
+// written. Memory allocated meanwhile (ATen's temporaries: an upload that converts its dtype
+// stages the source's dtype on the device) belongs to that stream. done() marks what was queued on it so far; a
 // later wait_for_copies(mark) makes the current stream wait for that, and no more. A no-op on
 // the CPU (one stream: program order).
 class CopyStreamScope {
@@ -71,7 +73,7 @@ class CopyStreamScope {
 };
 void wait_for_copies(const CopyStreamScope::Mark& mark);
 
-// A CUDA tensor's copy in pinned host memory, queued on a copy stream of the device's own after
+// A CUDA tensor's copy in pinned host memory, queued on the device's stream for copies down after
 // what the current stream has queued so far: neither the host nor the current stream waits for it
 // (the copy engine runs it beside the compute that follows), and the source's memory is not reused
 // before it is done. synchronize(device) waits for it. A CPU tensor is returned as it is.

@@ -13,6 +13,7 @@
 #include <torch/csrc/cuda/memory_snapshot.h>
 
 #include <map>
+#include <utility>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -37,12 +38,18 @@ c10::DeviceIndex index_of(const c10::Device& device) {
   return device.has_index() ? device.index() : c10::cuda::current_device();
 }
 
-// The device's copy stream: one from LibTorch's pool, kept for the process.
-c10::cuda::CUDAStream copy_stream(c10::DeviceIndex index) {
+// The device's copy streams, one each way (up to the device, down to the host), so that a
+// prefetch's copy up never queues behind a gradient's copy down: each from LibTorch's pool, kept
+// for the process.
+enum class Way { kUp, kDown };
+c10::cuda::CUDAStream copy_stream(c10::DeviceIndex index, Way way) {
   static std::mutex mutex;
-  static std::map<c10::DeviceIndex, c10::cuda::CUDAStream> streams;
+  static std::map<std::pair<c10::DeviceIndex, Way>, c10::cuda::CUDAStream> streams;
   const std::lock_guard<std::mutex> lock(mutex);
-  return streams.try_emplace(index, c10::cuda::getStreamFromPool(false, index)).first->second;
+  const auto key = std::make_pair(index, way);
+  auto found = streams.find(key);
+  if (found == streams.end()) found = streams.emplace(key, c10::cuda::getStreamFromPool(false, index)).first;
+  return found->second;
 }
 
 // `copy` waits for what the current stream of its device has queued so far.
@@ -91,7 +98,7 @@ void empty_cache(const c10::Device& device) {
 
 CopyStreamScope::CopyStreamScope(const c10::Device& device) : device_(device) {
   if (!device.is_cuda()) return;
-  const c10::cuda::CUDAStream copy = copy_stream(index_of(device));
+  const c10::cuda::CUDAStream copy = copy_stream(index_of(device), Way::kUp);
   order_after_current(copy);
   guard_ = std::make_shared<c10::cuda::CUDAStreamGuard>(copy);
 }
@@ -101,7 +108,7 @@ CopyStreamScope::~CopyStreamScope() = default;
 CopyStreamScope::Mark CopyStreamScope::done() const {
   if (!device_.is_cuda()) return {};
   auto event = std::make_shared<CudaEvent>();
-  event->record(copy_stream(index_of(device_)));
+  event->record(copy_stream(index_of(device_), Way::kUp));
   return {event};
 }
 
@@ -115,7 +122,7 @@ at::Tensor copy_to_host_async(const at::Tensor& t) {
   if (!t.is_cuda()) return t;
   const c10::DeviceIndex index = t.device().index();
   const c10::cuda::CUDAGuard device_guard(index);
-  const c10::cuda::CUDAStream copy = copy_stream(index);
+  const c10::cuda::CUDAStream copy = copy_stream(index, Way::kDown);
   order_after_current(copy);
   at::Tensor host = at::empty(t.sizes(), t.options().device(at::kCPU).pinned_memory(true));
   {

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 
 #include "runtime/kernels/device_util.cuh"
 #include "runtime/kernels/rope_cuda.h"
@@ -16,14 +17,14 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 65535;
 
-template <typename T>
-__global__ void rope_kernel(const T* x, const T* cos, const T* sin, T* out, int64_t heads, int64_t half, int64_t pairs,
-                            bool backward) {
-  for (int64_t k = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x; k < pairs;
-       k += static_cast<int64_t>(gridDim.x) * kThreads) {
-    const int64_t i = k % half, row = k / half, position = row / heads;
-    const int64_t a = row * 2 * half + i, b = a + half;
-    const int64_t ta = position * 2 * half + i, tb = ta + half;
+// I: the index type, 32-bit unsigned where every offset fits (a 64-bit division per pair costs
+// more than the pair's memory traffic on a GPU), else int64_t.
+template <typename T, typename I>
+__global__ void rope_kernel(const T* x, const T* cos, const T* sin, T* out, I heads, I half, I pairs, bool backward) {
+  for (I k = blockIdx.x * static_cast<I>(kThreads) + threadIdx.x; k < pairs; k += static_cast<I>(gridDim.x) * kThreads) {
+    const I row = k / half, i = k - row * half, position = row / heads;
+    const I a = row * 2 * half + i, b = a + half;
+    const I ta = position * 2 * half + i, tb = ta + half;
     const float x1 = to_float(x[a]), x2 = to_float(x[b]);
     float o1 = 0, o2 = 0;
     if (backward) {
@@ -42,9 +43,18 @@ void rope(const void* x, const void* cos, const void* sin, void* out, int64_t po
   const int64_t half = head_dim / 2, pairs = positions * heads * half;
   if (pairs == 0) return;
   const auto blocks = static_cast<unsigned>(std::min(kMaxBlocks, (pairs + kThreads - 1) / kThreads));
-  rope_kernel<T><<<blocks, kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<const T*>(cos),
-                                                  static_cast<const T*>(sin), static_cast<T*>(out), heads, half, pairs,
-                                                  backward);
+  const auto* xp = static_cast<const T*>(x);
+  const auto* cp = static_cast<const T*>(cos);
+  const auto* sp = static_cast<const T*>(sin);
+  auto* op = static_cast<T*>(out);
+  // The largest offset is 2 pairs; the loop steps at most one grid past the end.
+  if (2 * pairs + kMaxBlocks * kThreads < (int64_t{1} << 32)) {
+    rope_kernel<T, uint32_t><<<blocks, kThreads, 0, stream>>>(xp, cp, sp, op, static_cast<uint32_t>(heads),
+                                                             static_cast<uint32_t>(half),
+                                                             static_cast<uint32_t>(pairs), backward);
+  } else {
+    rope_kernel<T, int64_t><<<blocks, kThreads, 0, stream>>>(xp, cp, sp, op, heads, half, pairs, backward);
+  }
   check_launch(backward ? "rope backward" : "rope forward");
 }
 

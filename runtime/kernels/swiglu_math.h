@@ -23,9 +23,11 @@ struct SwigluLayout {
   static SwigluLayout joined(int64_t rows, int64_t cols) { return {rows, cols, 2 * cols, 2 * cols}; }
 };
 
-// Element i of h (row i / cols) in an array of rows `stride` apart.
-ST_HD inline int64_t swiglu_offset(int64_t i, int64_t cols, int64_t stride) {
-  const int64_t r = i / cols;
+// Element i of h (row i / cols) in an array of rows `stride` apart; I the index type (the GPU
+// kernels take 32 bits where every offset fits).
+template <typename I>
+ST_HD inline I swiglu_offset(I i, I cols, I stride) {
+  const I r = i / cols;
   return r * stride + (i - r * cols);
 }
 

@@ -280,7 +280,7 @@ at::Tensor swiglu_joined(const at::Tensor& gu) {
 
 at::Tensor joined_rows(const at::Tensor& a, const at::Tensor& b) {
   const bool adjacent = g_fusions.joined_gate_up && g_fusions.swiglu && kernels_take({a, b}) && a.dim() == 2 &&
-                        b.dim() == 2 && a.size(1) == b.size(1) &&
+                        b.dim() == 2 && a.sizes() == b.sizes() &&
                         a.is_contiguous() && b.is_contiguous() && a.scalar_type() == b.scalar_type() &&
                         a.device() == b.device() && a.has_storage() && b.has_storage() &&
                         a.storage().is_alias_of(b.storage()) &&

@@ -43,11 +43,10 @@ at::Tensor swiglu(const at::Tensor& g, const at::Tensor& u);
 // one tensor shaped like gu, which is the gradient of the one product; no half is ever copied out.
 at::Tensor swiglu_joined(const at::Tensor& gu);
 
-// Gate's and up's weights (a_rows, in) and (b_rows, in) that lie one after the other in one
-// storage (FSDP's leaves of a flat parameter, in the model's order) seen as one (a_rows + b_rows,
-// in) weight, without a copy: differentiable, the gradient handed back to each as a view of its
-// rows. An undefined tensor where they do not lie so (other dtypes, devices or widths, a gap, not
-// contiguous), where Fusions::joined_gate_up is off, or where the fused SwiGLU would not take the
+// Gate's and up's weights, each (rows, in), that lie one after the other in one storage (FSDP's
+// leaves of a flat parameter, in the model's order) seen as one (2 rows, in) weight, without a
+// copy: differentiable, the gradient handed back to each as a view of its rows. An undefined
+// tensor where they do not lie so (other shapes, dtypes or devices, a gap, not contiguous), where Fusions::joined_gate_up is off, or where the fused SwiGLU would not take the
 // product (ATen's would copy both halves' gradients out at full width: the CPU path keeps two
 // products).
 at::Tensor joined_rows(const at::Tensor& a, const at::Tensor& b);

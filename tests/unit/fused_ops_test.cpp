@@ -152,6 +152,9 @@ TEST_F(Fused, AdjacentGateAndUpAreOneProduct) {
   EXPECT_TRUE(at::equal(joined, at::cat({fused.gate_proj.weight, fused.up_proj.weight})));
   EXPECT_FALSE(joined_rows(fused.up_proj.weight, fused.gate_proj.weight).defined()) << "up lies after gate";
   EXPECT_FALSE(joined_rows(fused.gate_proj.weight, fused.down_proj.weight).defined()) << "not adjacent, nor as wide";
+  const at::Tensor shorter = base.narrow(0, 0, (inter - 1) * hidden).view({inter - 1, hidden});
+  const at::Tensor after = base.narrow(0, (inter - 1) * hidden, inter * hidden).view({inter, hidden});
+  EXPECT_FALSE(joined_rows(shorter, after).defined()) << "adjacent, but the product's halves would not be theirs";
 
   const at::Tensor x = at::randn({2, 5, hidden}, at::kDouble);
   const at::Tensor y = fused.forward(x.to(at::kFloat));
