@@ -50,16 +50,17 @@ def live_at_peak(snapshot, device=0):
             if block.get("state") == "active_allocated":
                 end[block["address"]] = (block["size"], block.get("frames", []))
     # An address's first event in the history says whether it was live when the history began: a
-    # free, yes (of that size), an allocation, no; an address the history never touched is live
-    # at the start if it is at the end. (The history keeps the latest events: where it dropped
-    # older ones, it begins later.)
+    # free, requested or completed, yes (of that size), an allocation, no; an address the history
+    # never touched is live at the start if it is at the end. (The history keeps the latest
+    # events: where it dropped older ones, it begins later.) A free requested is complete only
+    # once the streams that used the block are done with it: until then the block stays live.
     first = {}
     for e in events:
-        if e["action"] in ("alloc", "free_completed"):
+        if e["action"] in ("alloc", "free_requested", "free_completed"):
             first.setdefault(e["addr"], e)
     live = {a: v for a, v in end.items() if a not in first}
     for a, e in first.items():
-        if e["action"] == "free_completed":
+        if e["action"] != "alloc":
             live[a] = (e["size"], [])
     total = sum(s for s, _ in live.values())
     peak, peak_index, peak_live = total, -1, dict(live)

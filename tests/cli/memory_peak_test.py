@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """bench/memory_peak.py against a snapshot whose peak is known: blocks live before the history
-began (one freed in it), an address reused, stacks of shardtune's C++, of a model's Python and of
+began (one freed in it, one whose free was requested and not completed), an address reused, stacks of shardtune's C++, of a model's Python and of
 torch alone; and a file that is not a snapshot refused, naming it."""
 import json
 import os
@@ -40,6 +40,19 @@ with tempfile.TemporaryDirectory() as tmp:
     groups = {g["origin"]: g["bytes"] for g in out["groups"]}
     assert groups == {"shardtune::fsdp::FlatParam::accumulate_grad": 200, "modeling_llama.py:10 forward": 300,
                       "(before the history)": 100}, groups
+    # A block from before the history whose free was requested in it but had not completed (a
+    # stream still used it): live from the start to the end.
+    E = 0x5000
+    pending = dict(snapshot, device_traces=[events + [{"action": "free_requested", "addr": E, "size": 40,
+                                                       "frames": []}]])
+    pending["segments"] = [{"device": 0, "blocks": blocks + [{"address": E, "size": 40,
+                                                              "state": "active_pending_free", "frames": []}]}]
+    with open(path, "wb") as f:
+        pickle.dump(pending, f)
+    out = json.loads(subprocess.run([sys.executable, script, path, "--json"], check=True, capture_output=True,
+                                    text=True).stdout)
+    assert out["peak_bytes"] == 640 and out["peak_event"] == 3 and out["live_blocks"] == 4, out
+    assert {g["origin"]: g["bytes"] for g in out["groups"]}["(before the history)"] == 140, out["groups"]
     # The start is the peak when nothing the history does rises above it.
     quiet = dict(snapshot, device_traces=[[events[1], events[2]]])
     quiet["segments"] = [{"device": 0, "blocks": [blocks[0]]}]
