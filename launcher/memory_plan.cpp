@@ -31,6 +31,8 @@ struct Shapes {
   double d, kv, q, f, v, layers, heads;
   double embed, block, head;  // parameters per FSDP unit (head: its norm and, untied, lm_head)
   double adapters_per_block = 0, adapters_head = 0;
+  // The block's adapters: their input widths and ranks, summed (what their activations scale by).
+  double adapter_inputs_per_block = 0, adapter_ranks_per_block = 0;
   double projections = 0;     // weights of a block's seven projections
   // 8-bit AdamW: elements of trainable tensors that keep fp32 moments (runtime/fsdp/adam8bit.h,
   // quantized_state: fewer than 4096 elements), per block and in the head unit; the embedding too.
@@ -87,6 +89,8 @@ Shapes shapes_of(const model::LlamaConfig& c, const job::PeftSection& peft) {
     for (const auto& [name, in_out] : modules)
       if (targeted(name)) {
         s.adapters_per_block += r * (in_out.first + in_out.second);
+        s.adapter_inputs_per_block += in_out.first;
+        s.adapter_ranks_per_block += r;
         s.stats_adapters_per_block += in_out.first + in_out.second + 2 * r;
         s.small_adapters_per_block += small(r * in_out.first) + small(r * in_out.second);
       }
@@ -281,14 +285,28 @@ MemoryPlan plan_memory(const job::Job& job, const model::LlamaConfig& config) {
   const double tokens = static_cast<double>((dpo ? 2 : 1) * t.batch_size_training * t.context_length);
   const double context = static_cast<double>(t.context_length);
   plan.tokens_per_micro_batch = static_cast<int64_t>(tokens);
-  // Per token, what a block keeps for backward: its input and normed inputs (norms in fp32), q,
-  // k, v and their rotated copies, k and v repeated to the query heads, the attention output,
-  // and the MLP's gate, up, activation and product. Attention without fused kernels (LibTorch
-  // 1.x, the CPU) also keeps its fp32 softmax and the probabilities it multiplies: H x T each;
-  // the fused kernels of LibTorch 2 on a GPU keep only a log-sum-exp per head.
+  // Per token, what a block keeps for backward. Through ATen's operations (the CPU): its input and
+  // normed inputs (norms in fp32), q, k, v and their rotated copies, k and v repeated to the query
+  // heads, the attention output, and the MLP's gate, up, activation and product; attention
+  // without fused kernels (LibTorch 1.x) also keeps its fp32 softmax and the probabilities it
+  // multiplies, H x T each. On a GPU the block runs the fused operations (runtime/model/
+  // fused_ops.cpp) and LibTorch 2's flash attention, which keep less: RMSNorm its input and an
+  // fp32 inverse per row, RoPE nothing of its input, SwiGLU gate and up (one product's two
+  // halves), attention q, k and v as given (k and v not repeated: enable_gqa) with its output and
+  // an fp32 log-sum-exp per head. So: the block's input and the residual after attention, the two
+  // normed inputs, rotated q and k, v, the attention output (o_proj's input too), gate and up,
+  // and their SwiGLU (down_proj's input); with packed rows also each document's attention output
+  // before the rows' concatenation. Each LoRA adapter keeps A x (its rank), and with dropout also
+  // its input's mask and the dropped input (runtime/model/lora.cpp: seeded_dropout), each in the
+  // compute dtype.
   const double norms = 2 * 2 * s.d * 4;
-  const double block_per_token = compute * (8 * s.d + 3 * s.kv + 4 * s.f) + norms +
-                                 (plan.cuda ? s.heads * 4 : s.heads * context * (4 + compute));
+  const bool packed = t.batching_strategy == job::BatchingStrategy::kPacking;
+  const double adapters_per_token =
+      compute * (s.adapter_ranks_per_block + (job.peft.lora_dropout > 0 ? 2 * s.adapter_inputs_per_block : 0));
+  const double block_per_token =
+      adapters_per_token +
+      (plan.cuda ? compute * (4 * s.d + 2 * s.q + 2 * s.kv + 3 * s.f + (packed ? s.q : 0)) + 2 * 4 + s.heads * 4
+                 : compute * (8 * s.d + 3 * s.kv + 4 * s.f) + norms + s.heads * context * (4 + compute));
   const std::string per_block = fmt::format("{:.0f} bytes per token per block", block_per_token);
   if (job.fsdp.activation_checkpointing) {
     add("activations", fmt::format("checkpointed: each block's input, and one block recomputed ({})", per_block),
