@@ -33,6 +33,9 @@ struct Shapes {
   double adapters_per_block = 0, adapters_head = 0;
   // The block's adapters: their input widths and ranks, summed (what their activations scale by).
   double adapter_inputs_per_block = 0, adapter_ranks_per_block = 0;
+  // Which of the block's inputs to its projections have an adapter: the first norm's output (q,
+  // k, v), the second's (gate, up), SwiGLU's (down).
+  bool adapted_attention_input = false, adapted_mlp_input = false, adapted_down_input = false;
   double projections = 0;     // weights of a block's seven projections
   // 8-bit AdamW: elements of trainable tensors that keep fp32 moments (runtime/fsdp/adam8bit.h,
   // quantized_state: fewer than 4096 elements), per block and in the head unit; the embedding too.
@@ -91,6 +94,9 @@ Shapes shapes_of(const model::LlamaConfig& c, const job::PeftSection& peft) {
         s.adapters_per_block += r * (in_out.first + in_out.second);
         s.adapter_inputs_per_block += in_out.first;
         s.adapter_ranks_per_block += r;
+        if (name == "q_proj" || name == "k_proj" || name == "v_proj") s.adapted_attention_input = true;
+        if (name == "gate_proj" || name == "up_proj") s.adapted_mlp_input = true;
+        if (name == "down_proj") s.adapted_down_input = true;
         s.stats_adapters_per_block += in_out.first + in_out.second + 2 * r;
         s.small_adapters_per_block += small(r * in_out.first) + small(r * in_out.second);
       }
@@ -298,15 +304,22 @@ MemoryPlan plan_memory(const job::Job& job, const model::LlamaConfig& config) {
   // and their SwiGLU (down_proj's input); with packed rows also each document's attention output
   // before the rows' concatenation. Each LoRA adapter keeps A x (its rank), and with dropout also
   // its input's mask and the dropped input (runtime/model/lora.cpp: seeded_dropout), each in the
-  // compute dtype.
+  // compute dtype. A frozen projection keeps nothing of its input: under LoRA the two normed inputs
+  // and SwiGLU's output are kept only by adapters without dropout on their projections.
+  // plan_activations_test measures the GPU's count on the CPU through the same operations.
   const double norms = 2 * 2 * s.d * 4;
   const bool packed = t.batching_strategy == job::BatchingStrategy::kPacking;
+  const bool dropout = job.peft.lora_dropout > 0;
   const double adapters_per_token =
-      compute * (s.adapter_ranks_per_block + (job.peft.lora_dropout > 0 ? 2 * s.adapter_inputs_per_block : 0));
+      compute * (s.adapter_ranks_per_block + (dropout ? 2 * s.adapter_inputs_per_block : 0));
+  const auto kept = [&](bool adapted) { return !lora || (adapted && !dropout) ? 1.0 : 0.0; };
+  const double projection_inputs =
+      compute * (s.d * kept(s.adapted_attention_input) + s.d * kept(s.adapted_mlp_input) +
+                 s.f * kept(s.adapted_down_input));
   const double block_per_token =
-      adapters_per_token +
-      (plan.cuda ? compute * (4 * s.d + 2 * s.q + 2 * s.kv + 3 * s.f + (packed ? s.q : 0)) + 2 * 4 + s.heads * 4
-                 : compute * (8 * s.d + 3 * s.kv + 4 * s.f) + norms + s.heads * context * (4 + compute));
+      adapters_per_token + projection_inputs +
+      (plan.cuda ? compute * (2 * s.d + 2 * s.q + 2 * s.kv + 2 * s.f + (packed ? s.q : 0)) + 2 * 4 + s.heads * 4
+                 : compute * (6 * s.d + 3 * s.kv + 3 * s.f) + norms + s.heads * context * (4 + compute));
   const std::string per_block = fmt::format("{:.0f} bytes per token per block", block_per_token);
   if (job.fsdp.activation_checkpointing) {
     add("activations", fmt::format("checkpointed: each block's input, and one block recomputed ({})", per_block),

@@ -60,10 +60,8 @@ bool attention_takes_groups() {
 #endif
 }
 
-// Causal softmax(q kᵀ · scale) v over (B, H, T, D), k and v of H or (attention_takes_groups) H / g
-// heads. LibTorch 2.x: scaled_dot_product_attention with is_causal, so the flash and
-// memory-efficient kernels apply on a GPU; 1.13: the same arithmetic spelled out (fp32 softmax),
-// as transformers' eager attention.
+}  // namespace
+
 at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
 #if ST_SDPA_GQA
   return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, std::nullopt,
@@ -81,6 +79,8 @@ at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::
   return at::matmul(probs, v);
 #endif
 }
+
+namespace {
 
 // Causal attention within each document: one call per row that holds several, one for the whole
 // batch when every row is a single document.

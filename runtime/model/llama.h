@@ -64,6 +64,12 @@ struct AttentionMask {
   std::vector<std::vector<Segment>> rows;  // per row, its documents in order, covering the row
 };
 
+// Causal softmax(q kᵀ · scale) v over (B, H, T, D), k and v of H or (where SDPA takes groups,
+// Fusions::gqa_attention) H / g heads, as every block runs it. LibTorch 2.x:
+// scaled_dot_product_attention with is_causal, so the flash and memory-efficient kernels apply on
+// a GPU; 1.13: the same arithmetic spelled out (fp32 softmax), as transformers' eager attention.
+at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
+
 struct Attention {
   Linear q_proj, k_proj, v_proj, o_proj;
   int64_t num_heads = 0, num_kv_heads = 0, head_dim = 0;
