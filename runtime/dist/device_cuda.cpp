@@ -13,10 +13,10 @@
 #include <torch/csrc/cuda/memory_snapshot.h>
 
 #include <map>
-#include <utility>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "runtime/dist/cuda_check.h"
 #include "runtime/dist/device.h"
