@@ -6,11 +6,7 @@
 // measured apart, on inputs of the same shapes, and left out of both sides.
 #include <ATen/ops/arange.h>
 #include <ATen/ops/randn.h>
-#include <c10/core/CPUAllocator.h>
 #include <gtest/gtest.h>
-#include <torch/version.h>
-
-#include <atomic>
 
 #include "common/job/job.h"
 #include "launcher/memory_plan.h"
@@ -19,59 +15,18 @@
 #include "runtime/model/llama.h"
 #include "runtime/model/lora.h"
 #include "runtime/model/rope.h"
+#include "tests/counting_allocator.h"
 
 namespace shardtune {
 namespace {
 
-// Counts the bytes of the CPU tensors it allocated that are still alive.
-class CountingAllocator final : public c10::Allocator {
- public:
-  explicit CountingAllocator(c10::Allocator* inner) : inner_(inner) {}
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
-  c10::DataPtr allocate(size_t n) override { return counted(n); }
-  void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
-#else
-  c10::DataPtr allocate(size_t n) const override { return counted(n); }
-#endif
-  int64_t live() const { return live_.load(); }
-
- private:
-  struct Block {
-    c10::DataPtr inner;
-    int64_t bytes;
-    const CountingAllocator* owner;
-  };
-  static void release(void* context) {
-    auto* block = static_cast<Block*>(context);
-    block->owner->live_ -= block->bytes;
-    delete block;
-  }
-  c10::DataPtr counted(size_t n) const {
-    auto* block = new Block{inner_->allocate(n), static_cast<int64_t>(n), this};
-    live_ += block->bytes;
-    void* data = block->inner.get();
-    return {data, block, &release, c10::Device(c10::kCPU)};
-  }
-  c10::Allocator* inner_;
-  mutable std::atomic<int64_t> live_{0};
-};
-
-// The allocator stays installed for the process: tensors it made may outlive a test.
-CountingAllocator& counting() {
-  static CountingAllocator* allocator = [] {
-    auto* a = new CountingAllocator(c10::GetCPUAllocator());
-    c10::SetCPUAllocator(a, /*priority=*/255);
-    return a;
-  }();
-  return *allocator;
-}
-
 // Bytes still alive after `fn` ran, of what it allocated, with what it returned kept.
 template <class Fn>
 int64_t kept_by(Fn&& fn) {
-  const int64_t before = counting().live();
+  testing_support::counting_allocator();
+  const int64_t before = testing_support::CountingAllocator::live();
   const auto kept = fn();
-  return counting().live() - before;
+  return testing_support::CountingAllocator::live() - before;
 }
 
 // What one block keeps (less its attention's own share) measured, and planned (less flash
@@ -81,7 +36,6 @@ struct Kept {
   double measured = 0, planned = 0;
 };
 Kept block_activations(bool lora) {
-  counting();
   model::Fusions fused;
   fused.host_reference = true;  // fp32 CPU tensors through the kernels' host references
   model::set_fusions(fused);
