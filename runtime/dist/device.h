@@ -53,9 +53,9 @@ void empty_cache(const c10::Device& device);
 // own; copy_to_host_async's copies down have another, so neither queues behind the other), ordered
 // after what the caller's stream had queued when it began: memory that stream just freed may be
 // written. Memory allocated meanwhile (ATen's temporaries: an upload that converts its dtype
-// stages the source's dtype on the device) belongs to that stream. done() marks what was queued on it so far; a
-// later wait_for_copies(mark) makes the current stream wait for that, and no more. A no-op on
-// the CPU (one stream: program order).
+// stages the source's dtype on the device) belongs to that stream. done() marks what was queued
+// on it so far; a later wait_for_copies(mark) makes the current stream wait for that, and no
+// more. A no-op on the CPU (one stream: program order).
 class CopyStreamScope {
  public:
   explicit CopyStreamScope(const c10::Device& device);
