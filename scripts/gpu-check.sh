@@ -129,6 +129,15 @@ fi
 # (a wheel's libtorch.so exports std::filesystem functions of its own: cmake/ShardtuneDeps.cmake).
 check link_order st_with_libs bash "$root/tests/cli/torch_loads_test.sh" "" "" "$build/bin/shardtune-rank" \
   "$build/bin/shard_loader_test"
+# How the C++ library is linked here: the program's link line, and which libstdc++ a link that
+# asks for it by name takes (-t lists every file the linker opens).
+{
+  command -v ninja >/dev/null && ninja -C "$build" -t commands bin/shardtune-rank | tail -1
+  echo 'int main() {}' | c++ -x c++ - -o "$report/logs/stdcxx-probe" -Wl,--push-state,--no-as-needed -lstdc++ \
+    -Wl,--pop-state -Wl,-t 2>&1 | grep -i "stdc++"
+  readelf -d "$report/logs/stdcxx-probe" | grep NEEDED
+  rm -f "$report/logs/stdcxx-probe"
+} >"$report/logs/link_command.log" 2>&1
 
 mpirun_args=(-np 1 --oversubscribe --bind-to none --mca btl self,vader,tcp --mca btl_tcp_if_include lo
              --mca oob_tcp_if_include lo)  # ranks on this machine inherit the environment

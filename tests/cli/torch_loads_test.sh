@@ -21,7 +21,13 @@ for program in "$@"; do
   cxx=$(grep -n -m1 '^libstdc++' <<<"$needed" | cut -d: -f1)
   torch=$(grep -n -m1 -E '^lib(torch|c10)' <<<"$needed" | cut -d: -f1)
   [ -n "$torch" ] || fail "$program needs no LibTorch library: $(tr '\n' ' ' <<<"$needed")"
-  [ "$cxx" = 1 ] || fail "$program does not need the C++ library first: $(tr '\n' ' ' <<<"$needed")"
+  if [ "$cxx" != 1 ]; then
+    fail "$program does not need the C++ library first: $(tr '\n' ' ' <<<"$needed")"
+    # What decides it: the C++ library the compiler links (a static one leaves no entry among the
+    # needed libraries) and whether the program defines the library's functions itself.
+    echo "  the compiler's C++ library: $(c++ -print-file-name=libstdc++.so) $(c++ -print-file-name=libstdc++.a)"
+    echo "  std::filesystem functions the program defines: $(readelf -Ws "$program" | awk '$7 != "UND"' | grep -c _ZNSt10filesystem)"
+  fi
   n=$(grep -c '=>' <<<"$out")
   if [ -n "$trimmed" ]; then
     grep -q "libtorch_cpu[^ ]* => $trimmed " <<<"$out" || fail "$program does not load $trimmed: $(grep libtorch_cpu <<<"$out")"

@@ -8,7 +8,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "runtime/kernels/cross_entropy_cuda.h"
@@ -22,10 +24,12 @@ namespace {
 using namespace shardtune::kernels;
 
 int failures = 0;
+std::map<std::string, int> failures_of;  // by check, each printed for its first 5
 
 void expect(bool ok, const char* what, int64_t rows, int64_t n, bool bf16, size_t k, double got, double want) {
   if (ok) return;
-  if (++failures <= 20)
+  ++failures;
+  if (++failures_of[what] <= 5)
     std::printf("FAIL %s: %lld x %lld %s, element %zu: %.9g, exact %.9g\n", what, static_cast<long long>(rows),
                 static_cast<long long>(n), bf16 ? "bf16" : "fp32", k, got, want);
 }
@@ -223,6 +227,12 @@ void test_rope(int64_t positions, int64_t heads, int64_t head_dim, bool bf16, st
   for (void* p : {dx, dcos, dsin, dout}) cudaFree(p);
 }
 
+// CUDA's expf is not accurate where its result is subnormal (it flushes some to zero), and so below
+// the smallest normal float a gradient element may be off by as much as that: on an H200,
+// 2026-11-29, elements whose exact value was 1e-45 to 1e-39 came back 0 or 3% off. No training
+// reads an element that small; every element of at least that size is held to the bound.
+constexpr double kFloatMin = 1.1754943508222875e-38;
+
 // The loss of each row and the gradient written over the logits, some rows ignored, one with a
 // label out of range (NaN, not a read out of bounds).
 void test_cross_entropy(int64_t rows, int64_t vocab, float scale, bool bf16, std::mt19937& rng) {
@@ -254,7 +264,7 @@ void test_cross_entropy(int64_t rows, int64_t vocab, float scale, bool bf16, std
     expect(std::abs(loss[r] - e.loss[r]) <= e.loss_bound[r] * kU, "ce loss", rows, vocab, bf16, r, loss[r], e.loss[r]);
     for (int64_t j = 0; j < vocab; ++j) {
       const size_t k = static_cast<size_t>(r * vocab + j);
-      expect(std::abs(grad[k] - e.grad[k]) <= e.grad_bound[k] * kU + b16 * std::abs(e.grad[k]) + 1e-45, "ce grad", rows,
+      expect(std::abs(grad[k] - e.grad[k]) <= e.grad_bound[k] * kU + b16 * std::abs(e.grad[k]) + kFloatMin, "ce grad", rows,
              vocab, bf16, k, grad[k], e.grad[k]);
     }
   }
@@ -289,6 +299,7 @@ int main() {
   for (const auto& s : ce_shapes)
     for (float scale : {1e-3f, 1.0f, 30.0f})
       for (bool bf16 : {false, true}) test_cross_entropy(s[0], s[1], scale, bf16, rng);
+  for (const auto& [what, count] : failures_of) std::printf("%s: %d failure(s)\n", what.c_str(), count);
   std::printf("%s: %d failure(s)\n", failures == 0 ? "PASSED" : "FAILED", failures);
   return failures == 0 ? 0 : 1;
 }

@@ -7,6 +7,7 @@
 // fp32 against fp64). The three ways to get the reference's numbers give the same loss, and
 // gradient accumulation over 1, 2 or 4 micro-batches the same update.
 #include <ATen/TensorOperators.h>
+#include <ATen/core/grad_mode.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/stack.h>
