@@ -3,8 +3,9 @@
 # resolves (ldd -r: functions too, as a call would); where the build made a copy of libtorch_cpu.so
 # without the libraries it does not use, they load that copy, and fewer libraries than with
 # LibTorch's own (which LD_LIBRARY_PATH, searched before a run path, puts back); and they need the
-# C++ library before any of LibTorch's, so that a C++ library function binds to the C++ library even
-# where LibTorch exports one of its own (a wheel's libtorch.so: std::filesystem, cmake/ShardtuneDeps.cmake).
+# C++ library before any of LibTorch's, or carry it linked statically, so that a C++ library function
+# binds to the C++ library even where LibTorch exports one of its own (a wheel's libtorch.so:
+# std::filesystem, cmake/ShardtuneDeps.cmake).
 # usage: torch_loads_test.sh TRIMMED_COPY_OR_EMPTY ORIGINAL PROGRAM...
 set -u
 trimmed=$1 original=$2
@@ -17,16 +18,17 @@ for program in "$@"; do
   [ -z "$bad" ] || fail "$program: $bad"
   needed=$(readelf -d "$program" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
   # First of all: any library before it that exports C++ library functions (a wheel's LibTorch,
-  # a library with a static C++ library inside) would have them bound to its copies.
+  # a library with a static C++ library inside) would have them bound to its copies. Or none at
+  # all, where the compiler links the C++ library statically (a GCC of its own on an H200 machine,
+  # 2026-11-29): then the program defines the functions it calls itself, and they bind there.
   cxx=$(grep -n -m1 '^libstdc++' <<<"$needed" | cut -d: -f1)
   torch=$(grep -n -m1 -E '^lib(torch|c10)' <<<"$needed" | cut -d: -f1)
   [ -n "$torch" ] || fail "$program needs no LibTorch library: $(tr '\n' ' ' <<<"$needed")"
-  if [ "$cxx" != 1 ]; then
+  own=$(readelf -Ws "$program" | awk '$4 == "FUNC" && $7 != "UND"' | grep -c _ZNSt10filesystem)
+  if [ -z "$cxx" ] && [ "$own" -gt 0 ]; then
+    echo "$program: the C++ library linked statically ($own std::filesystem functions of its own)"
+  elif [ "$cxx" != 1 ]; then
     fail "$program does not need the C++ library first: $(tr '\n' ' ' <<<"$needed")"
-    # What decides it: the C++ library the compiler links (a static one leaves no entry among the
-    # needed libraries) and whether the program defines the library's functions itself.
-    echo "  the compiler's C++ library: $(c++ -print-file-name=libstdc++.so) $(c++ -print-file-name=libstdc++.a)"
-    echo "  std::filesystem functions the program defines: $(readelf -Ws "$program" | awk '$7 != "UND"' | grep -c _ZNSt10filesystem)"
   fi
   n=$(grep -c '=>' <<<"$out")
   if [ -n "$trimmed" ]; then
