@@ -1,6 +1,6 @@
 // Cross-entropy's CUDA kernel: one block a row; each thread keeps a running (max, sum) over its
-// share of the row, the block combines them, and a second pass writes the gradient over the
-// logits. The label's logit is read before any thread writes.
+// runs of the row (cross_entropy_math.h), the block combines them, and a second pass writes the
+// gradient over the logits. The label's logit is read before any thread writes.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -30,7 +30,44 @@ __device__ MaxSum block_combine(MaxSum v) {
   return total;
 }
 
-template <typename T>
+// A run of kCeRun logits from `base` (fewer at the row's end) as fp32: one 16-byte pack of bf16 or
+// two of fp32 where the row is whole runs and starts on 16 bytes (kPacked), else an element at a
+// time. Returns how many.
+template <typename T, bool kPacked>
+__device__ inline int load_run(const T* x, int64_t base, int64_t vocab, float (&v)[kCeRun]) {
+  if constexpr (kPacked) {
+    constexpr int n = Pack<T>::kSize;
+#pragma unroll
+    for (int p = 0; p < kCeRun / n; ++p) {
+      const Pack<T> pack = load_pack(x + base + p * n);
+#pragma unroll
+      for (int k = 0; k < n; ++k) v[p * n + k] = to_float(pack.v[k]);
+    }
+    return kCeRun;
+  } else {
+    const int count = vocab - base < kCeRun ? static_cast<int>(vocab - base) : kCeRun;
+    for (int k = 0; k < count; ++k) v[k] = to_float(x[base + k]);
+    return count;
+  }
+}
+
+template <typename T, bool kPacked>
+__device__ inline void store_run(T* x, int64_t base, int count, const float (&v)[kCeRun]) {
+  if constexpr (kPacked) {
+    constexpr int n = Pack<T>::kSize;
+#pragma unroll
+    for (int p = 0; p < kCeRun / n; ++p) {
+      Pack<T> pack;
+#pragma unroll
+      for (int k = 0; k < n; ++k) pack.v[k] = from_float<T>(v[p * n + k]);
+      store_pack(x + base + p * n, pack);
+    }
+  } else {
+    for (int k = 0; k < count; ++k) x[base + k] = from_float<T>(v[k]);
+  }
+}
+
+template <typename T, bool kPacked>
 __global__ void cross_entropy_kernel(T* logits, const int64_t* labels, float* loss, int64_t vocab,
                                      int64_t ignore_index) {
   T* x = logits + static_cast<int64_t>(blockIdx.x) * vocab;
@@ -41,12 +78,33 @@ __global__ void cross_entropy_kernel(T* logits, const int64_t* labels, float* lo
     for (int64_t j = threadIdx.x; j < vocab; j += kThreads) x[j] = from_float<T>(fill);
     return;
   }
+  // This thread's runs (cross_entropy_math.h): from threadIdx.x runs in, every kThreads runs.
+  const int64_t first = static_cast<int64_t>(threadIdx.x) * kCeRun, stride = static_cast<int64_t>(kThreads) * kCeRun;
+  float v[kCeRun];
   MaxSum a{-INFINITY, 0.0f};
-  for (int64_t j = threadIdx.x; j < vocab; j += kThreads) a = ce_push(a, to_float(x[j]));
+  for (int64_t base = first; base < vocab; base += stride) {
+    const int count = load_run<T, kPacked>(x, base, vocab, v);
+    for (int k = 0; k < count; ++k) a = ce_push(a, v[k]);
+  }
   const float label_logit = to_float(x[label]);  // every thread reads it before the block's barrier
   const float lse = ce_logsumexp(block_combine(a));
   if (threadIdx.x == 0) loss[blockIdx.x] = lse - label_logit;
-  for (int64_t j = threadIdx.x; j < vocab; j += kThreads) x[j] = from_float<T>(ce_grad(to_float(x[j]), lse, j == label));
+  for (int64_t base = first; base < vocab; base += stride) {
+    const int count = load_run<T, kPacked>(x, base, vocab, v);
+    for (int k = 0; k < count; ++k) v[k] = ce_grad(v[k], lse, base + k == label);
+    store_run<T, kPacked>(x, base, count, v);
+  }
+}
+
+template <typename T>
+void launch(T* logits, const int64_t* labels, float* loss, int64_t rows, int64_t vocab, int64_t ignore_index,
+            cudaStream_t stream) {
+  const auto blocks = static_cast<unsigned>(rows);
+  if (vocab % kCeRun == 0 && aligned_16(logits)) {
+    cross_entropy_kernel<T, true><<<blocks, kThreads, 0, stream>>>(logits, labels, loss, vocab, ignore_index);
+  } else {
+    cross_entropy_kernel<T, false><<<blocks, kThreads, 0, stream>>>(logits, labels, loss, vocab, ignore_index);
+  }
 }
 
 }  // namespace
@@ -55,13 +113,10 @@ void cross_entropy_cuda(Dtype dtype, void* logits, const int64_t* labels, float*
                         int64_t ignore_index, void* stream) {
   if (rows == 0) return;
   const auto s = static_cast<cudaStream_t>(stream);
-  const auto blocks = static_cast<unsigned>(rows);
   if (dtype == Dtype::kFloat) {
-    cross_entropy_kernel<float><<<blocks, kThreads, 0, s>>>(static_cast<float*>(logits), labels, loss, vocab,
-                                                            ignore_index);
+    launch(static_cast<float*>(logits), labels, loss, rows, vocab, ignore_index, s);
   } else {
-    cross_entropy_kernel<__nv_bfloat16><<<blocks, kThreads, 0, s>>>(static_cast<__nv_bfloat16*>(logits), labels, loss,
-                                                                    vocab, ignore_index);
+    launch(static_cast<__nv_bfloat16*>(logits), labels, loss, rows, vocab, ignore_index, s);
   }
   check_launch("cross entropy");
 }

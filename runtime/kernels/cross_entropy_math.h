@@ -4,9 +4,11 @@
 //   loss = lse - x_label                      (0 for an ignored row)
 //   dx_j = exp(x_j - lse) - [j == label]      (0 for an ignored row)
 // Partial (m, s) pairs combine in any grouping. Both sides group a row alike: kCeLanes lanes, lane
-// i taking logits i, i + kCeLanes, ... in order; the lanes of each warp of 32 combined by halving
-// (lane i with lane i + 16, then i + 8, ...), the warps then in order. Each (m, s) is so made of at
-// most ceil(vocab / kCeLanes) + 5 + 15 steps, which bounds its rounding.
+// i taking the logits in runs of kCeRun, in order: i·kCeRun to i·kCeRun + kCeRun - 1, then the run
+// kCeLanes runs further on, and so on (so that the kernel loads a run of bf16 as one 16-byte
+// access); the lanes of each warp of 32 combined by halving (lane i with lane i + 16, then i + 8,
+// ...), the warps then in order. Each (m, s) is so made of at most kCeRun·ceil(vocab / (kCeLanes·
+// kCeRun)) + 5 + 15 <= ceil(vocab / kCeLanes) + 7 + 20 steps, which bounds its rounding.
 #pragma once
 
 #include <cmath>
@@ -17,6 +19,10 @@
 namespace shardtune::kernels {
 
 constexpr int kCeLanes = 512;
+constexpr int kCeRun = 8;
+
+// The lane that takes logit j.
+ST_HD inline int64_t ce_lane(int64_t j) { return (j / kCeRun) % kCeLanes; }
 
 struct MaxSum {
   float m;  // the largest logit seen (-inf before any)

@@ -14,7 +14,7 @@ namespace {
 MaxSum row_max_sum(const float* x, int64_t vocab) {
   std::array<MaxSum, kCeLanes> lanes;
   lanes.fill({-std::numeric_limits<float>::infinity(), 0.0f});
-  for (int64_t j = 0; j < vocab; ++j) lanes[j % kCeLanes] = ce_push(lanes[j % kCeLanes], x[j]);
+  for (int64_t j = 0; j < vocab; ++j) lanes[ce_lane(j)] = ce_push(lanes[ce_lane(j)], x[j]);
   MaxSum total{-std::numeric_limits<float>::infinity(), 0.0f};
   for (int warp = 0; warp < kCeLanes / 32; ++warp) {
     MaxSum* w = lanes.data() + warp * 32;

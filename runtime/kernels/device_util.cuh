@@ -4,6 +4,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -21,6 +22,25 @@ template <>
 __device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
 }
+
+// A pack: the elements of T in 16 bytes (8 bf16, 4 fp32), loaded and stored as one access, which
+// a memory-bound kernel needs to come near the GPU's bandwidth (one 2-byte access a thread does not).
+template <typename T>
+struct alignas(16) Pack {
+  static constexpr int kSize = 16 / static_cast<int>(sizeof(T));
+  T v[kSize];
+};
+template <typename T>
+__device__ inline Pack<T> load_pack(const T* p) {
+  return *reinterpret_cast<const Pack<T>*>(p);
+}
+template <typename T>
+__device__ inline void store_pack(T* p, const Pack<T>& pack) {
+  *reinterpret_cast<Pack<T>*>(p) = pack;
+}
+
+// Whether an array starts on 16 bytes, as a pack's access needs.
+inline bool aligned_16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // Throws naming `what` when the last launch failed.
 inline void check_launch(const char* what) {

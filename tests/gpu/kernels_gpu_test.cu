@@ -195,6 +195,35 @@ void test_swiglu_joined(int64_t rows, int64_t cols, bool bf16, std::mt19937& rng
   for (void* p : {dgu_in, ddh, dh_out, dgu_out}) cudaFree(p);
 }
 
+// The packed kernels (16 bytes an access, where the arrays start on 16 bytes) and the elementwise
+// ones (one element an access, here because every array starts one element late) share their
+// arithmetic: the same bits out of both.
+void test_swiglu_paths(int64_t count, bool bf16, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::vector<float> g(count + 1), u(count + 1), dh(count + 1), zeros(count + 1);
+  for (std::vector<float>* a : {&g, &u, &dh})
+    for (float& v : *a) v = normal(rng);
+  const size_t width = bf16 ? 2 : 4;
+  void* arrays[6];
+  for (int k = 0; k < 6; ++k) arrays[k] = upload(k == 0 ? g : k == 1 ? u : k == 2 ? dh : zeros, bf16);
+  const Dtype dtype = bf16 ? Dtype::kBFloat16 : Dtype::kFloat;
+  std::vector<float> results[2][3];
+  for (int late = 0; late < 2; ++late) {
+    char* p[6];
+    for (int k = 0; k < 6; ++k) p[k] = static_cast<char*>(arrays[k]) + late * width;
+    swiglu_forward_cuda(dtype, SwigluLayout::contiguous(count), p[0], p[1], p[3], nullptr);
+    swiglu_backward_cuda(dtype, SwigluLayout::contiguous(count), p[0], p[1], p[2], p[4], p[5], nullptr);
+    check(cudaDeviceSynchronize(), "the kernels");
+    for (int k = 0; k < 3; ++k) results[late][k] = download(p[3 + k], count, bf16);
+  }
+  const char* names[3] = {"swiglu paths h", "swiglu paths dg", "swiglu paths du"};
+  for (int k = 0; k < 3; ++k)
+    for (int64_t i = 0; i < count; ++i)
+      expect(std::memcmp(&results[0][k][i], &results[1][k][i], 4) == 0, names[k], count, 1, bf16, i, results[0][k][i],
+             results[1][k][i]);
+  for (void* a : arrays) cudaFree(a);
+}
+
 // Out of place and in place, forward and backward.
 void test_rope(int64_t positions, int64_t heads, int64_t head_dim, bool bf16, std::mt19937& rng) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -288,6 +317,7 @@ int main() {
     for (float scale : {1.0f, 60.0f})
       for (bool bf16 : {false, true}) test_swiglu(count, scale, bf16, rng);
   test_swiglu(65535 * 256 + 333, 1.0f, false, rng);  // more elements than one grid's threads
+  for (bool bf16 : {false, true}) test_swiglu_paths(4096, bf16, rng);
   // The last: more elements than one grid's threads.
   const int64_t joined_shapes[][2] = {{1, 1}, {3, 7}, {33, 65}, {2, 16384}, {2100, 8192}};
   for (const auto& s : joined_shapes)

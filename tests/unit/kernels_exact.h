@@ -129,7 +129,7 @@ inline void llama_rope_tables(int64_t positions, int64_t head_dim, std::vector<f
 
 // Cross-entropy in float64 of each row of logits against its label (ignored rows: 0), the
 // gradient softmax - onehot, and the bound an fp32 computation grouped as cross_entropy_math.h
-// meets: each (max, sum) pair is made of at most `steps` = ceil(vocab / 512) + 20 steps, each
+// meets: each (max, sum) pair is made of at most `steps` = ceil(vocab / 512) + 27 steps, each
 // rounding the sum by up to 3 u relative (the exp, a rescaling, the addition), so the row's sum is
 // within (3 steps + 8) u relative; that moves the log-sum-exp by as much plus a rounding of each
 // term it is made of (lse_error), and each probability by lse_error plus the rounding of x - lse.
@@ -153,7 +153,7 @@ inline CrossEntropyExact cross_entropy_exact(const std::vector<float>& x, const 
     double s = 0;
     for (int64_t j = 0; j < vocab; ++j) s += std::exp(xr[j] - m);
     const double lse = m + std::log(s), label = xr[labels[r]];
-    const double steps = static_cast<double>((vocab + 511) / 512 + 20);
+    const double steps = static_cast<double>((vocab + 511) / 512 + 27);
     const double lse_error = (3.0 * steps + 8) + std::abs(m) + std::abs(lse) + std::abs(std::log(s));
     e.loss[r] = lse - label;
     e.loss_bound[r] = lse_error + std::abs(label) + std::abs(e.loss[r]);
