@@ -1,6 +1,6 @@
 // Rotary position embedding's CUDA kernel: a grid-stride loop over the (position, head, pair)
-// triples; each thread reads both elements of its pair before writing either, so the rotation
-// may be done in place.
+// triples, or over packs of 16 bytes of them where the layout allows; each thread reads both
+// elements of its pairs before writing either, so the rotation may be done in place.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -37,23 +37,67 @@ __global__ void rope_kernel(const T* x, const T* cos, const T* sin, T* out, I he
   }
 }
 
+// The same a pack (16 bytes) of pairs' first and second elements at a time, where half a head is
+// whole packs and every array starts on 16 bytes. Sizes in packs.
+template <typename T, typename I>
+__global__ void rope_packed(const T* x, const T* cos, const T* sin, T* out, I heads, I half, I packs, bool backward) {
+  constexpr int n = Pack<T>::kSize;
+  const I step = static_cast<I>(gridDim.x) * kThreads;
+  for (I k = blockIdx.x * static_cast<I>(kThreads) + threadIdx.x; k < packs; k += step) {
+    const I row = k / half, i = k - row * half, position = row / heads;
+    const I a = (row * 2 * half + i) * n, b = a + half * n;
+    const I ta = (position * 2 * half + i) * n, tb = ta + half * n;
+    const Pack<T> x1 = load_pack(x + a), x2 = load_pack(x + b);
+    const Pack<T> c1 = load_pack(cos + ta), s1 = load_pack(sin + ta);
+    const Pack<T> c2 = load_pack(cos + tb), s2 = load_pack(sin + tb);
+    Pack<T> o1, o2;
+#pragma unroll
+    for (int e = 0; e < n; ++e) {
+      float r1 = 0, r2 = 0;
+      const float v1 = to_float(x1.v[e]), v2 = to_float(x2.v[e]);
+      if (backward) {
+        rope_pair_grad(v1, v2, to_float(c1.v[e]), to_float(s1.v[e]), to_float(c2.v[e]), to_float(s2.v[e]), &r1, &r2);
+      } else {
+        rope_pair(v1, v2, to_float(c1.v[e]), to_float(s1.v[e]), to_float(c2.v[e]), to_float(s2.v[e]), &r1, &r2);
+      }
+      o1.v[e] = from_float<T>(r1);
+      o2.v[e] = from_float<T>(r2);
+    }
+    store_pack(out + a, o1);
+    store_pack(out + b, o2);
+  }
+}
+
+template <typename T, typename I>
+void launch(const T* x, const T* cos, const T* sin, T* out, I heads, I half, I pairs, bool backward,
+            cudaStream_t stream) {
+  constexpr I n = Pack<T>::kSize;
+  const bool packed = half % n == 0 && aligned_16(x) && aligned_16(cos) && aligned_16(sin) && aligned_16(out);
+  const I work = packed ? pairs / n : pairs;
+  const auto blocks =
+      static_cast<unsigned>(std::min(kMaxBlocks, (static_cast<int64_t>(work) + kThreads - 1) / kThreads));
+  if (packed) {
+    rope_packed<T, I><<<blocks, kThreads, 0, stream>>>(x, cos, sin, out, heads, half / n, work, backward);
+  } else {
+    rope_kernel<T, I><<<blocks, kThreads, 0, stream>>>(x, cos, sin, out, heads, half, work, backward);
+  }
+}
+
 template <typename T>
 void rope(const void* x, const void* cos, const void* sin, void* out, int64_t positions, int64_t heads,
           int64_t head_dim, bool backward, cudaStream_t stream) {
   const int64_t half = head_dim / 2, pairs = positions * heads * half;
   if (pairs == 0) return;
-  const auto blocks = static_cast<unsigned>(std::min(kMaxBlocks, (pairs + kThreads - 1) / kThreads));
   const auto* xp = static_cast<const T*>(x);
   const auto* cp = static_cast<const T*>(cos);
   const auto* sp = static_cast<const T*>(sin);
   auto* op = static_cast<T*>(out);
   // The largest offset is 2 pairs; the loop steps at most one grid past the end.
   if (2 * pairs + kMaxBlocks * kThreads < (int64_t{1} << 32)) {
-    rope_kernel<T, uint32_t><<<blocks, kThreads, 0, stream>>>(xp, cp, sp, op, static_cast<uint32_t>(heads),
-                                                             static_cast<uint32_t>(half),
-                                                             static_cast<uint32_t>(pairs), backward);
+    launch<T, uint32_t>(xp, cp, sp, op, static_cast<uint32_t>(heads), static_cast<uint32_t>(half),
+                        static_cast<uint32_t>(pairs), backward, stream);
   } else {
-    rope_kernel<T, int64_t><<<blocks, kThreads, 0, stream>>>(xp, cp, sp, op, heads, half, pairs, backward);
+    launch<T, int64_t>(xp, cp, sp, op, heads, half, pairs, backward, stream);
   }
   check_launch(backward ? "rope backward" : "rope forward");
 }

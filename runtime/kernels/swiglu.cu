@@ -44,7 +44,8 @@ __global__ void backward_kernel(const T* g, const T* u, I in_stride, const T* dh
 template <typename T, typename I>
 __global__ void forward_packed(const T* g, const T* u, I in_stride, T* h, I cols, I packs) {
   constexpr int n = Pack<T>::kSize;
-  for (I p = blockIdx.x * static_cast<I>(kThreads) + threadIdx.x; p < packs; p += static_cast<I>(gridDim.x) * kThreads) {
+  const I step = static_cast<I>(gridDim.x) * kThreads;
+  for (I p = blockIdx.x * static_cast<I>(kThreads) + threadIdx.x; p < packs; p += step) {
     const I in = swiglu_offset(p, cols, in_stride) * n;
     const Pack<T> a = load_pack(g + in), b = load_pack(u + in);
     Pack<T> o;
@@ -58,7 +59,8 @@ template <typename T, typename I>
 __global__ void backward_packed(const T* g, const T* u, I in_stride, const T* dh, T* dg, T* du, I out_stride, I cols,
                                 I packs) {
   constexpr int n = Pack<T>::kSize;
-  for (I p = blockIdx.x * static_cast<I>(kThreads) + threadIdx.x; p < packs; p += static_cast<I>(gridDim.x) * kThreads) {
+  const I step = static_cast<I>(gridDim.x) * kThreads;
+  for (I p = blockIdx.x * static_cast<I>(kThreads) + threadIdx.x; p < packs; p += step) {
     const I in = swiglu_offset(p, cols, in_stride) * n, out = swiglu_offset(p, cols, out_stride) * n;
     const Pack<T> a = load_pack(g + in), b = load_pack(u + in), d = load_pack(dh + p * n);
     Pack<T> og, ou;
