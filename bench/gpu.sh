@@ -10,8 +10,9 @@
 # clocks read around the whole step with the device idle. Also shardtune with cuDNN's attention,
 # which training leaves out; packed rows (per-document attention) against one document per row at
 # equal tokens; shardtune with AdamW an operation at a time (what its fused AdamW is worth) and
-# with each fused kernel turned off in turn (what each is worth); a two-step kernel trace; what is
-# live at each engine's memory peak (bench/memory_peak.py). Writes bench.json and bench.md into OUT_DIR.
+# with each fused kernel turned off in turn (what each is worth); a two-step kernel trace of each
+# mode; what is live at each engine's memory peak (bench/memory_peak.py). Writes bench.json and
+# bench.md into OUT_DIR.
 # ST_BENCH_QUICK=1: without activation checkpointing only (micro-batch 8 down).
 # Run by scripts/gpu-check.sh, after
 # scripts/gpu-env.sh (Open MPI and the libraries from the prefix).
@@ -115,6 +116,11 @@ for ckpt in "${modes[@]}"; do
     done
   fi
   if [ -n "$ckpt" ]; then
+    # Where the recomputation's time goes: a trace of two steps with activation checkpointing.
+    mkdir -p "$out/trace-checkpointing"
+    train_bench "$best" $ckpt --steps 1 --warmup 1 --trace "$out/trace-checkpointing" >/dev/null 2>>"$out/trace.err" &&
+      gzip -c "$out/trace-checkpointing/rank-00000.trace.json" >"$out/trace-checkpointing.json.gz" ||
+      echo "bench: the trace with activation checkpointing failed"
     # Packed rows (per-document attention) against one document per row, each kernel choice.
     shardtune "$best" $ckpt --packed || true
     shardtune "$best" $ckpt --packed --cudnn-attention || true

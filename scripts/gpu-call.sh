@@ -3,8 +3,9 @@
 # scripts/gpu-check.sh --stages STAGES into out/gc (kept between calls on the same machine) for at
 # most LIMIT_S seconds (then every process it started is stopped, and the report says which check
 # and stage the limit cut short and which stages did not run), then what comes back, in at most 6
-# files under OUT_DIR: report.md, report.json, console.log, the benchmark's trace (trace.json.gz)
-# and a tarball of the logs, the benchmark's runs and the training jobs' metrics (logs.tgz).
+# files under OUT_DIR: report.md, report.json, console.log, the benchmark's traces (trace.json.gz,
+# and trace-checkpointing.json.gz where it ran with activation checkpointing) and a tarball of the
+# logs, the benchmark's runs and the training jobs' metrics (logs.tgz).
 # ST_GPU_CALL_WORK: the check's folder instead of out/gc.
 # usage: scripts/gpu-call.sh STAGES LIMIT_S OUT_DIR   (e.g. bench,tests,references 560 "$OUT")
 set -uo pipefail
@@ -36,7 +37,9 @@ if [ "$rc" -eq 124 ]; then
   echo "gpu-call: the limit of $limit s stopped the check; report.md says what it cut short" | tee -a "$out/console.log"
 fi
 cp "$work/report.md" "$work/report.json" "$out/" 2>/dev/null
-[ -f "$work/bench/trace.json.gz" ] && cp "$work/bench/trace.json.gz" "$out/"
+for trace in trace trace-checkpointing; do
+  [ -f "$work/bench/$trace.json.gz" ] && cp "$work/bench/$trace.json.gz" "$out/"
+done
 (cd "$work" && tar czf "$out/logs.tgz" logs results.tsv stages.tsv machine.txt \
   $(ls bench/*.json bench/*.jsonl bench/*.md bench/*.err job-np*/metrics.jsonl job-np*/logs/rank-00000.log \
        lora-job/metrics.jsonl 2>/dev/null))
