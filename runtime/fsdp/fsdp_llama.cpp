@@ -58,6 +58,7 @@ FsdpLlama::FsdpLlama(model::LlamaForCausalLM& model, dist::ProcessGroups& groups
   embed_->set_backward_reads_params(false);  // the embedding's gradient comes from the ids alone
   for (size_t i = 1; i + 1 < units.size(); ++i) blocks_.push_back(make_unit(fmt::format("block{}", i - 1), units[i]));
   head_ = make_unit("head", units.back());
+  head_->set_checkpointed(false);  // its backward follows its forward at once
   if (model.config().tie_word_embeddings)
     for (auto& f : embed_->flats()) head_->add_dependency(f.get());
   if (padding_ > 0)

@@ -106,7 +106,9 @@ at::Tensor FsdpUnit::run(const at::Tensor& input, PieceFn fn) {
   return UnitFunction::apply(input, handle_, this, std::move(fn));
 }
 
-bool FsdpUnit::recomputes() const { return context_->options.activation_checkpointing && backward_reads_params_; }
+bool FsdpUnit::recomputes() const {
+  return context_->options.activation_checkpointing && checkpointed_ && backward_reads_params_;
+}
 
 at::Tensor FsdpUnit::forward_impl(const at::Tensor& input, PieceFn fn) {
   RECORD_USER_SCOPE(fmt::format("fsdp.forward {}", name_));

@@ -4,8 +4,8 @@
 //   backward: gather again → start the previous unit's gather → the piece's own backward →
 //             start reducing its gradients → move earlier units' reductions on → free
 // The piece's autograd graph lives inside the unit, so these steps happen exactly at the unit's
-// boundaries in both directions. With activation checkpointing the forward keeps only the input
-// and backward recomputes the piece. Gradient reductions still in flight when backward ends are
+// boundaries in both directions. With activation checkpointing the forward of a checkpointed piece
+// (every block) keeps only the input and backward recomputes the piece. Gradient reductions still in flight when backward ends are
 // finished by a callback at the end of the backward pass.
 #pragma once
 
@@ -72,6 +72,12 @@ class FsdpUnit {
   void set_backward_reads_params(bool reads) { backward_reads_params_ = reads; }
   bool backward_reads_params() const { return backward_reads_params_; }
 
+  // false: activation checkpointing leaves this piece alone and it keeps its graph. For the head,
+  // last in forward and first in backward: its backward follows its forward at once, so nothing
+  // would use the memory a recomputation frees, and recomputing it would run its product with the
+  // vocabulary, the step's largest, once more.
+  void set_checkpointed(bool checkpointed) { checkpointed_ = checkpointed; }
+
   // Pieces of the autograd function (public for it; not for callers).
   at::Tensor forward_impl(const at::Tensor& input, PieceFn fn);
   at::Tensor backward_impl(const at::Tensor& grad_output);
@@ -94,6 +100,7 @@ class FsdpUnit {
   std::vector<FlatParam*> deps_;
   at::Tensor handle_;  // an empty tensor: the parameters' stand-in in the outer autograd graph
   bool backward_reads_params_ = true;
+  bool checkpointed_ = true;
 
   // State of the current micro-batch between forward and backward.
   PieceFn fn_;

@@ -13,10 +13,14 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/equal.h>
 #include <ATen/ops/zeros_like.h>
+#include <ATen/record_function.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
+#include <memory>
 #include <set>
+#include <string_view>
 
 #include "common/job/schema.h"
 #include "runtime/fsdp/adamw.h"
@@ -407,6 +411,51 @@ TEST(FsdpUnits, TheEmbeddingIsGatheredForItsForwardOnly) {
       EXPECT_EQ(gathers(flats.front()), tied ? 4 : 2) << "embedding";
       for (size_t i = 1; i + 1 < flats.size(); ++i) EXPECT_EQ(gathers(flats[i]), 4) << "block " << i - 1;
     }
+}
+
+// Calls seen process-wide by a RecordFunction observer: SwiGLU's silu as ATen's operation (blocks
+// alone run it) and the head's loss scope.
+std::atomic<int64_t> g_silu_calls{0}, g_loss_calls{0};
+std::unique_ptr<at::ObserverContext> count_call(const at::RecordFunction& fn) {
+  const std::string_view name = fn.name();
+  if (name == "aten::silu") ++g_silu_calls;
+  if (name == "train.loss") ++g_loss_calls;
+  return nullptr;
+}
+
+// Activation checkpointing recomputes every block in backward, but not the head, whose backward
+// follows its forward at once: with it, the blocks' silu runs exactly twice as often as without
+// (SwiGLU as ATen's operations, on every device), and the head's loss once a micro-batch either way.
+TEST(FsdpUnits, CheckpointingRecomputesTheBlocksNotTheHead) {
+  const model::Fusions saved = model::fusions();
+  model::Fusions aten_swiglu = saved;
+  aten_swiglu.swiglu = false;
+  model::set_fusions(aten_swiglu);
+  int64_t silu[2] = {0, 0}, losses[2] = {0, 0}, layers = 0;
+  for (const bool checkpointing : {false, true}) {
+    OneNode run(Case{"recomputes"}, checkpointing);
+    layers = run.model.num_layers();
+    fsdp::AdamW opt(kAdamW);
+    train::add_trainable_shards(run.sharded, opt);
+    std::vector<train::Batch> micro;
+    for (int64_t i = 0; i < 2; ++i) {
+      const at::Tensor ids = sample_tokens(i, 2);
+      micro.push_back({ids, ids, at::Tensor(), 1.0, {}});
+    }
+    g_silu_calls = 0;
+    g_loss_calls = 0;
+    const at::CallbackHandle handle = at::addGlobalCallback(
+        at::RecordFunctionCallback(count_call).scopes({at::RecordScope::FUNCTION, at::RecordScope::USER_SCOPE}));
+    train::train_step(run.sharded, opt, micro, train::StepOptions{kLr, false, 0.0, true}, *run.groups.world);
+    at::removeCallback(handle);
+    silu[checkpointing] = g_silu_calls;
+    losses[checkpointing] = g_loss_calls;
+  }
+  model::set_fusions(saved);
+  EXPECT_GE(silu[0], 2 * layers) << "a silu a block a micro-batch";
+  EXPECT_EQ(silu[1], 2 * silu[0]) << "every block recomputed once";
+  EXPECT_EQ(losses[0], 2) << "the head's loss once a micro-batch";
+  EXPECT_EQ(losses[1], 2) << "the head not recomputed";
 }
 
 // Gradients wait unreduced in a flat buffer of each unit between micro-batches that do not
