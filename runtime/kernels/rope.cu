@@ -22,9 +22,7 @@ constexpr int64_t kMaxBlocks = 65535;
 template <typename T, typename I>
 __global__ void rope_kernel(const T* x, const T* cos, const T* sin, T* out, I heads, I half, I pairs, bool backward) {
   for (I k = blockIdx.x * static_cast<I>(kThreads) + threadIdx.x; k < pairs; k += static_cast<I>(gridDim.x) * kThreads) {
-    const I row = k / half, i = k - row * half, position = row / heads;
-    const I a = row * 2 * half + i, b = a + half;
-    const I ta = position * 2 * half + i, tb = ta + half;
+    const auto [a, b, ta, tb] = rope_offsets(k, heads, half);
     const float x1 = to_float(x[a]), x2 = to_float(x[b]);
     float o1 = 0, o2 = 0;
     if (backward) {
@@ -44,9 +42,8 @@ __global__ void rope_packed(const T* x, const T* cos, const T* sin, T* out, I he
   constexpr int n = Pack<T>::kSize;
   const I step = static_cast<I>(gridDim.x) * kThreads;
   for (I k = blockIdx.x * static_cast<I>(kThreads) + threadIdx.x; k < packs; k += step) {
-    const I row = k / half, i = k - row * half, position = row / heads;
-    const I a = (row * 2 * half + i) * n, b = a + half * n;
-    const I ta = (position * 2 * half + i) * n, tb = ta + half * n;
+    const RopeOffsets<I> o = rope_offsets(k, heads, half);
+    const I a = o.a * n, b = o.b * n, ta = o.ta * n, tb = o.tb * n;
     const Pack<T> x1 = load_pack(x + a), x2 = load_pack(x + b);
     const Pack<T> c1 = load_pack(cos + ta), s1 = load_pack(sin + ta);
     const Pack<T> c2 = load_pack(cos + tb), s2 = load_pack(sin + tb);

@@ -11,6 +11,21 @@
 
 namespace shardtune::kernels {
 
+// Where pair k of the (position, head, pair) triples lies, in rows of 2 half elements (a head at a
+// position each) and tables of one such row a position: its elements a and b = a + half, and their
+// table entries ta and tb = ta + half. In elements, or in packs where `half` counts packs (the
+// packed kernel: pack k holds pairs k·n to k·n + n - 1). I: the index type.
+template <typename I>
+struct RopeOffsets {
+  I a, b, ta, tb;
+};
+template <typename I>
+ST_HD inline RopeOffsets<I> rope_offsets(I k, I heads, I half) {
+  const I row = k / half, i = k - row * half, position = row / heads;
+  const I a = row * 2 * half + i, ta = position * 2 * half + i;
+  return {a, a + half, ta, ta + half};
+}
+
 ST_HD inline void rope_pair(float x1, float x2, float c1, float s1, float c2, float s2, float* o1, float* o2) {
   *o1 = x1 * c1 - x2 * s1;
   *o2 = x2 * c2 + x1 * s2;

@@ -6,13 +6,17 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cmath>
 #include <random>
 #include <vector>
 
+#include "runtime/kernels/cross_entropy_math.h"
 #include "runtime/kernels/cross_entropy_reference.h"
 #include "runtime/kernels/rmsnorm_reference.h"
+#include "runtime/kernels/rope_math.h"
 #include "runtime/kernels/rope_reference.h"
+#include "runtime/kernels/swiglu_math.h"
 #include "runtime/kernels/swiglu_reference.h"
 #include "tests/unit/kernels_exact.h"
 
@@ -211,6 +215,44 @@ TEST(KernelReference, RopeIsWithinFp32RoundingOfFloat64AndItsGradientIsTheTransp
 // Rows of random logits, small to Llama 3's vocabulary, small to large scale, some rows ignored;
 // the loss and the gradient (written in place and out of place, the same bits) within the bound of
 // cross_entropy_exact.
+// The packed kernels address packs of n elements (16 bytes: 8 bf16, 4 fp32) with the elementwise
+// kernels' offset arithmetic over sizes in packs: element e of pack k must be where the elementwise
+// kernel puts element k·n + e, for every shape the packed kernels take (sizes whole packs), and
+// in 32-bit indices as the GPU runs them.
+TEST(KernelReference, PackedOffsetsAreTheElementwiseOnes) {
+  for (const uint32_t n : {4u, 8u}) {
+    // SwiGLU: (rows, cols) of h; g, u (and their gradients) rows `stride` apart.
+    const uint32_t swiglu_shapes[][3] = {{1, 8, 8}, {3, 16, 32}, {5, 24, 48}, {2, 64, 200}};
+    for (const auto& [rows, cols, stride] : swiglu_shapes)
+      for (uint32_t p = 0; p < rows * cols / n; ++p)
+        for (uint32_t e = 0; e < n; ++e)
+          ASSERT_EQ(swiglu_offset(p, cols / n, stride / n) * n + e, swiglu_offset(p * n + e, cols, stride))
+              << "swiglu " << rows << " x " << cols << ", stride " << stride << ", pack " << p << " of " << n;
+    // RoPE: (positions, heads, half a head).
+    const uint32_t rope_shapes[][3] = {{1, 1, 8}, {3, 5, 32}, {7, 2, 64}, {2, 3, 16}};
+    for (const auto& [positions, heads, half] : rope_shapes)
+      for (uint32_t k = 0; k < positions * heads * half / n; ++k)
+        for (uint32_t e = 0; e < n; ++e) {
+          const RopeOffsets<uint32_t> packed = rope_offsets(k, heads, half / n);
+          const RopeOffsets<uint32_t> one = rope_offsets(k * n + e, heads, half);
+          ASSERT_EQ(packed.a * n + e, one.a) << "rope pack " << k << " of " << n;
+          ASSERT_EQ(packed.b * n + e, one.b) << "rope pack " << k << " of " << n;
+          ASSERT_EQ(packed.ta * n + e, one.ta) << "rope pack " << k << " of " << n;
+          ASSERT_EQ(packed.tb * n + e, one.tb) << "rope pack " << k << " of " << n;
+        }
+  }
+  // Cross-entropy: thread t's runs, from t runs in every kCeLanes runs, are lane t's logits.
+  const int64_t vocab = 3 * kCeLanes * kCeRun + 5 * kCeRun;
+  std::vector<int> seen(static_cast<size_t>(vocab), 0);
+  for (int64_t t = 0; t < kCeLanes; ++t)
+    for (int64_t base = t * kCeRun; base < vocab; base += int64_t{kCeLanes} * kCeRun)
+      for (int64_t k = 0; k < kCeRun; ++k) {
+        ASSERT_EQ(ce_lane(base + k), t) << "logit " << base + k;
+        ++seen[static_cast<size_t>(base + k)];
+      }
+  EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](int c) { return c == 1; })) << "every logit, once";
+}
+
 TEST(KernelReference, CrossEntropyIsWithinFp32RoundingOfFloat64) {
   std::mt19937 rng(17);
   std::normal_distribution<float> normal(0.0f, 1.0f);
