@@ -13,7 +13,7 @@
 # with each fused kernel turned off in turn (what each is worth); a two-step kernel trace of each
 # mode; what is live at each engine's memory peak (bench/memory_peak.py). Writes bench.json and
 # bench.md into OUT_DIR.
-# ST_BENCH_QUICK=1: without activation checkpointing only (micro-batch 8 down).
+# ST_BENCH_QUICK=1: without activation checkpointing only.
 # Run by scripts/gpu-check.sh, after
 # scripts/gpu-env.sh (Open MPI and the libraries from the prefix).
 # usage: bench/gpu.sh BUILD_DIR OUT_DIR
@@ -67,7 +67,7 @@ flash_ran() { tail -1 "$1" | python3 -c 'import json, sys; sys.exit(0 if any("py
 quick=${ST_BENCH_QUICK:-0}
 modes=("" --checkpointing)
 sizes="16 8 4 2 1"
-[ "$quick" = 1 ] && { modes=(""); sizes="8 4 2 1"; }
+[ "$quick" = 1 ] && modes=("")
 for ckpt in "${modes[@]}"; do
   best=0
   for b in $sizes; do  # each size that does not fit costs a load of the model
@@ -77,8 +77,17 @@ for ckpt in "${modes[@]}"; do
   echo "bench: shardtune ${ckpt:-without checkpointing}: largest micro-batch $best"
   [ "$best" -gt 0 ] || continue
   # PyTorch like for like: shardtune's attention kernel (flash: it leaves cuDNN out), then PyTorch's
-  # own choice, eager and compiled; each row lists the attention kernels it ran.
-  torch_run "$best" $ckpt --sdpa flash || true
+  # own choice, eager and compiled; each row lists the attention kernels it ran. At the same
+  # micro-batch: where PyTorch's does not fit (it keeps more), both engines a size down.
+  torch_run "$best" $ckpt --sdpa flash
+  rc=$?
+  while [ $rc -eq 3 ] && [ "$best" -gt 1 ]; do
+    best=$((best / 2))
+    echo "bench: PyTorch ${ckpt:-without checkpointing} does not fit micro-batch $((best * 2)); both engines at $best"
+    shardtune "$best" $ckpt || true
+    torch_run "$best" $ckpt --sdpa flash
+    rc=$?
+  done
   torch_run "$best" $ckpt || true
   torch_run "$best" $ckpt --compile && cp "$out/torch.json" "$out/torch-compile.json" || true
   if [ -z "$ckpt" ]; then
