@@ -5,8 +5,8 @@
 //             start reducing its gradients → move earlier units' reductions on → free
 // The piece's autograd graph lives inside the unit, so these steps happen exactly at the unit's
 // boundaries in both directions. With activation checkpointing the forward of a checkpointed piece
-// (every block) keeps only the input and backward recomputes the piece. Gradient reductions still in flight when backward ends are
-// finished by a callback at the end of the backward pass.
+// (every block) keeps only the input and backward recomputes the piece. Gradient reductions still
+// in flight when backward ends are finished by a callback at the end of the backward pass.
 #pragma once
 
 #include <ATen/core/Tensor.h>
