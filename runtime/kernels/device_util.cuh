@@ -4,6 +4,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -37,6 +38,14 @@ __device__ inline Pack<T> load_pack(const T* p) {
 template <typename T>
 __device__ inline void store_pack(T* p, const Pack<T>& pack) {
   *reinterpret_cast<Pack<T>*>(p) = pack;
+}
+
+// A grid-stride loop's launch: kGridThreads threads a block, at most kMaxGridBlocks blocks; the
+// loop takes what one grid's threads do not.
+constexpr int kGridThreads = 256;
+constexpr int64_t kMaxGridBlocks = 65535;
+inline unsigned grid_blocks(int64_t work) {
+  return static_cast<unsigned>(std::min(kMaxGridBlocks, (work + kGridThreads - 1) / kGridThreads));
 }
 
 // Whether an array starts on 16 bytes, as a pack's access needs.

@@ -14,8 +14,7 @@
 namespace shardtune::kernels {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int64_t kMaxBlocks = 65535;
+constexpr int kThreads = kGridThreads;
 
 // I: the index type, 32-bit unsigned where every offset fits (a 64-bit division per pair costs
 // more than the pair's memory traffic on a GPU), else int64_t.
@@ -71,8 +70,7 @@ void launch(const T* x, const T* cos, const T* sin, T* out, I heads, I half, I p
   constexpr I n = Pack<T>::kSize;
   const bool packed = half % n == 0 && aligned_16(x) && aligned_16(cos) && aligned_16(sin) && aligned_16(out);
   const I work = packed ? pairs / n : pairs;
-  const auto blocks =
-      static_cast<unsigned>(std::min(kMaxBlocks, (static_cast<int64_t>(work) + kThreads - 1) / kThreads));
+  const unsigned blocks = grid_blocks(static_cast<int64_t>(work));
   if (packed) {
     rope_packed<T, I><<<blocks, kThreads, 0, stream>>>(x, cos, sin, out, heads, half / n, work, backward);
   } else {
@@ -90,7 +88,7 @@ void rope(const void* x, const void* cos, const void* sin, void* out, int64_t po
   const auto* sp = static_cast<const T*>(sin);
   auto* op = static_cast<T*>(out);
   // The largest offset is 2 pairs; the loop steps at most one grid past the end.
-  if (2 * pairs + kMaxBlocks * kThreads < (int64_t{1} << 32)) {
+  if (2 * pairs + kMaxGridBlocks * kThreads < (int64_t{1} << 32)) {
     launch<T, uint32_t>(xp, cp, sp, op, static_cast<uint32_t>(heads), static_cast<uint32_t>(half),
                         static_cast<uint32_t>(pairs), backward, stream);
   } else {

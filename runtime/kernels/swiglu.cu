@@ -14,8 +14,7 @@
 namespace shardtune::kernels {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int64_t kMaxBlocks = 65535;
+constexpr int kThreads = kGridThreads;
 
 // I: the index type, 32-bit unsigned where every offset fits (a 64-bit division per element costs
 // more than the element's memory traffic on a GPU), else int64_t.
@@ -76,14 +75,10 @@ __global__ void backward_packed(const T* g, const T* u, I in_stride, const T* dh
   }
 }
 
-unsigned blocks_for(int64_t count) {
-  return static_cast<unsigned>(std::min(kMaxBlocks, (count + kThreads - 1) / kThreads));
-}
-
 // Every offset the kernels form (and the loop's last step past the end) fits 32 bits.
 bool fits_32_bits(const SwigluLayout& l) {
   const int64_t widest = std::max({l.cols, l.in_stride, l.out_stride});
-  return l.rows * widest + kMaxBlocks * kThreads < (int64_t{1} << 32);
+  return l.rows * widest + kMaxGridBlocks * kThreads < (int64_t{1} << 32);
 }
 
 // Whether the packed kernels apply: whole packs in every row and stride, every array on 16 bytes.
@@ -99,10 +94,10 @@ void launch_forward(const SwigluLayout& l, const T* g, const T* u, T* h, cudaStr
   const auto count = static_cast<I>(l.rows * l.cols);
   if (packable<T>(l, {g, u, h})) {
     constexpr I n = Pack<T>::kSize;
-    forward_packed<T, I><<<blocks_for(count / n), kThreads, 0, stream>>>(
+    forward_packed<T, I><<<grid_blocks(count / n), kThreads, 0, stream>>>(
         g, u, static_cast<I>(l.in_stride) / n, h, static_cast<I>(l.cols) / n, count / n);
   } else {
-    forward_kernel<T, I><<<blocks_for(count), kThreads, 0, stream>>>(g, u, static_cast<I>(l.in_stride), h,
+    forward_kernel<T, I><<<grid_blocks(count), kThreads, 0, stream>>>(g, u, static_cast<I>(l.in_stride), h,
                                                                        static_cast<I>(l.cols), count);
   }
 }
@@ -114,10 +109,10 @@ void launch_backward(const SwigluLayout& l, const T* g, const T* u, const T* dh,
   const auto cols = static_cast<I>(l.cols);
   if (packable<T>(l, {g, u, dh, dg, du})) {
     constexpr I n = Pack<T>::kSize;
-    backward_packed<T, I><<<blocks_for(count / n), kThreads, 0, stream>>>(g, u, in_stride / n, dh, dg, du,
+    backward_packed<T, I><<<grid_blocks(count / n), kThreads, 0, stream>>>(g, u, in_stride / n, dh, dg, du,
                                                                             out_stride / n, cols / n, count / n);
   } else {
-    backward_kernel<T, I><<<blocks_for(count), kThreads, 0, stream>>>(g, u, in_stride, dh, dg, du, out_stride, cols,
+    backward_kernel<T, I><<<grid_blocks(count), kThreads, 0, stream>>>(g, u, in_stride, dh, dg, du, out_stride, cols,
                                                                         count);
   }
 }
