@@ -7,8 +7,9 @@
 # peak GPU memory; PyTorch FSDP2 (fully_shard) eager and with torch.compile at the same micro-batch,
 # and the ratios, PyTorch with shardtune's attention kernel (flash) and with its own choice (each
 # row lists the attention kernels it ran), its AdamW fused with shardtune's hyper-parameters, both
-# clocks read around the whole step with the device idle. Also shardtune with cuDNN's attention,
-# which training leaves out; packed rows (per-document attention) against one document per row at
+# clocks read around the whole step with the device idle. shardtune's attention is its training's
+# choice per shape (cuDNN's where it timed faster); also shardtune with cuDNN's attention left out
+# (flash, like for like with PyTorch's flash rows, and what the choice is worth); packed rows (per-document attention) against one document per row at
 # equal tokens; shardtune with AdamW an operation at a time (what its fused AdamW is worth) and
 # with each fused kernel turned off in turn (what each is worth); a two-step kernel trace of each
 # mode; what is live at each engine's memory peak (bench/memory_peak.py). Writes bench.json and
@@ -76,8 +77,8 @@ for ckpt in "${modes[@]}"; do
   done
   echo "bench: shardtune ${ckpt:-without checkpointing}: largest micro-batch $best"
   [ "$best" -gt 0 ] || continue
-  # PyTorch like for like: shardtune's attention kernel (flash: it leaves cuDNN out), then PyTorch's
-  # own choice, eager and compiled; each row lists the attention kernels it ran. At the same
+  # PyTorch with flash attention (shardtune's kernel where it leaves cuDNN out), then PyTorch's own
+  # choice, eager and compiled; each row lists the attention kernels it ran. At the same
   # micro-batch: where PyTorch's does not fit (it keeps more), both engines a size down.
   torch_run "$best" $ckpt --sdpa flash
   rc=$?
@@ -112,8 +113,8 @@ for ckpt in "${modes[@]}"; do
       rm -f "$out/memory-$engine.pickle"
     done
   fi
-  # shardtune with cuDNN's attention allowed, which training leaves out.
-  shardtune "$best" $ckpt --cudnn-attention || true
+  # shardtune with cuDNN's attention left out everywhere (flash).
+  shardtune "$best" $ckpt --attention no-cudnn || true
   # Compiled PyTorch with flash too, where its own choice was another kernel.
   [ -f "$out/torch-compile.json" ] && ! flash_ran "$out/torch-compile.json" && { torch_run "$best" $ckpt --compile --sdpa flash || true; }
   rm -f "$out/torch-compile.json"
@@ -130,9 +131,10 @@ for ckpt in "${modes[@]}"; do
     train_bench "$best" $ckpt --steps 1 --warmup 1 --trace "$out/trace-checkpointing" >/dev/null 2>>"$out/trace.err" &&
       gzip -c "$out/trace-checkpointing/rank-00000.trace.json" >"$out/trace-checkpointing.json.gz" ||
       echo "bench: the trace with activation checkpointing failed"
-    # Packed rows (per-document attention) against one document per row, each kernel choice.
+    # Packed rows (per-document attention) against one document per row: as training chooses the
+    # kernel per shape, and flash alone.
     shardtune "$best" $ckpt --packed || true
-    shardtune "$best" $ckpt --packed --cudnn-attention || true
+    shardtune "$best" $ckpt --packed --attention no-cudnn || true
   fi
 done
 

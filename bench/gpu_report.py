@@ -33,10 +33,16 @@ def kernel_kinds(kernels):
     return "+".join(sorted(kinds)) or "none seen"
 
 
+def measured(r):
+    """Whether a shardtune run chose its attention kernel per shape, as training does (train_bench --attention)."""
+    return r.get("attention", "measured") == "measured"
+
+
+ASKED = {"measured": "per shape, timed", "no-cudnn": "cuDNN left out", "cudnn": "cuDNN allowed"}
 # shardtune's default row was traced (bench/gpu.sh): its attention kernels are those of the trace.
 shardtune_kernels = traced_attention(os.path.join(out, "trace.json.gz"))
 for r in runs:
-    if r["engine"] == "shardtune" and not r.get("cudnn_attention") and not r.get("packed") and shardtune_kernels is not None:
+    if r["engine"] == "shardtune" and measured(r) and not r.get("packed") and shardtune_kernels is not None:
         r.setdefault("attention_kernels", shardtune_kernels)
 matmul = next((r for r in runs if r["engine"] == "torch.matmul"), None)
 def gpu_name():
@@ -58,12 +64,14 @@ for r in runs:
         continue
     achieved = r["tokens_per_s"] * flops / 1e12 if flops else None
     if r["engine"] == "shardtune":
-        attention = ("cuDNN allowed" if r.get("cudnn_attention") else "cuDNN left out") + (
+        chose = r.get("attention_choices") or {}
+        attention = ASKED.get(r.get("attention", "measured"), "?") + (
+            f" (cuDNN for {sum(chose.values())} of {len(chose)} shapes)" if chose else "") + (
             f": {kernel_kinds(r['attention_kernels'])}" if "attention_kernels" in r else "")
     else:
         attention = f"{r.get('sdpa', 'default')}: {kernel_kinds(r.get('attention_kernels', {}))}"
     ours = next((s for s in runs if s["engine"] == "shardtune" and s["activation_checkpointing"] == r["activation_checkpointing"]
-                 and s["micro_batch"] == r["micro_batch"] and not s.get("packed") and not s.get("cudnn_attention")
+                 and s["micro_batch"] == r["micro_batch"] and not s.get("packed") and measured(s)
                  and s.get("adamw", "fused") == "fused" and not s.get("unfused")), None)
     # Like for like: the same AdamW and the same timing window as the shardtune row compared with.
     unlike = [k for k in ("adamw_hyper", "timing") if ours and ours is not r and r.get(k) != ours.get(k)]

@@ -5,7 +5,7 @@
 // micro-batch that does not fit exits with code 3, so bench/gpu.sh can look for the largest that
 // does, and compares the figures with PyTorch measured on the same GPU in the same run.
 //   mpirun -np W train_bench MODEL_DIR [--device cuda|cpu] [--seq 2048] [--micro-batch 4]
-//       [--checkpointing] [--packed] [--cudnn-attention] [--steps 10] [--warmup 3] [--fp32]
+//       [--checkpointing] [--packed] [--attention measured|no-cudnn|cudnn] [--steps 10] [--warmup 3] [--fp32]
 //       [--strategy full_shard|no_shard] [--threads N] [--trace DIR] [--unfused rmsnorm,rope,...|all]
 //       [--cpu-offload]
 // --fp32: no mixed precision (parameters, products and gradients in fp32), as CPU training runs.
@@ -13,8 +13,9 @@
 // LibTorch's and OpenBLAS's own defaults, to measure what that choice gains).
 // --packed: each row holds documents of 64 to 1024 tokens whose positions restart (per-document
 // attention); otherwise each row is one document (plain causal attention), at equal tokens.
-// --cudnn-attention: lets scaled_dot_product_attention use cuDNN, which training leaves out
-// (runtime/dist/device.h), to measure what that choice costs or saves.
+// --attention: the attention kernel per shape as training chooses it (measured: cuDNN's where it
+// was the faster, runtime/model/attention_choice.h), or cuDNN's left out, or allowed, everywhere:
+// what the choice is worth.
 // --unfused: the named fusions (runtime/model/fused_ops.h) run as ATen operations instead, to price
 // each; the fused kernels run on CUDA tensors of a build with them ("fused_kernels" in the output).
 // --cpu-offload: [fsdp] cpu_offload (the trainable shards, gradients and AdamW's moments in host
@@ -48,6 +49,7 @@
 #include "runtime/fsdp/adamw.h"
 #include "runtime/fsdp/fsdp_llama.h"
 #include "runtime/fsdp/shard_loader.h"
+#include "runtime/model/attention_choice.h"
 #include "runtime/model/fused_ops.h"
 #include "runtime/model/kernel_calls.h"
 #include "runtime/train/flops.h"
@@ -73,7 +75,7 @@ struct Args {
   int64_t micro_batch = 4;
   bool checkpointing = false;
   bool packed = false;
-  bool cudnn_attention = false;
+  std::string attention = "measured";
   int steps = 10;
   int warmup = 3;
   bool fp32 = false;
@@ -86,9 +88,12 @@ struct Args {
   std::string memory_snapshot;       // rank 0's allocator history over two more steps, to this file
 };
 
-// The fusions a run keeps: all but those named ("all": none).
-model::Fusions fusions_of(const std::vector<std::string>& unfused) {
+// The fusions a run keeps: all but those named ("all": none), and its attention kernels.
+model::Fusions fusions_of(const std::vector<std::string>& unfused, const std::string& attention) {
   model::Fusions f;
+  f.attention = attention == "cudnn"      ? model::AttentionKernels::kCudnn
+                : attention == "no-cudnn" ? model::AttentionKernels::kNoCudnn
+                                          : model::AttentionKernels::kMeasured;
   for (const std::string& name : unfused) {
     const bool all = name == "all";
     if (all || name == "rmsnorm") f.rmsnorm = false;
@@ -151,8 +156,7 @@ int run(const Args& a) {
   ST_CHECK(a.memory_snapshot.empty() || device.is_cuda(), common::ErrorKind::kConfig,
            "--memory-snapshot records the CUDA caching allocator's history: it needs a GPU");
   if (device.is_cpu()) train::use_large_block_cache();  // as shardtune-rank
-  if (a.cudnn_attention) dist::allow_cudnn_attention(true);
-  model::set_fusions(fusions_of(a.unfused));
+  model::set_fusions(fusions_of(a.unfused, a.attention));
   std::string threads_reason =
       fmt::format("defaults: LibTorch {}, {}", at::get_num_threads(), dist::blas_description());
   if (a.threads >= 0) {
@@ -269,7 +273,8 @@ int run(const Args& a) {
         {"micro_batch", a.micro_batch},
         {"activation_checkpointing", a.checkpointing},
         {"packed", a.packed},
-        {"cudnn_attention", a.cudnn_attention},
+        {"attention", a.attention},
+        {"attention_choices", model::attention_choice().choices()},
         {"steps", a.steps},
         {"step_seconds_median", median},
         {"step_seconds_min", fastest},
@@ -298,7 +303,8 @@ int main(int argc, char** argv) {
   app.add_option("--micro-batch", a.micro_batch, "Rows per rank")->check(CLI::Range(int64_t{1}, int64_t{4096}));
   app.add_flag("--checkpointing", a.checkpointing, "Activation checkpointing");
   app.add_flag("--packed", a.packed, "Packed documents (per-document attention)");
-  app.add_flag("--cudnn-attention", a.cudnn_attention, "Let attention use cuDNN's kernels (off in training)");
+  app.add_option("--attention", a.attention, "Attention's kernels: measured per shape (as training), no-cudnn, cudnn")
+      ->check(CLI::IsMember({"measured", "no-cudnn", "cudnn"}));
   app.add_option("--steps", a.steps, "Timed steps")->check(CLI::Range(1, 100000));
   app.add_option("--warmup", a.warmup, "Untimed steps first")->check(CLI::Range(0, 100000));
   app.add_flag("--fp32", a.fp32, "fp32 throughout (no mixed precision)");

@@ -106,7 +106,7 @@ else
   targets=(shardtune shardtune-rank shardtune-make-model shardtune-ckpt shardtune-tokenize nccl_comm_test mpi_collectives_test
            fsdp_equivalence_test fsdp_training_test shard_loader_test device_checkpoint_test hf_model_test train_bench
            lora_fsdp_test lora_bench kernels_gpu_test adam8bit_test adafactor_test adafactor_fsdp_test dpo_fsdp_test
-           offload_test)
+           offload_test attention_choice_test)
   build_cmd=(cmake --build "$build" -j"$jobs" --target)
   keep_going=()
   [ ${#generator[@]} -gt 0 ] && keep_going=(-- -k 0)  # every target that can be built, and every error
@@ -178,6 +178,8 @@ stage_tests() {
   if [ -x "$sanitizer" ]; then
     check kernels_sanitizer st_with_libs "$sanitizer" --error-exitcode 1 --tool memcheck "$bin/kernels_gpu_test"
   fi
+  # Attention's kernel chosen per shape by timing: each choice against float64 attention.
+  check attention st_with_libs "$bin/attention_choice_test"
   # 8-bit AdamW on the GPU (its ATen operations) bit for bit against the numpy reference of
   # bitsandbytes' update, and that reference against bitsandbytes' own kernel where it is installed.
   [ -f "$report/adam8bit_reference/cases.json" ] ||

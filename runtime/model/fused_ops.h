@@ -12,6 +12,14 @@
 
 namespace shardtune::model {
 
+// Which kernel causal attention takes on a GPU (runtime/model/attention_choice.h): PyTorch's choice
+// with cuDNN's attention left out (flash attention for bf16 and fp16) or allowed, per shape.
+enum class AttentionKernels {
+  kMeasured,  // per shape, the faster of the two, timed the first time the shape is met
+  kNoCudnn,   // cuDNN's left out everywhere
+  kCudnn,     // cuDNN's allowed everywhere (PyTorch's own choice)
+};
+
 // Which fusions run (all, by default): the benchmark turns each off in turn to price it.
 struct Fusions {
   bool rmsnorm = true;
@@ -20,6 +28,7 @@ struct Fusions {
   bool cross_entropy = true;  // the head's logits, loss and their gradient in place (linear_cross_entropy)
   bool gqa_attention = true;  // key/value heads shared inside the attention call (LibTorch 2.5 on), not repeated
   bool joined_gate_up = true;  // gate and up as one matrix product where their weights lie side by side
+  AttentionKernels attention = AttentionKernels::kMeasured;
   bool host_reference = false;  // fp32 CPU tensors through the kernels' host references (tests)
   // The fused head takes its rows in chunks of at most this many logits, so that the logits of a
   // whole micro-batch never exist at once (at least one row a chunk).

@@ -7,30 +7,17 @@
 #include <ATen/ops/embedding.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/linear.h>
-#include <ATen/ops/matmul.h>
-#include <ATen/ops/ones.h>
-#include <ATen/ops/softmax.h>
 #include <fmt/format.h>
 #include <torch/version.h>
-
-#include <limits>
 
 #include "common/error.h"
 #include "runtime/model/fused_ops.h"
 #include "runtime/model/lora.h"
 #include "runtime/model/loss.h"
-#if TORCH_VERSION_MAJOR >= 2
-#include <ATen/ops/scaled_dot_product_attention.h>
-#endif
-// scaled_dot_product_attention's enable_gqa (LibTorch 2.5 on): key/value heads shared by groups of
-// query heads without repeating them in memory.
-#define ST_SDPA_GQA (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5))
+#include "runtime/model/sdpa_version.h"
 
 namespace shardtune::model {
 namespace {
-
-// transformers computes norms and softmax in fp32; fp64 (used by gradient checks) stays fp64.
-at::ScalarType at_least_fp32(at::ScalarType t) { return t == at::kDouble ? at::kDouble : at::kFloat; }
 
 Linear make_linear(int64_t in, int64_t out, bool bias, const at::TensorOptions& options) {
   Linear l;
@@ -47,10 +34,6 @@ at::Tensor repeat_kv(const at::Tensor& x, int64_t groups) {
   return x.unsqueeze(2).expand({b, h, groups, t, d}).reshape({b, h * groups, t, d});
 }
 
-[[maybe_unused]] at::Tensor causal_allowed(int64_t t, const at::Device& device) {
-  return at::ones({t, t}, at::TensorOptions().dtype(at::kBool).device(device)).tril().view({1, 1, t, t});
-}
-
 // Whether k and v may have fewer heads than q (grouped-query attention inside the attention call).
 bool attention_takes_groups() {
 #if ST_SDPA_GQA
@@ -59,28 +42,6 @@ bool attention_takes_groups() {
   return false;
 #endif
 }
-
-}  // namespace
-
-at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-#if ST_SDPA_GQA
-  return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, std::nullopt,
-                                          /*enable_gqa=*/k.size(1) != q.size(1));
-#elif TORCH_VERSION_MAJOR >= 2
-  return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
-#else
-  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
-  at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) * scale;
-  // transformers adds the dtype's lowest value where attention is not allowed, then takes an fp32
-  // softmax: the same as masking after the upcast.
-  scores = scores.to(at_least_fp32(scores.scalar_type()));
-  scores = scores.masked_fill(causal_allowed(q.size(-2), q.device()).logical_not(), std::numeric_limits<float>::lowest());
-  at::Tensor probs = at::softmax(scores, -1).to(q.scalar_type());
-  return at::matmul(probs, v);
-#endif
-}
-
-namespace {
 
 // Causal attention within each document: one call per row that holds several, one for the whole
 // batch when every row is a single document.

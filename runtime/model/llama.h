@@ -67,7 +67,9 @@ struct AttentionMask {
 // Causal softmax(q kᵀ · scale) v over (B, H, T, D), k and v of H or (where SDPA takes groups,
 // Fusions::gqa_attention) H / g heads, as every block runs it. LibTorch 2.x:
 // scaled_dot_product_attention with is_causal, so the flash and memory-efficient kernels apply on
-// a GPU; 1.13: the same arithmetic spelled out (fp32 softmax), as transformers' eager attention.
+// a GPU, and from 2.5 on cuDNN's where it was the faster for the call's shape (Fusions::attention,
+// runtime/model/attention_choice.h); 1.13: the same arithmetic spelled out (fp32 softmax), as
+// transformers' eager attention.
 at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
 
 struct Attention {

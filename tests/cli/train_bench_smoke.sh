@@ -11,7 +11,7 @@ trap 'rm -rf "$tmp"' EXIT
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 "$make_model" "$tmp/model" --layers 2 --dtype bf16 >/dev/null || { echo "FAIL: shardtune-make-model"; exit 1; }
-for extra in "" --packed "--unfused rmsnorm,cross_entropy,gate_up"; do
+for extra in "" --packed "--unfused rmsnorm,cross_entropy,gate_up --attention no-cudnn"; do
   if "$mpirun" -np 2 --oversubscribe --bind-to none --mca btl self,vader,tcp --mca btl_tcp_if_include lo \
        --mca oob_tcp_if_include lo "$bench" "$tmp/model" --device cpu --seq 48 --micro-batch 2 --steps 3 --warmup 1 \
        $extra >"$tmp/out" 2>"$tmp/err"; then
@@ -22,6 +22,8 @@ assert r["engine"] == "shardtune" and r["device"] == "cpu" and r["world_size"] =
 assert r["packed"] == (sys.argv[2] == "--packed"), r
 assert r["unfused"] == (["rmsnorm", "cross_entropy", "gate_up"] if "unfused" in sys.argv[2] else []), r
 assert r["fused_kernels"] is False, r  # a CPU run
+assert r["attention"] == ("no-cudnn" if "no-cudnn" in sys.argv[2] else "measured"), r
+assert r["attention_choices"] == {}, r  # the CPU has no kernel to choose
 assert r["step_seconds_min"] <= r["step_seconds_median"] <= r["step_seconds_max"], r
 tokens = 2 * 48 * 2  # micro-batch x seq x ranks
 assert abs(r["tokens_per_s"] * r["step_seconds_median"] - tokens) < 1e-6 * tokens, r
