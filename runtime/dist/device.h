@@ -25,7 +25,7 @@ void bind_device(int device);
 // otherwise). Off once a device is bound: cuDNN builds and keeps a plan for every shape it meets,
 // per thread, and shardtune's shapes vary from batch to batch (padded batches take their longest
 // sample's length, packed rows attend per document), where flash attention serves any length.
-// The benchmark turns it on to compare.
+// model::causal_attention allows it for its own calls, per shape, where it timed faster.
 void allow_cudnn_attention(bool allow);
 
 // The host waits until everything queued on `device` has finished (benchmarks and tests; never
