@@ -39,6 +39,19 @@ at::Tensor zeros_on_huge_pages(int64_t numel, const at::TensorOptions& options) 
   return t.zero_();
 }
 
+// Zeroes what of `buffer` (laid out as `layout`'s padded buffer) no gradient reached: parameters
+// not written, alignment gaps and padding, each run of them in one pass.
+void zero_unwritten(at::Tensor& buffer, const FlatLayout& layout, const std::vector<bool>& written) {
+  int64_t from = 0;  // parameters lie in the flat buffer in order, alignment gaps between them
+  for (size_t i = 0; i < layout.params().size(); ++i) {
+    const ParamSpan& p = layout.params()[i];
+    if (!written[i]) continue;
+    if (p.offset > from) buffer.narrow(0, from, p.offset - from).zero_();
+    from = p.offset + p.numel;
+  }
+  if (buffer.numel() > from) buffer.narrow(0, from, buffer.numel() - from).zero_();
+}
+
 void restore_storage(at::Tensor& t) {
   c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
   const size_t nbytes = static_cast<size_t>(t.numel()) * t.element_size();
@@ -98,13 +111,34 @@ at::Tensor FlatParam::to_home(const at::Tensor& t) const {
   return options_.device.is_cuda() ? host.pin_memory() : host;
 }
 
+at::Tensor& FlatParam::grad_buffer() {
+  if (trainable_ && !grad_shard_.defined())
+    grad_shard_ = zeros_on_huge_pages(layout_.shard_numel(), shard_.options());
+  return grad_shard_;
+}
+
 at::Tensor& FlatParam::grad_shard() {
   ST_CHECK(!reduced_.defined(), common::ErrorKind::kInternal,
            "the gradient shard was read while its reduction was in flight (FsdpLlama::finish_grad_sync was not called)");
   land_grad();
-  if (trainable_ && !grad_shard_.defined())
-    grad_shard_ = zeros_on_huge_pages(layout_.shard_numel(), shard_.options());
-  return grad_shard_;
+  settle_grad();
+  return grad_buffer();
+}
+
+void FlatParam::zero_grad() {
+  if (!trainable_) return;
+  ST_CHECK(!reduced_.defined(), common::ErrorKind::kInternal, "the gradient shard was zeroed while its reduction was in flight");
+  land_grad();  // nothing on its way lands after the zero
+  if (!grad_shard_.defined()) return;  // allocated zero
+  grad_zero_pending_ = true;
+  shard_grad_written_.assign(layout_.params().size(), false);
+}
+
+void FlatParam::settle_grad() {
+  if (!grad_zero_pending_) return;
+  grad_zero_pending_ = false;
+  at::NoGradGuard no_grad;
+  zero_unwritten(grad_shard_, layout_, shard_grad_written_);
 }
 
 void FlatParam::start_gather(dist::Communicator& shard_group) {
@@ -307,12 +341,18 @@ void FlatParam::accumulate_grad(size_t param, const at::Tensor& grad, bool unred
     // The add the reduction's end would make, without the buffer. A parameter given two gradients
     // in one pass (a tied embedding) takes them one at a time: the same terms, summed in another
     // order where the shard already holds earlier micro-batches' gradients.
-    grad_shard().narrow(0, p.offset, p.numel).add_(grad.reshape({-1}));
+    at::Tensor target = grad_buffer().narrow(0, p.offset, p.numel);
+    if (grad_zero_pending_ && !shard_grad_written_.at(param)) {
+      target.copy_(grad.reshape({-1}));  // onto a pending zero: the sum with zero, without reading it
+      shard_grad_written_[param] = true;
+    } else {
+      target.add_(grad.reshape({-1}));
+    }
     return;
   }
   if (!full_grad_.defined()) {
     // Not zero-filled: a parameter's first gradient is copied in, later ones added, and what no
-    // gradient reached is zeroed when the reduction starts (zero_unwritten_grad).
+    // gradient reached is zeroed when the reduction starts (zero_unwritten).
     full_grad_ = at::empty({layout_.padded_numel()}, shard_.options().dtype(options_.precision.reduce));
     grad_written_.assign(layout_.params().size(), false);
   }
@@ -325,22 +365,12 @@ void FlatParam::accumulate_grad(size_t param, const at::Tensor& grad, bool unred
   }
 }
 
-void FlatParam::zero_unwritten_grad() {
-  int64_t cursor = 0;  // parameters lie in the flat buffer in order, alignment gaps between them
-  for (size_t i = 0; i < layout_.params().size(); ++i) {
-    const ParamSpan& p = layout_.params()[i];
-    if (p.offset > cursor) full_grad_.narrow(0, cursor, p.offset - cursor).zero_();
-    if (!grad_written_[i]) full_grad_.narrow(0, p.offset, p.numel).zero_();
-    cursor = p.offset + p.numel;
-  }
-  if (layout_.padded_numel() > cursor) full_grad_.narrow(0, cursor, layout_.padded_numel() - cursor).zero_();
-}
 
 void FlatParam::start_reduce(dist::Communicator& shard_group) {
   if (!full_grad_.defined()) return;
   ST_CHECK(!reduced_.defined(), common::ErrorKind::kInternal, "a second gradient reduction of one flat parameter");
   at::NoGradGuard no_grad;
-  zero_unwritten_grad();
+  zero_unwritten(full_grad_, layout_, grad_written_);
   all_reducing_ = false;
   if (shard_group.size() == 1) {
     // One shard: the reduce-scatter's average over one rank is the gradient itself.
@@ -371,7 +401,14 @@ bool FlatParam::advance_reduce(dist::Communicator& replicate_group) {
   const at::Tensor reduced = std::move(reduced_);
   reduced_ = at::Tensor();
   if (!offloaded_) {
-    grad_shard().add_(reduced);
+    const bool none_written =
+        std::none_of(shard_grad_written_.begin(), shard_grad_written_.end(), [](bool w) { return w; });
+    if (grad_zero_pending_ && none_written) {  // onto a pending zero: the sum with zero, without reading it
+      grad_zero_pending_ = false;
+      grad_buffer().copy_(reduced);
+    } else {
+      grad_shard().add_(reduced);
+    }
     return true;
   }
   // Offloaded, the gradient comes down to the host: from a GPU into pinned memory on a copy stream,

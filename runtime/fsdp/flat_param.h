@@ -62,8 +62,14 @@ class FlatParam {
   using RecordReader = std::function<void(const std::string&, int64_t, int64_t, uint8_t*)>;
   void load_records(const RecordReader& read);
   // (shard_numel,), allocated at first use (loading needs none); undefined when frozen. Throws
-  // while a gradient reduction into it is still in flight.
+  // while a gradient reduction into it is still in flight. Settles a pending zero_grad first.
   at::Tensor& grad_shard();
+  // The gradient shard as zero, without a pass over it: the next gradients are copied in where
+  // they would have been added to zeros (a parameter's first gradient on a rank alone, a whole
+  // reduced shard), and settle_grad zeroes what none reached. FsdpLlama::finish_grad_sync settles
+  // every flat after each backward, before an optimizer reads the shard it holds.
+  void zero_grad();
+  void settle_grad();
 
   // Makes the full buffer hold every parameter (compute dtype); collective over `shard_group`.
   // start_gather only starts the all-gather (no-op when started, or when gathered from the shard
@@ -126,8 +132,8 @@ class FlatParam {
   const WireBytes& wire_bytes() const { return wire_; }
 
  private:
-  // Zeroes what of full_grad_ no gradient reached: unwritten parameters, alignment gaps, padding.
-  void zero_unwritten_grad();
+  // The gradient shard, allocated (zero) where it was not, not settled.
+  at::Tensor& grad_buffer();
   // `t` where the shard lives: on the device, or in host memory (pinned for a GPU) when offloaded.
   at::Tensor to_home(const at::Tensor& t) const;
 
@@ -141,6 +147,8 @@ class FlatParam {
   bool alias_full_to_shard_ = false;  // one shard of the same dtype: the shard is the full buffer
   at::Tensor shard_;
   at::Tensor grad_shard_;
+  bool grad_zero_pending_ = false;       // grad_shard_ is zero where shard_grad_written_ says not written
+  std::vector<bool> shard_grad_written_;  // per parameter, since zero_grad (a rank alone: shard = buffer)
   at::Tensor full_;  // (padded_numel,) compute dtype; its storage is dropped when resharded
   bool gathered_ = false;
   int64_t gathered_version_ = 0;  // the shard's version (in-place updates) when last gathered

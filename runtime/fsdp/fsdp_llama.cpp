@@ -154,9 +154,16 @@ double FsdpLlama::clip_coefficient(double norm, double max_norm) {
   return coef < 1.0 ? coef : 1.0;
 }
 
+void FsdpLlama::finish_grad_sync() {
+  context_.finish_reductions();
+  // What no gradient reached since zero_grad is zeroed now, before the optimizer reads the shards
+  // through the tensors it holds.
+  for (FlatParam* f : flat_params()) f->settle_grad();
+}
+
 void FsdpLlama::zero_grad() {
   for (FlatParam* f : flat_params())
-    if (f->trainable()) f->grad_shard().zero_();
+    f->zero_grad();
 }
 
 std::map<std::string, at::Tensor> FsdpLlama::gather_full_parameters() {

@@ -46,9 +46,10 @@ class FsdpLlama {
   // micro-batch); the next backward with true reduces everything accumulated.
   void set_sync_grads(bool sync) { context_.sync_grads = sync; }
 
-  // Completes the gradient reductions still in flight. Backward does it by itself when it ends;
-  // call this after a backward that was not started by loss.backward() on this model's output.
-  void finish_grad_sync() { context_.finish_reductions(); }
+  // Completes the gradient reductions still in flight (backward does it by itself when it ends),
+  // and settles each gradient shard (FlatParam::settle_grad). Call it after every backward
+  // before an optimizer that holds the gradient shards steps (train_step does).
+  void finish_grad_sync();
 
   // After a loader has filled every shard: NF4 flats give each tensor its offset from all of its
   // blocks (collective over the shard group; FlatParam::finish_quantization).

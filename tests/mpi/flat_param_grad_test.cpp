@@ -6,12 +6,15 @@
 // stale values for the zeros of a parameter no gradient reached. At every world size, with the whole world as one
 // shard group, and with shard groups of one rank (the path that skips the reduce-scatter).
 #include <ATen/TensorOperators.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/equal.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/zeros.h>
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <cmath>
+#include <random>
 
 #include "runtime/fsdp/flat_param.h"
 #include "tests/mpi/test_device.h"
@@ -115,6 +118,76 @@ TEST(FlatParamGradients, ARankAloneAddsStraightIntoItsShard) {
       EXPECT_LE(error.max().item<double>(), bound) << "round " << round << ", reduce dtype " << reduce;
     }
   }
+}
+
+// zero_grad leaves a pending zero (FlatParam::zero_grad): a parameter's first gradient after it is
+// copied in, a whole reduced shard copied over, and settle_grad zeroes what none reached. Under any
+// sequence of zero_grad, backward passes reaching random parameters (a rank alone: straight into
+// the shard; otherwise through the reduction), writes over the whole shard (as a loss scaler's) and
+// settling, the shard seen both through grad_shard() and through a tensor taken before (as the
+// optimizer holds it, read after settle_grad) equals the sum kept in float64 alongside, bit for
+// bit: every gradient is a multiple of 1/8 below 4 in magnitude and the same on every rank, so
+// every sum and average is exact; the gaps and padding are zero wherever a fill has not set them.
+void check_any_sequence(int shard_size) {
+  int world = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  dist::ProcessGroups groups = testing_support::make_test_groups(shard_size);
+  fsdp::FsdpOptions options;
+  options.device = testing_support::test_device();
+  options.shard_size = shard_size;
+  const fsdp::FlatLayout layout({{"a", {5}}, {"b", {2, 3}}, {"c", {3}}, {"d", {4}}}, shard_size);
+  std::vector<at::Tensor> values;
+  std::vector<at::Tensor*> slots;
+  for (const fsdp::ParamSpan& p : layout.params()) values.push_back(at::zeros(p.shape));
+  for (at::Tensor& v : values) slots.push_back(&v);
+  const int shard_rank = rank % shard_size;
+  const bool alone = shard_size == 1 && world / shard_size == 1;  // no reduction at all
+  fsdp::FlatParam flat(layout, slots, /*trainable=*/true, options, shard_rank);
+  const at::Tensor held = flat.grad_shard();
+  const auto f64 = at::TensorOptions().dtype(at::kDouble);
+  at::Tensor full = at::zeros({layout.padded_numel()}, f64);  // the whole buffer's expected gradient
+  std::mt19937 rng(11);  // the same on every rank: the same collectives in the same order
+  int checked = 0;
+  for (int op = 0; op < 400; ++op) {
+    const int kind = static_cast<int>(rng() % 6);
+    if (kind == 0) {
+      flat.zero_grad();
+      full.zero_();
+    } else if (kind <= 2) {  // a backward reaching some parameters, one of them twice maybe
+      const int reach = 1 + static_cast<int>(rng() % 5);
+      for (int i = 0; i < reach; ++i) {
+        const size_t param = rng() % layout.params().size();
+        const fsdp::ParamSpan& p = layout.params()[param];
+        at::Tensor g = at::empty({p.numel}, f64);
+        for (int64_t j = 0; j < p.numel; ++j) g[j] = static_cast<double>(static_cast<int>(rng() % 63) - 31) / 8;
+        flat.accumulate_grad(param, g.to(at::kFloat).view(p.shape).to(options.device), /*unreduced=*/!alone);
+        full.narrow(0, p.offset, p.numel) += g;
+      }
+      if (flat.has_unreduced_grad()) flat.reduce_grad(*groups.shard, *groups.replicate);
+    } else if (kind == 3) {  // a write over the whole shard, gaps included
+      const double v = static_cast<double>(static_cast<int>(rng() % 9) - 4) / 4;
+      flat.grad_shard().fill_(v);
+      full.narrow(0, layout.shard_begin(shard_rank), layout.shard_numel()).fill_(v);
+    } else {
+      const bool through_held = kind == 4;
+      if (through_held) flat.settle_grad();
+      const at::Tensor got = (through_held ? held : flat.grad_shard()).to(at::kCPU).to(at::kDouble);
+      const at::Tensor want = full.narrow(0, layout.shard_begin(shard_rank), layout.shard_numel());
+      ASSERT_TRUE(at::equal(got, want)) << "op " << op << (through_held ? " (the held tensor)" : "") << ": got "
+                                        << got << " want " << want;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 50);
+}
+
+TEST(FlatParamGradients, APendingZeroUnderAnySequence) {
+  int world = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  check_any_sequence(1);  // a rank alone at world size 1; replicas reducing otherwise
+  check_any_sequence(world);
 }
 
 TEST(FlatParamGradients, OneShardGroupOfTheWholeWorld) {
