@@ -84,7 +84,7 @@ struct Args {
   std::string trace_dir;
   bool adamw_ops = false;
   bool cpu_offload = false;
-  std::vector<std::string> unfused;  // fusions turned off (the ablation): rmsnorm, rope, swiglu, cross_entropy, gqa, gate_up
+  std::vector<std::string> unfused;  // fusions turned off (the ablation): rmsnorm, rope, swiglu, cross_entropy, gqa, gate_up, qkv
   std::string memory_snapshot;       // rank 0's allocator history over two more steps, to this file
 };
 
@@ -102,6 +102,7 @@ model::Fusions fusions_of(const std::vector<std::string>& unfused, const std::st
     if (all || name == "cross_entropy") f.cross_entropy = false;
     if (all || name == "gqa") f.gqa_attention = false;
     if (all || name == "gate_up") f.joined_gate_up = false;
+    if (all || name == "qkv") f.joined_qkv = false;
   }
   return f;
 }
@@ -313,7 +314,7 @@ int main(int argc, char** argv) {
   app.add_flag("--cpu-offload", a.cpu_offload, "Shards, gradients and AdamW's state in host memory ([fsdp] cpu_offload)");
   app.add_option("--unfused", a.unfused, "Fusions to turn off (the ablation), comma-separated")
       ->delimiter(',')
-      ->check(CLI::IsMember({"rmsnorm", "rope", "swiglu", "cross_entropy", "gqa", "gate_up", "all"}));
+      ->check(CLI::IsMember({"rmsnorm", "rope", "swiglu", "cross_entropy", "gqa", "gate_up", "qkv", "all"}));
   app.add_option("--memory-snapshot", a.memory_snapshot,
                  "After the timed steps, two more with the caching allocator's history recorded (a GPU only), rank "
                  "0's snapshot written to this file (PyTorch's pickle; bench/memory_peak.py reads it)");

@@ -11,19 +11,22 @@
 
 namespace shardtune::kernels {
 
-// Where pair k of the (position, head, pair) triples lies, in rows of 2 half elements (a head at a
-// position each) and tables of one such row a position: its elements a and b = a + half, and their
-// table entries ta and tb = ta + half. In elements, or in packs where `half` counts packs (the
-// packed kernel: pack k holds pairs k·n to k·n + n - 1). I: the index type.
+// Where pair k of the (position, head, pair) triples lies: heads of 2 half elements, a position's
+// heads side by side, positions `x_stride` elements apart in x and `out_stride` apart in out (the
+// heads' count times 2 half where rows are packed; more where they are part of wider rows), and
+// tables of one head's row a position. Its elements: x at x and x + half, out at out and
+// out + half, the tables' entries at t and t + half. In elements, or in packs where `half` and
+// the strides count packs (the packed kernel: pack k holds pairs k·n to k·n + n - 1). I: the
+// index type.
 template <typename I>
 struct RopeOffsets {
-  I a, b, ta, tb;
+  I x, out, t;
 };
 template <typename I>
-ST_HD inline RopeOffsets<I> rope_offsets(I k, I heads, I half) {
-  const I row = k / half, i = k - row * half, position = row / heads;
-  const I a = row * 2 * half + i, ta = position * 2 * half + i;
-  return {a, a + half, ta, ta + half};
+ST_HD inline RopeOffsets<I> rope_offsets(I k, I heads, I half, I x_stride, I out_stride) {
+  const I row = k / half, i = k - row * half, position = row / heads, head = row - position * heads;
+  const I in_row = head * 2 * half + i;
+  return {position * x_stride + in_row, position * out_stride + in_row, position * 2 * half + i};
 }
 
 ST_HD inline void rope_pair(float x1, float x2, float c1, float s1, float c2, float s2, float* o1, float* o2) {

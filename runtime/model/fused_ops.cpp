@@ -103,17 +103,81 @@ struct SwigluJoinedFunction : public torch::autograd::Function<SwigluJoinedFunct
   }
 };
 
-// Two adjacent weights as one, sharing their storage; the gradient split back into row views.
+// Two or three adjacent weights (no c for two) as one, sharing their storage; the gradient split
+// back into row views.
 struct JoinedRowsFunction : public torch::autograd::Function<JoinedRowsFunction> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b) {
-    ctx->saved_data["rows"] = a.size(0);
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b,
+                            const c10::optional<at::Tensor>& c) {
+    ctx->saved_data["a"] = a.size(0);
+    ctx->saved_data["b"] = b.size(0);
+    const int64_t rows = a.size(0) + b.size(0) + (c.has_value() ? c->size(0) : 0);
     at::Tensor joined = at::empty({0}, a.options());
-    joined.set_(a.storage(), a.storage_offset(), {a.size(0) + b.size(0), a.size(1)}, {a.size(1), 1});
+    joined.set_(a.storage(), a.storage_offset(), {rows, a.size(1)}, {a.size(1), 1});
     return joined;
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad) {
-    const int64_t rows = ctx->saved_data["rows"].toInt();
-    return {grad[0].narrow(0, 0, rows), grad[0].narrow(0, rows, grad[0].size(0) - rows)};
+    const int64_t a = ctx->saved_data["a"].toInt(), b = ctx->saved_data["b"].toInt();
+    const at::Tensor& g = grad[0];
+    const int64_t rest = g.size(0) - a - b;
+    return {g.narrow(0, 0, a), g.narrow(0, a, b), rest > 0 ? g.narrow(0, a + b, rest) : at::Tensor()};
+  }
+};
+
+// Whether the weights lie one after the other in one storage, as rows of one matrix.
+bool adjacent_rows(std::initializer_list<at::Tensor> parts) {
+  const at::Tensor& first = *parts.begin();
+  int64_t next = first.storage_offset();
+  for (const at::Tensor& p : parts) {
+    if (!(p.dim() == 2 && p.size(1) == first.size(1) && p.is_contiguous() && p.scalar_type() == first.scalar_type() &&
+          p.device() == first.device() && p.has_storage() && p.storage().is_alias_of(first.storage()) &&
+          p.storage_offset() == next))
+      return false;
+    next += p.numel();
+  }
+  return true;
+}
+
+// qkv (B, T, (heads + 2 kv_heads) head_dim), the product of the joined weights: q's and k's columns
+// rotated into tensors of their own, (B, T, heads, head_dim) and (B, T, kv_heads, head_dim), v's
+// copied out. The backward writes the three gradients side by side into one tensor shaped like
+// qkv, the product's gradient: q's and k's rotated back into their columns, v's copied.
+struct QkvRopeFunction : public torch::autograd::Function<QkvRopeFunction> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& qkv, const at::Tensor& cos,
+                               const at::Tensor& sin, int64_t heads, int64_t kv_heads) {
+    const int64_t b = qkv.size(0), t = qkv.size(1), d = qkv.size(2) / (heads + 2 * kv_heads);
+    const at::Tensor rows = qkv.contiguous().view({b * t, qkv.size(2)});
+    const at::Tensor c = cos.contiguous().view({-1, d}), s = sin.contiguous().view({-1, d});
+    ctx->save_for_backward({c, s});
+    ctx->saved_data["heads"] = heads;
+    ctx->saved_data["kv_heads"] = kv_heads;
+    auto columns = [&](int64_t first, int64_t n) { return rows.narrow(1, first * d, n * d).view({b * t, n, d}); };
+    at::Tensor q = at::empty({b, t, heads, d}, qkv.options()), k = at::empty({b, t, kv_heads, d}, qkv.options());
+    kernel_calls::rope_into(columns(0, heads), c, s, q.view({b * t, heads, d}), /*backward=*/false);
+    kernel_calls::rope_into(columns(heads, kv_heads), c, s, k.view({b * t, kv_heads, d}), /*backward=*/false);
+    at::Tensor v = columns(heads + kv_heads, kv_heads).view({b, t, kv_heads, d}).clone(at::MemoryFormat::Contiguous);
+    return {q, k, v};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad) {
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor &c = saved[0], &s = saved[1];
+    const int64_t heads = ctx->saved_data["heads"].toInt(), kv_heads = ctx->saved_data["kv_heads"].toInt();
+    const at::Tensor& any = grad[0].defined() ? grad[0] : grad[1].defined() ? grad[1] : grad[2];
+    const int64_t b = any.size(0), t = any.size(1), d = c.size(1);
+    at::Tensor dqkv = at::empty({b, t, (heads + 2 * kv_heads) * d}, c.options());
+    const at::Tensor rows = dqkv.view({b * t, -1});
+    auto columns = [&](int64_t first, int64_t n) { return rows.narrow(1, first * d, n * d).view({b * t, n, d}); };
+    const int64_t first[] = {0, heads, heads + kv_heads}, count[] = {heads, kv_heads, kv_heads};
+    for (int i = 0; i < 3; ++i) {
+      const at::Tensor out = columns(first[i], count[i]);
+      if (!grad[i].defined()) {
+        out.zero_();
+      } else if (i < 2) {
+        kernel_calls::rope_into(grad[i].contiguous().view({b * t, count[i], d}), c, s, out, /*backward=*/true);
+      } else {
+        out.view({b, t, kv_heads, d}).copy_(grad[i]);
+      }
+    }
+    return {dqkv, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -279,14 +343,23 @@ at::Tensor swiglu_joined(const at::Tensor& gu) {
 }
 
 at::Tensor joined_rows(const at::Tensor& a, const at::Tensor& b) {
-  const bool adjacent = g_fusions.joined_gate_up && g_fusions.swiglu && kernels_take({a, b}) && a.dim() == 2 &&
-                        b.dim() == 2 && a.sizes() == b.sizes() &&
-                        a.is_contiguous() && b.is_contiguous() && a.scalar_type() == b.scalar_type() &&
-                        a.device() == b.device() && a.has_storage() && b.has_storage() &&
-                        a.storage().is_alias_of(b.storage()) &&
-                        b.storage_offset() == a.storage_offset() + a.numel();
+  const bool adjacent = g_fusions.joined_gate_up && g_fusions.swiglu && kernels_take({a, b}) &&
+                        a.sizes() == b.sizes() && adjacent_rows({a, b});
   if (!adjacent) return at::Tensor();
-  return JoinedRowsFunction::apply(a, b);
+  return JoinedRowsFunction::apply(a, b, c10::nullopt);
+}
+
+Qkv joined_qkv(const at::Tensor& x, const at::Tensor& wq, const at::Tensor& wk, const at::Tensor& wv,
+               const RopeTables& rope, int64_t heads, int64_t kv_heads) {
+  const bool takes = g_fusions.joined_qkv && g_fusions.rope && kernels_take({x, wq, wk, wv, rope.cos, rope.sin}) &&
+                     x.dim() == 3 && heads > 0 && kv_heads > 0 && wq.dim() == 2 && wq.size(0) % heads == 0 &&
+                     wk.size(0) * heads == wq.size(0) * kv_heads && wv.sizes() == wk.sizes() &&
+                     adjacent_rows({wq, wk, wv}) && rope.cos.dim() == 3 && rope.cos.size(0) == x.size(0) &&
+                     rope.cos.size(1) == x.size(1) && rope.cos.size(2) == wq.size(0) / heads;
+  if (!takes) return {};
+  const at::Tensor qkv = at::linear(x, JoinedRowsFunction::apply(wq, wk, c10::optional<at::Tensor>(wv)));
+  const variable_list out = QkvRopeFunction::apply(qkv, rope.cos, rope.sin, heads, kv_heads);
+  return {out[0], out[1], out[2]};
 }
 
 at::Tensor linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& labels) {

@@ -28,6 +28,7 @@ struct Fusions {
   bool cross_entropy = true;  // the head's logits, loss and their gradient in place (linear_cross_entropy)
   bool gqa_attention = true;  // key/value heads shared inside the attention call (LibTorch 2.5 on), not repeated
   bool joined_gate_up = true;  // gate and up as one matrix product where their weights lie side by side
+  bool joined_qkv = true;      // q, k and v likewise (with the RoPE kernel)
   AttentionKernels attention = AttentionKernels::kMeasured;
   bool host_reference = false;  // fp32 CPU tensors through the kernels' host references (tests)
   // The fused head takes its rows in chunks of at most this many logits, so that the logits of a
@@ -59,6 +60,21 @@ at::Tensor swiglu_joined(const at::Tensor& gu);
 // product (ATen's would copy both halves' gradients out at full width: the CPU path keeps two
 // products).
 at::Tensor joined_rows(const at::Tensor& a, const at::Tensor& b);
+
+// The attention's q, k and v of x (B, T, hidden) through weights wq, wk and wv that lie one after
+// the other in one storage (FSDP's leaves of a flat parameter, in the model's order), as one matrix
+// product whose output q's and k's RoPE kernels read in place (rotating them into tensors of their
+// own) and whose gradient their backward writes side by side: one product for the input's
+// gradient where there were three and two sums, one for the weights'. Each (B, T, its heads,
+// head_dim), q and k rotated, the values of rotary(linear(x, wq)...), linear(x, wk) rotated and
+// linear(x, wv). Undefined where the weights do not lie so, where Fusions::joined_qkv or
+// Fusions::rope is off, or where the kernels do not take the tensors (the CPU path keeps three
+// products).
+struct Qkv {
+  at::Tensor q, k, v;
+};
+Qkv joined_qkv(const at::Tensor& x, const at::Tensor& wq, const at::Tensor& wk, const at::Tensor& wv,
+               const RopeTables& rope, int64_t heads, int64_t kv_heads);
 
 // The causal language-model loss of logits hidden · weightᵀ against labels (B, T): token t predicts
 // token t + 1, labels of -100 count for nothing, the mean over the tokens that count; the value

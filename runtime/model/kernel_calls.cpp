@@ -53,12 +53,22 @@ RmsNormBackward rmsnorm_backward(const at::Tensor& x, const at::Tensor& w, const
 }
 
 at::Tensor rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool backward) {
-  check_same(x, cos, "rope");
-  check_same(x, sin, "rope");
-  if (x.is_cuda()) return cuda::rope(x, cos, sin, backward);
   at::Tensor out = at::empty_like(x);
-  kernels::rope_reference(f32(x), f32(cos), f32(sin), f32_out(out), x.size(0), x.size(1), x.size(2), backward);
+  rope_into(x, cos, sin, out, backward);
   return out;
+}
+
+void rope_into(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& out, bool backward) {
+  check_same(cos, sin, "rope");
+  auto rows_of_heads = [&](const at::Tensor& t) {
+    return t.dim() == 3 && t.sizes() == x.sizes() && t.stride(2) == 1 && t.stride(1) == t.size(2) &&
+           t.stride(0) >= t.size(1) * t.size(2) && t.scalar_type() == cos.scalar_type() && t.device() == cos.device();
+  };
+  ST_CHECK(rows_of_heads(x) && rows_of_heads(out) && cos.size(0) == x.size(0) && cos.size(1) == x.size(2),
+           common::ErrorKind::kInternal, "rope: (positions, heads, head_dim) views with whole heads side by side");
+  if (x.is_cuda()) return cuda::rope_into(x, cos, sin, out, backward);
+  kernels::rope_reference(f32(x), f32(cos), f32(sin), out.data_ptr<float>(), x.size(0), x.size(1), x.size(2),
+                          x.stride(0), out.stride(0), backward);
 }
 
 at::Tensor swiglu_forward(const at::Tensor& g, const at::Tensor& u) {

@@ -29,8 +29,11 @@ RmsNormBackward rmsnorm_backward(const at::Tensor& x, const at::Tensor& w, const
                                  const at::Tensor& dy);
 
 // x (positions, heads, head_dim) rotated by cos/sin (positions, head_dim); `backward` rotates the
-// other way (the gradient).
+// other way (the gradient). rope_into writes into `out`: x and out may each be a view whose
+// positions lie further apart than their heads (columns of wider rows: stride(1) = head_dim,
+// stride(2) = 1), and out may be x.
 at::Tensor rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool backward);
+void rope_into(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& out, bool backward);
 
 at::Tensor swiglu_forward(const at::Tensor& g, const at::Tensor& u);
 struct SwigluBackward {

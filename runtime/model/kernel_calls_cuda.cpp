@@ -47,12 +47,10 @@ RmsNormBackward rmsnorm_backward(const at::Tensor& x, const at::Tensor& w, const
   return out;
 }
 
-at::Tensor rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool backward) {
+void rope_into(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& out, bool backward) {
   const c10::cuda::CUDAGuard guard(x.device());
-  at::Tensor out = at::empty_like(x);
   kernels::rope_cuda(dtype_of(x), x.data_ptr(), cos.data_ptr(), sin.data_ptr(), out.data_ptr(), x.size(0), x.size(1),
-                     x.size(2), backward, stream_of(x));
-  return out;
+                     x.size(2), x.stride(0), out.stride(0), backward, stream_of(x));
 }
 
 at::Tensor swiglu_forward(const at::Tensor& g, const at::Tensor& u) {

@@ -10,7 +10,7 @@ bool built();
 RmsNormForward rmsnorm_forward(const at::Tensor& x, const at::Tensor& w, double eps);
 RmsNormBackward rmsnorm_backward(const at::Tensor& x, const at::Tensor& w, const at::Tensor& inv,
                                  const at::Tensor& dy);
-at::Tensor rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool backward);
+void rope_into(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& out, bool backward);
 at::Tensor swiglu_forward(const at::Tensor& g, const at::Tensor& u);
 SwigluBackward swiglu_backward(const at::Tensor& g, const at::Tensor& u, const at::Tensor& dh);
 at::Tensor swiglu_joined_forward(const at::Tensor& gu);

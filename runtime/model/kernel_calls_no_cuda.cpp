@@ -15,7 +15,7 @@ namespace {
 bool built() { return false; }
 RmsNormForward rmsnorm_forward(const at::Tensor&, const at::Tensor&, double) { none(); }
 RmsNormBackward rmsnorm_backward(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&) { none(); }
-at::Tensor rope(const at::Tensor&, const at::Tensor&, const at::Tensor&, bool) { none(); }
+void rope_into(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, bool) { none(); }
 at::Tensor swiglu_forward(const at::Tensor&, const at::Tensor&) { none(); }
 SwigluBackward swiglu_backward(const at::Tensor&, const at::Tensor&, const at::Tensor&) { none(); }
 at::Tensor swiglu_joined_forward(const at::Tensor&) { none(); }

@@ -80,10 +80,18 @@ at::Tensor RMSNorm::forward(const at::Tensor& x) const { return rms_norm(x, weig
 at::Tensor Attention::forward(const at::Tensor& x, const RopeTables& rope, const AttentionMask& mask,
                               const DropoutSeed& dropout) const {
   const int64_t b = x.size(0), t = x.size(1);
-  // (B, T, heads, head_dim), rotated, then seen as (B, heads, T, head_dim).
-  const at::Tensor q = rotary(q_proj.forward(x, dropout).view({b, t, num_heads, head_dim}), rope).transpose(1, 2);
-  const at::Tensor k = rotary(k_proj.forward(x, dropout).view({b, t, num_kv_heads, head_dim}), rope).transpose(1, 2);
-  const at::Tensor v = v_proj.forward(x, dropout).view({b, t, num_kv_heads, head_dim}).transpose(1, 2);
+  // (B, T, heads, head_dim), rotated, then seen as (B, heads, T, head_dim). One product for the
+  // three where their weights lie side by side, as for gate and up below.
+  const bool plain = !q_proj.bias.defined() && !k_proj.bias.defined() && !v_proj.bias.defined() &&
+                     ((q_proj.lora.r == 0 && k_proj.lora.r == 0 && v_proj.lora.r == 0) || AdaptersOff::active());
+  Qkv p;
+  if (plain) p = joined_qkv(x, q_proj.weight, k_proj.weight, v_proj.weight, rope, num_heads, num_kv_heads);
+  if (!p.q.defined()) {
+    p.q = rotary(q_proj.forward(x, dropout).view({b, t, num_heads, head_dim}), rope);
+    p.k = rotary(k_proj.forward(x, dropout).view({b, t, num_kv_heads, head_dim}), rope);
+    p.v = v_proj.forward(x, dropout).view({b, t, num_kv_heads, head_dim});
+  }
+  const at::Tensor q = p.q.transpose(1, 2), k = p.k.transpose(1, 2), v = p.v.transpose(1, 2);
   const int64_t groups = attention_takes_groups() ? 1 : num_heads / num_kv_heads;
   at::Tensor out = attend(q, repeat_kv(k, groups), repeat_kv(v, groups), mask);
   return o_proj.forward(out.transpose(1, 2).reshape({b, t, num_heads * head_dim}), dropout);

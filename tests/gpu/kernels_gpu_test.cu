@@ -224,7 +224,8 @@ void test_swiglu_paths(int64_t count, bool bf16, std::mt19937& rng) {
   for (void* a : arrays) cudaFree(a);
 }
 
-// Out of place and in place, forward and backward.
+// Out of place and in place, forward and backward; and from and into columns of wider rows (as q's
+// and k's of the joined q, k, v product): the same bits as packed rows, nothing else written.
 void test_rope(int64_t positions, int64_t heads, int64_t head_dim, bool bf16, std::mt19937& rng) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> cos, sin, x(positions * heads * head_dim);
@@ -237,16 +238,36 @@ void test_rope(int64_t positions, int64_t heads, int64_t head_dim, bool bf16, st
   void* dout = upload(zeros, bf16);
   const Dtype dtype = bf16 ? Dtype::kBFloat16 : Dtype::kFloat;
   const double b16 = bf16 ? 1.0 / 256 : 0.0;
+  const int64_t row = heads * head_dim;
+  // Wider rows: 3 heads more in, 1 more out (whole packs where head_dim is), the columns 2 heads in.
+  const int64_t wide_in = row + 3 * head_dim, wide_out = row + head_dim, first = 2 * head_dim;
+  std::vector<float> wide(positions * wide_in, -7.0f), sentinel(positions * wide_out, 9.0f);
+  for (int64_t p = 0; p < positions; ++p) std::copy_n(x.begin() + p * row, row, wide.begin() + p * wide_in + first);
+  void* dwide = upload(wide, bf16);
+  const size_t bytes = bf16 ? 2 : 4;
   for (bool backward : {false, true}) {
-    rope_cuda(dtype, dx, dcos, dsin, dout, positions, heads, head_dim, backward, nullptr);
+    rope_cuda(dtype, dx, dcos, dsin, dout, positions, heads, head_dim, row, row, backward, nullptr);
     check(cudaDeviceSynchronize(), "the kernel");
     const std::vector<float> out = download(dout, x.size(), bf16);
     const RopeExact e = rope_exact(x, cos, sin, positions, heads, head_dim, backward);
     for (size_t k = 0; k < out.size(); ++k)
       expect(std::abs(out[k] - e.out[k]) <= (4 * kU + b16) * e.scale[k] + 1e-38, backward ? "rope backward" : "rope",
              positions, head_dim, bf16, k, out[k], e.out[k]);
+    void* dstrided = upload(sentinel, bf16);
+    rope_cuda(dtype, static_cast<char*>(dwide) + first * bytes, dcos, dsin, dstrided, positions, heads, head_dim,
+              wide_in, wide_out, backward, nullptr);
+    check(cudaDeviceSynchronize(), "the kernel, strided");
+    const std::vector<float> strided = download(dstrided, sentinel.size(), bf16);
+    for (int64_t p = 0; p < positions; ++p)
+      for (int64_t c = 0; c < wide_out; ++c) {
+        const float got = strided[p * wide_out + c], want = c < row ? out[p * row + c] : 9.0f;
+        expect(std::memcmp(&got, &want, 4) == 0, "rope strided", positions, head_dim, bf16, p * wide_out + c, got,
+               want);
+      }
+    cudaFree(dstrided);
   }
-  rope_cuda(dtype, dx, dcos, dsin, dx, positions, heads, head_dim, false, nullptr);  // in place
+  cudaFree(dwide);
+  rope_cuda(dtype, dx, dcos, dsin, dx, positions, heads, head_dim, row, row, false, nullptr);  // in place
   check(cudaDeviceSynchronize(), "the kernel, in place");
   const std::vector<float> in_place = download(dx, x.size(), bf16);
   const RopeExact e = rope_exact(x, cos, sin, positions, heads, head_dim, false);

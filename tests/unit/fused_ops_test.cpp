@@ -44,6 +44,7 @@ void with_aten(const std::function<void()>& fn) {
   const Fusions saved = fusions();
   Fusions off;
   off.rmsnorm = off.rope = off.swiglu = off.cross_entropy = off.gqa_attention = off.joined_gate_up = false;
+  off.joined_qkv = false;
   set_fusions(off);
   fn();
   set_fusions(saved);
@@ -176,6 +177,76 @@ TEST_F(Fused, AdjacentGateAndUpAreOneProduct) {
   off.joined_gate_up = false;
   set_fusions(off);
   EXPECT_FALSE(graph_has(fused.forward(x.to(at::kFloat)), "JoinedRowsFunction"));
+}
+
+// q's, k's and v's weights as FSDP leaves them, views of one buffer one after the other, each its
+// own leaf: one product whose q and k columns the RoPE kernel reads in place and whose gradient
+// comes back side by side, each leaf's its rows. The attention against the one of separate
+// float64 weights, with plain causal attention and with packed rows (per-document attention).
+TEST_F(Fused, AdjacentQkvAreOneProduct) {
+  const int64_t hidden = 24, heads = 4, kv_heads = 2, d = 6, b = 2, t = 7;
+  // q, k, v and o in one fp32 buffer, as a flat parameter's leaves.
+  const at::Tensor flat = at::randn({(2 * heads + 2 * kv_heads) * d * hidden}) * 0.3;
+  Attention fused;
+  int64_t offset = 0;
+  auto take = [&](Linear& l, int64_t rows, int64_t cols) {
+    l.weight = flat.narrow(0, offset, rows * cols).view({rows, cols}).requires_grad_(true);
+    offset += rows * cols;
+  };
+  take(fused.q_proj, heads * d, hidden);
+  take(fused.k_proj, kv_heads * d, hidden);
+  take(fused.v_proj, kv_heads * d, hidden);
+  take(fused.o_proj, hidden, heads * d);
+  Attention exact = fused;
+  for (auto [from, to] : {std::pair{&fused.q_proj, &exact.q_proj}, std::pair{&fused.k_proj, &exact.k_proj},
+                          std::pair{&fused.v_proj, &exact.v_proj}, std::pair{&fused.o_proj, &exact.o_proj}})
+    to->weight = from->weight.detach().to(at::kDouble).requires_grad_(true);
+  fused.num_heads = exact.num_heads = heads;
+  fused.num_kv_heads = exact.num_kv_heads = kv_heads;
+  fused.head_dim = exact.head_dim = d;
+  const at::Tensor angle = at::randn({b, t, d / 2}, at::kDouble) * 5;
+  const at::Tensor a = at::cat({angle, angle}, -1);
+  const RopeTables rope32{a.cos().to(at::kFloat), a.sin().to(at::kFloat)}, rope64{a.cos(), a.sin()};
+  AttentionMask packed;
+  packed.rows = {{{0, 3}, {3, 7}}, {{0, 7}}};
+  for (const AttentionMask& mask : {AttentionMask{}, packed}) {
+    for (Linear* l : {&fused.q_proj, &fused.k_proj, &fused.v_proj, &fused.o_proj, &exact.q_proj, &exact.k_proj,
+                      &exact.v_proj, &exact.o_proj})
+      l->weight.mutable_grad().reset();
+    const at::Tensor x = at::randn({b, t, hidden}, at::kDouble);
+    const at::Tensor x32 = x.to(at::kFloat).requires_grad_(true), x64 = x.clone().requires_grad_(true);
+    const at::Tensor y = fused.forward(x32, rope32, mask, DropoutSeed{});
+    EXPECT_TRUE(graph_has(y, "QkvRopeFunction"));
+    EXPECT_TRUE(graph_has(y, "JoinedRowsFunction"));
+    at::Tensor y64;
+    with_aten([&] { y64 = exact.forward(x64, rope64, mask, DropoutSeed{}); });
+    // Products of 24 terms, RoPE's two, softmax over 7 and the output product: a few dozen u.
+    const double bound = 64 * kU;
+    EXPECT_LE(max_diff(y, y64), bound * max_abs(y64));
+    const at::Tensor dy = at::randn(y.sizes(), at::kDouble);
+    (y * dy.to(at::kFloat)).sum().backward();
+    (y64 * dy).sum().backward();
+    EXPECT_LE(max_diff(x32.grad(), x64.grad()), bound * max_abs(x64.grad()));
+    for (auto [mine, want] : {std::pair{&fused.q_proj, &exact.q_proj}, std::pair{&fused.k_proj, &exact.k_proj},
+                              std::pair{&fused.v_proj, &exact.v_proj}, std::pair{&fused.o_proj, &exact.o_proj}}) {
+      ASSERT_TRUE(mine->weight.grad().defined());
+      EXPECT_LE(max_diff(mine->weight.grad(), want->weight.grad()), bound * max_abs(want->weight.grad()));
+    }
+  }
+  // Not adjacent, or in another order: three products.
+  EXPECT_FALSE(joined_qkv(at::randn({b, t, hidden}), fused.k_proj.weight, fused.q_proj.weight, fused.v_proj.weight,
+                          rope32, heads, kv_heads)
+                   .q.defined());
+  EXPECT_FALSE(joined_qkv(at::randn({b, t, hidden}), fused.q_proj.weight, fused.k_proj.weight, fused.o_proj.weight,
+                          rope32, heads, kv_heads)
+                   .q.defined());
+  // Turned off: three products, and the rotation apart.
+  Fusions off = fusions();
+  off.joined_qkv = false;
+  set_fusions(off);
+  const at::Tensor y = fused.forward(at::randn({b, t, hidden}), rope32, AttentionMask{}, DropoutSeed{});
+  EXPECT_FALSE(graph_has(y, "QkvRopeFunction"));
+  EXPECT_TRUE(graph_has(y, "RopeFunction"));
 }
 
 // Non-contiguous inputs (a transposed view) are made contiguous, not misread.

@@ -194,9 +194,24 @@ TEST(KernelReference, RopeIsWithinFp32RoundingOfFloat64AndItsGradientIsTheTransp
     for (bool backward : {false, true}) {
       SCOPED_TRACE(testing::Message() << positions << " x " << heads << " x " << head_dim << (backward ? " backward" : ""));
       std::vector<float> out(x.size()), in_place = x;
-      rope_reference(x.data(), cos.data(), sin.data(), out.data(), positions, heads, head_dim, backward);
-      rope_reference(in_place.data(), cos.data(), sin.data(), in_place.data(), positions, heads, head_dim, backward);
+      const int64_t row = heads * head_dim;
+      rope_reference(x.data(), cos.data(), sin.data(), out.data(), positions, heads, head_dim, row, row, backward);
+      rope_reference(in_place.data(), cos.data(), sin.data(), in_place.data(), positions, heads, head_dim, row, row,
+                     backward);
       EXPECT_EQ(in_place, out);
+      // Columns of wider rows (q's or k's in the joined q, k, v product), in and out: the same
+      // values, and nothing outside the columns written.
+      const int64_t wide_in = row + 3 * head_dim + 5, wide_out = row + head_dim, in_first = 2 * head_dim + 1;
+      std::vector<float> wide(positions * wide_in, -7.0f), strided(positions * wide_out, 9.0f);
+      for (int64_t p = 0; p < positions; ++p)
+        std::copy_n(x.begin() + p * row, row, wide.begin() + p * wide_in + in_first);
+      rope_reference(wide.data() + in_first, cos.data(), sin.data(), strided.data(), positions, heads, head_dim, wide_in,
+                     wide_out, backward);
+      for (int64_t p = 0; p < positions; ++p) {
+        ASSERT_TRUE(std::equal(out.begin() + p * row, out.begin() + (p + 1) * row, strided.begin() + p * wide_out));
+        ASSERT_TRUE(std::all_of(strided.begin() + p * wide_out + row, strided.begin() + (p + 1) * wide_out,
+                                [](float v) { return v == 9.0f; }));
+      }
       const RopeExact e = rope_exact(x, cos, sin, positions, heads, head_dim, backward);
       for (size_t k = 0; k < out.size(); ++k) ASSERT_LE(std::abs(out[k] - e.out[k]), 4 * kU * e.scale[k]) << k;
     }
@@ -228,18 +243,20 @@ TEST(KernelReference, PackedOffsetsAreTheElementwiseOnes) {
         for (uint32_t e = 0; e < n; ++e)
           ASSERT_EQ(swiglu_offset(p, cols / n, stride / n) * n + e, swiglu_offset(p * n + e, cols, stride))
               << "swiglu " << rows << " x " << cols << ", stride " << stride << ", pack " << p << " of " << n;
-    // RoPE: (positions, heads, half a head).
+    // RoPE: (positions, heads, half a head), positions' rows packed or wider (whole packs).
     const uint32_t rope_shapes[][3] = {{1, 1, 8}, {3, 5, 32}, {7, 2, 64}, {2, 3, 16}};
     for (const auto& [positions, heads, half] : rope_shapes)
-      for (uint32_t k = 0; k < positions * heads * half / n; ++k)
-        for (uint32_t e = 0; e < n; ++e) {
-          const RopeOffsets<uint32_t> packed = rope_offsets(k, heads, half / n);
-          const RopeOffsets<uint32_t> one = rope_offsets(k * n + e, heads, half);
-          ASSERT_EQ(packed.a * n + e, one.a) << "rope pack " << k << " of " << n;
-          ASSERT_EQ(packed.b * n + e, one.b) << "rope pack " << k << " of " << n;
-          ASSERT_EQ(packed.ta * n + e, one.ta) << "rope pack " << k << " of " << n;
-          ASSERT_EQ(packed.tb * n + e, one.tb) << "rope pack " << k << " of " << n;
-        }
+      for (const uint32_t extra : {0u, 8u, 24u}) {
+        const uint32_t x_stride = heads * 2 * half + extra, out_stride = heads * 2 * half + 2 * extra;
+        for (uint32_t k = 0; k < positions * heads * half / n; ++k)
+          for (uint32_t e = 0; e < n; ++e) {
+            const RopeOffsets<uint32_t> packed = rope_offsets(k, heads, half / n, x_stride / n, out_stride / n);
+            const RopeOffsets<uint32_t> one = rope_offsets(k * n + e, heads, half, x_stride, out_stride);
+            ASSERT_EQ(packed.x * n + e, one.x) << "rope pack " << k << " of " << n;
+            ASSERT_EQ(packed.out * n + e, one.out) << "rope pack " << k << " of " << n;
+            ASSERT_EQ(packed.t * n + e, one.t) << "rope pack " << k << " of " << n;
+          }
+      }
   }
   // Cross-entropy: thread t's runs, from t runs in every kCeLanes runs, are lane t's logits.
   const int64_t vocab = 3 * kCeLanes * kCeRun + 5 * kCeRun;
