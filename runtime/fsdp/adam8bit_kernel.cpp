@@ -6,10 +6,12 @@
 #include <cfloat>
 #include <cmath>
 
-#include "runtime/fsdp/widen.h"
+#include "runtime/kernels/widen.h"
 #include "runtime/quant/dynamic_map.h"
 
 namespace shardtune::fsdp {
+
+using kernels::widen;
 namespace {
 
 

@@ -18,7 +18,8 @@
 #include "common/error.h"
 #include "runtime/quant/dynamic_map.h"
 #include "runtime/fsdp/adam8bit_ops.h"
-#include "runtime/fsdp/adamw_kernel.h"
+#include "runtime/fsdp/adamw_device.h"
+#include "runtime/kernels/adamw_reference.h"
 
 // LibTorch 2.x with CUDA has torch.optim.AdamW(fused=True)'s kernel.
 #if defined(SHARDTUNE_TORCH_HAS_CUDA) && __has_include(<ATen/ops/_fused_adamw.h>)
@@ -30,6 +31,21 @@
 #endif
 
 namespace shardtune::fsdp {
+
+using kernels::AdamWScalars;
+using kernels::adamw_update;
+
+namespace {
+
+AdamWScalars scalars_of(const AdamWConfig& c, double lr, double bias_correction1, double bias_correction2_sqrt,
+                        double grad_scale) {
+  return {static_cast<float>(1 - lr * c.weight_decay), static_cast<float>(c.beta1), static_cast<float>(1 - c.beta1),
+          static_cast<float>(c.beta2),                 static_cast<float>(1 - c.beta2),
+          static_cast<float>(bias_correction2_sqrt),    static_cast<float>(c.eps),
+          static_cast<float>(-lr / bias_correction1),   static_cast<float>(grad_scale)};
+}
+
+}  // namespace
 
 void AdamW::add(at::Tensor param, at::Tensor grad, std::vector<StatePiece> pieces) {
   params_.push_back(param);
@@ -163,6 +179,7 @@ AdamW::Path AdamW::path(size_t i) const {
                     exp_avg_sq_[i].is_contiguous() && g.is_contiguous() && g.device() == p.device();
   if (!config_.fused || !fp32) return Path::kOps;
   if (p.is_cpu() && (g.scalar_type() == at::kFloat || g.scalar_type() == at::kBFloat16)) return Path::kHostFused;
+  if (p.is_cuda() && g.scalar_type() == at::kFloat && adamw_device::built()) return Path::kDeviceKernel;
 #if ST_DEVICE_FUSED_ADAMW
   if (p.is_cuda() && g.scalar_type() == at::kFloat) return Path::kDeviceFused;
 #endif
@@ -195,6 +212,15 @@ void AdamW::step(double lr, const PieceObserver& updated, double grad_scale) {
     switch (path(i)) {
       case Path::kHostFused:
         step_host_fused(i, lr, bias_correction1, bias_correction2_sqrt, grad_scale, updated);
+        break;
+      case Path::kDeviceKernel:
+        adamw_device::update(params_[i], grads_[i], exp_avg_[i], exp_avg_sq_[i],
+                             scalars_of(config_, lr, bias_correction1, bias_correction2_sqrt, grad_scale));
+        // Written through their data: their version counters move on as an in-place operation's would.
+        for (at::Tensor* t : {&params_[i], &exp_avg_[i], &exp_avg_sq_[i]}) t->unsafeGetTensorImpl()->bump_version();
+        if (updated)
+          for (int64_t start = 0; start < params_[i].numel(); start += kObservedPieceElements)
+            updated(i, start, std::min(kObservedPieceElements, params_[i].numel() - start));
         break;
       case Path::kDeviceFused: on_device.push_back(i); break;
       case Path::kOps: step_ops(i, lr, bias_correction1, bias_correction2_sqrt, updated); break;
@@ -298,15 +324,7 @@ void AdamW::step_ops(size_t i, double lr, double bias_correction1, double bias_c
 
 void AdamW::step_host_fused(size_t i, double lr, double bias_correction1, double bias_correction2_sqrt,
                             double grad_scale, const PieceObserver& updated) {
-  const AdamWScalars s{static_cast<float>(1 - lr * config_.weight_decay),
-                       static_cast<float>(config_.beta1),
-                       static_cast<float>(1 - config_.beta1),
-                       static_cast<float>(config_.beta2),
-                       static_cast<float>(1 - config_.beta2),
-                       static_cast<float>(bias_correction2_sqrt),
-                       static_cast<float>(config_.eps),
-                       static_cast<float>(-lr / bias_correction1),
-                       static_cast<float>(grad_scale)};
+  const AdamWScalars s = scalars_of(config_, lr, bias_correction1, bias_correction2_sqrt, grad_scale);
   float* p = params_[i].data_ptr<float>();
   float* m = exp_avg_[i].data_ptr<float>();
   float* v = exp_avg_sq_[i].data_ptr<float>();

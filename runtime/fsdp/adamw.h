@@ -2,9 +2,10 @@
 // parameter is any tensor with its gradient tensor: an FSDP shard or, in a plain reference
 // training, a whole parameter; either way the state is shaped like it.
 //
-// fp32 state is updated in one fused pass: on the host by adamw_kernel.h's loop, on a GPU by
-// LibTorch's fused AdamW kernel (torch.optim.AdamW(fused=True)). Other dtypes, and `fused =
-// false`, take an operation at a time, LibTorch's single-tensor path exactly.
+// fp32 state is updated in one fused pass: on the host by runtime/kernels/adamw_reference.h's
+// loop, on a GPU by its CUDA kernel (adamw_cuda.h: the same bits) where the build has the kernels,
+// else by LibTorch's fused AdamW kernel (torch.optim.AdamW(fused=True)). Other dtypes, and `fused
+// = false`, take an operation at a time, LibTorch's single-tensor path exactly.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -87,7 +88,7 @@ class AdamW final : public Optimizer {
   std::optional<int64_t> encode_moments(size_t i, const at::Tensor& exp_avg, const at::Tensor& exp_avg_sq);
 
  private:
-  enum class Path { kOps, kHostFused, kDeviceFused };
+  enum class Path { kOps, kHostFused, kDeviceKernel, kDeviceFused };
   Path path(size_t i) const;
   void step_ops(size_t i, double lr, double bias_correction1, double bias_correction2_sqrt, const PieceObserver& updated);
   void step_host_fused(size_t i, double lr, double bias_correction1, double bias_correction2_sqrt,

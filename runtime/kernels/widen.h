@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <cstring>
 
-namespace shardtune::fsdp {
+namespace shardtune::kernels {
 
 inline float widen(float g) { return g; }
 inline float widen(uint16_t bf16) {
@@ -15,4 +15,4 @@ inline float widen(uint16_t bf16) {
   return f;
 }
 
-}  // namespace shardtune::fsdp
+}  // namespace shardtune::kernels
