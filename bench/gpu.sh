@@ -10,7 +10,8 @@
 # clocks read around the whole step with the device idle. shardtune's attention is its training's
 # choice per shape (cuDNN's where it timed faster); also shardtune with cuDNN's attention left out
 # (flash, like for like with PyTorch's flash rows, and what the choice is worth); packed rows (per-document attention) against one document per row at
-# equal tokens; shardtune with AdamW an operation at a time (what its fused AdamW is worth) and
+# equal tokens; shardtune with AdamW an operation at a time (what its fused AdamW is worth), with
+# LibTorch's fused AdamW kernel instead of its own (what that kernel is worth), and
 # with each fused kernel turned off in turn (what each is worth); a two-step kernel trace of each
 # mode; what is live at each engine's memory peak (bench/memory_peak.py). Writes bench.json and
 # bench.md into OUT_DIR.
@@ -94,6 +95,8 @@ for ckpt in "${modes[@]}"; do
   if [ -z "$ckpt" ]; then
     # The fused AdamW's share: the same run with AdamW an operation at a time.
     shardtune "$best" --adamw-ops || true
+    # shardtune's AdamW kernel against LibTorch's fused one (torch.optim.AdamW(fused=True)'s).
+    shardtune "$best" --adamw-torch-fused || true
     # Where the time goes: a trace of two steps, kernels included (trace.json.gz).
     mkdir -p "$out/trace"
     train_bench "$best" --steps 1 --warmup 1 --trace "$out/trace" >/dev/null 2>"$out/trace.err" &&

@@ -93,6 +93,7 @@ lines = [f"## Llama 3.2 1B shapes, sequence 2048, bf16 mixed precision, world si
 yes_no = lambda v: "yes" if v else "no"
 for r in rows:
     engine = r["engine"] + (", AdamW an operation at a time" if r.get("adamw") == "ops" else "") + (
+        ", LibTorch's fused AdamW" if r.get("adamw") == "torch-fused" else "") + (
         f", unfused: {'+'.join(r['unfused'])}" if r.get("unfused") else "")
     lines.append(f"| {engine} | {yes_no(r['activation_checkpointing'])} | {yes_no(r.get('packed'))} | {r['attention']} "
                  f"| {r['micro_batch']} | {r['tokens_per_s']:.0f} | {f(r['tflops'], 1)} | {f(r['mfu_spec'] and 100 * r['mfu_spec'], 1)}% "

@@ -7,7 +7,7 @@
 //   mpirun -np W train_bench MODEL_DIR [--device cuda|cpu] [--seq 2048] [--micro-batch 4]
 //       [--checkpointing] [--packed] [--attention measured|no-cudnn|cudnn] [--steps 10] [--warmup 3] [--fp32]
 //       [--strategy full_shard|no_shard] [--threads N] [--trace DIR] [--unfused rmsnorm,rope,...|all]
-//       [--cpu-offload]
+//       [--cpu-offload] [--adamw-ops | --adamw-torch-fused]
 // --fp32: no mixed precision (parameters, products and gradients in fp32), as CPU training runs.
 // --threads: CPU threads per rank (0: the rank's share of the node, as jobs choose; -1: leave
 // LibTorch's and OpenBLAS's own defaults, to measure what that choice gains).
@@ -83,6 +83,7 @@ struct Args {
   int threads = 0;
   std::string trace_dir;
   bool adamw_ops = false;
+  bool adamw_torch = false;
   bool cpu_offload = false;
   std::vector<std::string> unfused;  // fusions turned off (the ablation): rmsnorm, rope, swiglu, cross_entropy, gqa, gate_up, qkv
   std::string memory_snapshot;       // rank 0's allocator history over two more steps, to this file
@@ -186,6 +187,7 @@ int run(const Args& a) {
   const fsdp::LoadStats load = fsdp::load_shards(model, source);
   fsdp::AdamWConfig adamw;
   adamw.fused = !a.adamw_ops;
+  adamw.device_kernel = !a.adamw_torch;
   fsdp::AdamW optimizer(adamw);
   train::add_trainable_shards(model, optimizer);
 
@@ -259,7 +261,7 @@ int run(const Args& a) {
         {"seq", a.seq},
         {"precision", a.fp32 ? "fp32" : "bf16 mixed"},
         {"strategy", a.strategy},
-        {"adamw", a.adamw_ops ? "ops" : "fused"},
+        {"adamw", a.adamw_ops ? "ops" : a.adamw_torch ? "torch-fused" : "fused"},
         {"cpu_offload", a.cpu_offload},
         {"unfused", a.unfused},
         {"fused_kernels", device.is_cuda() && model::kernel_calls::cuda_kernels_built()},
@@ -311,6 +313,7 @@ int main(int argc, char** argv) {
   app.add_flag("--fp32", a.fp32, "fp32 throughout (no mixed precision)");
   app.add_option("--strategy", a.strategy, "full_shard or no_shard")->check(CLI::IsMember({"full_shard", "no_shard"}));
   app.add_flag("--adamw-ops", a.adamw_ops, "AdamW an operation at a time (LibTorch's single-tensor path), not fused");
+  app.add_flag("--adamw-torch-fused", a.adamw_torch, "On a GPU, LibTorch's fused AdamW kernel instead of shardtune's");
   app.add_flag("--cpu-offload", a.cpu_offload, "Shards, gradients and AdamW's state in host memory ([fsdp] cpu_offload)");
   app.add_option("--unfused", a.unfused, "Fusions to turn off (the ablation), comma-separated")
       ->delimiter(',')

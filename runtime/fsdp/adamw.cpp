@@ -179,7 +179,8 @@ AdamW::Path AdamW::path(size_t i) const {
                     exp_avg_sq_[i].is_contiguous() && g.is_contiguous() && g.device() == p.device();
   if (!config_.fused || !fp32) return Path::kOps;
   if (p.is_cpu() && (g.scalar_type() == at::kFloat || g.scalar_type() == at::kBFloat16)) return Path::kHostFused;
-  if (p.is_cuda() && g.scalar_type() == at::kFloat && adamw_device::built()) return Path::kDeviceKernel;
+  if (p.is_cuda() && g.scalar_type() == at::kFloat && config_.device_kernel && adamw_device::built())
+    return Path::kDeviceKernel;
 #if ST_DEVICE_FUSED_ADAMW
   if (p.is_cuda() && g.scalar_type() == at::kFloat) return Path::kDeviceFused;
 #endif
