@@ -9,12 +9,12 @@
 # row lists the attention kernels it ran), its AdamW fused with shardtune's hyper-parameters, both
 # clocks read around the whole step with the device idle. shardtune's attention is its training's
 # choice per shape (cuDNN's where it timed faster); also shardtune with cuDNN's attention left out
-# (flash, like for like with PyTorch's flash rows, and what the choice is worth); packed rows (per-document attention) against one document per row at
-# equal tokens; shardtune with AdamW an operation at a time (what its fused AdamW is worth), with
-# LibTorch's fused AdamW kernel instead of its own (what that kernel is worth), and
-# with each fused kernel turned off in turn (what each is worth); a two-step kernel trace of each
-# mode; what is live at each engine's memory peak (bench/memory_peak.py). Writes bench.json and
-# bench.md into OUT_DIR.
+# (flash, like for like with PyTorch's flash rows, and what the choice is worth); packed rows
+# (per-document attention) against one document per row at equal tokens; shardtune with AdamW an
+# operation at a time (what its fused AdamW is worth), with LibTorch's fused AdamW kernel instead
+# of its own (what that kernel is worth), and with each fused kernel turned off in turn (what each
+# is worth); a two-step kernel trace of each mode; what is live at each engine's memory peak
+# (bench/memory_peak.py). Writes bench.json and bench.md into OUT_DIR.
 # ST_BENCH_QUICK=1: without activation checkpointing only.
 # Run by scripts/gpu-check.sh, after
 # scripts/gpu-env.sh (Open MPI and the libraries from the prefix).
