@@ -85,7 +85,8 @@ struct Args {
   bool adamw_ops = false;
   bool adamw_torch = false;
   bool cpu_offload = false;
-  std::vector<std::string> unfused;  // fusions turned off (the ablation): rmsnorm, rope, swiglu, cross_entropy, gqa, gate_up, qkv
+  // Fusions turned off (the ablation): rmsnorm, rope, swiglu, cross_entropy, gqa, gate_up, qkv.
+  std::vector<std::string> unfused;
   std::string memory_snapshot;       // rank 0's allocator history over two more steps, to this file
 };
 

@@ -26,8 +26,8 @@ struct AdamWConfig {
   double eps = 1e-8;
   double weight_decay = 0.0;
   bool fused = true;
-  bool device_kernel = true;  // fused on a GPU: shardtune's kernel where built, else LibTorch's
   bool blockwise_8bit = false;
+  bool device_kernel = true;  // fused on a GPU: shardtune's kernel where built, else LibTorch's
 };
 
 // Where the tensors lie in a parameter of a blockwise 8-bit AdamW (a flat shard): the pieces

@@ -127,7 +127,8 @@ at::Tensor& FlatParam::grad_shard() {
 
 void FlatParam::zero_grad() {
   if (!trainable_) return;
-  ST_CHECK(!reduced_.defined(), common::ErrorKind::kInternal, "the gradient shard was zeroed while its reduction was in flight");
+  ST_CHECK(!reduced_.defined(), common::ErrorKind::kInternal,
+           "the gradient shard was zeroed while its reduction was in flight");
   land_grad();  // nothing on its way lands after the zero
   if (!grad_shard_.defined()) return;  // allocated zero
   grad_zero_pending_ = true;
@@ -364,7 +365,6 @@ void FlatParam::accumulate_grad(size_t param, const at::Tensor& grad, bool unred
     grad_written_[param] = true;
   }
 }
-
 
 void FlatParam::start_reduce(dist::Communicator& shard_group) {
   if (!full_grad_.defined()) return;
