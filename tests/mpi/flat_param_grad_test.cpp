@@ -14,6 +14,7 @@
 #include <mpi.h>
 
 #include <cmath>
+#include <memory>
 #include <random>
 
 #include "runtime/fsdp/flat_param.h"
@@ -30,21 +31,35 @@ at::Tensor grad_of(int64_t numel, int rank, int round, int micro, int param) {
   return g;
 }
 
+// A flat parameter of a (5), b (2 x 3), c (3) and d (4) on the test device: this rank's shard of it
+// in shard groups of `shard_size`.
+struct TestFlat {
+  TestFlat(int shard_size, int rank)
+      : layout({{"a", {5}}, {"b", {2, 3}}, {"c", {3}}, {"d", {4}}}, shard_size), shard_rank(rank % shard_size) {
+    options.device = testing_support::test_device();
+    options.shard_size = shard_size;
+    for (const fsdp::ParamSpan& p : layout.params()) values.push_back(at::zeros(p.shape));
+    for (at::Tensor& v : values) slots.push_back(&v);
+    flat = std::make_unique<fsdp::FlatParam>(layout, slots, /*trainable=*/true, options, shard_rank);
+  }
+  fsdp::FsdpOptions options;
+  fsdp::FlatLayout layout;
+  int shard_rank;
+  std::vector<at::Tensor> values;
+  std::vector<at::Tensor*> slots;
+  std::unique_ptr<fsdp::FlatParam> flat;
+};
+
 void check_gradient_path(int shard_size) {
   int rank = 0, world = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   dist::ProcessGroups groups = testing_support::make_test_groups(shard_size);
-  fsdp::FsdpOptions options;
-  options.device = testing_support::test_device();
-  options.shard_size = shard_size;
-  const fsdp::FlatLayout layout({{"a", {5}}, {"b", {2, 3}}, {"c", {3}}, {"d", {4}}}, shard_size);
-  std::vector<at::Tensor> values;
-  std::vector<at::Tensor*> slots;
-  for (const fsdp::ParamSpan& p : layout.params()) values.push_back(at::zeros(p.shape));
-  for (at::Tensor& v : values) slots.push_back(&v);
-  const int shard_rank = rank % shard_size;
-  fsdp::FlatParam flat(layout, slots, /*trainable=*/true, options, shard_rank);
+  TestFlat test(shard_size, rank);
+  const fsdp::FsdpOptions& options = test.options;
+  const fsdp::FlatLayout& layout = test.layout;
+  const int shard_rank = test.shard_rank;
+  fsdp::FlatParam& flat = *test.flat;
   flat.grad_shard().fill_(0.5);
 
   // Micro-batch 0 reaches a and c, micro-batch 1 reaches a and d; b is never reached.
@@ -134,17 +149,12 @@ void check_any_sequence(int shard_size) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   dist::ProcessGroups groups = testing_support::make_test_groups(shard_size);
-  fsdp::FsdpOptions options;
-  options.device = testing_support::test_device();
-  options.shard_size = shard_size;
-  const fsdp::FlatLayout layout({{"a", {5}}, {"b", {2, 3}}, {"c", {3}}, {"d", {4}}}, shard_size);
-  std::vector<at::Tensor> values;
-  std::vector<at::Tensor*> slots;
-  for (const fsdp::ParamSpan& p : layout.params()) values.push_back(at::zeros(p.shape));
-  for (at::Tensor& v : values) slots.push_back(&v);
-  const int shard_rank = rank % shard_size;
+  TestFlat test(shard_size, rank);
+  const fsdp::FsdpOptions& options = test.options;
+  const fsdp::FlatLayout& layout = test.layout;
+  const int shard_rank = test.shard_rank;
+  fsdp::FlatParam& flat = *test.flat;
   const bool alone = shard_size == 1 && world / shard_size == 1;  // no reduction at all
-  fsdp::FlatParam flat(layout, slots, /*trainable=*/true, options, shard_rank);
   const at::Tensor held = flat.grad_shard();
   const auto f64 = at::TensorOptions().dtype(at::kDouble);
   at::Tensor full = at::zeros({layout.padded_numel()}, f64);  // the whole buffer's expected gradient
