@@ -218,22 +218,32 @@ fi
 # (every node is probed at once). The checkpoints load at any world size, so the job goes on from
 # the last one on whatever nodes it gets next (min_nodes to nodes). A rank that failed on a node
 # that is still there (a crash, a bad job) is no reason to go on: it would fail again.
+slurm_down() {{  # slurm_down NODES: those of NODES Slurm reports down, one per line
+  local n
+  for n in $1; do
+    # DOWN, FAIL or not responding (a flag, or a '*' after the state)
+    if scontrol show node -o "$n" 2>/dev/null | grep -qE 'State=([A-Z_+]*(DOWN|NOT_RESPONDING|FAIL)|[A-Z_+]+\*)'; then
+      echo "$n"
+    fi
+  done
+}}
 lost_nodes() {{
   local n probes nodes down
   nodes=`scontrol show hostnames "${{SLURM_JOB_NODELIST:-}}" 2>/dev/null`
-  probes=`mktemp -d`
-  for n in $nodes; do
-    if scontrol show node -o "$n" 2>/dev/null | grep -qE 'State=[A-Z_+]*(DOWN|NOT_RESPONDING|FAIL)'; then touch "$probes/$n"; fi
-  done
-  down=`ls "$probes"`
+  down=`slurm_down "$nodes"`
   if [[ -z "$down" ]]; then
+    probes=`mktemp -d`
     for n in $nodes; do
       (timeout 60 srun --mpi=none --nodes=1 --ntasks=1 --nodelist="$n" true >/dev/null 2>&1 || touch "$probes/$n") &
     done
     wait
+    # Slurm may find the node down while the probes run and end this job for it: then every probe
+    # fails, the healthy nodes' too. Slurm's word wins over the probes.
+    down=`slurm_down "$nodes"`
+    [[ -n "$down" ]] || down=`ls "$probes"`
+    rm -rf -- "$probes"
   fi
-  ls "$probes" | paste -sd, -
-  rm -rf -- "$probes"
+  echo "$down" | paste -sd, -
 }}
 peers_lost=""  # what the ranks saw: the watchdog's census of the ranks that never arrived
 if [[ -s "$LOST_PEERS_FILE" ]]; then peers_lost=`head -n 1 "$LOST_PEERS_FILE" | head -c 400`; fi
