@@ -72,7 +72,8 @@ for r in runs:
         attention = f"{r.get('sdpa', 'default')}: {kernel_kinds(r.get('attention_kernels', {}))}"
     ours = next((s for s in runs if s["engine"] == "shardtune" and s["activation_checkpointing"] == r["activation_checkpointing"]
                  and s["micro_batch"] == r["micro_batch"] and not s.get("packed") and measured(s)
-                 and s.get("adamw", "fused") == "fused" and not s.get("unfused")), None)
+                 and s.get("adamw", "fused") == "fused" and not s.get("unfused")
+                 and not s.get("uncheckpointed_blocks")), None)
     # Like for like: the same AdamW and the same timing window as the shardtune row compared with.
     unlike = [k for k in ("adamw_hyper", "timing") if ours and ours is not r and r.get(k) != ours.get(k)]
     rows.append(dict(r, tflops=achieved, attention=attention, unlike=unlike,
@@ -94,7 +95,8 @@ yes_no = lambda v: "yes" if v else "no"
 for r in rows:
     engine = r["engine"] + (", AdamW an operation at a time" if r.get("adamw") == "ops" else "") + (
         ", LibTorch's fused AdamW" if r.get("adamw") == "torch-fused" else "") + (
-        f", unfused: {'+'.join(r['unfused'])}" if r.get("unfused") else "")
+        f", unfused: {'+'.join(r['unfused'])}" if r.get("unfused") else "") + (
+        f", the last {r['uncheckpointed_blocks']} blocks not checkpointed" if r.get("uncheckpointed_blocks") else "")
     lines.append(f"| {engine} | {yes_no(r['activation_checkpointing'])} | {yes_no(r.get('packed'))} | {r['attention']} "
                  f"| {r['micro_batch']} | {r['tokens_per_s']:.0f} | {f(r['tflops'], 1)} | {f(r['mfu_spec'] and 100 * r['mfu_spec'], 1)}% "
                  f"| {f(r['mfu_matmul'] and 100 * r['mfu_matmul'], 1)}% | {r['peak_allocated_gib']:.1f} | {f(r['shardtune_ratio'])}"

@@ -5,12 +5,14 @@
 // micro-batch that does not fit exits with code 3, so bench/gpu.sh can look for the largest that
 // does, and compares the figures with PyTorch measured on the same GPU in the same run.
 //   mpirun -np W train_bench MODEL_DIR [--device cuda|cpu] [--seq 2048] [--micro-batch 4]
-//       [--checkpointing] [--packed] [--attention measured|no-cudnn|cudnn] [--steps 10] [--warmup 3] [--fp32]
+//       [--checkpointing [--uncheckpointed-blocks K]] [--packed] [--attention measured|no-cudnn|cudnn] [--steps 10] [--warmup 3] [--fp32]
 //       [--strategy full_shard|no_shard] [--threads N] [--trace DIR] [--unfused rmsnorm,rope,...|all]
 //       [--cpu-offload] [--adamw-ops | --adamw-torch-fused]
 // --fp32: no mixed precision (parameters, products and gradients in fp32), as CPU training runs.
 // --threads: CPU threads per rank (0: the rank's share of the node, as jobs choose; -1: leave
 // LibTorch's and OpenBLAS's own defaults, to measure what that choice gains).
+// --uncheckpointed-blocks: with --checkpointing, the last K blocks keep their activations
+// ([fsdp] uncheckpointed_blocks).
 // --packed: each row holds documents of 64 to 1024 tokens whose positions restart (per-document
 // attention); otherwise each row is one document (plain causal attention), at equal tokens.
 // --attention: the attention kernel per shape as training chooses it (measured: cuDNN's where it
@@ -74,6 +76,7 @@ struct Args {
   int64_t seq = 2048;
   int64_t micro_batch = 4;
   bool checkpointing = false;
+  int64_t uncheckpointed_blocks = 0;
   bool packed = false;
   std::string attention = "measured";
   int steps = 10;
@@ -174,6 +177,7 @@ int run(const Args& a) {
   job.fsdp.sharding_strategy = a.strategy == "no_shard" ? job::ShardingStrategy::kNoShard
                                                         : job::ShardingStrategy::kFullShard;
   job.fsdp.activation_checkpointing = a.checkpointing;
+  job.fsdp.uncheckpointed_blocks = a.uncheckpointed_blocks;
   job.fsdp.cpu_offload = a.cpu_offload;
   const fsdp::FsdpOptions options =
       fsdp::fsdp_options(job.fsdp, job.train, world, static_cast<int>(job.slurm.ranks_per_node()), device);
@@ -276,6 +280,7 @@ int run(const Args& a) {
         {"peak_rss_mib", peak_rss_mib},
         {"micro_batch", a.micro_batch},
         {"activation_checkpointing", a.checkpointing},
+        {"uncheckpointed_blocks", a.uncheckpointed_blocks},
         {"packed", a.packed},
         {"attention", a.attention},
         {"attention_choices", model::attention_choice().choices()},
@@ -306,6 +311,10 @@ int main(int argc, char** argv) {
   app.add_option("--seq", a.seq, "Tokens per row")->check(CLI::Range(int64_t{2}, int64_t{1} << 20));
   app.add_option("--micro-batch", a.micro_batch, "Rows per rank")->check(CLI::Range(int64_t{1}, int64_t{4096}));
   app.add_flag("--checkpointing", a.checkpointing, "Activation checkpointing");
+  app.add_option("--uncheckpointed-blocks", a.uncheckpointed_blocks,
+                 "With --checkpointing: the last K blocks keep their activations")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20))
+      ->needs("--checkpointing");
   app.add_flag("--packed", a.packed, "Packed documents (per-document attention)");
   app.add_option("--attention", a.attention, "Attention's kernels: measured per shape (as training), no-cudnn, cudnn")
       ->check(CLI::IsMember({"measured", "no-cudnn", "cudnn"}));

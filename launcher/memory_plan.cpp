@@ -321,7 +321,15 @@ MemoryPlan plan_memory(const job::Job& job, const model::LlamaConfig& config) {
       (plan.cuda ? compute * (2 * s.d + 2 * s.q + 2 * s.kv + 2 * s.f + (packed ? s.q : 0)) + 2 * 4 + s.heads * 4
                  : compute * (6 * s.d + 3 * s.kv + 3 * s.f) + norms + s.heads * context * (4 + compute));
   const std::string per_block = fmt::format("{:.0f} bytes per token per block", block_per_token);
-  if (job.fsdp.activation_checkpointing) {
+  // Blocks exempt from checkpointing are the last: their backward runs first and frees what they
+  // kept before the first block is recomputed, so the peak is theirs or one recomputed block's.
+  const double uncheckpointed = std::min(static_cast<double>(job.fsdp.uncheckpointed_blocks), s.layers);
+  if (job.fsdp.activation_checkpointing && uncheckpointed > 0) {
+    add("activations",
+        fmt::format("checkpointed: the first {:.0f} blocks' inputs; the last {:.0f} blocks' saved tensors ({})",
+                    s.layers - uncheckpointed, uncheckpointed, per_block),
+        tokens * ((s.layers - uncheckpointed) * s.d * compute + uncheckpointed * block_per_token));
+  } else if (job.fsdp.activation_checkpointing) {
     add("activations", fmt::format("checkpointed: each block's input, and one block recomputed ({})", per_block),
         tokens * (s.layers * s.d * compute + block_per_token));
   } else {

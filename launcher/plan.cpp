@@ -13,6 +13,10 @@
 namespace shardtune::launcher {
 namespace {
 
+// Faster settings are suggested only within this share of the device's memory: the plan leaves out
+// the caching allocator's slack.
+constexpr double kFasterShare = 0.9;
+
 std::string gib(double bytes) { return fmt::format("{:.2f} GiB", bytes / (1 << 30)); }
 
 std::string count(double n) { return n >= 1e9 ? fmt::format("{:.2f}B", n / 1e9) : fmt::format("{:.2f}M", n / 1e6); }
@@ -23,13 +27,48 @@ struct Candidate {
   std::function<void(job::Job&)> apply;
 };
 
+}  // namespace
+
+std::optional<int64_t> most_uncheckpointed_blocks(const job::Job& job, const model::LlamaConfig& config,
+                                                  double limit_bytes) {
+  job::Job changed = job;
+  changed.fsdp.activation_checkpointing = true;
+  for (int64_t kept = config.num_hidden_layers; kept >= 0; --kept) {
+    changed.fsdp.uncheckpointed_blocks = kept;
+    if (plan_memory(changed, config).total_bytes <= limit_bytes) return kept;
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+// Activation checkpointing of as few blocks as fit `limit_bytes` (all of them where none fits:
+// another change may make room), from a job without it or with more blocks exempt than fit.
+std::optional<Candidate> checkpointing_candidate(const job::Job& job, const model::LlamaConfig& config,
+                                                 double limit_bytes) {
+  const int64_t layers = config.num_hidden_layers;
+  const int64_t now = job.fsdp.activation_checkpointing ? job.fsdp.uncheckpointed_blocks : layers;
+  if (now == 0) return std::nullopt;
+  const int64_t kept = std::min(most_uncheckpointed_blocks(job, config, limit_bytes).value_or(0), now - 1);
+  const char* every_block = job.fsdp.activation_checkpointing ? "activation checkpointing of every block"
+                                                              : "activation checkpointing";
+  Candidate c{kept == 0 ? every_block
+                        : fmt::format("activation checkpointing of the first {} of {} blocks", layers - kept, layers),
+              {"fsdp.activation_checkpointing=true", fmt::format("fsdp.uncheckpointed_blocks={}", kept)},
+              [kept](job::Job& j) {
+                j.fsdp.activation_checkpointing = true;
+                j.fsdp.uncheckpointed_blocks = kept;
+              }};
+  if (job.fsdp.activation_checkpointing) c.overrides.erase(c.overrides.begin());
+  if (!job.fsdp.activation_checkpointing && kept == 0) c.overrides.pop_back();
+  return c;
+}
+
 // The single changes worth trying on this job, in the order a user would reach for them.
-std::vector<Candidate> candidates(const job::Job& job) {
+std::vector<Candidate> candidates(const job::Job& job, const model::LlamaConfig& config, double limit_bytes) {
   std::vector<Candidate> out;
   const job::TrainSection& t = job.train;
-  if (!job.fsdp.activation_checkpointing)
-    out.push_back({"activation checkpointing", {"fsdp.activation_checkpointing=true"},
-                   [](job::Job& j) { j.fsdp.activation_checkpointing = true; }});
+  if (std::optional<Candidate> c = checkpointing_candidate(job, config, limit_bytes)) out.push_back(std::move(*c));
   for (int64_t b = t.batch_size_training / 2; b >= 1; b /= 2) {
     const int64_t accumulation = t.gradient_accumulation_steps * (t.batch_size_training / b);
     out.push_back({fmt::format("micro-batch {} with {} accumulation steps (the same global batch)", b, accumulation),
@@ -83,7 +122,7 @@ std::vector<Candidate> candidates(const job::Job& job) {
 }  // namespace
 
 std::vector<FitChange> changes_that_fit(const job::Job& job, const model::LlamaConfig& config, double limit_bytes) {
-  const std::vector<Candidate> all = candidates(job);
+  const std::vector<Candidate> all = candidates(job, config, limit_bytes);
   std::vector<FitChange> fit;
   auto try_change = [&](const std::vector<const Candidate*>& picked) {
     job::Job changed = job;
@@ -131,6 +170,24 @@ std::string node_line(const MemoryPlan& plan, const NodeMemory& node) {
                      gib(need / static_cast<double>(plan.ranks_per_node)), gib(need), node.whose, gib(node.bytes),
                      node.note,
                      need <= node.bytes ? fmt::format("fits ({:.0f}%)", 100 * need / node.bytes) : "does not fit");
+}
+
+// A job that fits with activation checkpointing: how many more blocks could keep their activations
+// within kFasterShare of the limit.
+std::string faster_that_fits(const job::Job& job, const model::LlamaConfig& config, double limit_bytes) {
+  if (!job.fsdp.activation_checkpointing) return "";
+  const std::optional<int64_t> most = most_uncheckpointed_blocks(job, config, kFasterShare * limit_bytes);
+  if (!most || *most <= job.fsdp.uncheckpointed_blocks) return "";
+  job::Job changed = job;
+  changed.fsdp.uncheckpointed_blocks = *most;
+  const std::string bytes = gib(plan_memory(changed, config).total_bytes);
+  const int64_t layers = config.num_hidden_layers;
+  const std::string what = *most == layers ? fmt::format("no activation checkpointing, {}", bytes)
+                                           : fmt::format("the last {} of {} blocks keeping their activations, {}",
+                                                         *most, layers, bytes);
+  const std::string set = *most == layers ? "fsdp.activation_checkpointing=false"
+                                          : fmt::format("fsdp.uncheckpointed_blocks={}", *most);
+  return fmt::format("faster, within {:.0f}% of it: {} (--set {})\n", 100 * kFasterShare, what, set);
 }
 
 }  // namespace
@@ -192,6 +249,7 @@ std::string plan_report(const job::Job& job, const model::LlamaConfig& config, s
   if (plan.total_bytes <= *limit_bytes) {
     out += fmt::format("fits: {} of {} per rank ({:.0f}%)\n", gib(plan.total_bytes), gib(*limit_bytes),
                        100 * plan.total_bytes / *limit_bytes);
+    out += faster_that_fits(job, config, *limit_bytes);
     return out;
   }
   out += fmt::format("does not fit: {} needed, {} per rank\n", gib(plan.total_bytes), gib(*limit_bytes));
@@ -239,6 +297,10 @@ std::string plan_json(const job::Job& job, const model::LlamaConfig& config, std
   if (limit_bytes) {
     j["limit_bytes"] = *limit_bytes;
     j["fits"] = plan.total_bytes <= *limit_bytes;
+    if (job.fsdp.activation_checkpointing) {
+      const std::optional<int64_t> most = most_uncheckpointed_blocks(job, config, kFasterShare * *limit_bytes);
+      j["uncheckpointed_blocks_that_fit"] = most ? nlohmann::ordered_json(*most) : nlohmann::ordered_json();
+    }
     nlohmann::ordered_json changes = nlohmann::ordered_json::array();
     if (plan.total_bytes > *limit_bytes)
       for (const FitChange& c : changes_that_fit(job, config, *limit_bytes))

@@ -22,6 +22,11 @@ struct FitChange {
 // pairs of them.
 std::vector<FitChange> changes_that_fit(const job::Job& job, const model::LlamaConfig& config, double limit_bytes);
 
+// The most blocks that can keep their activations (fsdp.uncheckpointed_blocks, with activation
+// checkpointing on) in a plan within `limit_bytes`; nullopt when not even none can.
+std::optional<int64_t> most_uncheckpointed_blocks(const job::Job& job, const model::LlamaConfig& config,
+                                                  double limit_bytes);
+
 // "80GiB", "80 GB", "81920MiB", "1.5TiB" → bytes (GB and GiB both read as binary units, as
 // nvidia-smi's figures are). nullopt when it is not a size.
 std::optional<double> parse_memory_size(const std::string& text);

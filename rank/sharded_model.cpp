@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <optional>
 #include <set>
 #include <vector>
@@ -55,10 +56,18 @@ void log_model(const job::Job& job, const ShardedModel& m, const std::set<std::s
                  c10::toString(options.precision.frozen));
   }
   const fsdp::PrecisionPolicy& p = options.precision;
+  const int64_t layers = m.model->num_layers();
+  const int64_t kept = std::min(options.uncheckpointed_blocks, layers);
+  std::string checkpointing = options.activation_checkpointing ? "on" : "off";
+  if (options.activation_checkpointing && kept == layers)
+    checkpointing = fmt::format("on for no block: all {} keep their activations (uncheckpointed_blocks)", layers);
+  else if (options.activation_checkpointing && kept > 0)
+    checkpointing = fmt::format("on for blocks 0-{} of {}, the last {} keeping their activations", layers - kept - 1,
+                                layers, kept);
   spdlog::info("precision: parameters {}, compute {}, gradients reduced in {}{}; activation checkpointing {}; "
                "gradient clipping {}",
                c10::toString(p.master), c10::toString(p.compute), c10::toString(p.reduce),
-               p.compute == at::kHalf ? " with a dynamic loss scaler" : "", options.activation_checkpointing ? "on" : "off",
+               p.compute == at::kHalf ? " with a dynamic loss scaler" : "", checkpointing,
                job.train.gradient_clipping ? fmt::format("at a global norm of {}", job.train.gradient_clipping_threshold)
                                            : std::string("off"));
 }

@@ -5,6 +5,7 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <mutex>
@@ -26,6 +27,7 @@ class CountingAllocator final : public c10::Allocator {
     if (p == nullptr) return inner;  // zero bytes
     std::lock_guard<std::mutex> lock(mutex());
     live_ += static_cast<int64_t>(n);
+    peak_ = std::max(peak_.load(), live_.load());
     blocks().emplace(p, Block{std::move(inner), n});
     return {p, p, &release, c10::Device(c10::kCPU)};
   }
@@ -36,6 +38,12 @@ class CountingAllocator final : public c10::Allocator {
   }
 #endif
   static int64_t live() { return live_; }
+  // The most bytes live at once since the last reset_peak().
+  static int64_t peak() { return peak_; }
+  static void reset_peak() {
+    std::lock_guard<std::mutex> lock(mutex());
+    peak_ = live_.load();
+  }
 
  private:
   struct Block {
@@ -58,6 +66,7 @@ class CountingAllocator final : public c10::Allocator {
   }
   c10::Allocator* base_;
   static inline std::atomic<int64_t> live_{0};
+  static inline std::atomic<int64_t> peak_{0};
 };
 
 inline CountingAllocator& counting_allocator() {

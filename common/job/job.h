@@ -173,6 +173,7 @@ struct FsdpSection {
   ShardingStrategy sharding_strategy = ShardingStrategy::kFullShard;
   int64_t hsdp_shard_size = 0;
   bool activation_checkpointing = true;
+  int64_t uncheckpointed_blocks = 0;  // with activation_checkpointing: the last blocks keep their activations
   bool low_cpu_fsdp = false;
   int64_t low_cpu_fsdp_min_params = 1'000'000'000;
   LoadReaders load_readers = LoadReaders::kNode;

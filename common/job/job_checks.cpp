@@ -352,6 +352,13 @@ void check_against_model(const Job& job, const ModelFacts& model, const FieldSou
             fmt::format("num_freeze_layers = {} but the model has {} blocks (num_hidden_layers in {}): at most {}",
                         job.train.num_freeze_layers, model.num_hidden_layers, model.source, model.num_hidden_layers));
   }
+  if (job.fsdp.activation_checkpointing && job.fsdp.uncheckpointed_blocks > model.num_hidden_layers) {
+    c.error({"fsdp.uncheckpointed_blocks", "fsdp.activation_checkpointing"},
+            fmt::format("uncheckpointed_blocks = {} but the model has {} blocks (num_hidden_layers in {}): at most {} "
+                        "(all of them: the same as activation_checkpointing = false)",
+                        job.fsdp.uncheckpointed_blocks, model.num_hidden_layers, model.source,
+                        model.num_hidden_layers));
+  }
 }
 
 void check_launch_paths(const Job& job, const FieldSources& sources, const std::string& file, Diagnostics& diags) {

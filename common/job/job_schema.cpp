@@ -548,6 +548,12 @@ std::vector<SectionSpec> build_schema() {
         .at_least(0);
     s.field("activation_checkpointing", &FsdpSection::activation_checkpointing,
             "Recompute each block's activations in backward instead of keeping them.");
+    s.field("uncheckpointed_blocks", &FsdpSection::uncheckpointed_blocks,
+            "With activation_checkpointing: this many blocks, the model's last, keep their activations instead of "
+            "recomputing them in backward. Each saves its recomputation (about a third of its forward and "
+            "backward) for its activations' memory; shardtune plan counts both and names the most that fit. "
+            "0: every block recomputes.")
+        .at_least(0);
     s.field("low_cpu_fsdp", &FsdpSection::low_cpu_fsdp,
             "Build the model without weights and stream each rank only its shards, so no process holds "
             "the whole model. Also on by itself for models of low_cpu_fsdp_min_params or more.");

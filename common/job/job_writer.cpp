@@ -55,7 +55,7 @@ std::string schema_markdown() {
       "node) divides the world size (`nodes` x ranks per node).\n"
       "- `[train]`: `use_fp16` and `pure_bf16` exclude each other; `use_fp16` needs `mixed_precision` and a GPU "
       "(`device = \"cpu\"` is refused; a rank that finds no GPU under `device = \"auto\"` refuses it too); "
-      "`num_freeze_layers` is at most the model's blocks (checked where its config.json can be read: by `validate`, "
+      "`num_freeze_layers` (and `[fsdp]` `uncheckpointed_blocks`) is at most the model's blocks (checked where its config.json can be read: by `validate`, "
       "`run` and `submit` when the model folder is on this machine, and by every rank before training); the "
       "`adafactor_*` keys keep their defaults unless `optimizer = \"adafactor\"` (a value of their own would be "
       "ignored, so it is refused); `adafactor_warmup_init` needs `adafactor_relative_step`, and a relative step "

@@ -136,6 +136,9 @@ std::vector<NoEffectRule> build_rules() {
     return when(j.train.pure_bf16, "pure_bf16 is true: parameters, compute and optimizer state are all bf16");
   });
   // [fsdp]
+  add("fsdp.uncheckpointed_blocks", "`activation_checkpointing = false`", [](const Job& j) {
+    return when(!j.fsdp.activation_checkpointing, "activation_checkpointing is false: every block keeps its activations");
+  });
   add("fsdp.reduce_dtype", "neither `mixed_precision` nor `pure_bf16`", [](const Job& j) {
     return when(!j.train.mixed_precision && !j.train.pure_bf16,
                 "[train] mixed_precision and pure_bf16 are false: gradients are computed and reduced in fp32");

@@ -59,6 +59,9 @@ FsdpLlama::FsdpLlama(model::LlamaForCausalLM& model, dist::ProcessGroups& groups
   for (size_t i = 1; i + 1 < units.size(); ++i) blocks_.push_back(make_unit(fmt::format("block{}", i - 1), units[i]));
   head_ = make_unit("head", units.back());
   head_->set_checkpointed(false);  // its backward follows its forward at once
+  const auto blocks = static_cast<int64_t>(blocks_.size());
+  for (int64_t i = std::max<int64_t>(0, blocks - options.uncheckpointed_blocks); i < blocks; ++i)
+    blocks_[static_cast<size_t>(i)]->set_checkpointed(false);
   if (model.config().tie_word_embeddings)
     for (auto& f : embed_->flats()) head_->add_dependency(f.get());
   if (padding_ > 0)

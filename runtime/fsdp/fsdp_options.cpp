@@ -28,6 +28,7 @@ FsdpOptions fsdp_options(const job::FsdpSection& fsdp, const job::TrainSection& 
   o.device = device;
   o.precision = precision_from_job(train, fsdp, lora);
   o.activation_checkpointing = fsdp.activation_checkpointing;
+  o.uncheckpointed_blocks = fsdp.uncheckpointed_blocks;
   o.shard_size = static_cast<int>(job::shard_group_size(fsdp, world_size, ranks_per_node));
   o.reshard_after_forward = fsdp.sharding_strategy == job::ShardingStrategy::kFullShard ||
                             fsdp.sharding_strategy == job::ShardingStrategy::kHybridShard;

@@ -27,6 +27,9 @@ struct FsdpOptions {
   bool reshard_after_forward = true;   // FULL_SHARD, HYBRID_SHARD: gather again for backward
   bool reshard_after_backward = true;  // all but NO_SHARD
   bool activation_checkpointing = false;
+  // With activation_checkpointing: the model's last this many blocks keep their activations. Their
+  // backward runs first and frees them, so they are never held together with a recomputed block's.
+  int64_t uncheckpointed_blocks = 0;
   // Start the next unit's all-gather while this one computes (forward and backward), and let a
   // unit's gradient reduction run while earlier units compute their backward. Off: every
   // collective completes before the computation that follows it (for tests and benchmarks).

@@ -105,7 +105,7 @@ RUNS = {
     "seed": (sets(("metrics.sample_ids", "true"), ("train.seed", "7")), (0,), None),
     "wd_ref": (sets(("train.lr", "0.01")), (0,), None),
     "weight_decay": (sets(("train.lr", "0.01"), ("train.weight_decay", "0.5")), (0,), None),
-    "offload": (sets(("fsdp.cpu_offload", "true")), (0,), None),
+    "offload": (sets(("fsdp.cpu_offload", "true"), ("fsdp.uncheckpointed_blocks", "1")), (0,), None),
     "offload_all": (sets(("peft.method", "lora"), ("fsdp.cpu_offload", "true"), ("fsdp.offload_params", "true")), (0,), None),
     # Adafactor: each of its keys against the run without it.
     "adafactor": (sets(("train.optimizer", "adafactor")), (0,), None),
@@ -277,6 +277,8 @@ ROWS = [
     ("fsdp.sharding_strategy", "NO_SHARD", "plan", []),
     ("fsdp.hsdp_shard_size", "1", "plan", ["fsdp.sharding_strategy=HYBRID_SHARD"]),
     ("fsdp.activation_checkpointing", "false", "plan", []),
+    ("fsdp.uncheckpointed_blocks", "1", "log",
+     ("offload", r"activation checkpointing on for blocks 0-\d+ of \d+, the last 1 keeping their activations")),
     ("fsdp.low_cpu_fsdp", "true", "log", ("stream", r"streamed the weights into shards")),
     ("fsdp.low_cpu_fsdp_min_params", "1", "log", ("stream_min", r"streamed the weights into shards")),
     ("fsdp.load_readers", "rank0", "log", ("stream_rank0", r"read by world rank 0 for every rank")),

@@ -117,6 +117,62 @@ while read -r sets; do
 done <"$tmp/changes"
 echo "70B on 40 GiB: $(wc -l <"$tmp/changes") change(s) listed, each planned again and fitting"
 
+# Blocks exempt from activation checkpointing (fsdp.uncheckpointed_blocks): Llama 3.2 1B on one
+# GPU, micro-batch 16 x 2048 tokens. The plan names the most blocks that keep their activations
+# within 90% of the GPU: that many are within it, one more is not; without checkpointing, a GPU it
+# does not fit is offered checkpointing of as few blocks as fit, which fits when applied.
+cat >"$tmp/1b.toml" <<TOML
+[job]
+name = "plan-1b"
+[slurm]
+gpus_per_node = 1
+[launch]
+device = "cuda"
+[model]
+path = "/models/Llama-3.2-1B"
+[data]
+format = "synthetic"
+[train]
+batch_size_training = 16
+context_length = 2048
+mixed_precision = true
+[fsdp]
+activation_checkpointing = true
+TOML
+one_b=("$tmp/1b.toml" --model-config tests/fixtures/hf_configs/llama-3.2-1b.json)
+plan_1b() { "$st" plan "${one_b[@]}" "$@"; }
+if plan_1b --gpu-memory 48GiB --json >"$tmp/1b.json" && plan_1b --gpu-memory 48GiB >"$tmp/1b.txt"; then
+  kept=$($py -c 'import json, sys; print(json.load(open(sys.argv[1]))["uncheckpointed_blocks_that_fit"])' "$tmp/1b.json")
+  grep -q "^faster, within 90% of it: the last $kept of 16 blocks keeping their activations, .* (--set fsdp.uncheckpointed_blocks=$kept)" \
+    "$tmp/1b.txt" || fail "the plan of 1B on 48 GiB names no faster setting: $(tail -3 "$tmp/1b.txt")"
+  plan_1b --json --set fsdp.uncheckpointed_blocks="$kept" >"$tmp/1b-k.json" &&
+    plan_1b --json --set fsdp.uncheckpointed_blocks=$((kept + 1)) >"$tmp/1b-k1.json" &&
+    plan_1b --json --set fsdp.activation_checkpointing=false >"$tmp/1b-off.json" ||
+    fail "plans of 1B with blocks exempt failed"
+  $py - "$tmp/1b-k.json" "$tmp/1b-k1.json" "$tmp/1b-off.json" "$kept" <<'PY' || fail "1B: $kept exempt blocks is not the most that fit"
+import json, sys
+k, k1, off = (json.load(open(p))["total_bytes"] for p in sys.argv[1:4])
+kept, limit = int(sys.argv[4]), 0.9 * 48 * 2**30
+assert 0 < kept < 16, kept
+assert k <= limit < k1 < off, (k, limit, k1, off)
+print(f"1B on 48 GiB: the last {kept} of 16 blocks exempt from checkpointing plan {k / 2**30:.2f} GiB, "
+      f"{kept + 1} plan {k1 / 2**30:.2f} GiB, no checkpointing {off / 2**30:.2f} GiB")
+PY
+  plan_1b --gpu-memory 48GiB --set fsdp.activation_checkpointing=false --json >"$tmp/1b-change.json" ||
+    fail "plan of 1B without checkpointing failed"
+  sets=$($py -c '
+import json, sys
+plan = json.load(open(sys.argv[1]))
+assert not plan["fits"], plan["total_bytes"]
+c = next(c for c in plan["changes"] if c["change"].startswith("activation checkpointing of the first "))
+print(" ".join("--set " + o for o in c["overrides"]))' "$tmp/1b-change.json") ||
+    fail "1B without checkpointing on 48 GiB: no change that checkpoints some blocks"
+  # shellcheck disable=SC2086
+  plan_1b --gpu-memory 48GiB $sets | grep -q "^fits: " || fail "1B with $sets does not fit 48 GiB"
+else
+  fail "plan of 1B failed: $(tail -3 "$tmp/1b.txt")"
+fi
+
 # Llama 3 70B QLoRA on 24 GB GPUs (docs/planner.md, beside the published figures of
 # ../shared/reference/qlora-nf4.md): 2 GPUs at batch 2, sequence 2048, fit only with the base
 # offloaded (cpu_offload and offload_params), which the plan suggests; 4 GPUs at batch 1,

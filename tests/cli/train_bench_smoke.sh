@@ -11,7 +11,8 @@ trap 'rm -rf "$tmp"' EXIT
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 "$make_model" "$tmp/model" --layers 2 --dtype bf16 >/dev/null || { echo "FAIL: shardtune-make-model"; exit 1; }
-for extra in "" --packed "--unfused rmsnorm,cross_entropy,gate_up --attention no-cudnn"; do
+for extra in "" --packed "--unfused rmsnorm,cross_entropy,gate_up --attention no-cudnn" \
+  "--checkpointing --uncheckpointed-blocks 1"; do
   if "$mpirun" -np 2 --oversubscribe --bind-to none --mca btl self,vader,tcp --mca btl_tcp_if_include lo \
        --mca oob_tcp_if_include lo "$bench" "$tmp/model" --device cpu --seq 48 --micro-batch 2 --steps 3 --warmup 1 \
        $extra >"$tmp/out" 2>"$tmp/err"; then
@@ -20,6 +21,8 @@ import json, sys
 r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
 assert r["engine"] == "shardtune" and r["device"] == "cpu" and r["world_size"] == 2, r
 assert r["packed"] == (sys.argv[2] == "--packed"), r
+assert r["activation_checkpointing"] == ("--checkpointing" in sys.argv[2]), r
+assert r["uncheckpointed_blocks"] == (1 if "--uncheckpointed-blocks 1" in sys.argv[2] else 0), r
 assert r["unfused"] == (["rmsnorm", "cross_entropy", "gate_up"] if "unfused" in sys.argv[2] else []), r
 assert r["fused_kernels"] is False, r  # a CPU run
 assert r["attention"] == ("no-cudnn" if "no-cudnn" in sys.argv[2] else "measured"), r

@@ -16,10 +16,12 @@
 #include <ATen/record_function.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <memory>
 #include <set>
+#include <string>
 #include <string_view>
 
 #include "common/job/schema.h"
@@ -64,6 +66,7 @@ struct Case {
   bool reduce_every_micro_batch = true;
   bool clipping = false;
   bool checkpointing = false;
+  int64_t uncheckpointed_blocks = 0;  // with checkpointing: the last blocks keep their activations
   bool tied = false;
   int frozen_layers = 0;
   bool packed = false;     // rows of two documents (5 and 11 tokens) whose positions restart
@@ -170,6 +173,7 @@ void run_case(const Case& c) {
   job.fsdp.sharding_strategy = c.strategy;
   job.fsdp.hsdp_shard_size = c.hsdp_shard;
   job.fsdp.activation_checkpointing = c.checkpointing;
+  job.fsdp.uncheckpointed_blocks = c.uncheckpointed_blocks;
   job.train.mixed_precision = c.bf16;
   const fsdp::FsdpOptions options = fsdp::fsdp_options(
       job.fsdp, job.train, world, static_cast<int>(job.slurm.ranks_per_node()), testing_support::test_device());
@@ -261,6 +265,8 @@ TEST(FsdpEquivalence, HybridShardGroupsOfTwo) {
 TEST(FsdpEquivalence, ActivationCheckpointing) {
   Case c{"checkpointing"};
   c.checkpointing = true;
+  run_case(c);
+  c.uncheckpointed_blocks = 1;  // the second of two blocks keeps its activations
   run_case(c);
 }
 TEST(FsdpEquivalence, AccumulationOfFourMicroBatchesEqualsOneLargerBatch) {
@@ -354,16 +360,17 @@ TEST(FsdpOverlap, OverlappedCollectivesGiveBitwiseTheSameTraining) {
 
 // A model of case `c` under FSDP on one node of every rank, with the job's defaults (activation
 // checkpointing as asked).
-fsdp::FsdpOptions one_node_options(bool checkpointing) {
+fsdp::FsdpOptions one_node_options(bool checkpointing, int64_t uncheckpointed_blocks) {
   job::Job job;
   job.slurm.nodes = 1;
   job.slurm.ntasks_per_node = world_size();
   job.fsdp.activation_checkpointing = checkpointing;
+  job.fsdp.uncheckpointed_blocks = uncheckpointed_blocks;
   return fsdp::fsdp_options(job.fsdp, job.train, world_size(), world_size(), testing_support::test_device());
 }
 struct OneNode {
-  explicit OneNode(const Case& c, bool checkpointing = false)
-      : options(one_node_options(checkpointing)),
+  explicit OneNode(const Case& c, bool checkpointing = false, int64_t uncheckpointed_blocks = 0)
+      : options(one_node_options(checkpointing, uncheckpointed_blocks)),
         groups(testing_support::make_test_groups(options.shard_size)),
         model(config_for(c), at::TensorOptions().dtype(at::kFloat)),
         sharded(initialised(model), groups, options) {}
@@ -414,48 +421,70 @@ TEST(FsdpUnits, TheEmbeddingIsGatheredForItsForwardOnly) {
 }
 
 // Calls seen process-wide by a RecordFunction observer: SwiGLU's silu as ATen's operation (blocks
-// alone run it) and the head's loss scope.
+// alone run it; its backward is another operation), counted by the block whose backward runs it
+// (a recomputation) or outside any (a forward), and the head's loss scope.
+constexpr int kMaxBlocks = 8;
 std::atomic<int64_t> g_silu_calls{0}, g_loss_calls{0};
+std::atomic<int64_t> g_recomputed[kMaxBlocks];
+std::atomic<int> g_backward_block{-1};  // the block whose backward scope is open
+constexpr std::string_view kBlockBackward = "fsdp.backward block";
 std::unique_ptr<at::ObserverContext> count_call(const at::RecordFunction& fn) {
   const std::string_view name = fn.name();
-  if (name == "aten::silu") ++g_silu_calls;
+  if (name.substr(0, kBlockBackward.size()) == kBlockBackward)
+    g_backward_block = std::stoi(std::string(name.substr(kBlockBackward.size())));
+  if (name == "aten::silu") {
+    ++g_silu_calls;
+    if (g_backward_block >= 0 && g_backward_block < kMaxBlocks) ++g_recomputed[g_backward_block];
+  }
   if (name == "train.loss") ++g_loss_calls;
   return nullptr;
 }
+void end_call(const at::RecordFunction& fn, at::ObserverContext*) {
+  const std::string_view name = fn.name();
+  if (name.substr(0, kBlockBackward.size()) == kBlockBackward) g_backward_block = -1;
+}
 
-// Activation checkpointing recomputes every block in backward, but not the head, whose backward
-// follows its forward at once: with it, the blocks' silu runs exactly twice as often as without
-// (SwiGLU as ATen's operations, on every device), and the head's loss once a micro-batch either way.
-TEST(FsdpUnits, CheckpointingRecomputesTheBlocksNotTheHead) {
+// Activation checkpointing recomputes the blocks in backward, but not the head, whose backward
+// follows its forward at once: with it, each block's silu runs once more a micro-batch, inside
+// that block's backward (SwiGLU as ATen's operations, on every device); the head's loss runs once
+// a micro-batch either way. Blocks exempt (uncheckpointed_blocks) are the model's last, and are
+// not recomputed.
+TEST(FsdpUnits, CheckpointingRecomputesTheBlocksAskedNotTheHead) {
   const model::Fusions saved = model::fusions();
   model::Fusions aten_swiglu = saved;
   aten_swiglu.swiglu = false;
   model::set_fusions(aten_swiglu);
-  int64_t silu[2] = {0, 0}, losses[2] = {0, 0}, layers = 0;
-  for (const bool checkpointing : {false, true}) {
-    OneNode run(Case{"recomputes"}, checkpointing);
-    layers = run.model.num_layers();
+  const int64_t layers = model::LlamaConfig::tiny().num_hidden_layers;
+  ASSERT_LE(layers, kMaxBlocks);
+  const int64_t micro_batches = 2;
+  int64_t plain_silu = 0;
+  for (int64_t exempt = -1; exempt <= layers; ++exempt) {  // -1: no checkpointing
+    SCOPED_TRACE(testing::Message() << "uncheckpointed blocks " << exempt);
+    OneNode run(Case{"recomputes"}, exempt >= 0, std::max<int64_t>(exempt, 0));
     fsdp::AdamW opt(kAdamW);
     train::add_trainable_shards(run.sharded, opt);
     std::vector<train::Batch> micro;
-    for (int64_t i = 0; i < 2; ++i) {
+    for (int64_t i = 0; i < micro_batches; ++i) {
       const at::Tensor ids = sample_tokens(i, 2);
       micro.push_back({ids, ids, at::Tensor(), 1.0, {}});
     }
     g_silu_calls = 0;
     g_loss_calls = 0;
-    const at::CallbackHandle handle = at::addGlobalCallback(
-        at::RecordFunctionCallback(count_call).scopes({at::RecordScope::FUNCTION, at::RecordScope::USER_SCOPE}));
+    for (auto& n : g_recomputed) n = 0;
+    const at::CallbackHandle handle = at::addGlobalCallback(at::RecordFunctionCallback(count_call, end_call)
+                                                                .scopes({at::RecordScope::FUNCTION,
+                                                                         at::RecordScope::USER_SCOPE}));
     train::train_step(run.sharded, opt, micro, train::StepOptions{kLr, false, 0.0, true}, *run.groups.world);
     at::removeCallback(handle);
-    silu[checkpointing] = g_silu_calls;
-    losses[checkpointing] = g_loss_calls;
+    if (exempt < 0) plain_silu = g_silu_calls;
+    EXPECT_EQ(g_loss_calls, micro_batches) << "the head's loss once a micro-batch, never recomputed";
+    const int64_t recomputed = exempt < 0 ? 0 : layers - exempt;
+    for (int64_t b = 0; b < layers; ++b)
+      EXPECT_EQ(g_recomputed[b], b < recomputed ? micro_batches : 0) << "block " << b;
+    EXPECT_EQ(g_silu_calls, plain_silu + recomputed * micro_batches);
   }
+  EXPECT_EQ(plain_silu, layers * micro_batches) << "a silu a block a micro-batch";
   model::set_fusions(saved);
-  EXPECT_GE(silu[0], 2 * layers) << "a silu a block a micro-batch";
-  EXPECT_EQ(silu[1], 2 * silu[0]) << "every block recomputed once";
-  EXPECT_EQ(losses[0], 2) << "the head's loss once a micro-batch";
-  EXPECT_EQ(losses[1], 2) << "the head not recomputed";
 }
 
 // Gradients wait unreduced in a flat buffer of each unit between micro-batches that do not

@@ -8,6 +8,7 @@
 #include <c10/core/CPUAllocator.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <iostream>
 #include <limits>
@@ -125,6 +126,67 @@ TEST(FsdpMemory, PersistentBytesMatchTheStrategyFormula) {
     EXPECT_NEAR(persistent / formula, 1.0, 0.01) << "persistent " << persistent << " bytes, formula " << formula;
     EXPECT_NEAR(static_cast<double>(sharded.persistent_bytes() + opt.state_bytes()) / formula, 1.0, 0.01);
   }
+}
+
+// The most bytes live at once on the test device since the last reset_peak_bytes().
+void reset_peak_bytes() {
+  const c10::Device& d = testing_support::test_device();
+  if (d.is_cpu()) CountingAllocator::reset_peak();
+  else dist::reset_peak_memory(d);
+}
+int64_t peak_bytes() {
+  const c10::Device& d = testing_support::test_device();
+  return d.is_cpu() ? CountingAllocator::peak() : dist::memory_stats(d).peak_allocated;
+}
+
+// The peak of a forward and backward with the last K blocks exempt from activation checkpointing,
+// against the same without checkpointing: each exempt block holds its saved tensors in place of
+// its input, and the exempt blocks' backward frees them before the first block is recomputed. So
+// the first exempt block costs a fraction of a block (its tensors meet only the head's backward,
+// not a recomputed block's), the peak grows by the same amount with each exempt block after it,
+// and with every block exempt it is the peak without checkpointing. (The planner counts the
+// blocks the same way: launcher/memory_plan.cpp.)
+TEST(FsdpMemory, EachBlockExemptFromCheckpointingAddsItsActivationsToThePeak) {
+  counting_allocator();
+  model::LlamaConfig cfg = model::LlamaConfig::tiny();
+  cfg.num_hidden_layers = 5;
+  const int64_t layers = cfg.num_hidden_layers;
+  const data::SyntheticCopyDataset dataset(64, 64, cfg.vocab_size, 3);
+  const train::DataOrder order(64, 5);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  const std::vector<train::Batch> batch = copy_task_batches(dataset, order, 4 * world_size(), 0, rank, world_size());
+  std::vector<double> peak;  // [0]: no checkpointing; [1 + K]: K blocks exempt
+  for (int64_t exempt = -1; exempt <= layers; ++exempt) {
+    job::Job job;
+    job.slurm.ntasks_per_node = world_size();
+    job.fsdp.activation_checkpointing = exempt >= 0;
+    job.fsdp.uncheckpointed_blocks = std::max<int64_t>(exempt, 0);
+    const fsdp::FsdpOptions options = fsdp::fsdp_options(job.fsdp, job.train, world_size(), world_size(),
+                                                         testing_support::test_device());
+    dist::ProcessGroups groups = testing_support::make_test_groups(options.shard_size);
+    model::LlamaForCausalLM m(cfg, at::TensorOptions().dtype(at::kFloat));
+    model::init_weights(m, 1);
+    fsdp::FsdpLlama sharded(m, groups, options);
+    const int64_t before = live_bytes();
+    reset_peak_bytes();
+    sharded.forward_loss(batch[0].input_ids, at::Tensor(), batch[0].labels).backward();
+    sharded.finish_grad_sync();
+    peak.push_back(static_cast<double>(peak_bytes() - before));
+  }
+  if (rank == 0) {
+    std::cout << "peak bytes without checkpointing " << peak[0] << "; with K blocks exempt:";
+    for (size_t k = 1; k < peak.size(); ++k) std::cout << " " << peak[k];
+    std::cout << "\n";
+  }
+  const double all = peak[1 + layers], one = peak[2];
+  EXPECT_NEAR(all / peak[0], 1.0, 0.01) << "every block exempt keeps what no checkpointing keeps";
+  EXPECT_LT(peak[1], peak[0] * 0.8) << "checkpointing every block keeps less";
+  const double per_block = (all - one) / static_cast<double>(layers - 1);
+  EXPECT_GT(per_block, 0);
+  EXPECT_LT(one - peak[1], 0.5 * per_block) << "the first exempt block";
+  for (int64_t k = 1; k <= layers; ++k)
+    EXPECT_NEAR(peak[1 + k], one + per_block * static_cast<double>(k - 1), 0.02 * all) << k << " blocks exempt";
 }
 
 // Threshold: 1.0 nats within 300 steps (uniform guessing over the 64-token alphabet is 4.16).

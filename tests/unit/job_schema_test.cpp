@@ -473,6 +473,7 @@ TEST(JobSchema, EveryKeyWithoutEffectIsNamed) {
       {"train.max_nonfinite_skips=2", {}, {"train.on_nonfinite=skip_step"}},
       {"train.mixed_precision=false", {"train.pure_bf16=true"}, {}},
       {"fsdp.hsdp_shard_size=1", {}, {"fsdp.sharding_strategy=HYBRID_SHARD"}},
+      {"fsdp.uncheckpointed_blocks=1", {"fsdp.activation_checkpointing=false"}, {}},
       {"fsdp.offload_params=true", {"fsdp.cpu_offload=true"}, {"fsdp.cpu_offload=true", "peft.method=lora"}},
       {"fsdp.offload_params=true", {"fsdp.cpu_offload=true"}, {"fsdp.cpu_offload=true", "train.freeze_layers=true"}},
       {"fsdp.low_cpu_fsdp=true", {}, {"model.preset=none", "model.path=/m", "model.init=pretrained"}},
@@ -521,6 +522,21 @@ TEST(JobSchema, NumFreezeLayersIsBoundByTheModel) {
   check_against_model(parse_ok(kMinimal, {"train.freeze_layers=true", "train.num_freeze_layers=2"}).job,
                       ModelFacts{"tiny", 2}, {}, "job.toml", fits);
   EXPECT_TRUE(fits.all().empty()) << fits.to_string();
+}
+
+TEST(JobSchema, UncheckpointedBlocksAreBoundByTheModel) {
+  const std::string text = std::string(kMinimal) + "\n[fsdp]\nuncheckpointed_blocks = 3\n";
+  const LoadedJob loaded = parse_ok(text);
+  Diagnostics diags;
+  check_against_model(loaded.job, ModelFacts{"tiny", 2}, loaded.sources, "job.toml", diags);
+  EXPECT_EQ(diags.to_string(),
+            "job.toml:9:25: error: fsdp.uncheckpointed_blocks: uncheckpointed_blocks = 3 but the model has 2 blocks "
+            "(num_hidden_layers in tiny): at most 2 (all of them: the same as activation_checkpointing = false)\n");
+  for (const char* fitting : {"fsdp.uncheckpointed_blocks=2", "fsdp.uncheckpointed_blocks=0"}) {
+    Diagnostics fits;
+    check_against_model(parse_ok(kMinimal, {fitting}).job, ModelFacts{"tiny", 2}, {}, "job.toml", fits);
+    EXPECT_TRUE(fits.all().empty()) << fitting << ": " << fits.to_string();
+  }
 }
 
 }  // namespace
