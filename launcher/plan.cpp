@@ -50,17 +50,17 @@ std::optional<Candidate> checkpointing_candidate(const job::Job& job, const mode
   const int64_t now = job.fsdp.activation_checkpointing ? job.fsdp.uncheckpointed_blocks : layers;
   if (now == 0) return std::nullopt;
   const int64_t kept = std::min(most_uncheckpointed_blocks(job, config, limit_bytes).value_or(0), now - 1);
-  const char* every_block = job.fsdp.activation_checkpointing ? "activation checkpointing of every block"
-                                                              : "activation checkpointing";
-  Candidate c{kept == 0 ? every_block
-                        : fmt::format("activation checkpointing of the first {} of {} blocks", layers - kept, layers),
-              {"fsdp.activation_checkpointing=true", fmt::format("fsdp.uncheckpointed_blocks={}", kept)},
+  const bool on = job.fsdp.activation_checkpointing;
+  Candidate c{kept > 0  ? fmt::format("activation checkpointing of the first {} of {} blocks", layers - kept, layers)
+              : on      ? "activation checkpointing of every block"
+                        : "activation checkpointing",
+              {},
               [kept](job::Job& j) {
                 j.fsdp.activation_checkpointing = true;
                 j.fsdp.uncheckpointed_blocks = kept;
               }};
-  if (job.fsdp.activation_checkpointing) c.overrides.erase(c.overrides.begin());
-  if (!job.fsdp.activation_checkpointing && kept == 0) c.overrides.pop_back();
+  if (!on) c.overrides.push_back("fsdp.activation_checkpointing=true");
+  if (on || kept > 0) c.overrides.push_back(fmt::format("fsdp.uncheckpointed_blocks={}", kept));
   return c;
 }
 
