@@ -40,6 +40,22 @@ std::optional<int64_t> most_uncheckpointed_blocks(const job::Job& job, const mod
   return std::nullopt;
 }
 
+std::string faster_that_fits(const job::Job& job, const model::LlamaConfig& config, double limit_bytes) {
+  if (!job.fsdp.activation_checkpointing) return "";
+  const std::optional<int64_t> most = most_uncheckpointed_blocks(job, config, kFasterShare * limit_bytes);
+  if (!most || *most <= job.fsdp.uncheckpointed_blocks) return "";
+  job::Job changed = job;
+  changed.fsdp.uncheckpointed_blocks = *most;
+  const std::string bytes = gib(plan_memory(changed, config).total_bytes);
+  const int64_t layers = config.num_hidden_layers;
+  const std::string what = *most == layers ? fmt::format("no activation checkpointing, {}", bytes)
+                                           : fmt::format("the last {} of {} blocks keeping their activations, {}",
+                                                         *most, layers, bytes);
+  const std::string set = *most == layers ? "fsdp.activation_checkpointing=false"
+                                          : fmt::format("fsdp.uncheckpointed_blocks={}", *most);
+  return fmt::format("faster, within {:.0f}% of it: {} (--set {})\n", 100 * kFasterShare, what, set);
+}
+
 namespace {
 
 // Activation checkpointing of as few blocks as fit `limit_bytes` (all of them where none fits:
@@ -170,24 +186,6 @@ std::string node_line(const MemoryPlan& plan, const NodeMemory& node) {
                      gib(need / static_cast<double>(plan.ranks_per_node)), gib(need), node.whose, gib(node.bytes),
                      node.note,
                      need <= node.bytes ? fmt::format("fits ({:.0f}%)", 100 * need / node.bytes) : "does not fit");
-}
-
-// A job that fits with activation checkpointing: how many more blocks could keep their activations
-// within kFasterShare of the limit.
-std::string faster_that_fits(const job::Job& job, const model::LlamaConfig& config, double limit_bytes) {
-  if (!job.fsdp.activation_checkpointing) return "";
-  const std::optional<int64_t> most = most_uncheckpointed_blocks(job, config, kFasterShare * limit_bytes);
-  if (!most || *most <= job.fsdp.uncheckpointed_blocks) return "";
-  job::Job changed = job;
-  changed.fsdp.uncheckpointed_blocks = *most;
-  const std::string bytes = gib(plan_memory(changed, config).total_bytes);
-  const int64_t layers = config.num_hidden_layers;
-  const std::string what = *most == layers ? fmt::format("no activation checkpointing, {}", bytes)
-                                           : fmt::format("the last {} of {} blocks keeping their activations, {}",
-                                                         *most, layers, bytes);
-  const std::string set = *most == layers ? "fsdp.activation_checkpointing=false"
-                                          : fmt::format("fsdp.uncheckpointed_blocks={}", *most);
-  return fmt::format("faster, within {:.0f}% of it: {} (--set {})\n", 100 * kFasterShare, what, set);
 }
 
 }  // namespace

@@ -27,6 +27,10 @@ std::vector<FitChange> changes_that_fit(const job::Job& job, const model::LlamaC
 std::optional<int64_t> most_uncheckpointed_blocks(const job::Job& job, const model::LlamaConfig& config,
                                                   double limit_bytes);
 
+// For a job with activation checkpointing: a line naming the most blocks that could keep their
+// activations within 90% of `limit_bytes`, and the --set that does it; empty when no more than now.
+std::string faster_that_fits(const job::Job& job, const model::LlamaConfig& config, double limit_bytes);
+
 // "80GiB", "80 GB", "81920MiB", "1.5TiB" → bytes (GB and GiB both read as binary units, as
 // nvidia-smi's figures are). nullopt when it is not a size.
 std::optional<double> parse_memory_size(const std::string& text);

@@ -64,7 +64,8 @@ std::string last_job_id(const std::string& output_dir) {
 namespace {
 
 // The planner's verdict before queueing: a GPU job with [launch] gpu_memory_gib that will not
-// fit is reported (with the changes that would make it fit) and still submitted.
+// fit is reported (with the changes that would make it fit) and still submitted; one that fits
+// with blocks recomputed that could keep their activations is told how many.
 void warn_if_it_cannot_fit(const job::Job& job) {
   const bool gpu = job.launch.device == job::Device::kCuda ||
                    (job.launch.device == job::Device::kAuto && job.slurm.gpus_per_node > 0);
@@ -79,6 +80,9 @@ void warn_if_it_cannot_fit(const job::Job& job) {
       std::cerr << "shardtune: warning: the job will not fit its GPUs' memory ([launch] gpu_memory_gib = "
                 << job.launch.gpu_memory_gib << ")\n"
                 << plan_report(job, config, limit);
+    else if (const std::string faster = faster_that_fits(job, config, limit); !faster.empty())
+      std::cerr << "shardtune: note: the job fits its GPUs' memory ([launch] gpu_memory_gib = "
+                << job.launch.gpu_memory_gib << ") with room for fewer blocks recomputed; " << faster;
   } catch (const std::exception& e) {
     std::cerr << fmt::format("shardtune: warning: no memory plan: {}\n", e.what());
   }

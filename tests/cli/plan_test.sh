@@ -9,6 +9,8 @@
 #    QLoRA is listed as a change that does (and fits when applied);
 #  - a real 2-rank run's largest per-step peak RSS (0.1B, LoRA; and fully fine-tuned with AdamW and
 #    with 8-bit AdamW) is within 15% of the plan;
+#  - with activation checkpointing, the plan names the most blocks that could keep their activations
+#    within 90% of the GPU (the most that fit, one more does not), and `submit` says so too;
 #  - `shardtune submit --dry-run` warns about a GPU job that will not fit ([launch] gpu_memory_gib),
 #    and about one that names no GPU memory to check against;
 #  - every job file in configs/ fits the GPUs it names (NCCL's buffers planned), or this machine;
@@ -269,6 +271,14 @@ done
 grep -q "warning: the job will not fit its GPUs' memory (\[launch\] gpu_memory_gib = 1)" "$tmp/submit.err" ||
   fail "submit did not warn: $(head -5 "$tmp/submit.err")"
 grep -q "^#SBATCH" "$tmp/submit.out" || fail "submit --dry-run did not print the script after warning"
+
+# submit tells a GPU job that fits with room to spare that fewer blocks need recomputing: the tiny
+# model on 80 GiB needs no activation checkpointing at all.
+"$st" submit configs/llama3-70b-fsdp.toml --dry-run --set launch.gpu_memory_gib=80 --set "model.path=$src/configs/data/tiny-llama" \
+  >"$tmp/submit.out" 2>"$tmp/submit.err" || fail "submit --dry-run failed: $(cat "$tmp/submit.err")"
+grep -q "note: the job fits its GPUs' memory (\[launch\] gpu_memory_gib = 80) with room for fewer blocks recomputed; faster, .*(--set fsdp.activation_checkpointing=false)" \
+  "$tmp/submit.err" || fail "submit did not name the faster setting: $(head -5 "$tmp/submit.err")"
+grep -q "will not fit" "$tmp/submit.err" && fail "submit warned that a fitting job will not fit"
 
 # submit warns about a GPU job that names no GPU memory: nothing could check it.
 "$st" submit configs/llama3-70b-fsdp.toml --dry-run --set launch.gpu_memory_gib=0 --set "model.path=$src/configs/data/tiny-llama" \
