@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <unistd.h>
+
 #include "common/error.h"
 #include "common/job/job_loader.h"
 #include "common/malloc_pages.h"
@@ -133,6 +135,79 @@ TEST(SbatchScript, RunsNoDollarParenCommandSubstitution) {
       EXPECT_EQ(line.compare(p, 3, "$(("), 0) << "line " << line_no << ": " << line;
     }
   }
+}
+
+// What the script's lost_nodes says for an allocation of n1 and n2, with scontrol and srun on PATH
+// answering as `slurm` describes: each node's state before the probes and after them (Slurm may
+// mark a node down and end the job while the probes run), and each probe's exit code.
+struct FakeSlurm {
+  std::string before[2], after[2];
+  int probe_exit[2] = {0, 0};
+};
+struct LostNodes {
+  std::string lost;
+  bool probed = false;
+};
+LostNodes lost_nodes(const std::string& script, const FakeSlurm& slurm) {
+  const size_t begin = std::min(script.find("slurm_down() {"), script.find("lost_nodes() {"));  // and its helper
+  const size_t end = script.find("\n}\n", script.find("lost_nodes() {"));
+  EXPECT_NE(begin, std::string::npos);
+  EXPECT_NE(end, std::string::npos);
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / fmt::format("st-lost-{}", ::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  auto write = [&](const std::string& name, const std::string& text) { std::ofstream(dir / name) << text; };
+  write("scontrol",
+        "#!/bin/bash\nd=${0%/*}\n"
+        "case \"$1 $2\" in\n"
+        "  'show hostnames') printf 'n1\\nn2\\n' ;;\n"
+        "  'show node') f=$d/before-$4; [[ -e $d/probed ]] && f=$d/after-$4\n"
+        "    printf 'NodeName=%s Arch=x86_64 State=%s Partitions=p\\n' \"$4\" \"$(<\"$f\")\" ;;\n"
+        "esac\n");
+  write("srun",
+        "#!/bin/bash\nd=${0%/*}\nfor a; do [[ $a == --nodelist=* ]] && n=${a#--nodelist=}; done\n"
+        "touch \"$d/probed\"\nexit \"$(<\"$d/probe-$n\")\"\n");
+  for (const char* stub : {"scontrol", "srun"})
+    std::filesystem::permissions(dir / stub, std::filesystem::perms::owner_all);
+  for (int i = 0; i < 2; ++i) {
+    const std::string node = fmt::format("n{}", i + 1);
+    write("before-" + node, slurm.before[i]);
+    write("after-" + node, slurm.after[i]);
+    write("probe-" + node, std::to_string(slurm.probe_exit[i]));
+  }
+  const std::string program = fmt::format("export PATH={}:$PATH SLURM_JOB_NODELIST='n[1-2]'\n{}\nlost_nodes",
+                                          common::shell_quote(dir.string()), script.substr(begin, end + 3 - begin));
+  const common::CommandResult r = common::run_command({"bash", "-c", program});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  LostNodes out{r.out.substr(0, r.out.find('\n')), std::filesystem::exists(dir / "probed")};
+  std::filesystem::remove_all(dir);
+  return out;
+}
+
+// A lost node is what Slurm reports down; probes (a trivial srun on each node) decide only when
+// Slurm reports none. When Slurm finds the node down while the probes run, it ends the job for it
+// and every probe fails, the healthy node's too: Slurm's word must still win, or the job would be
+// submitted again without any node.
+TEST(SbatchScript, ALostNodeIsTheNodeSlurmReportsDownWhateverTheProbesSay) {
+  const std::string script = sbatch_script(load("[slurm]\nnodes = 2\nmin_nodes = 1\n"), kPaths);
+  const auto lost = [&](const FakeSlurm& s) { return lost_nodes(script, s); };
+  // Slurm marks n2 down while the probes run; every probe fails.
+  LostNodes r = lost({{"ALLOCATED", "ALLOCATED"}, {"ALLOCATED", "DOWN+NOT_RESPONDING"}, {1, 1}});
+  EXPECT_EQ(r.lost, "n2");
+  EXPECT_TRUE(r.probed);
+  // Slurm knows nothing: the probe that failed names the node.
+  r = lost({{"ALLOCATED", "ALLOCATED"}, {"ALLOCATED", "ALLOCATED"}, {0, 124}});
+  EXPECT_EQ(r.lost, "n2");
+  // Slurm reports n2 down, or not responding (a '*' after the state): no probe runs.
+  for (const char* state : {"DOWN", "ALLOCATED*", "IDLE+NOT_RESPONDING", "FAIL"}) {
+    r = lost({{"ALLOCATED", state}, {"ALLOCATED", state}, {1, 1}});
+    EXPECT_EQ(r.lost, "n2") << state;
+    EXPECT_FALSE(r.probed) << state;
+  }
+  // Every node answers: nothing lost.
+  r = lost({{"ALLOCATED", "MIXED"}, {"ALLOCATED", "MIXED"}, {0, 0}});
+  EXPECT_EQ(r.lost, "");
+  EXPECT_TRUE(r.probed);
 }
 
 // With min_nodes, sbatch may give fewer nodes, and the ranks start on the nodes given.
