@@ -157,7 +157,9 @@ TEST(FsdpMemory, EachBlockExemptFromCheckpointingAddsItsActivationsToThePeak) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   const std::vector<train::Batch> batch = copy_task_batches(dataset, order, 4 * world_size(), 0, rank, world_size());
   std::vector<double> peak;  // [0]: no checkpointing; [1 + K]: K blocks exempt
-  for (int64_t exempt = -1; exempt <= layers; ++exempt) {
+  // -2: a first step without checkpointing, not counted: a device library's workspaces, made at
+  // its first use and kept for the process, are not any configuration's activations.
+  for (int64_t exempt = -2; exempt <= layers; ++exempt) {
     job::Job job;
     job.slurm.ntasks_per_node = world_size();
     job.fsdp.activation_checkpointing = exempt >= 0;
@@ -172,7 +174,7 @@ TEST(FsdpMemory, EachBlockExemptFromCheckpointingAddsItsActivationsToThePeak) {
     reset_peak_bytes();
     sharded.forward_loss(batch[0].input_ids, at::Tensor(), batch[0].labels).backward();
     sharded.finish_grad_sync();
-    peak.push_back(static_cast<double>(peak_bytes() - before));
+    if (exempt > -2) peak.push_back(static_cast<double>(peak_bytes() - before));
   }
   if (rank == 0) {
     std::cout << "peak bytes without checkpointing " << peak[0] << "; with K blocks exempt:";
