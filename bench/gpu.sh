@@ -124,7 +124,7 @@ for ckpt in "${modes[@]}"; do
   if [ -z "$ckpt" ]; then
     # Each fusion's share (runtime/model/fused_ops.h): the same run with it as ATen's operations,
     # then with none; last, and shorter, so that a call's limit cuts these first.
-    for fusion in rmsnorm rope swiglu cross_entropy gqa gate_up qkv all; do
+    for fusion in rmsnorm residual_norm rope swiglu cross_entropy gqa gate_up qkv all; do
       shardtune "$best" --unfused $fusion --steps 6 --warmup 2 || true
     done
   fi

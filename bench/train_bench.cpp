@@ -88,7 +88,8 @@ struct Args {
   bool adamw_ops = false;
   bool adamw_torch = false;
   bool cpu_offload = false;
-  // Fusions turned off (the ablation): rmsnorm, rope, swiglu, cross_entropy, gqa, gate_up, qkv.
+  // Fusions turned off (the ablation): rmsnorm, residual_norm, rope, swiglu, cross_entropy, gqa, gate_up,
+  // qkv.
   std::vector<std::string> unfused;
   std::string memory_snapshot;       // rank 0's allocator history over two more steps, to this file
 };
@@ -102,6 +103,7 @@ model::Fusions fusions_of(const std::vector<std::string>& unfused, const std::st
   for (const std::string& name : unfused) {
     const bool all = name == "all";
     if (all || name == "rmsnorm") f.rmsnorm = false;
+    if (all || name == "residual_norm") f.residual_norm = false;
     if (all || name == "rope") f.rope = false;
     if (all || name == "swiglu") f.swiglu = false;
     if (all || name == "cross_entropy") f.cross_entropy = false;
@@ -327,7 +329,8 @@ int main(int argc, char** argv) {
   app.add_flag("--cpu-offload", a.cpu_offload, "Shards, gradients and AdamW's state in host memory ([fsdp] cpu_offload)");
   app.add_option("--unfused", a.unfused, "Fusions to turn off (the ablation), comma-separated")
       ->delimiter(',')
-      ->check(CLI::IsMember({"rmsnorm", "rope", "swiglu", "cross_entropy", "gqa", "gate_up", "qkv", "all"}));
+      ->check(CLI::IsMember(
+          {"rmsnorm", "residual_norm", "rope", "swiglu", "cross_entropy", "gqa", "gate_up", "qkv", "all"}));
   app.add_option("--memory-snapshot", a.memory_snapshot,
                  "After the timed steps, two more with the caching allocator's history recorded (a GPU only), rank "
                  "0's snapshot written to this file (PyTorch's pickle; bench/memory_peak.py reads it)");

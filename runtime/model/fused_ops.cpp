@@ -55,6 +55,35 @@ struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
   }
 };
 
+// (sum, normed) of x + delta, or of x alone where `add` is false (delta then x again, unused: an
+// autograd function's inputs are defined tensors); `sum` is then x itself, as autograd's view of it.
+struct ResidualNormFunction : public torch::autograd::Function<ResidualNormFunction> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& delta, const at::Tensor& w,
+                               double eps, bool add) {
+    ctx->set_materialize_grads(false);
+    const int64_t n = x.size(-1);
+    const at::Tensor rows = x.contiguous().view({-1, n});
+    const at::Tensor weight = w.contiguous();
+    kernel_calls::RmsNormForward out =
+        kernel_calls::rmsnorm_forward(rows, weight, eps, add ? delta.contiguous().view({-1, n}) : at::Tensor());
+    const at::Tensor input = add ? out.sum : rows;
+    ctx->save_for_backward({input, weight, out.inv});
+    ctx->saved_data["add"] = add;
+    return {add ? out.sum.view(x.sizes()) : x, out.y.view(x.sizes())};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad) {
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor& input = saved[0];
+    const bool add = ctx->saved_data["add"].toBool();
+    if (!grad[1].defined()) return {grad[0], add ? grad[0] : at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    const at::Tensor dsum = grad[0].defined() ? grad[0].contiguous().view(input.sizes()) : at::Tensor();
+    const at::Tensor dy = grad[1].contiguous().view(input.sizes());
+    kernel_calls::RmsNormBackward out = kernel_calls::rmsnorm_backward(input, saved[1], saved[2], dy, dsum);
+    const at::Tensor dx = out.dx.view(grad[1].sizes());
+    return {dx, add ? dx : at::Tensor(), out.dw.to(saved[1].scalar_type()), at::Tensor(), at::Tensor()};
+  }
+};
+
 struct RopeFunction : public torch::autograd::Function<RopeFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
     const int64_t d = x.size(3);
@@ -319,6 +348,17 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
   at::Tensor h = x.to(at_least_fp32(x.scalar_type()));
   h = h * at::rsqrt(h.pow(2).mean({-1}, /*keepdim=*/true) + eps);
   return w * h.to(x.scalar_type());
+}
+
+ResidualNorm residual_rms_norm(const at::Tensor& x, const at::Tensor& delta, const at::Tensor& w, double eps) {
+  const bool shapes = w.dim() == 1 && w.size(0) == x.size(-1) && (!delta.defined() || delta.sizes() == x.sizes());
+  if (g_fusions.rmsnorm && g_fusions.residual_norm && shapes &&
+      (delta.defined() ? kernels_take({x, delta, w}) : kernels_take({x, w}))) {
+    const variable_list out = ResidualNormFunction::apply(x, delta.defined() ? delta : x, w, eps, delta.defined());
+    return {out[0], out[1]};
+  }
+  const at::Tensor sum = delta.defined() ? x + delta : x;
+  return {sum, rms_norm(sum, w, eps)};
 }
 
 at::Tensor rotary(const at::Tensor& x, const RopeTables& rope) {

@@ -29,6 +29,7 @@ struct Fusions {
   bool gqa_attention = true;  // key/value heads shared inside the attention call (LibTorch 2.5 on), not repeated
   bool joined_gate_up = true;  // gate and up as one matrix product where their weights lie side by side
   bool joined_qkv = true;      // q, k and v likewise (with the RoPE kernel)
+  bool residual_norm = true;   // the residual stream's additions inside the norms' kernels (residual_rms_norm)
   AttentionKernels attention = AttentionKernels::kMeasured;
   bool host_reference = false;  // fp32 CPU tensors through the kernels' host references (tests)
   // The fused head takes its rows in chunks of at most this many logits, so that the logits of a
@@ -40,6 +41,17 @@ const Fusions& fusions();
 
 // RMSNorm of x over its last dimension, times w (Llama's: the normalised x rounded to x's dtype).
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps);
+
+// The residual stream at a norm: `sum` = x + delta (each sum rounded to their dtype; x itself where
+// delta is undefined) and `normed` = rms_norm(sum, w, eps). Fused (Fusions::residual_norm, with
+// Fusions::rmsnorm), one kernel each way: the forward writes both, and the backward adds the
+// gradient that reached `sum` to the norm's input gradient inside the norm's kernel, so the
+// residual stream's gradient is never summed by an addition of its own. Where x is used only here,
+// its whole gradient (and delta's, the same) is that one kernel's output.
+struct ResidualNorm {
+  at::Tensor sum, normed;
+};
+ResidualNorm residual_rms_norm(const at::Tensor& x, const at::Tensor& delta, const at::Tensor& w, double eps);
 
 // x * cos + rotate_half(x) * sin for x of (B, T, heads, head_dim), the tables' rows shared by the
 // heads of a position.

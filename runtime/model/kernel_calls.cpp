@@ -32,23 +32,28 @@ bool supported(const at::Tensor& x) {
   return x.is_cpu() && x.scalar_type() == at::kFloat;
 }
 
-RmsNormForward rmsnorm_forward(const at::Tensor& x, const at::Tensor& w, double eps) {
+RmsNormForward rmsnorm_forward(const at::Tensor& x, const at::Tensor& w, double eps, const at::Tensor& residual) {
   check_same(x, w, "rmsnorm");
-  if (x.is_cuda()) return cuda::rmsnorm_forward(x, w, eps);
+  if (residual.defined()) check_same(x, residual, "rmsnorm's residual");
+  if (x.is_cuda()) return cuda::rmsnorm_forward(x, w, eps, residual);
   const int64_t rows = x.size(0), n = x.size(1);
-  RmsNormForward out{at::empty_like(x), at::empty({rows}, x.options().dtype(at::kFloat))};
-  kernels::rmsnorm_forward_reference(f32(x), f32(w), f32_out(out.y), f32_out(out.inv), rows, n,
-                                     static_cast<float>(eps));
+  RmsNormForward out{at::empty_like(x), at::empty({rows}, x.options().dtype(at::kFloat)), at::Tensor()};
+  if (residual.defined()) out.sum = at::empty_like(x);
+  kernels::rmsnorm_forward_reference(f32(x), residual.defined() ? f32(residual) : nullptr,
+                                     residual.defined() ? f32_out(out.sum) : nullptr, f32(w), f32_out(out.y),
+                                     f32_out(out.inv), rows, n, static_cast<float>(eps));
   return out;
 }
 
-RmsNormBackward rmsnorm_backward(const at::Tensor& x, const at::Tensor& w, const at::Tensor& inv,
-                                 const at::Tensor& dy) {
+RmsNormBackward rmsnorm_backward(const at::Tensor& x, const at::Tensor& w, const at::Tensor& inv, const at::Tensor& dy,
+                                 const at::Tensor& dres) {
   check_same(x, dy, "rmsnorm backward");
-  if (x.is_cuda()) return cuda::rmsnorm_backward(x, w, inv, dy);
+  if (dres.defined()) check_same(x, dres, "rmsnorm backward's residual gradient");
+  if (x.is_cuda()) return cuda::rmsnorm_backward(x, w, inv, dy, dres);
   const int64_t rows = x.size(0), n = x.size(1);
   RmsNormBackward out{at::empty_like(x), at::empty({n}, x.options().dtype(at::kFloat))};
-  kernels::rmsnorm_backward_reference(f32(x), f32(w), f32(inv), f32(dy), f32_out(out.dx), f32_out(out.dw), rows, n);
+  kernels::rmsnorm_backward_reference(f32(x), f32(w), f32(inv), f32(dy), dres.defined() ? f32(dres) : nullptr,
+                                      f32_out(out.dx), f32_out(out.dw), rows, n);
   return out;
 }
 

@@ -19,14 +19,17 @@ bool supported(const at::Tensor& x);
 struct RmsNormForward {
   at::Tensor y;    // (rows, n), x's dtype
   at::Tensor inv;  // (rows,), fp32: each row's inverse RMS, for the backward
+  at::Tensor sum;  // (rows, n): x + residual, the norm's input, where a residual was given
 };
-RmsNormForward rmsnorm_forward(const at::Tensor& x, const at::Tensor& w, double eps);  // x (rows, n), w (n)
+// x (rows, n), w (n); the input x + residual (each sum rounded to x's dtype) where `residual` is
+// defined (rows, n).
+RmsNormForward rmsnorm_forward(const at::Tensor& x, const at::Tensor& w, double eps, const at::Tensor& residual = {});
 struct RmsNormBackward {
-  at::Tensor dx;  // (rows, n), x's dtype
+  at::Tensor dx;  // (rows, n), x's dtype: plus `dres` where it is defined, rounded once
   at::Tensor dw;  // (n,), fp32, summed over rows in a fixed order
 };
-RmsNormBackward rmsnorm_backward(const at::Tensor& x, const at::Tensor& w, const at::Tensor& inv,
-                                 const at::Tensor& dy);
+RmsNormBackward rmsnorm_backward(const at::Tensor& x, const at::Tensor& w, const at::Tensor& inv, const at::Tensor& dy,
+                                 const at::Tensor& dres = {});
 
 // x (positions, heads, head_dim) rotated by cos/sin (positions, head_dim); `backward` rotates the
 // other way (the gradient). rope_into writes into `out`: x and out may each be a view whose

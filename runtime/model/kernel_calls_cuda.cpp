@@ -26,24 +26,26 @@ void* stream_of(const at::Tensor& t) {
 
 bool built() { return true; }
 
-RmsNormForward rmsnorm_forward(const at::Tensor& x, const at::Tensor& w, double eps) {
+RmsNormForward rmsnorm_forward(const at::Tensor& x, const at::Tensor& w, double eps, const at::Tensor& residual) {
   const c10::cuda::CUDAGuard guard(x.device());
   const int64_t rows = x.size(0), n = x.size(1);
-  RmsNormForward out{at::empty_like(x), at::empty({rows}, x.options().dtype(at::kFloat))};
-  kernels::rmsnorm_forward_cuda(dtype_of(x), x.data_ptr(), w.data_ptr(), out.y.data_ptr(), out.inv.data_ptr<float>(),
-                                rows, n, static_cast<float>(eps), stream_of(x));
+  RmsNormForward out{at::empty_like(x), at::empty({rows}, x.options().dtype(at::kFloat)), at::Tensor()};
+  if (residual.defined()) out.sum = at::empty_like(x);
+  kernels::rmsnorm_forward_cuda(dtype_of(x), x.data_ptr(), residual.defined() ? residual.data_ptr() : nullptr,
+                                out.sum.defined() ? out.sum.data_ptr() : nullptr, w.data_ptr(), out.y.data_ptr(),
+                                out.inv.data_ptr<float>(), rows, n, static_cast<float>(eps), stream_of(x));
   return out;
 }
 
-RmsNormBackward rmsnorm_backward(const at::Tensor& x, const at::Tensor& w, const at::Tensor& inv,
-                                 const at::Tensor& dy) {
+RmsNormBackward rmsnorm_backward(const at::Tensor& x, const at::Tensor& w, const at::Tensor& inv, const at::Tensor& dy,
+                                 const at::Tensor& dres) {
   const c10::cuda::CUDAGuard guard(x.device());
   const int64_t rows = x.size(0), n = x.size(1);
   RmsNormBackward out{at::empty_like(x), at::empty({n}, x.options().dtype(at::kFloat))};
   at::Tensor workspace = at::empty({kernels::rmsnorm_backward_workspace(rows, n)}, x.options().dtype(at::kFloat));
   kernels::rmsnorm_backward_cuda(dtype_of(x), x.data_ptr(), w.data_ptr(), inv.data_ptr<float>(), dy.data_ptr(),
-                                 out.dx.data_ptr(), out.dw.data_ptr<float>(), workspace.data_ptr<float>(), rows, n,
-                                 stream_of(x));
+                                 dres.defined() ? dres.data_ptr() : nullptr, out.dx.data_ptr(),
+                                 out.dw.data_ptr<float>(), workspace.data_ptr<float>(), rows, n, stream_of(x));
   return out;
 }
 

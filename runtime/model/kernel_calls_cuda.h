@@ -7,9 +7,9 @@
 namespace shardtune::model::kernel_calls::cuda {
 
 bool built();
-RmsNormForward rmsnorm_forward(const at::Tensor& x, const at::Tensor& w, double eps);
-RmsNormBackward rmsnorm_backward(const at::Tensor& x, const at::Tensor& w, const at::Tensor& inv,
-                                 const at::Tensor& dy);
+RmsNormForward rmsnorm_forward(const at::Tensor& x, const at::Tensor& w, double eps, const at::Tensor& residual);
+RmsNormBackward rmsnorm_backward(const at::Tensor& x, const at::Tensor& w, const at::Tensor& inv, const at::Tensor& dy,
+                                 const at::Tensor& dres);
 void rope_into(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& out, bool backward);
 at::Tensor swiglu_forward(const at::Tensor& g, const at::Tensor& u);
 SwigluBackward swiglu_backward(const at::Tensor& g, const at::Tensor& u, const at::Tensor& dh);

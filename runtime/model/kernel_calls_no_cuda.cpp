@@ -13,8 +13,11 @@ namespace {
 }  // namespace
 
 bool built() { return false; }
-RmsNormForward rmsnorm_forward(const at::Tensor&, const at::Tensor&, double) { none(); }
-RmsNormBackward rmsnorm_backward(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&) { none(); }
+RmsNormForward rmsnorm_forward(const at::Tensor&, const at::Tensor&, double, const at::Tensor&) { none(); }
+RmsNormBackward rmsnorm_backward(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                 const at::Tensor&) {
+  none();
+}
 void rope_into(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, bool) { none(); }
 at::Tensor swiglu_forward(const at::Tensor&, const at::Tensor&) { none(); }
 SwigluBackward swiglu_backward(const at::Tensor&, const at::Tensor&, const at::Tensor&) { none(); }

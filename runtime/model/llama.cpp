@@ -112,8 +112,12 @@ at::Tensor Mlp::forward(const at::Tensor& x, const DropoutSeed& dropout) const {
 
 at::Tensor DecoderLayer::forward(const at::Tensor& hidden, const RopeTables& rope, const AttentionMask& mask,
                                  const DropoutSeed& dropout) const {
-  at::Tensor h = hidden + self_attn.forward(input_layernorm.forward(hidden), rope, mask, dropout);
-  return h + mlp.forward(post_attention_layernorm.forward(h), dropout);
+  // hidden + attention(norm(hidden)), then that + mlp(norm(that)); each norm takes the residual
+  // stream's addition before it and its gradient's addition after it into its own kernel.
+  const ResidualNorm in = residual_rms_norm(hidden, at::Tensor(), input_layernorm.weight, input_layernorm.eps);
+  const ResidualNorm mid = residual_rms_norm(in.sum, self_attn.forward(in.normed, rope, mask, dropout),
+                                             post_attention_layernorm.weight, post_attention_layernorm.eps);
+  return mid.sum + mlp.forward(mid.normed, dropout);
 }
 
 void DecoderLayer::named_parameters(const std::string& prefix, std::vector<NamedParam>& out) {

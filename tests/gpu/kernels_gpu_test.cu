@@ -90,12 +90,12 @@ void test_rmsnorm(int64_t rows, int64_t n, float scale, bool bf16, std::mt19937&
   check(cudaMalloc(&dw, n * 4 + 4), "cudaMalloc");
   check(cudaMalloc(&workspace, rmsnorm_backward_workspace(rows, n) * 4 + 4), "cudaMalloc");
   const Dtype dtype = bf16 ? Dtype::kBFloat16 : Dtype::kFloat;
-  rmsnorm_forward_cuda(dtype, dx_in, dw_in, dy_out, inv, rows, n, eps, nullptr);
-  rmsnorm_backward_cuda(dtype, dx_in, dw_in, inv, ddy, dx_out, dw, workspace, rows, n, nullptr);
+  rmsnorm_forward_cuda(dtype, dx_in, nullptr, nullptr, dw_in, dy_out, inv, rows, n, eps, nullptr);
+  rmsnorm_backward_cuda(dtype, dx_in, dw_in, inv, ddy, nullptr, dx_out, dw, workspace, rows, n, nullptr);
   check(cudaDeviceSynchronize(), "the kernels");
   const std::vector<float> y = download(dy_out, x.size(), bf16), dx = download(dx_out, x.size(), bf16);
   const std::vector<float> grad_w = download(dw, n, false);
-  rmsnorm_backward_cuda(dtype, dx_in, dw_in, inv, ddy, dx_out, dw, workspace, rows, n, nullptr);
+  rmsnorm_backward_cuda(dtype, dx_in, dw_in, inv, ddy, nullptr, dx_out, dw, workspace, rows, n, nullptr);
   check(cudaDeviceSynchronize(), "the kernels, again");
   const std::vector<float> again = download(dw, n, false);
   expect(std::memcmp(again.data(), grad_w.data(), n * 4) == 0, "dw bits across reruns", rows, n, bf16, 0, 0, 0);
@@ -114,6 +114,54 @@ void test_rmsnorm(int64_t rows, int64_t n, float scale, bool bf16, std::mt19937&
            bf16, i, grad_w[i], e.dw[i]);
   for (void* p : {dx_in, dw_in, ddy, dy_out, dx_out, static_cast<void*>(inv), static_cast<void*>(dw),
                   static_cast<void*>(workspace)})
+    cudaFree(p);
+}
+
+// The residual stream's forms against the plain kernels: the norm of x + res writes the sum rounded
+// once to the dtype (within a rounding of float64's) and the plain norm of that sum, the same bits;
+// the input gradient plus dres is within the plain bound of float64's plus a rounding of the sum.
+void test_rmsnorm_residual(int64_t rows, int64_t n, bool bf16, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const size_t count = static_cast<size_t>(rows * n);
+  std::vector<float> x(count), res(count), w(n), dy(count), dres(count), zeros(count);
+  for (float& v : x) v = normal(rng);
+  for (float& v : res) v = 3 * normal(rng);
+  for (float& v : w) v = 1.0f + 0.1f * normal(rng);
+  for (float& v : dy) v = normal(rng);
+  for (float& v : dres) v = normal(rng);
+  const float eps = 1e-5f;
+  void *d_x = upload(x, bf16), *d_res = upload(res, bf16), *d_w = upload(w, bf16), *d_dy = upload(dy, bf16);
+  void *d_dres = upload(dres, bf16), *d_sum = upload(zeros, bf16), *d_y = upload(zeros, bf16);
+  void *d_plain_y = upload(zeros, bf16), *d_dx = upload(zeros, bf16);
+  float *inv = nullptr, *plain_inv = nullptr, *dw = nullptr, *workspace = nullptr;
+  check(cudaMalloc(&inv, rows * 4 + 4), "cudaMalloc");
+  check(cudaMalloc(&plain_inv, rows * 4 + 4), "cudaMalloc");
+  check(cudaMalloc(&dw, n * 4 + 4), "cudaMalloc");
+  check(cudaMalloc(&workspace, rmsnorm_backward_workspace(rows, n) * 4 + 4), "cudaMalloc");
+  const Dtype dtype = bf16 ? Dtype::kBFloat16 : Dtype::kFloat;
+  rmsnorm_forward_cuda(dtype, d_x, d_res, d_sum, d_w, d_y, inv, rows, n, eps, nullptr);
+  rmsnorm_forward_cuda(dtype, d_sum, nullptr, nullptr, d_w, d_plain_y, plain_inv, rows, n, eps, nullptr);
+  rmsnorm_backward_cuda(dtype, d_sum, d_w, inv, d_dy, d_dres, d_dx, dw, workspace, rows, n, nullptr);
+  check(cudaDeviceSynchronize(), "the residual kernels");
+  const std::vector<float> sum = download(d_sum, count, bf16), y = download(d_y, count, bf16);
+  const std::vector<float> plain_y = download(d_plain_y, count, bf16), dx = download(d_dx, count, bf16);
+  const std::vector<float> inv_h = download(inv, rows, false), plain_inv_h = download(plain_inv, rows, false);
+  const double unit = bf16 ? 1.0 / 256 : kU;  // a rounding to the dtype, relative
+  for (size_t k = 0; k < count; ++k) {
+    const double exact = static_cast<double>(x[k]) + res[k];
+    expect(std::abs(sum[k] - exact) <= unit * std::abs(exact), "residual sum", rows, n, bf16, k, sum[k], exact);
+  }
+  expect(std::memcmp(y.data(), plain_y.data(), count * 4) == 0, "residual y bits", rows, n, bf16, 0, 0, 0);
+  expect(std::memcmp(inv_h.data(), plain_inv_h.data(), rows * 4) == 0, "residual inv bits", rows, n, bf16, 0, 0, 0);
+  const Exact e = rmsnorm_exact(sum, w, dy, rows, n, eps);
+  const double rn = static_cast<double>(n);
+  for (size_t k = 0; k < count; ++k) {
+    const double want = e.dx[k] + dres[k];
+    const double bound = (2 * rn + 16) * kU * e.dx_scale[k] + unit * (std::abs(e.dx[k]) + std::abs(dres[k]));
+    expect(std::abs(dx[k] - want) <= bound + 1e-30, "residual dx", rows, n, bf16, k, dx[k], want);
+  }
+  for (void* p : {d_x, d_res, d_w, d_dy, d_dres, d_sum, d_y, d_plain_y, d_dx, static_cast<void*>(inv),
+                  static_cast<void*>(plain_inv), static_cast<void*>(dw), static_cast<void*>(workspace)})
     cudaFree(p);
 }
 
@@ -370,6 +418,8 @@ int main() {
   for (const auto& s : shapes)
     for (float scale : {1e-3f, 1.0f, 300.0f})
       for (bool bf16 : {false, true}) test_rmsnorm(s[0], s[1], scale, bf16, rng);
+  for (const auto& s : shapes)
+    for (bool bf16 : {false, true}) test_rmsnorm_residual(s[0], s[1], bf16, rng);
   for (int64_t count : {int64_t(1), int64_t(1000), int64_t(3) << 20})
     for (float scale : {1.0f, 60.0f})
       for (bool bf16 : {false, true}) test_swiglu(count, scale, bf16, rng);

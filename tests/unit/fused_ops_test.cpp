@@ -44,7 +44,7 @@ void with_aten(const std::function<void()>& fn) {
   const Fusions saved = fusions();
   Fusions off;
   off.rmsnorm = off.rope = off.swiglu = off.cross_entropy = off.gqa_attention = off.joined_gate_up = false;
-  off.joined_qkv = false;
+  off.joined_qkv = off.residual_norm = false;
   set_fusions(off);
   fn();
   set_fusions(saved);
@@ -88,6 +88,53 @@ TEST_F(Fused, RmsNormValuesAndGradientsWithinBoundsOfFloat64) {
     // A row of n terms: sums round within n*u; the rest a few roundings.
     check("RmsNormFunction", {x, w}, [](const std::vector<at::Tensor>& t) { return rms_norm(t[0], t[1], 1e-5); },
           (16.0 + static_cast<double>(n)) * kU * 15);  // dw sums 15 rows
+  }
+}
+
+// The residual stream at a norm: (x + delta, or x alone, and its norm) from one function, whose
+// backward adds the sum's gradient inside the norm's kernel. Each output and input gradient within
+// the norm's bounds of float64, with the loss reaching both outputs, the norm alone, or the sum alone.
+TEST_F(Fused, ResidualNormValuesAndGradientsWithinBoundsOfFloat64) {
+  for (int64_t n : {7, 64, 1031}) {
+    for (bool add : {false, true}) {
+      for (int reaches : {0, 1, 2}) {  // both outputs, the norm only, the sum only
+        SCOPED_TRACE(testing::Message() << "n " << n << (add ? ", x + delta" : ", x") << ", reaches " << reaches);
+        const at::Tensor x = at::randn({3, 5, n}, at::kDouble) * 3, delta = at::randn({3, 5, n}, at::kDouble);
+        const at::Tensor w = 1 + at::randn({n}, at::kDouble) * 0.2;
+        const at::Tensor g_sum = at::randn({3, 5, n}, at::kDouble), g_norm = at::randn({3, 5, n}, at::kDouble);
+        auto leaf = [](const at::Tensor& t, at::ScalarType dt) { return t.to(dt).detach().requires_grad_(true); };
+        const at::Tensor x32 = leaf(x, at::kFloat), d32 = leaf(delta, at::kFloat), w32 = leaf(w, at::kFloat);
+        const at::Tensor x64 = leaf(x, at::kDouble), d64 = leaf(delta, at::kDouble), w64 = leaf(w, at::kDouble);
+        const ResidualNorm fused = residual_rms_norm(x32, add ? d32 : at::Tensor(), w32, 1e-5);
+        ASSERT_EQ(grad_fn_name(fused.normed).find("ResidualNormFunction") != std::string::npos, true)
+            << grad_fn_name(fused.normed);
+        ASSERT_EQ(fused.sum.grad_fn().get(), fused.normed.grad_fn().get()) << "one function gives both";
+        ResidualNorm exact;
+        with_aten([&] { exact = residual_rms_norm(x64, add ? d64 : at::Tensor(), w64, 1e-5); });
+        const double bound = (16.0 + static_cast<double>(n)) * kU * 15;  // dw sums 15 rows
+        // The inputs' roundings to fp32 and the sum's own.
+        EXPECT_LE(max_diff(fused.sum, exact.sum), 3 * kU * (max_abs(x) + max_abs(delta)));
+        EXPECT_LE(max_diff(fused.normed, exact.normed), bound * max_abs(exact.normed));
+        auto loss = [&](const ResidualNorm& r, at::ScalarType dt) {
+          if (reaches == 1) return (r.normed * g_norm.to(dt)).sum();
+          if (reaches == 2) return (r.sum * g_sum.to(dt)).sum();
+          return (r.sum * g_sum.to(dt)).sum() + (r.normed * g_norm.to(dt)).sum();
+        };
+        loss(fused, at::kFloat).backward();
+        loss(exact, at::kDouble).backward();
+        EXPECT_LE(max_diff(x32.grad(), x64.grad()), bound * max_abs(x64.grad()));
+        if (add) {
+          EXPECT_LE(max_diff(d32.grad(), d64.grad()), bound * max_abs(d64.grad()));
+        } else {
+          EXPECT_FALSE(d32.grad().defined());
+        }
+        if (reaches == 2) {
+          EXPECT_FALSE(w32.grad().defined() && max_abs(w32.grad()) > 0) << "the weight's gradient without the norm";
+        } else {
+          EXPECT_LE(max_diff(w32.grad(), w64.grad()), bound * max_abs(w64.grad()));
+        }
+      }
+    }
   }
 }
 

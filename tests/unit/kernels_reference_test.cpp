@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -53,8 +54,8 @@ TEST(KernelReference, RmsNormIsWithinFp32RoundingOfFloat64) {
       for (float& v : w) v = 1.0f + 0.1f * normal(rng);
       for (float& v : dy) v = normal(rng);
       std::vector<float> y(x.size()), inv(s.rows), dx(x.size()), dw(s.n);
-      rmsnorm_forward_reference(x.data(), w.data(), y.data(), inv.data(), s.rows, s.n, eps);
-      rmsnorm_backward_reference(x.data(), w.data(), inv.data(), dy.data(), dx.data(), dw.data(), s.rows, s.n);
+      rmsnorm_forward_reference(x.data(), nullptr, nullptr, w.data(), y.data(), inv.data(), s.rows, s.n, eps);
+      rmsnorm_backward_reference(x.data(), w.data(), inv.data(), dy.data(), nullptr, dx.data(), dw.data(), s.rows, s.n);
       const Exact e = rmsnorm_exact(x, w, dy, s.rows, s.n, eps);
       const double n = static_cast<double>(s.n), rows = static_cast<double>(s.rows);
       // The sum of squares carries γ_n; the square root halves it; a few more roundings follow.
@@ -69,6 +70,47 @@ TEST(KernelReference, RmsNormIsWithinFp32RoundingOfFloat64) {
       const double dw_bound = (rows + n / 2 + 16) * kU;
       for (int64_t i = 0; i < s.n; ++i)
         ASSERT_LE(std::abs(dw[i] - e.dw[i]), dw_bound * e.dw_scale[i] + 1e-30) << "dw " << i;
+    }
+  }
+}
+
+// The residual stream's forms: the norm of x + res is the plain norm of the sum rounded once, which
+// it writes out; the input gradient plus dres is the plain one with dres added before its rounding.
+// Both the same bits as the plain arithmetic on those inputs (held to float64 above), and each sum
+// within a rounding of float64's.
+TEST(KernelReference, RmsNormOfTheResidualSumIsThePlainNormWithOneMoreRounding) {
+  std::mt19937 rng(4);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const float eps = 1e-5f;
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(testing::Message() << s.rows << " x " << s.n);
+    const size_t count = static_cast<size_t>(s.rows * s.n);
+    std::vector<float> x(count), res(count), w(s.n), dy(count), dres(count);
+    for (float& v : x) v = normal(rng);
+    for (float& v : res) v = 3 * normal(rng);
+    for (float& v : w) v = 1.0f + 0.1f * normal(rng);
+    for (float& v : dy) v = normal(rng);
+    for (float& v : dres) v = normal(rng);
+    std::vector<float> sum(count), y(count), inv(s.rows), dx(count), dw(s.n);
+    rmsnorm_forward_reference(x.data(), res.data(), sum.data(), w.data(), y.data(), inv.data(), s.rows, s.n, eps);
+    rmsnorm_backward_reference(sum.data(), w.data(), inv.data(), dy.data(), dres.data(), dx.data(), dw.data(), s.rows,
+                               s.n);
+    std::vector<float> plain_y(count), plain_inv(s.rows), plain_dx(count), plain_dw(s.n);
+    for (size_t k = 0; k < count; ++k) {
+      const double exact = static_cast<double>(x[k]) + res[k];
+      ASSERT_LE(std::abs(sum[k] - exact), kU * std::abs(exact)) << "sum " << k;
+    }
+    rmsnorm_forward_reference(sum.data(), nullptr, nullptr, w.data(), plain_y.data(), plain_inv.data(), s.rows, s.n,
+                              eps);
+    rmsnorm_backward_reference(sum.data(), w.data(), plain_inv.data(), dy.data(), nullptr, plain_dx.data(),
+                               plain_dw.data(), s.rows, s.n);
+    EXPECT_EQ(std::memcmp(y.data(), plain_y.data(), count * 4), 0);
+    EXPECT_EQ(std::memcmp(inv.data(), plain_inv.data(), inv.size() * 4), 0);
+    EXPECT_EQ(std::memcmp(dw.data(), plain_dw.data(), dw.size() * 4), 0);
+    for (size_t k = 0; k < count; ++k) {
+      ASSERT_EQ(dx[k], plain_dx[k] + dres[k]) << "dx " << k;
+      const double exact = static_cast<double>(plain_dx[k]) + dres[k];
+      ASSERT_LE(std::abs(dx[k] - exact), kU * std::abs(exact)) << "dx " << k;
     }
   }
 }
