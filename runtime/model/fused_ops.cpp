@@ -55,7 +55,7 @@ struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
   }
 };
 
-// (sum, normed) of x + delta, or of x alone where `add` is false (delta then x again, unused: an
+// (sum, normed) of x + delta, or of x alone where `add` is false (delta then x detached, unused: an
 // autograd function's inputs are defined tensors); `sum` is then x itself, as autograd's view of it.
 struct ResidualNormFunction : public torch::autograd::Function<ResidualNormFunction> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& delta, const at::Tensor& w,
@@ -354,7 +354,8 @@ ResidualNorm residual_rms_norm(const at::Tensor& x, const at::Tensor& delta, con
   const bool shapes = w.dim() == 1 && w.size(0) == x.size(-1) && (!delta.defined() || delta.sizes() == x.sizes());
   if (g_fusions.rmsnorm && g_fusions.residual_norm && shapes &&
       (delta.defined() ? kernels_take({x, delta, w}) : kernels_take({x, w}))) {
-    const variable_list out = ResidualNormFunction::apply(x, delta.defined() ? delta : x, w, eps, delta.defined());
+    const variable_list out =
+        ResidualNormFunction::apply(x, delta.defined() ? delta : x.detach(), w, eps, delta.defined());
     return {out[0], out[1]};
   }
   const at::Tensor sum = delta.defined() ? x + delta : x;

@@ -16,6 +16,8 @@
 
 #include <cmath>
 #include <functional>
+#include <map>
+#include <set>
 #include <string>
 
 #include "runtime/model/fused_ops.h"
@@ -136,6 +138,66 @@ TEST_F(Fused, ResidualNormValuesAndGradientsWithinBoundsOfFloat64) {
       }
     }
   }
+}
+
+// Each (function, input) of `t`'s graph that two or more edges lead to: a gradient autograd sums
+// there with an addition of its own.
+int summed_gradients(const at::Tensor& t) {
+  std::map<std::pair<torch::autograd::Node*, uint32_t>, int> edges;
+  std::set<torch::autograd::Node*> seen;
+  std::vector<torch::autograd::Node*> stack{t.grad_fn().get()};
+  while (!stack.empty()) {
+    torch::autograd::Node* node = stack.back();
+    stack.pop_back();
+    if (node == nullptr || !seen.insert(node).second) continue;
+    for (const torch::autograd::Edge& e : node->next_edges()) {
+      if (!e.function) continue;
+      ++edges[{e.function.get(), e.input_nr}];
+      stack.push_back(e.function.get());
+    }
+  }
+  int summed = 0;
+  for (const auto& [target, count] : edges) summed += count > 1 ? 1 : 0;
+  return summed;
+}
+
+// A block whose weights lie as FSDP leaves them (q, k, v adjacent; gate and up adjacent): fused, no
+// gradient of its backward is the sum of two, the residual stream's included (each norm adds it in
+// its own kernel); spelled as ATen's operations, the residual stream's two junctions sum theirs.
+TEST_F(Fused, ABlocksBackwardSumsNoGradientWithAnAdditionOfItsOwn) {
+  const int64_t hidden = 16, heads = 4, kv_heads = 2, d = 4, inter = 24, b = 2, t = 5;
+  const at::Tensor flat = at::randn({(2 * heads + 2 * kv_heads) * d * hidden + 3 * inter * hidden}) * 0.3;
+  DecoderLayer layer;
+  int64_t offset = 0;
+  auto take = [&](Linear& l, int64_t rows, int64_t cols) {
+    l.weight = flat.narrow(0, offset, rows * cols).view({rows, cols}).requires_grad_(true);
+    offset += rows * cols;
+  };
+  take(layer.self_attn.q_proj, heads * d, hidden);
+  take(layer.self_attn.k_proj, kv_heads * d, hidden);
+  take(layer.self_attn.v_proj, kv_heads * d, hidden);
+  take(layer.self_attn.o_proj, hidden, heads * d);
+  take(layer.mlp.gate_proj, inter, hidden);
+  take(layer.mlp.up_proj, inter, hidden);
+  take(layer.mlp.down_proj, hidden, inter);
+  layer.self_attn.num_heads = heads;
+  layer.self_attn.num_kv_heads = kv_heads;
+  layer.self_attn.head_dim = d;
+  for (RMSNorm* norm : {&layer.input_layernorm, &layer.post_attention_layernorm})
+    *norm = {(1 + at::randn({hidden}) * 0.1).requires_grad_(true), 1e-6};
+  const at::Tensor angle = at::randn({b, t, d / 2}) * 5;
+  const at::Tensor a = at::cat({angle, angle}, -1);
+  const RopeTables rope{a.cos(), a.sin()};
+  auto summed = [&] {
+    const at::Tensor x = at::randn({b, t, hidden}).requires_grad_(true);
+    return summed_gradients(layer.forward(x, rope, AttentionMask{}));
+  };
+  EXPECT_EQ(summed(), 0);
+  with_aten([&] { EXPECT_GE(summed(), 2); });
+  Fusions no_residual = fusions();
+  no_residual.residual_norm = false;
+  set_fusions(no_residual);
+  EXPECT_EQ(summed(), 2) << "the residual stream's two junctions";
 }
 
 TEST_F(Fused, RotaryValuesAndGradientsWithinBoundsOfFloat64) {
