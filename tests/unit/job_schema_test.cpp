@@ -510,32 +510,34 @@ TEST(JobSchema, EveryKeyWithoutEffectIsNamed) {
   for (const NoEffectRule& rule : no_effect_rules()) EXPECT_TRUE(covered.count(rule.key)) << rule.key << " has no case";
 }
 
-TEST(JobSchema, NumFreezeLayersIsBoundByTheModel) {
-  const std::string text = std::string(kMinimal) + "\n[train]\nfreeze_layers = true\nnum_freeze_layers = 50\n";
-  const LoadedJob loaded = parse_ok(text);
-  Diagnostics diags;
-  check_against_model(loaded.job, ModelFacts{"tiny", 2}, loaded.sources, "job.toml", diags);
-  EXPECT_EQ(diags.to_string(),
-            "job.toml:10:21: error: train.num_freeze_layers: num_freeze_layers = 50 but the model has 2 blocks "
-            "(num_hidden_layers in tiny): at most 2\n");
-  Diagnostics fits;
-  check_against_model(parse_ok(kMinimal, {"train.freeze_layers=true", "train.num_freeze_layers=2"}).job,
-                      ModelFacts{"tiny", 2}, {}, "job.toml", fits);
-  EXPECT_TRUE(fits.all().empty()) << fits.to_string();
-}
-
-TEST(JobSchema, UncheckpointedBlocksAreBoundByTheModel) {
-  const std::string text = std::string(kMinimal) + "\n[fsdp]\nuncheckpointed_blocks = 3\n";
-  const LoadedJob loaded = parse_ok(text);
-  Diagnostics diags;
-  check_against_model(loaded.job, ModelFacts{"tiny", 2}, loaded.sources, "job.toml", diags);
-  EXPECT_EQ(diags.to_string(),
-            "job.toml:9:25: error: fsdp.uncheckpointed_blocks: uncheckpointed_blocks = 3 but the model has 2 blocks "
-            "(num_hidden_layers in tiny): at most 2 (all of them: the same as activation_checkpointing = false)\n");
-  for (const char* fitting : {"fsdp.uncheckpointed_blocks=2", "fsdp.uncheckpointed_blocks=0"}) {
-    Diagnostics fits;
-    check_against_model(parse_ok(kMinimal, {fitting}).job, ModelFacts{"tiny", 2}, {}, "job.toml", fits);
-    EXPECT_TRUE(fits.all().empty()) << fitting << ": " << fits.to_string();
+// Keys that count the model's blocks, against a model of 2: above it an error at the key's line,
+// naming config.json's key and the bound; at the bound and below, nothing.
+TEST(JobSchema, BlockCountsAreBoundByTheModel) {
+  struct Case {
+    const char* section;    // the lines appended to kMinimal
+    const char* error;      // the diagnostics above the bound
+    std::vector<std::vector<std::string>> fitting;  // overrides within it
+  };
+  const Case cases[] = {
+      {"\n[train]\nfreeze_layers = true\nnum_freeze_layers = 50\n",
+       "job.toml:10:21: error: train.num_freeze_layers: num_freeze_layers = 50 but the model has 2 blocks "
+       "(num_hidden_layers in tiny): at most 2\n",
+       {{"train.freeze_layers=true", "train.num_freeze_layers=2"}}},
+      {"\n[fsdp]\nuncheckpointed_blocks = 3\n",
+       "job.toml:9:25: error: fsdp.uncheckpointed_blocks: uncheckpointed_blocks = 3 but the model has 2 blocks "
+       "(num_hidden_layers in tiny): at most 2 (all of them: the same as activation_checkpointing = false)\n",
+       {{"fsdp.uncheckpointed_blocks=2"}, {"fsdp.uncheckpointed_blocks=0"}}},
+  };
+  for (const Case& c : cases) {
+    const LoadedJob loaded = parse_ok(std::string(kMinimal) + c.section);
+    Diagnostics diags;
+    check_against_model(loaded.job, ModelFacts{"tiny", 2}, loaded.sources, "job.toml", diags);
+    EXPECT_EQ(diags.to_string(), c.error);
+    for (const std::vector<std::string>& overrides : c.fitting) {
+      Diagnostics fits;
+      check_against_model(parse_ok(kMinimal, overrides).job, ModelFacts{"tiny", 2}, {}, "job.toml", fits);
+      EXPECT_TRUE(fits.all().empty()) << overrides.back() << ": " << fits.to_string();
+    }
   }
 }
 
