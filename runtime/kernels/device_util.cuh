@@ -41,9 +41,13 @@ __device__ inline void store_pack(T* p, const Pack<T>& pack) {
 }
 
 // A grid-stride loop's launch: kGridThreads threads a block, at most kMaxGridBlocks blocks; the
-// loop takes what one grid's threads do not.
+// loop takes what one grid's threads do not. The kernels' test on the CPU (tests/emu) makes the grid
+// smaller, so that the loops go round at sizes it can afford.
+#ifndef ST_KERNELS_MAX_GRID_BLOCKS
+#define ST_KERNELS_MAX_GRID_BLOCKS 65535
+#endif
 constexpr int kGridThreads = 256;
-constexpr int64_t kMaxGridBlocks = 65535;
+constexpr int64_t kMaxGridBlocks = ST_KERNELS_MAX_GRID_BLOCKS;
 inline unsigned grid_blocks(int64_t work) {
   return static_cast<unsigned>(std::min(kMaxGridBlocks, (work + kGridThreads - 1) / kGridThreads));
 }
