@@ -177,12 +177,31 @@ void check_data_sources(const Job& job, const FieldSources& sources, const std::
     if (!names.insert(s.name).second)
       diags.error(at(key_of(i, "name")), key_of(i, "name"),
                   fmt::format("two sources are named \"{}\": give each a name of its own", s.name));
+    if (pairs && s.data.train_on == TrainOn::kAll && sources.count(key_of(i, "train_on")) != 0)
+      diags.error(at(key_of(i, "train_on")), key_of(i, "train_on"),
+                  "DPO compares the log-probabilities of the two answers alone: train_on = \"all\" would add the "
+                  "prompt's; remove it");
     if ((s.data.format == DataFormat::kPreference) != pairs)
       diags.error(at(key_of(i, "format")), key_of(i, "format"),
                   fmt::format("source \"{}\" is format \"{}\" but [data] format is \"{}\": preference pairs do not mix "
                               "with other records",
                               s.name, enum_name(s.data.format), enum_name(job.data.format)));
   }
+}
+
+std::optional<std::string> no_effect_on_sources(const Job& job, const FieldSources& sources,
+                                                const NoEffectRule& rule) {
+  const std::string key = rule.key.substr(rule.key.find('.') + 1);
+  const bool per_source = std::find(source_keys().begin(), source_keys().end(), key) != source_keys().end();
+  std::optional<std::string> first;
+  for (size_t i = 0; i < job.data_sources.size(); ++i) {
+    const DataSource& s = job.data_sources[i];
+    if (per_source && sources.count(key_of(i, key)) != 0) continue;  // the source's own value
+    const std::optional<std::string> because = rule.because(as_job(job, s.data));
+    if (!because) return std::nullopt;
+    if (!first) first = fmt::format("no source it reaches reads it (source \"{}\": {})", s.name, *because);
+  }
+  return first;  // (where every source sets its own, as a resolved job's do: nothing said)
 }
 
 std::string data_sources_toml(const Job& job) {

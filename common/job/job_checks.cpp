@@ -8,6 +8,7 @@
 #include <system_error>
 #include <utility>
 
+#include "common/job/data_sources.h"
 #include "common/job/no_effect.h"
 #include "common/job/schema.h"
 #include "common/job/slurm_time.h"
@@ -31,6 +32,7 @@ class Checker {
   }
   // Whether the job file (or an override) gives `key` a value.
   bool is_set(const char* key) const { return sources_.count(key) != 0; }
+  const FieldSources& sources() const { return sources_; }
 
  private:
   SourcePos where(std::initializer_list<const char*> keys) const {
@@ -138,12 +140,13 @@ void check_no_effect(const Job& job, Checker& c) {
   resolve_defaults(defaults);
   for (const NoEffectRule& rule : no_effect_rules()) {
     if (!c.is_set(rule.key.c_str())) continue;
-    // With several sources, [data]'s per-file keys are their defaults: checked on each (data_sources.h).
-    if (!job.data_sources.empty() && rule.key.rfind("data.", 0) == 0) continue;
     const size_t dot = rule.key.find('.');
     const FieldSpec* field = find_field(rule.key.substr(0, dot), rule.key.substr(dot + 1));
     if (field->literal(job) == field->literal(defaults)) continue;
-    if (auto because = rule.because(job))
+    // With several sources, [data]'s values are the sources' defaults (a source's own is checked
+    // on the source: data_sources.h).
+    const bool on_sources = !job.data_sources.empty() && rule.key.rfind("data.", 0) == 0;
+    if (auto because = on_sources ? no_effect_on_sources(job, c.sources(), rule) : rule.because(job))
       c.warning({rule.key.c_str()}, fmt::format("{} = {} has no effect: {}", field->key, field->literal(job), *because));
   }
 }

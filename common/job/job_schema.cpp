@@ -410,7 +410,9 @@ std::vector<SectionSpec> build_schema() {
             "[data] format = \"preference\", as the [dpo] section sets it (docs/dpo.md).");
     s.field("batch_size_training", &TrainSection::batch_size_training, "Micro-batch size per rank.")
         .in_range(1, 1 << 20);
-    s.field("val_batch_size", &TrainSection::val_batch_size, "Validation batch size per rank.")
+    s.field("val_batch_size", &TrainSection::val_batch_size,
+            "Validation batch size per rank; with [dpo] reference = \"precomputed\", also the pairs per rank of "
+            "the reference pass.")
         .in_range(1, 1 << 20);
     s.field("context_length", &TrainSection::context_length, "Tokens per sequence.").in_range(2, 1 << 24);
     s.field("batching_strategy", &TrainSection::batching_strategy,
@@ -558,7 +560,8 @@ std::vector<SectionSpec> build_schema() {
             "Build the model without weights and stream each rank only its shards, so no process holds "
             "the whole model. Also on by itself for models of low_cpu_fsdp_min_params or more.");
     s.field("low_cpu_fsdp_min_params", &FsdpSection::low_cpu_fsdp_min_params,
-            "Models with at least this many parameters are loaded as with low_cpu_fsdp; 0: only when asked.")
+            "Models with at least this many parameters are loaded as with low_cpu_fsdp; 0: only when asked (or "
+            "when QLoRA's base folder is stored in 4 bits, which loads only streamed).")
         .at_least(0);
     s.field("load_readers", &FsdpSection::load_readers,
             "Who reads the weight files when streaming: one rank per node (node) or world rank 0 only (rank0). "

@@ -102,9 +102,10 @@ std::vector<NoEffectRule> build_rules() {
                        enum_name(j.data.format));
   });
   for (const char* key : {"data.train_on"})
-    add(key, "a format other than `chat`", [](const Job& j) -> Because {
+    add(key, "a format other than `chat` or `preference`", [](const Job& j) -> Because {
       if (j.data.format == DataFormat::kChat || j.data.format == DataFormat::kPreference) return std::nullopt;
-      return fmt::format("format is \"{}\" (only \"chat\" renders conversations)", enum_name(j.data.format));
+      return fmt::format("format is \"{}\" (only \"chat\" and \"preference\" render conversations)",
+                         enum_name(j.data.format));
     });
   add("data.long_examples", "synthetic data, or `batching_strategy = \"padding\"`", [](const Job& j) -> Because {
     if (auto b = if_synthetic(j)) return b;
@@ -126,8 +127,13 @@ std::vector<NoEffectRule> build_rules() {
       [](const Job& j) { return when(!j.train.freeze_layers, "freeze_layers is false"); });
   add("train.freeze_layers", "`num_freeze_layers = 0`",
       [](const Job& j) { return when(j.train.num_freeze_layers == 0, "num_freeze_layers is 0: no block is frozen"); });
-  for (const char* key : {"train.val_batch_size", "train.max_eval_step"})
-    add(key, "`run_validation = false`", [](const Job& j) { return when(!j.train.run_validation, "run_validation is false"); });
+  add("train.max_eval_step", "`run_validation = false`",
+      [](const Job& j) { return when(!j.train.run_validation, "run_validation is false"); });
+  add("train.val_batch_size", "`run_validation = false`, unless DPO's reference is precomputed", [](const Job& j) {
+    const bool precomputed = j.train.objective == Objective::kDpo && dpo_reference(j) == DpoReference::kPrecomputed;
+    return when(!j.train.run_validation && !precomputed,
+                "run_validation is false (nor is DPO's reference precomputed, whose pass it also sizes)");
+  });
   add("train.max_nonfinite_skips", "`on_nonfinite = \"stop\"`", [](const Job& j) {
     return when(j.train.on_nonfinite == OnNonFinite::kStop,
                 "on_nonfinite is \"stop\" (the first non-finite step ends the run)");
@@ -154,10 +160,12 @@ std::vector<NoEffectRule> build_rules() {
       });
   for (const char* key : {"fsdp.low_cpu_fsdp", "fsdp.low_cpu_fsdp_min_params"})
     add(key, "a preset or `init = \"random\"`", if_weights_made_in_place);
+  // (QLoRA's base folder stored in 4 bits streams whatever these say: whether it is, the folder tells.)
   add("fsdp.load_readers", "a preset, `init = \"random\"`, or weights that are not streamed", [](const Job& j) -> Because {
     if (auto b = if_weights_made_in_place(j)) return b;
-    return when(!j.fsdp.low_cpu_fsdp && j.fsdp.low_cpu_fsdp_min_params == 0,
-                "the weights are not streamed (low_cpu_fsdp is false and low_cpu_fsdp_min_params is 0)");
+    return when(!j.fsdp.low_cpu_fsdp && j.fsdp.low_cpu_fsdp_min_params == 0 && j.peft.method != PeftMethod::kQlora,
+                "the weights are not streamed (low_cpu_fsdp is false, low_cpu_fsdp_min_params is 0, and the "
+                "method is not QLoRA)");
   });
   // [checkpoint]
   add("checkpoint.on_data_change", "`resume = \"none\"`", [](const Job& j) {

@@ -113,5 +113,60 @@ TEST(DataSources, BadEntriesAreRefusedBySourceAndKey) {
             std::string::npos);
 }
 
+// [data]'s own value reaches the sources that do not set theirs (and a key that is the job's, every
+// source): where none of those reads it, it has no effect, as it would without sources.
+TEST(DataSources, ADataValueNoSourceItReachesReadsHasNoEffect) {
+  // What validation says of a job it accepts.
+  auto said = [](const std::string& rest) {
+    const LoadedJob loaded = parse_job(std::string(kJob) + rest, "job.toml", {});
+    EXPECT_FALSE(loaded.diagnostics.has_errors()) << loaded.diagnostics.to_string();
+    return loaded.diagnostics.to_string();
+  };
+  const std::string alpaca = "\n[[data.sources]]\ntrain_file = \"a.json\"\n";
+  const std::string jsonl = "\n[[data.sources]]\nformat = \"jsonl\"\ntrain_file = \"b.jsonl\"\n";
+  const std::string unread = said("prompt_field = \"q\"\n" + alpaca);
+  EXPECT_NE(unread.find("prompt_field = \"q\" has no effect: no source it reaches reads it (source \"a\": format is "
+                        "\"alpaca\""),
+            std::string::npos)
+      << unread;
+  // A jsonl source takes it; one that sets its own does not.
+  EXPECT_EQ(said("prompt_field = \"q\"\n" + alpaca + jsonl).find("has no effect"), std::string::npos);
+  const std::string own = said("prompt_field = \"q\"\n" + alpaca + jsonl + "prompt_field = \"p\"\n");
+  EXPECT_NE(own.find("prompt_field = \"q\" has no effect"), std::string::npos) << own;
+  // long_examples is the job's: every source takes it, and padding cuts every source's examples.
+  const std::string padded = said("long_examples = \"truncate\"\n[train]\nbatching_strategy = \"padding\"\n" + alpaca);
+  EXPECT_NE(padded.find("long_examples = \"truncate\" has no effect"), std::string::npos) << padded;
+  EXPECT_EQ(said("long_examples = \"truncate\"\n" + alpaca).find("has no effect"), std::string::npos);
+}
+
+// A preference source, like [data], trains the answers alone: train_on = "all" would put the
+// prompt's tokens in DPO's log-probabilities.
+TEST(DataSources, APreferenceSourceMayNotTrainOnThePrompt) {
+  const std::string dpo = R"([job]
+name = "t"
+[model]
+preset = "tiny"
+init = "random"
+[train]
+objective = "dpo"
+batching_strategy = "padding"
+[data]
+tokenizer = "tok.json"
+[[data.sources]]
+format = "preference"
+train_file = "a.jsonl"
+[[data.sources]]
+format = "preference"
+train_file = "b.jsonl"
+)";
+  const LoadedJob fine = parse_job(dpo, "job.toml", {});
+  ASSERT_FALSE(fine.diagnostics.has_errors()) << fine.diagnostics.to_string();
+  const LoadedJob all = parse_job(dpo + "train_on = \"all\"\n", "job.toml", {});
+  const std::string e = all.diagnostics.to_string();
+  EXPECT_NE(e.find("data.sources[2].train_on"), std::string::npos) << e;
+  EXPECT_NE(e.find("DPO compares the log-probabilities of the two answers alone"), std::string::npos) << e;
+  EXPECT_EQ(e.find("data.sources[1]"), std::string::npos) << e;
+}
+
 }  // namespace
 }  // namespace shardtune::job
