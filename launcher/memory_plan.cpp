@@ -384,10 +384,7 @@ MemoryPlan plan_memory(const job::Job& job, const model::LlamaConfig& config) {
 
   // Loading: a streamed load holds a unit at a time; otherwise every rank builds the whole model
   // in fp32 and keeps its shards of it.
-  const bool streamed = !job.model.path.empty() && job.model.init == job::ModelInit::kPretrained &&
-                        (job.fsdp.low_cpu_fsdp ||
-                         (job.fsdp.low_cpu_fsdp_min_params > 0 &&
-                          plan.parameters >= static_cast<double>(job.fsdp.low_cpu_fsdp_min_params)));
+  const bool streamed = model::streams_weights(job, config);
   const double shards_held = qlora ? plain_base / shards * frozen + nf4_bytes / shards + adapters / shards * master
                                    : plan.parameters / shards * master;
   if (streamed && qlora) {

@@ -7,7 +7,6 @@
 #include "common/job/job_checks.h"
 #include "common/job/schema.h"
 
-#include "checkpoint/hf/bnb_nf4.h"
 #include "checkpoint/hf/hf_model_io.h"
 #include "checkpoint/hf/peft_adapter.h"
 #include "runtime/model/init.h"
@@ -23,14 +22,6 @@ bool job_fits_model(const job::Job& job, const model::LlamaConfig& config, bool 
   if (!diags.has_errors()) return true;
   if (reports) fmt::print(stderr, "{}", diags.to_string());
   return false;
-}
-
-bool streams_weights(const job::Job& job, const model::LlamaConfig& config) {
-  if (job.model.path.empty() || job.model.init != job::ModelInit::kPretrained) return false;
-  const int64_t threshold = job.fsdp.low_cpu_fsdp_min_params;
-  // A folder stored in 4 bits (bitsandbytes) loads only by streaming: each rank reads its records.
-  return job.fsdp.low_cpu_fsdp || (threshold > 0 && config.num_parameters() >= threshold) ||
-         (job.peft.method == job::PeftMethod::kQlora && checkpoint::is_bnb_4bit(checkpoint::HfFolder::open(job.model.path)));
 }
 
 std::unique_ptr<model::LlamaForCausalLM> build_model(const job::Job& job, const model::LlamaConfig& config,

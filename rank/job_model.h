@@ -22,10 +22,6 @@ namespace shardtune::rank_program {
 // does not fit the model.
 bool job_fits_model(const job::Job& job, const model::LlamaConfig& config, bool reports);
 
-// Whether weights are streamed into shards (low_cpu_fsdp, or a model of low_cpu_fsdp_min_params
-// or more) instead of every rank loading the whole model.
-bool streams_weights(const job::Job& job, const model::LlamaConfig& config);
-
 // The whole model with values, on every rank (not streamed).
 // `digest`, when given, hears every weight byte read.
 std::unique_ptr<model::LlamaForCausalLM> build_model(const job::Job& job, const model::LlamaConfig& config,

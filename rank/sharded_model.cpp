@@ -16,6 +16,7 @@
 #include "checkpoint/hf/hf_tensor_source.h"
 #include "checkpoint/hf/weights_digest.h"
 #include "rank/job_model.h"
+#include "runtime/model/job_model_config.h"
 #include "runtime/fsdp/shard_loader.h"
 
 namespace shardtune::rank_program {
@@ -82,7 +83,7 @@ ShardedModel build(const job::Job& job, const model::LlamaConfig& config, const 
                    dist::ProcessGroups& groups, const at::Device& device, bool read_base, bool frozen_copy) {
   const bool lora = job.peft.adapters();
   // Not reading the base: built without weights as a streamed model is, then left unloaded.
-  const bool stream = streams_weights(job, config) || !read_base;
+  const bool stream = model::streams_weights(job, config) || !read_base;
   // The base's identity: each rank that reads weights hashes what it reads (world rank 0 alone,
   // when every rank builds the whole model), and world rank 0 merges the digests.
   const bool identify = !frozen_copy && lora && job.model.init == job::ModelInit::kPretrained && !job.model.path.empty();

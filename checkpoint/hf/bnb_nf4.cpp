@@ -10,6 +10,7 @@
 #include <set>
 
 #include "common/error.h"
+#include "runtime/model/llama_config.h"
 
 namespace shardtune::checkpoint {
 namespace {
@@ -128,12 +129,7 @@ BnbNf4Weight read_weight(const Folder& f, const std::string& state_name) {
 
 }  // namespace
 
-bool is_bnb_4bit(const HfFolder& folder) {
-  const json& config = folder.config();
-  if (!config.is_object() || !config.contains("quantization_config")) return false;
-  const json& q = config.at("quantization_config");
-  return q.is_object() && q.value("quant_method", "") == "bitsandbytes" && q.value("load_in_4bit", false);
-}
+bool is_bnb_4bit(const HfFolder& folder) { return model::is_bnb_4bit_config(folder.config()); }
 
 std::map<std::string, BnbNf4Weight> read_bnb_nf4_weights(const HfFolder& folder) {
   std::map<std::string, BnbNf4Weight> out;

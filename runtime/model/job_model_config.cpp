@@ -20,4 +20,11 @@ LlamaConfig job_model_config(const job::Job& job, const std::string& tokenizer_j
   return c;
 }
 
+bool streams_weights(const job::Job& job, const LlamaConfig& config) {
+  if (job.model.path.empty() || job.model.init != job::ModelInit::kPretrained) return false;
+  const int64_t threshold = job.fsdp.low_cpu_fsdp_min_params;
+  return job.fsdp.low_cpu_fsdp || (threshold > 0 && config.num_parameters() >= threshold) ||
+         (job.peft.method == job::PeftMethod::kQlora && config.bnb_4bit);
+}
+
 }  // namespace shardtune::model

@@ -15,4 +15,9 @@ namespace shardtune::model {
 // there (a job validated away from where it runs; the ranks refuse it when they read the data).
 LlamaConfig job_model_config(const job::Job& job, const std::string& tokenizer_json);
 
+// Whether the ranks stream the weights into their shards instead of each loading the whole model:
+// low_cpu_fsdp, a model of low_cpu_fsdp_min_params or more, or QLoRA's base stored in 4 bits
+// (bitsandbytes), which loads only so. The ranks and the planner decide alike.
+bool streams_weights(const job::Job& job, const LlamaConfig& config);
+
 }  // namespace shardtune::model

@@ -155,7 +155,15 @@ LlamaConfig LlamaConfig::from_json(const json& j, const std::string& source) {
              it->begin().key());
     read_rope(*it, source, "rope_parameters", c);
   }
+  c.bnb_4bit = is_bnb_4bit_config(j);
   return c;
+}
+
+bool is_bnb_4bit_config(const json& config) {
+  if (!config.is_object()) return false;
+  auto it = config.find("quantization_config");
+  return it != config.end() && it->is_object() && it->value("quant_method", "") == "bitsandbytes" &&
+         it->value("load_in_4bit", false);
 }
 
 LlamaConfig LlamaConfig::from_file(const std::string& path) {

@@ -37,6 +37,9 @@ struct LlamaConfig {
   std::string torch_dtype = "float32";
   int64_t bos_token_id = 1;
   std::vector<int64_t> eos_token_ids = {2};
+  // The folder stores its weights in bitsandbytes' 4 bits (quantization_config: quant_method
+  // "bitsandbytes", load_in_4bit): a property of the folder, not of the shape, and not written back.
+  bool bnb_4bit = false;
 
   // Reads a parsed config.json; `source` names it in errors ("folder/config.json"). Unknown keys
   // are ignored as transformers ignores them; a wrong value is an error naming the key.
@@ -55,6 +58,9 @@ struct LlamaConfig {
   // Parameters of the model, counted from the shapes.
   int64_t num_parameters() const;
 };
+
+// config.json's quantization_config says bitsandbytes' 4 bits (LlamaConfig::bnb_4bit).
+bool is_bnb_4bit_config(const nlohmann::json& config);
 
 // Tensors some Hugging Face Llama folders store that are not weights, which transformers does not
 // load either: the RoPE frequencies older conversions saved per block

@@ -218,6 +218,29 @@ grep -q "QLoRA (the base's projections in 4-bit NF4.*(--set peft.method=qlora)" 
   --set slurm.nodes=1 --set slurm.gpus_per_node=4 --gpu-memory 24GiB >"$tmp/qlora70b.txt" 2>&1
 grep -q "^fits: " "$tmp/qlora70b.txt" || fail "the suggested QLoRA does not fit: $(tail -3 "$tmp/qlora70b.txt")"
 
+# A base folder stored in 4 bits (bitsandbytes) loads only streamed, whatever low_cpu_fsdp says: the
+# plan of its loading is low_cpu_fsdp's, not every rank holding the whole model in fp32.
+$py - tests/fixtures/hf_configs/llama-2-70b.json "$tmp/bnb70b.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["quantization_config"] = {"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4"}
+json.dump(c, open(sys.argv[2], "w"))
+PY
+for variant in plain:llama-2-70b.json:false bnb:bnb70b.json:false streamed:llama-2-70b.json:true; do
+  IFS=: read -r name file stream <<<"$variant"
+  dir=tests/fixtures/hf_configs; [ "$name" = bnb ] && dir=$tmp
+  "$st" plan configs/llama3-70b-qlora.toml --model-config "$dir/$file" --set fsdp.low_cpu_fsdp=$stream \
+    --set fsdp.low_cpu_fsdp_min_params=0 --set slurm.nodes=1 --set slurm.gpus_per_node=4 --json >"$tmp/load-$name.json" ||
+    fail "the $name QLoRA plan failed"
+done
+$py - "$tmp"/load-{plain,bnb,streamed}.json <<'PY' || fail "a 4-bit base folder is not planned as streamed"
+import json, sys
+plain, bnb, streamed = (json.load(open(f))["loading_bytes"] for f in sys.argv[1:])
+print(f"70B QLoRA loading per rank: whole model {plain / 2**30:.1f} GiB, 4-bit folder {bnb / 2**30:.1f} GiB, "
+      f"streamed {streamed / 2**30:.1f} GiB")
+assert bnb == streamed and plain > 8 * streamed
+PY
+
 # The plan against a real run, for the largest rank: a 0.1B model (hidden 1024, 4 blocks,
 # vocabulary 32000) with LoRA r = 16 on every projection, 2 ranks of 2 x 256 tokens, whose
 # tensors, not the runtime, make up most of a rank's memory. On glibc's malloc this rank's heap
