@@ -20,6 +20,20 @@ void check_same(const at::Tensor& a, const at::Tensor& b, const char* what) {
            common::ErrorKind::kInternal, "{}: the kernels take contiguous tensors of one dtype on one device", what);
 }
 
+// check_same, and of one shape.
+void check_like(const at::Tensor& a, const at::Tensor& b, const char* what) {
+  check_same(a, b, what);
+  ST_CHECK(a.sizes() == b.sizes(), common::ErrorKind::kInternal, "{}: tensors of one shape", what);
+}
+
+// RMSNorm's (rows, n) rows: the weight one row of n, the inverse RMS (from the forward) one fp32 a row.
+void check_norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& inv) {
+  check_same(x, w, "rmsnorm");
+  ST_CHECK(x.dim() == 2 && w.numel() == x.size(1) && (!inv.defined() || (inv.scalar_type() == at::kFloat &&
+                                                                          inv.is_contiguous() && inv.numel() == x.size(0))),
+           common::ErrorKind::kInternal, "rmsnorm: (rows, n) rows, a weight of n and an fp32 inverse RMS a row");
+}
+
 const float* f32(const at::Tensor& t) { return t.data_ptr<float>(); }
 float* f32_out(at::Tensor& t) { return t.data_ptr<float>(); }
 
@@ -33,8 +47,8 @@ bool supported(const at::Tensor& x) {
 }
 
 RmsNormForward rmsnorm_forward(const at::Tensor& x, const at::Tensor& w, double eps, const at::Tensor& residual) {
-  check_same(x, w, "rmsnorm");
-  if (residual.defined()) check_same(x, residual, "rmsnorm's residual");
+  check_norm(x, w, at::Tensor());
+  if (residual.defined()) check_like(x, residual, "rmsnorm's residual");
   if (x.is_cuda()) return cuda::rmsnorm_forward(x, w, eps, residual);
   const int64_t rows = x.size(0), n = x.size(1);
   RmsNormForward out{at::empty_like(x), at::empty({rows}, x.options().dtype(at::kFloat)), at::Tensor()};
@@ -47,8 +61,9 @@ RmsNormForward rmsnorm_forward(const at::Tensor& x, const at::Tensor& w, double 
 
 RmsNormBackward rmsnorm_backward(const at::Tensor& x, const at::Tensor& w, const at::Tensor& inv, const at::Tensor& dy,
                                  const at::Tensor& dres) {
-  check_same(x, dy, "rmsnorm backward");
-  if (dres.defined()) check_same(x, dres, "rmsnorm backward's residual gradient");
+  check_norm(x, w, inv);
+  check_like(x, dy, "rmsnorm backward");
+  if (dres.defined()) check_like(x, dres, "rmsnorm backward's residual gradient");
   if (x.is_cuda()) return cuda::rmsnorm_backward(x, w, inv, dy, dres);
   const int64_t rows = x.size(0), n = x.size(1);
   RmsNormBackward out{at::empty_like(x), at::empty({n}, x.options().dtype(at::kFloat))};
@@ -65,6 +80,7 @@ at::Tensor rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& si
 
 void rope_into(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& out, bool backward) {
   check_same(cos, sin, "rope");
+  ST_CHECK(cos.sizes() == sin.sizes(), common::ErrorKind::kInternal, "rope: cos and sin tables of one shape");
   auto rows_of_heads = [&](const at::Tensor& t) {
     return t.dim() == 3 && t.sizes() == x.sizes() && t.stride(2) == 1 && t.stride(1) == t.size(2) &&
            t.stride(0) >= t.size(1) * t.size(2) && t.scalar_type() == cos.scalar_type() && t.device() == cos.device();
@@ -77,7 +93,7 @@ void rope_into(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin
 }
 
 at::Tensor swiglu_forward(const at::Tensor& g, const at::Tensor& u) {
-  check_same(g, u, "swiglu");
+  check_like(g, u, "swiglu");
   if (g.is_cuda()) return cuda::swiglu_forward(g, u);
   at::Tensor h = at::empty_like(g);
   kernels::swiglu_forward_reference(kernels::SwigluLayout::contiguous(g.numel()), f32(g), f32(u), f32_out(h));
@@ -85,8 +101,8 @@ at::Tensor swiglu_forward(const at::Tensor& g, const at::Tensor& u) {
 }
 
 SwigluBackward swiglu_backward(const at::Tensor& g, const at::Tensor& u, const at::Tensor& dh) {
-  check_same(g, u, "swiglu backward");
-  check_same(g, dh, "swiglu backward");
+  check_like(g, u, "swiglu backward");
+  check_like(g, dh, "swiglu backward");
   if (g.is_cuda()) return cuda::swiglu_backward(g, u, dh);
   SwigluBackward out{at::empty_like(g), at::empty_like(u)};
   kernels::swiglu_backward_reference(kernels::SwigluLayout::contiguous(g.numel()), f32(g), f32(u), f32(dh),
