@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 #include <utility>
 #include <vector>
 
@@ -179,9 +180,11 @@ void run_block() {
   Lane* lanes = s.lanes.data();
   start(lanes[0], 0);
   resume(lanes[0]);
+  // The other threads from the last: a thread that reads what a lower one writes without a barrier
+  // between them reads it unwritten.
   if (lanes[0].wait == Wait::kDone) {
     // No barrier nor shuffle in thread 0's path: the others run one after another.
-    for (unsigned i = 1; i < threads; ++i) {
+    for (unsigned i = threads - 1; i >= 1; --i) {
       s.direct_tid = {i % b.x, i / b.x % b.y, i / (b.x * b.y)};
       s.body(s.arg);
     }
@@ -189,7 +192,7 @@ void run_block() {
   }
   for (unsigned i = 1; i < threads; ++i) start(lanes[i], i);  // thread 0 waits where it stopped
   do {
-    for (unsigned i = 0; i < threads; ++i)
+    for (unsigned i = threads; i-- > 0;)
       if (lanes[i].wait == Wait::kRun) resume(lanes[i]);
   } while (release(lanes, threads));
 }
@@ -247,12 +250,17 @@ void run(const dim3& grid, const dim3& block, void (*body)(void*), void* arg, co
   s.where = where;
   const unsigned threads = block.x * block.y * block.z;
   for (auto& b : s.exchange) b.assign(threads, 0.0f);
-  for (unsigned z = 0; z < grid.z; ++z)
-    for (unsigned y = 0; y < grid.y; ++y)
-      for (unsigned x = 0; x < grid.x; ++x) {
-        s.block = {x, y, z};
-        run_block();
-      }
+  // CUDA runs blocks in no order it promises: here block (a * i + 1) mod count i-th, a coprime to
+  // the count, so that a block that reads what another writes finds it unwritten or overwritten.
+  const uint64_t count = uint64_t{grid.x} * grid.y * grid.z;
+  uint64_t a = 40503;
+  while (std::gcd(a, count) != 1) ++a;
+  for (uint64_t i = 0; i < count; ++i) {
+    const uint64_t k = static_cast<uint64_t>((static_cast<unsigned __int128>(a) * i + 1) % count);
+    s.block = {static_cast<unsigned>(k % grid.x), static_cast<unsigned>(k / grid.x % grid.y),
+               static_cast<unsigned>(k / (uint64_t{grid.x} * grid.y))};
+    run_block();
+  }
 }
 
 }  // namespace cuda_emu

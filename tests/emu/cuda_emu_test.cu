@@ -27,6 +27,41 @@ TEST(CudaEmu, EveryThreadOfAGridRunsOnceWithItsIndices) {
   for (size_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i], 1u) << "thread " << i;
 }
 
+// The order the blocks run in (no atomics needed: the emulation runs one thread at a time).
+__global__ void record_block_order(uint32_t* order, uint32_t* next) {
+  if (threadIdx.x == 0) order[blockIdx.x + gridDim.x * blockIdx.y] = (*next)++;
+}
+
+// Each thread marks itself, then reads the mark of the thread before it, with no barrier between.
+__global__ void read_the_previous_mark(uint32_t* marks, uint32_t* seen) {
+  marks[threadIdx.x] = 1;
+  seen[threadIdx.x] = threadIdx.x > 0 ? marks[threadIdx.x - 1] : 1;
+}
+
+// CUDA promises no order of blocks, nor of a block's threads between barriers: the emulation runs
+// them in orders that expose a kernel relying on one.
+TEST(CudaEmu, BlocksAndThreadsRunInNoOrderAKernelMayRelyOn) {
+  for (const dim3 grid : {dim3(2), dim3(7, 3), dim3(64), dim3(40503, 1)}) {
+    const uint32_t count = grid.x * grid.y;
+    std::vector<uint32_t> order(count, ~0u);
+    uint32_t next = 0;
+    record_block_order<<<grid, 32>>>(order.data(), &next);
+    std::vector<bool> ran(count, false);
+    bool ascending = true;
+    for (uint32_t b = 0; b < count; ++b) {
+      ASSERT_LT(order[b], count) << "block " << b;
+      EXPECT_FALSE(ran[order[b]]) << "two blocks ran " << order[b] << "-th";
+      ran[order[b]] = true;
+      ascending = ascending && order[b] == b;
+    }
+    EXPECT_FALSE(ascending) << grid.x << " x " << grid.y << " blocks ran in order";
+  }
+  std::vector<uint32_t> marks(kThreads, 0), seen(kThreads, 0);
+  read_the_previous_mark<<<1, kThreads>>>(marks.data(), seen.data());
+  // (Thread 0 runs first: it tells whether the block needs fibers.)
+  for (int t = 2; t < kThreads; ++t) EXPECT_EQ(seen[t], 0u) << "thread " << t << " saw its predecessor's mark";
+}
+
 // Each lane's value after a butterfly of shuffles: the sum over its warp, the same in every lane.
 __global__ void warp_sums(const float* in, float* out) {
   float v = in[blockIdx.x * blockDim.x + threadIdx.x];
