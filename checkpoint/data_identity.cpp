@@ -31,7 +31,10 @@ std::vector<std::string> differing(const std::map<std::string, std::string>& sav
 
 std::vector<std::string> data_changes(const data::DataIdentity& saved, const data::DataIdentity& now) {
   if (saved.empty()) return {};
-  std::vector<std::string> out = differing(saved.decides, now.decides, "");
+  // A key recorded later than the checkpoint was written: it cannot tell, and resumes as before.
+  std::map<std::string, std::string> compared = now.decides;
+  if (saved.decides.count(std::string(data::kSourceOrderKey)) == 0) compared.erase(std::string(data::kSourceOrderKey));
+  std::vector<std::string> out = differing(saved.decides, compared, "");
   if (out.empty()) return out;
   if (value_or_none(saved.decides, "training tokens") != value_or_none(now.decides, "training tokens"))
     for (std::string& line : differing(saved.made_from, now.made_from, "the token file's "))

@@ -5,6 +5,7 @@
 
 #include <map>
 #include <string>
+#include <string_view>
 
 namespace shardtune::data {
 
@@ -17,5 +18,9 @@ struct DataIdentity {
   std::map<std::string, std::string> made_from;
   bool empty() const { return decides.empty(); }
 };
+
+// The names of several sources in the job file's order, in `decides`: each source's order is seeded
+// by its place. A checkpoint written before it was recorded resumes as before (data_changes).
+inline constexpr std::string_view kSourceOrderKey = "source order";
 
 }  // namespace shardtune::data

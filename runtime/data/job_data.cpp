@@ -200,6 +200,13 @@ JobData mix_sources(const job::Job& job, const ModelTokens& model, const Tokeniz
       val_parts.push_back(std::move(part.val));
     }
   }
+  // Each source's order is seeded by its place in the job file, and the mix's ties go to the first:
+  // sources swapped would train some samples twice and others never.
+  if (job.data_sources.size() > 1) {
+    std::vector<std::string> names;
+    for (const job::DataSource& source : job.data_sources) names.push_back(source.name);
+    out.identity.decides[std::string(kSourceOrderKey)] = fmt::format("{}", fmt::join(names, ", "));
+  }
   out.train = std::make_unique<ConcatDataset>(std::move(train_parts));
   if (!val_parts.empty()) out.val = std::make_unique<ConcatDataset>(std::move(val_parts));
   out.mixture = Mixture(std::move(sources), job.data.samples_per_epoch);

@@ -349,6 +349,13 @@ TEST(Manifest, DataIdentityReadsBackAndItsChangesAreNamed) {
   now.made_from["data"] = "/elsewhere/a.json size=10";
   EXPECT_TRUE(data_changes(m.data, now).empty());
   EXPECT_TRUE(data_changes(data::DataIdentity{}, now).empty());  // a checkpoint from before identities
+  // The sources' order, recorded since some checkpoint: one without it cannot tell.
+  now.decides["source order"] = "b, a";
+  EXPECT_TRUE(data_changes(m.data, now).empty());
+  data::DataIdentity ordered = m.data;
+  ordered.decides["source order"] = "a, b";
+  EXPECT_EQ(data_changes(ordered, now), std::vector<std::string>{"source order: a, b in the checkpoint, b, a now"});
+  now.decides.erase("source order");
   now.decides["train.seed"] = "7";
   EXPECT_EQ(data_changes(m.data, now), std::vector<std::string>{"train.seed: 42 in the checkpoint, 7 now"});
   now.decides["training tokens"] = "9 examples, 90 tokens, checksum 0a0a";

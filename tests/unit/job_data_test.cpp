@@ -197,6 +197,28 @@ TEST_F(JobDataTest, TheDatasetsAndTheirIdentityFollowTheJob) {
             data.identity.decides.at("training tokens"));
 }
 
+// Each source's order is seeded by its place in the job file: the identity records the places, so
+// that a resume with the sources swapped is refused instead of training samples twice and never.
+TEST_F(JobDataTest, TheIdentityOfSeveralSourcesRecordsTheirOrder) {
+  job::DataSource a, b;
+  a.name = "a", a.data = job_.data;
+  b.name = "b", b.data = job_.data;
+  b.data.train_file = write_records("b.jsonl", 30, "x");
+  job_.data_sources = {a, b};
+  const JobData ab = load_job_data(job_, kModel, kTokenizer, single_rank());
+  EXPECT_EQ(ab.identity.decides.at("source order"), "a, b");
+  job_.data_sources = {b, a};
+  const JobData ba = load_job_data(job_, kModel, kTokenizer, single_rank());
+  EXPECT_EQ(ba.identity.decides.at("source order"), "b, a");
+  // Every other entry is the same: the order alone tells the two apart.
+  std::map<std::string, std::string> rest = ba.identity.decides;
+  rest["source order"] = "a, b";
+  EXPECT_EQ(rest, ab.identity.decides);
+  // One source trains as [data] alone, whose identity has no order.
+  job_.data_sources = {a};
+  EXPECT_EQ(load_job_data(job_, kModel, kTokenizer, single_rank()).identity.decides.count("source order"), 0u);
+}
+
 TEST_F(JobDataTest, TooFewSamplesForOneGlobalBatchAreRefusedNamingTheFileAndTheBatch) {
   const ModelTokens model = kModel;
   DataContext many = single_rank();
