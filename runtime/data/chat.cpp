@@ -76,10 +76,13 @@ void add(std::vector<ChatPiece>& out, std::string text, bool special, bool learn
   if (!text.empty()) out.push_back({std::move(text), special, learned});
 }
 
+// The conversation's first BOS is never learned, as no other format's BOS is, even with train_on =
+// "all": packed after another example, it would teach that an example's end is followed by BOS.
+
 // Llama 3: a header per turn, its content trimmed, <|eot_id|>.
 void render_llama3(const std::vector<Turn>& turns, const ChatOptions& o, std::vector<ChatPiece>& out) {
   const bool all = o.train_on_all;
-  add(out, o.bos, true, all);
+  add(out, o.bos, true, false);
   auto header = [&](const std::string& role, bool learned) {
     add(out, "<|start_header_id|>", true, learned);
     add(out, role, false, learned);
@@ -111,12 +114,13 @@ void render_llama3(const std::vector<Turn>& turns, const ChatOptions& o, std::ve
 void render_llama2(const std::vector<Turn>& turns, const ChatOptions& o, std::vector<ChatPiece>& out) {
   const bool all = o.train_on_all;
   const bool system = !turns.empty() && turns[0].role == "system";
+  const size_t start = out.size();
   for (size_t i = system ? 1 : 0; i < turns.size(); ++i) {
     if (turns[i].role == "user") {
       const std::string content =
           i == 1 && system ? fmt::format("<<SYS>>\n{}\n<</SYS>>\n\n{}", turns[0].content, turns[i].content)
                            : turns[i].content;
-      add(out, o.bos, true, all);
+      add(out, o.bos, true, all && out.size() > start);  // a later turn's BOS is the conversation's own
       add(out, fmt::format("[INST] {} [/INST]", python_strip(content)), false, all);
     } else {
       add(out, fmt::format(" {} ", python_strip(turns[i].content)), false, true);

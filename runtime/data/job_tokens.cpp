@@ -114,7 +114,7 @@ bool wants_validation(const job::Job& job) {
 }
 
 // The version of the reading, prompting and tokenizing code itself, in every key.
-constexpr int kTokenRules = 2;
+constexpr int kTokenRules = 3;
 
 std::string examples_key(const job::Job& job, const std::string& tokenizer, const ExampleOptions& options,
                          const ExampleMaker& maker) {

@@ -7,7 +7,8 @@ gives its texts and prefixes (one JSON array a line); SHARDTUNE_OUT is `shardtun
 Checks, conversation by conversation: the same text, the same ids, and labels that are the ids on
 exactly the assistant turns' tokens (train_on = assistant: from the first token that encoding the
 text up to the turn's start does not reproduce, through the turn's end-of-turn token) or on every
-token (all), -100 elsewhere. Exit 1 on any difference.
+token but the conversation's opening BOS (all: packed after another example, it would be learned as
+what follows that example's end), -100 elsewhere. Exit 1 on any difference.
 """
 import json
 import os
@@ -55,6 +56,8 @@ def main():
             fail(i, f"ids differ from token {at}: {mine['ids'][at:at + 8]} != {ids[at:at + 8]}")
             continue
         want = list(ids) if train_on == "all" else [-100] * len(ids)
+        if train_on == "all" and ids:
+            want[0] = -100  # each Llama chat format opens with BOS
         if train_on != "all":
             for a, b in spans:
                 if not 0 < a < b <= len(ids):
