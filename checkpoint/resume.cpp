@@ -13,11 +13,41 @@
 #include "checkpoint/commit.h"
 #include "checkpoint/data_identity.h"
 #include "common/error.h"
+#include "common/file_io.h"
 #include "runtime/dist/agree.h"
 #include "runtime/dist/text_collectives.h"
 
 namespace shardtune::checkpoint {
 namespace {
+
+// The newest commit number under the checkpoint directory when the run's first start began
+// (resume_candidates), from its file; 0 without one (the directory was empty or absent then).
+int64_t run_base(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return 0;
+  const std::string text = common::read_file(path, common::ErrorKind::kIo, "the run's first commit number");
+  try {
+    size_t used = 0;
+    const int64_t base = std::stoll(text, &used);
+    if (base >= 0 && text.find_first_not_of(" \n", used) == std::string::npos) return base;
+  } catch (const std::exception&) {
+  }
+  common::raise(common::ErrorKind::kIo, fmt::format("{}: not a commit number: {:?}", path, text.substr(0, 40)));
+}
+
+// The committed checkpoints of `dirs` (newest first) whose commit number is past `base`.
+std::vector<std::string> checkpoints_after(const std::vector<std::string>& dirs, int64_t base) {
+  std::vector<std::string> out;
+  for (const std::string& dir : dirs) {
+    try {
+      const Manifest m = read_manifest(dir);
+      if ((m.commit > 0 ? m.commit : m.step) > base) out.push_back(dir);
+    } catch (const common::Error&) {
+      out.push_back(dir);  // unreadable: the load says so, and falls back past it
+    }
+  }
+  return out;
+}
 
 // Damage a checkpoint can have that an older one may not: worth falling back for.
 bool is_damage(const common::Error& e) {
@@ -33,18 +63,27 @@ bool will_resume(const job::CheckpointSection& checkpoint, dist::Communicator& w
 }
 
 std::vector<std::string> resume_candidates(const job::CheckpointSection& checkpoint, int64_t restart_count) {
-  if (checkpoint.resume == "none") return {};
-  std::vector<std::string> own = committed_checkpoints(checkpoint.dir);
+  const std::vector<std::string> all = committed_checkpoints(checkpoint.dir);
   for (const std::string& dir : uncommitted_step_dirs(checkpoint.dir))
     spdlog::warn("{} has no manifest.json: not a committed checkpoint (a save cut short, or a lost manifest), so it "
                  "is not resumed; a save of its step sets it aside, never deletes it",
                  dir);
-  if (checkpoint.resume == "auto") return own;
-  if (restart_count > 0 && !own.empty()) {
-    spdlog::info("requeued start {}: continuing from the job's own checkpoint {}, not from [checkpoint] resume = {}",
-                 restart_count, own.front(), checkpoint.resume);
-    return own;
+  if (checkpoint.resume == "auto") return all;
+  // resume = "none" or a path says where the run begins: its first start. A requeue continues
+  // from what the run itself committed since, and starts as the first did while it has nothing.
+  const std::string base_file = checkpoint.dir + "/" + kRunBaseFile;
+  if (restart_count == 0) {
+    if (std::filesystem::is_directory(checkpoint.dir))
+      common::write_file_atomically(base_file, fmt::format("{}\n", newest_position(checkpoint.dir).commit));
+  } else {
+    const std::vector<std::string> own = checkpoints_after(all, run_base(base_file));
+    if (!own.empty()) {
+      spdlog::info("requeued start {}: continuing from the run's own checkpoint {}, not from [checkpoint] resume = {}",
+                   restart_count, own.front(), checkpoint.resume);
+      return own;
+    }
   }
+  if (checkpoint.resume == "none") return {};
   return {checkpoint.resume};
 }
 

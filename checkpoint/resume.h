@@ -28,6 +28,11 @@ namespace shardtune::checkpoint {
 
 // The checkpoints a start may resume, in the order to try them; empty: start fresh.
 // `restart_count`: Slurm's count of requeues of this job (0 outside Slurm). Runs on world rank 0.
+// With resume = "none" or a path, the first start (restart_count 0) records in kRunBaseFile the
+// newest commit number under the directory, and a requeue resumes only checkpoints committed past
+// it (the run's own), else starts as the first start did: neither training over again from the
+// start nor resuming another run's checkpoint.
+inline constexpr const char* kRunBaseFile = "run-base";
 std::vector<std::string> resume_candidates(const job::CheckpointSection& checkpoint, int64_t restart_count);
 
 // Whether this start will resume a checkpoint (world rank 0 lists them): a full fine-tune then

@@ -128,7 +128,7 @@ grep -q "resuming at step 10" "$once/logs/rank-00000.log" || fail "the explicit 
 cp "$once/metrics.jsonl" "$tmp/ws3.jsonl"
 SLURM_RESTART_COUNT=1 run "$once" 3 4 25 --set "checkpoint.resume=$tmp/resumed/checkpoints/step-0000010" ||
   fail "requeued start: $(tail -5 "$tmp/log")"
-grep -q "continuing from the job's own checkpoint $once/checkpoints/step-0000020" "$once/logs/rank-00000.log" ||
+grep -q "continuing from the run's own checkpoint $once/checkpoints/step-0000020" "$once/logs/rank-00000.log" ||
   fail "a requeued start went back to the explicit resume path"
 grep -q "resuming at step 20" "$once/logs/rank-00000.log" || fail "the requeued start did not resume at step 20"
 [ "$(losses "$tmp/straight")" = "$(losses "$tmp/resumed")" ] || fail "resumed losses differ from the straight run's"

@@ -126,13 +126,23 @@ TEST_F(ResumeTest, CandidatesAreTheJobsOwnNewestFirstOrTheNamedPathOnItsFirstSta
   MPI_Barrier(MPI_COMM_WORLD);
   EXPECT_EQ(checkpoint::resume_candidates(request_.checkpoint, 0), (std::vector<std::string>{two, one}));
   EXPECT_TRUE(checkpoint::will_resume(request_.checkpoint, *groups_.world, 0));
+  // resume = "none" or a path is where the run's first start begins; a requeue resumes what the run
+  // committed since, and while it has nothing starts as the first start did: never from the start
+  // over again once it has saved, never from an older run's checkpoint.
   job::CheckpointSection c = request_.checkpoint;
   c.resume = "none";
-  EXPECT_TRUE(checkpoint::resume_candidates(c, 3).empty());
-  EXPECT_FALSE(checkpoint::will_resume(c, *groups_.world, 0));
+  EXPECT_FALSE(checkpoint::will_resume(c, *groups_.world, 0));  // the first start (rank 0 records it)
+  MPI_Barrier(MPI_COMM_WORLD);
+  EXPECT_TRUE(checkpoint::resume_candidates(c, 3).empty());  // requeued before its first save
+  const std::string three = save(3);
+  EXPECT_EQ(checkpoint::resume_candidates(c, 3), std::vector<std::string>{three});
+  MPI_Barrier(MPI_COMM_WORLD);
   c.resume = "/elsewhere/step-0000100";
-  EXPECT_EQ(checkpoint::resume_candidates(c, 0), std::vector<std::string>{c.resume});
-  EXPECT_EQ(checkpoint::resume_candidates(c, 1), (std::vector<std::string>{two, one}));  // a requeue: its own
+  EXPECT_TRUE(checkpoint::will_resume(c, *groups_.world, 0));
+  MPI_Barrier(MPI_COMM_WORLD);
+  EXPECT_EQ(checkpoint::resume_candidates(c, 1), std::vector<std::string>{c.resume});
+  const std::string four = save(4);
+  EXPECT_EQ(checkpoint::resume_candidates(c, 1), std::vector<std::string>{four});  // a requeue: its own
 }
 
 TEST_F(ResumeTest, ADamagedNewestFallsBackToTheNextOlderAndIsSetAsideNotDeleted) {
@@ -180,11 +190,13 @@ TEST_F(ResumeTest, ANamedCheckpointIsLoadedOrTheStartFailsWithoutFallingBack) {
   EXPECT_THROW(resume(), common::Error);
   MPI_Barrier(MPI_COMM_WORLD);
   EXPECT_TRUE(set_aside().empty());
-  // A requeued start takes the job's own newest instead.
+  // A requeued start takes the run's own newest instead: one it committed after its first start
+  // (step 2 was there before).
+  save(3);
   request_.restart_count = 1;
   const std::optional<checkpoint::TrainingState> s = resume();
   ASSERT_TRUE(s.has_value());
-  EXPECT_EQ(s->step, 2);
+  EXPECT_EQ(s->step, 3);
 }
 
 TEST_F(ResumeTest, OtherDataIsRefusedWithoutFallingBackOrStartsANewSchedule) {
