@@ -469,6 +469,10 @@ TEST(JobSchema, EveryKeyWithoutEffectIsNamed) {
       {"train.num_freeze_layers=2", {}, {"train.freeze_layers=true"}},
       {"train.freeze_layers=true", {"train.num_freeze_layers=0"}, {}},
       {"train.val_batch_size=2", {"train.run_validation=false"}, {}},
+      // DPO's precomputed reference pass takes val_batch_size pairs per rank, validation or not.
+      {"train.val_batch_size=2", {"train.run_validation=false"},
+       {"train.run_validation=false", "train.objective=dpo", "train.batching_strategy=padding",
+        "data.format=preference", "data.train_file=p.jsonl", "data.tokenizer=t.json", "dpo.reference=precomputed"}},
       {"train.max_eval_step=2", {"train.run_validation=false"}, {}},
       {"train.max_nonfinite_skips=2", {}, {"train.on_nonfinite=skip_step"}},
       {"train.mixed_precision=false", {"train.pure_bf16=true"}, {}},
@@ -481,6 +485,11 @@ TEST(JobSchema, EveryKeyWithoutEffectIsNamed) {
       {"fsdp.load_readers=rank0",
        {"model.preset=none", "model.path=/m", "model.init=pretrained", "fsdp.low_cpu_fsdp_min_params=0"},
        {"model.preset=none", "model.path=/m", "model.init=pretrained", "fsdp.low_cpu_fsdp=true"}},
+      // A QLoRA base stored in 4 bits streams whatever low_cpu_fsdp says (its folder tells).
+      {"fsdp.load_readers=rank0",
+       {"model.preset=none", "model.path=/m", "model.init=pretrained", "fsdp.low_cpu_fsdp_min_params=0"},
+       {"model.preset=none", "model.path=/m", "model.init=pretrained", "fsdp.low_cpu_fsdp_min_params=0",
+        "peft.method=qlora"}},
       {"metrics.peak_tflops=100", {"metrics.jsonl=false"}, {}},
       {"metrics.profiler_dir=/tmp/p", {}, {"metrics.use_profiler=true"}},
       {"metrics.profiler_wait_steps=4", {}, {"metrics.use_profiler=true"}},
