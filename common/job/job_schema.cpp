@@ -395,7 +395,8 @@ std::vector<SectionSpec> build_schema() {
             "llama2 (Llama 2 chat).");
     s.field("train_on", &DataSection::train_on,
             "Which tokens of a conversation carry the loss: assistant (the assistant's turns, each with the token "
-            "that ends it) or all.");
+            "that ends it) or all (every token but the conversation's opening BOS, as no format learns an example's "
+            "BOS).");
     s.field("samples_per_epoch", &DataSection::samples_per_epoch,
             "Samples of an epoch, drawn from the sources by weight (each source in its own seeded order, starting "
             "over once all its samples are used). 0: the epoch ends where a source would start over (one source: "
