@@ -177,10 +177,6 @@ void check_data_sources(const Job& job, const FieldSources& sources, const std::
     if (!names.insert(s.name).second)
       diags.error(at(key_of(i, "name")), key_of(i, "name"),
                   fmt::format("two sources are named \"{}\": give each a name of its own", s.name));
-    if (pairs && s.data.train_on == TrainOn::kAll && sources.count(key_of(i, "train_on")) != 0)
-      diags.error(at(key_of(i, "train_on")), key_of(i, "train_on"),
-                  "DPO compares the log-probabilities of the two answers alone: train_on = \"all\" would add the "
-                  "prompt's; remove it");
     if ((s.data.format == DataFormat::kPreference) != pairs)
       diags.error(at(key_of(i, "format")), key_of(i, "format"),
                   fmt::format("source \"{}\" is format \"{}\" but [data] format is \"{}\": preference pairs do not mix "

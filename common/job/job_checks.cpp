@@ -234,10 +234,14 @@ void check_dpo(const Job& job, Checker& c) {
     c.error({"train.batching_strategy", "data.format"},
             "preference pairs are batched pair by pair, each answer its own row padded to the longest of the "
             "micro-batch, never packed: set batching_strategy = \"padding\"");
-  if (pairs && job.data.train_on == TrainOn::kAll)
-    c.error({"data.train_on", "data.format"},
-            "DPO compares the log-probabilities of the two answers alone: train_on = \"all\" would add the "
-            "prompt's; remove it");
+  // In [data], and in a source that sets its own.
+  const char* alone = "DPO compares the log-probabilities of the two answers alone: train_on = \"all\" would add the "
+                      "prompt's; remove it";
+  if (pairs && job.data.train_on == TrainOn::kAll) c.error({"data.train_on", "data.format"}, alone);
+  for (size_t i = 0; pairs && i < job.data_sources.size(); ++i) {
+    const std::string key = fmt::format("data.sources[{}].train_on", i + 1);
+    if (job.data_sources[i].data.train_on == TrainOn::kAll && c.is_set(key.c_str())) c.error({key.c_str()}, alone);
+  }
   const DpoSection& d = job.dpo;
   if (d.label_smoothing > 0 && d.loss_type != DpoLossType::kSigmoid)
     c.error({"dpo.label_smoothing", "dpo.loss_type"},
